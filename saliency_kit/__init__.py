@@ -1,0 +1,57 @@
+"""saliency_kit: saliency maps, guided backpropagation and gradient tools for Keras 3 models.
+
+    import saliency_kit as sk
+    guided = sk.rewrite(model, "guided")           # a copy whose ReLUs use guided backprop
+    expl = sk.explain(model, images, method="smoothgrad", targets="top3")
+
+Public names are imported lazily, on first use, so that ``import saliency_kit`` and the command
+line's ``--help`` stay quick; ``dir(sk)`` and ``sk.__all__`` list them all.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_NAMES = {
+    "ModifiedBackprop": "rules",
+    "GuidedBackprop": "rules",
+    "DeconvBackprop": "rules",
+    "rewrite": "rewriting",
+    "explain": "attribution",
+    "jacobian": "attribution",
+    "Explanation": "explanation",
+    "load_model": "zoo",
+    "list_models": "zoo",
+    "ModelSpec": "zoo",
+    "load_images": "images",
+}
+_SUBMODULES = ("gradients", "layers", "render", "evaluate")
+
+__all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
+
+if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
+    from . import evaluate, gradients, layers, render
+    from .attribution import explain, jacobian
+    from .explanation import Explanation
+    from .images import load_images
+    from .rewriting import rewrite
+    from .rules import DeconvBackprop, GuidedBackprop, ModifiedBackprop
+    from .zoo import ModelSpec, list_models, load_model
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'saliency_kit' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return __all__
