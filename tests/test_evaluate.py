@@ -1,0 +1,183 @@
+"""sk.evaluate and sk.metrics: hand-computed metrics, small hand-built models, and the shipped model.
+
+The shipped-model checks (the issue's acceptance numbers) share module-scoped fixtures so the
+images, masks and explanations are computed once.
+"""
+import numpy as np
+import pytest
+
+from saliency_kit import metrics
+
+
+# ------------------------------------------------------------------------------------------
+# metrics against hand-computed values
+# ------------------------------------------------------------------------------------------
+def test_spearman_hand_computed():
+    # rank differences d = (0, 1, -1, 0): rho = 1 - 6 * 2 / (4 * (16 - 1)) = 0.8
+    assert metrics.spearman([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    assert metrics.spearman([[1, 2], [3, 4]], [[4, 3], [2, 1]]) == pytest.approx(-1.0)
+    # ties get average ranks: a ranks (1.5, 1.5, 3), b ranks (1, 2, 3) -> Pearson of ranks
+    ra, rb = np.array([1.5, 1.5, 3.0]), np.array([1.0, 2.0, 3.0])
+    expected = np.corrcoef(ra, rb)[0, 1]
+    assert metrics.spearman([0, 0, 5], [1, 2, 3]) == pytest.approx(expected)
+
+
+def test_spearman_constant_maps_are_defined():
+    assert metrics.spearman(np.zeros(5), np.zeros(5)) == 1.0
+    assert metrics.spearman(np.zeros(5), np.arange(5)) == 0.0
+    assert metrics.spearman(np.ones(5), np.zeros(5)) == 0.0
+    with pytest.raises(ValueError, match="NaN"):
+        metrics.spearman([0.0, np.nan], [1.0, 2.0])
+    with pytest.raises(ValueError, match="same size"):
+        metrics.spearman([0.0, 1.0], [1.0, 2.0, 3.0])
+
+
+def test_normalize_abs_hand_computed():
+    np.testing.assert_allclose(metrics.normalize_abs([0.0, -2.0, 4.0], percentile=100), [0, 0.5, 1])
+    # 50th percentile of |m| = (0, 1, 2, 4) is 1.5: values above it clip to 1
+    np.testing.assert_allclose(metrics.normalize_abs([0.0, 1.0, -2.0, 4.0], percentile=50), [0, 2 / 3, 1, 1])
+    # mostly-zero map: percentile is 0, the maximum is used instead
+    np.testing.assert_allclose(metrics.normalize_abs([0.0] * 99 + [-3.0]), [0.0] * 99 + [1.0])
+    assert not metrics.normalize_abs(np.zeros((3, 3))).any()
+
+
+def _ssim_one_window(x, y):
+    """SSIM formula (Wang et al. 2004) over one window with sample covariance, data range 1."""
+    c1, c2 = 0.01**2, 0.03**2
+    mx, my = x.mean(), y.mean()
+    vx, vy = x.var(ddof=1), y.var(ddof=1)
+    cxy = ((x - mx) * (y - my)).sum() / (x.size - 1)
+    return ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+
+
+def test_ssim_hand_computed_on_one_window():
+    rng = np.random.default_rng(0)
+    a, b = rng.random((7, 7)), rng.random((7, 7))
+    # on a 7x7 map the 7x7 window fits once: SSIM is the formula on the normalised maps
+    expected = _ssim_one_window(metrics.normalize_abs(a), metrics.normalize_abs(b))
+    assert metrics.ssim(a, b) == pytest.approx(expected, rel=1e-6)
+    assert metrics.ssim(a, 3 * a) == pytest.approx(1.0)  # invariant to the map's scale
+    assert metrics.ssim(a, -a) == pytest.approx(1.0)  # compares magnitudes
+    assert np.isnan(metrics.ssim(np.ones((2, 9)), np.ones((2, 9))))  # too small for a window
+
+
+def test_trapezoid_auc_and_dilate():
+    assert metrics.trapezoid_auc([1.0, 0.5, 0.0], [0, 0.5, 1]) == pytest.approx(0.5)
+    assert metrics.trapezoid_auc([0.0, 1.0, 1.0], [0, 0.25, 1]) == pytest.approx(0.125 + 0.75)
+    mask = np.zeros((9, 9), bool)
+    mask[4, 4] = True
+    assert metrics.dilate(mask, 0).sum() == 1
+    assert metrics.dilate(mask, 1).sum() == 5  # the 4-neighbours
+    assert metrics.dilate(mask, 1.5).sum() == 9  # diagonals are sqrt(2) away
+    assert metrics.dilate(mask, 2).sum() == 13  # Euclidean disk of radius 2
+    assert not metrics.dilate(np.zeros((4, 4), bool), 3).any()
+    with pytest.raises(ValueError, match="tolerance"):
+        metrics.dilate(mask, -1)
+
+
+# ------------------------------------------------------------------------------------------
+# pointing game on hand-made maps and masks
+# ------------------------------------------------------------------------------------------
+def test_pointing_game_hand_made():
+    from saliency_kit.evaluate import pointing_game
+
+    masks = np.zeros((2, 8, 8), bool)
+    masks[:, 2:4, 2:4] = True  # the object: a 2x2 square
+    maps = np.zeros((2, 3, 8, 8))
+    maps[0, 0, 3, 3] = 1.0  # on the object
+    maps[0, 1, 3, 5] = 1.0  # 2 px right of the object
+    maps[0, 2, 7, 7] = 1.0  # far away
+    maps[1, 0] = 0.0  # flat map: every pixel ties for the maximum
+    maps[1, 1, 2, 2] = maps[1, 1, 6, 6] = 1.0  # a tie on and off the object
+    maps[1, 2, 2, 2] = maps[1, 2, 3, 3] = 1.0  # a tie, both on the object
+    expected0 = [[True, False, False], [False, False, True]]
+    np.testing.assert_array_equal(pointing_game(maps, masks), expected0)
+    expected2 = [[True, True, False], [False, False, True]]
+    np.testing.assert_array_equal(pointing_game(maps, masks, tolerance=2), expected2)
+    # a flat map hits only when the object covers the whole map
+    assert pointing_game(np.zeros((1, 1, 4, 4)), np.ones((1, 4, 4), bool))[0, 0]
+
+
+def test_pointing_game_ignores_nan_and_rejects_bad_masks():
+    from saliency_kit.evaluate import pointing_game
+
+    masks = np.zeros((1, 4, 4), bool)
+    masks[0, 0, 0] = True
+    maps = np.full((1, 2, 4, 4), np.nan)
+    maps[0, 0, 0, 0] = 5.0
+    np.testing.assert_array_equal(pointing_game(maps, masks), [[True, False]])
+    with pytest.raises(ValueError, match=r"\[B, H, W\]"):
+        pointing_game(maps, masks[:, :3])
+    with pytest.raises(ValueError, match="boolean"):
+        pointing_game(maps, masks.astype(np.uint8))
+    with pytest.raises(ValueError, match=r"\[B, K, H, W\]"):
+        pointing_game(maps[0], masks)
+
+
+# ------------------------------------------------------------------------------------------
+# re-initialisation on small models
+# ------------------------------------------------------------------------------------------
+def _nested_model():
+    import keras
+
+    inner = keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv_a"),
+            keras.layers.BatchNormalization(name="bn"),
+        ],
+        name="block",
+    )
+    x = keras.Input((8, 8, 3))
+    h = inner(x)
+    h = keras.layers.Conv2D(
+        5, 3, activation="relu", name="conv_b", kernel_initializer=keras.initializers.Constant(0.25)
+    )(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(3, name="head", bias_initializer=keras.initializers.Constant(-1.5))(h)
+    model = keras.Model(x, out, name="nested")
+    # "train": move every weight away from its initial value
+    rng = np.random.default_rng(1)
+    for w in model.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32") + 3.0)
+    return model
+
+
+def test_weighted_layers_include_nested_models():
+    from saliency_kit.evaluate import weighted_layers
+
+    paths = [p for p, _ in weighted_layers(_nested_model())]
+    assert paths == ["block/conv_a", "block/bn", "conv_b", "head"]
+
+
+def test_reinitialize_uses_each_layers_own_initializers_and_seed():
+    from saliency_kit.evaluate import clone_with_weights, reinitialize, weighted_layers
+
+    model = _nested_model()
+    before = [w.numpy() for w in model.weights]
+    clone = clone_with_weights(model)
+    for w, v in zip(clone.weights, before):
+        np.testing.assert_array_equal(w.numpy(), v)
+    layers = dict(weighted_layers(clone))
+    reinitialize(layers["conv_b"], seed=3)
+    np.testing.assert_array_equal(layers["conv_b"].kernel.numpy(), 0.25)  # Constant(0.25)
+    np.testing.assert_array_equal(layers["conv_b"].bias.numpy(), 0.0)  # default zeros
+    reinitialize(layers["head"], seed=3)
+    np.testing.assert_array_equal(layers["head"].bias.numpy(), -1.5)
+    reinitialize(layers["block/bn"], seed=3)
+    bn = layers["block/bn"]
+    for name, value in [("gamma", 1), ("beta", 0), ("moving_mean", 0), ("moving_variance", 1)]:
+        np.testing.assert_array_equal(getattr(bn, name).numpy(), value)
+    # glorot-uniform kernel: seeded, bounded by sqrt(6 / (fan_in + fan_out))
+    conv_a = layers["block/conv_a"]
+    reinitialize(conv_a, seed=3, salt=0)
+    first = conv_a.kernel.numpy()
+    limit = np.sqrt(6 / (3 * 3 * 3 + 3 * 3 * 4))
+    assert np.abs(first).max() <= limit and first.std() > limit / 4
+    reinitialize(conv_a, seed=3, salt=0)
+    np.testing.assert_array_equal(conv_a.kernel.numpy(), first)
+    reinitialize(conv_a, seed=4, salt=0)
+    assert not np.array_equal(conv_a.kernel.numpy(), first)
+    # the user's model never changed
+    for w, v in zip(model.weights, before):
+        np.testing.assert_array_equal(w.numpy(), v)
