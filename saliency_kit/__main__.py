@@ -1,0 +1,4 @@
+"""``python -m saliency_kit ...`` is the ``saliency`` command."""
+from .cli import main
+
+raise SystemExit(main())

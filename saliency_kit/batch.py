@@ -1,0 +1,445 @@
+"""Explaining folders of images: discovery, sharding, output names, the manifest, and the pipeline.
+
+``saliency batch INPUT_DIR --out DIR`` runs :func:`run`. Data flows one way::
+
+    files --(thread pool: decode + preprocess, a few batches ahead)--> inputs
+          --(main thread: sk.explain, one compiled function reused)--> Explanation
+          --(thread pool: colour, encode, atomic write)--> PNG / NPZ files
+          --(main thread: one append + fsync per batch)--> manifest.jsonl
+
+so the engine never waits on the disk, and at most a few batches are in memory at once.
+
+Crash safety. Every file is written to a hidden ``.NAME.*.partial`` file and renamed into place, so
+a killed run leaves no half-written output. The manifest is the record of what is complete: all
+lines of one image are appended with a single ``write`` and flushed with ``fsync`` only after the
+image's files are in place, and each line carries ``outputs`` (how many lines that image has). On
+``--resume`` an image is complete when all its lines are there and all its files exist; anything
+else (a truncated last line, an image cut short) is simply redone, and leftover ``.partial``
+files of the images being redone are deleted.
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from . import render
+
+#: File extensions treated as images (lower case). Anything else under INPUT_DIR is ignored.
+IMAGE_EXTENSIONS = frozenset(
+    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pnm"}
+)
+MANIFEST = "manifest.jsonl"
+PNG_KINDS = ("heatmap", "overlay")
+
+
+# -------------------------------------------------------------------------------- discovery
+def discover_images(root: str, *, exclude: Sequence[str] = ()) -> list[str]:
+    """Relative POSIX paths of every image file under ``root`` (recursive, sorted, no hidden entries).
+
+    Directories in ``exclude`` (e.g. an output folder inside ``root``) are not entered.
+    """
+    root = os.path.abspath(root)
+    excluded = {os.path.realpath(path) for path in exclude}
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(
+            d for d in subdirs
+            if not d.startswith(".") and os.path.realpath(os.path.join(directory, d)) not in excluded
+        )
+        for name in files:
+            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                found.append(os.path.relpath(os.path.join(directory, name), root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``; raises ValueError with the expected form."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match or int(match[2]) < 1 or int(match[1]) >= int(match[2]):
+        raise ValueError(f"--shard expects I/N with 0 <= I < N, e.g. 0/4 ... 3/4; got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def shard_of(relative_path: str, count: int) -> int:
+    """The shard (0..count-1) a file belongs to: a hash of its relative path, so the split is the
+    same on every machine, disjoint, covers every file, and does not move when files are added."""
+    digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def select_shard(relative_paths: Iterable[str], index: int, count: int) -> list[str]:
+    return [path for path in relative_paths if shard_of(path, count) == index]
+
+
+# ------------------------------------------------------------------------------ output names
+def safe_name(text: str, limit: int = 60) -> str:
+    """A file-name-safe version of a class or method name (letters, digits, ``. _ +``)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._+]+", "_", str(text)).strip("._")
+    return cleaned[:limit] or "x"
+
+
+def output_dirs(relative_paths: Sequence[str]) -> dict[str, str]:
+    """Map each input (relative path) to its output folder (relative to --out).
+
+    The folder mirrors the input's path without its extension (``cats/tom.jpg`` -> ``cats/tom``);
+    inputs that would share a folder (``tom.jpg`` and ``tom.png``) keep their extension in it
+    (``tom_jpg``, ``tom_png``). Computed from the full, unsharded listing, so every shard agrees.
+    """
+    stems = {path: os.path.splitext(path)[0] for path in relative_paths}
+    taken: dict[str, int] = {}
+    for stem in stems.values():
+        taken[stem] = taken.get(stem, 0) + 1
+    result = {}
+    for path, stem in stems.items():
+        folder = stem if taken[stem] == 1 else path[: len(stem)] + "_" + safe_name(path[len(stem) + 1:])
+        parts = [safe_name(part, limit=200) for part in folder.split("/")]
+        result[path] = "/".join(parts)
+    return result
+
+
+def output_name(method: str, target: int, class_name: str, kind: str) -> str:
+    """``guided_backprop-c0-circle-heatmap.png`` / ``...-overlay.png`` / ``guided_backprop-c0-circle.npz``."""
+    base = f"{safe_name(method)}-c{int(target)}-{safe_name(class_name)}"
+    return f"{base}.npz" if kind == "npz" else f"{base}-{kind}.png"
+
+
+def inside(root: str, path: str) -> bool:
+    """Whether ``path`` (after resolving symlinks and ``..``) lies inside ``root``."""
+    root = os.path.realpath(root)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
+def class_name_of(class_names, index: int) -> str:
+    if class_names is not None and 0 <= index < len(class_names):
+        return str(class_names[index])
+    return str(index)
+
+
+@dataclasses.dataclass
+class Output:
+    """One written file: the manifest line for it (without ``image``/``outputs``) and its path."""
+
+    method: str
+    target: int
+    class_name: str
+    score: float
+    kind: str
+    file: str  # relative to the output root
+
+
+def write_image_outputs(
+    out_root: str,
+    folder: str,
+    original: np.ndarray,
+    per_method: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]],
+    class_names,
+    formats: Sequence[str],
+) -> list[Output]:
+    """Render and atomically write the outputs of one image.
+
+    ``per_method``: ``(method, maps [K, H, W], targets [K], scores [K], attributions [K, ...] or
+    None)`` for each method. A class requested twice (``top1`` and its name) is written once.
+    """
+    written: list[Output] = []
+    seen = set()
+    for method, maps, targets, scores, attributions in per_method:
+        for k, target in enumerate(np.asarray(targets).tolist()):
+            if (method, target) in seen:
+                continue
+            seen.add((method, target))
+            name = class_name_of(class_names, target)
+            score = float(scores[k])
+            kinds = (PNG_KINDS if "png" in formats else ()) + (("npz",) if "npz" in formats else ())
+            for kind in kinds:
+                relative = f"{folder}/{output_name(method, target, name, kind)}" if folder else \
+                    output_name(method, target, name, kind)
+                path = os.path.join(out_root, relative)
+                if not inside(out_root, path):
+                    raise ValueError(f"refusing to write {path!r}: it resolves outside the output folder")
+                if kind == "heatmap":
+                    render.save_png(render.heatmap(maps[k]), path)
+                elif kind == "overlay":
+                    render.save_png(render.overlay(original, maps[k]), path)
+                else:
+                    _save_npz(path, map=np.asarray(maps[k]), target=np.int64(target), score=np.float32(score),
+                              method=np.str_(method), class_name=np.str_(name),
+                              **({"attributions": np.asarray(attributions[k])} if attributions is not None else {}))
+                written.append(Output(method, int(target), name, score, kind, relative))
+    return written
+
+
+def _save_npz(path: str, **arrays) -> None:
+    with render.atomic_path(path) as temp:
+        with open(temp, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+
+
+# -------------------------------------------------------------------------------- manifest
+class Manifest:
+    """``manifest.jsonl``: appended whole lines only, fsynced; tolerant of a cut-off last line."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> list[dict]:
+        """Every valid line (a truncated or corrupt line -- e.g. from a power cut -- is skipped)."""
+        if not os.path.exists(self.path):
+            return []
+        records = []
+        with open(self.path, "rb") as handle:
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    continue  # cut off mid-line
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "image" in record:
+                    records.append(record)
+        return records
+
+    def append(self, records: Sequence[dict]) -> None:
+        """Append ``records`` with one ``write`` call, then ``fsync``.
+
+        If the file does not end with a newline (a previous run was cut off mid-line), a newline
+        is written first so that the broken line stays isolated and is skipped on reading.
+        """
+        if not records:
+            return
+        data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records).encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                with open(self.path, "rb") as handle:
+                    handle.seek(size - 1)
+                    if handle.read(1) != b"\n":
+                        data = b"\n" + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def complete_images(records: Sequence[dict], out_root: str) -> set[str]:
+    """Images whose every recorded output is present: the count of their ``ok`` lines equals the
+    ``outputs`` those lines announce, and every file exists."""
+    by_image: dict[str, dict[str, dict]] = {}
+    for record in records:
+        if record.get("status") == "ok":
+            by_image.setdefault(record["image"], {})[record["file"]] = record
+    complete = set()
+    for image, lines in by_image.items():
+        expected = {line.get("outputs") for line in lines.values()}
+        if len(expected) == 1 and len(lines) == expected.pop() and all(
+            os.path.isfile(os.path.join(out_root, f)) for f in lines
+        ):
+            complete.add(image)
+    return complete
+
+
+def manifest_name(shard: tuple[int, int] | None) -> str:
+    """``manifest.jsonl``; each shard of a split run writes its own ``manifest.shard-I-of-N.jsonl``
+    (shards may share --out, even on different machines); ``cat out/manifest*.jsonl`` joins them."""
+    return MANIFEST if shard is None or shard[1] == 1 else f"manifest.shard-{shard[0]}-of-{shard[1]}.jsonl"
+
+
+def remove_partials(directory: str) -> None:
+    """Delete leftover ``.*.partial`` files of a killed run in one output folder."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(".") and name.endswith(".partial"):
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+# -------------------------------------------------------------------------------- progress
+class Progress:
+    """tqdm's bar on a terminal; otherwise a plain line at most every ``every`` seconds."""
+
+    def __init__(self, total: int, *, stream=None, every: float = 10.0):
+        self.total, self.done, self.failed = total, 0, 0
+        self.stream = stream or sys.stderr
+        self.every = every
+        self.start = self.last = time.monotonic()
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="img", file=self.stream, dynamic_ncols=True,
+                            desc="saliency batch")
+
+    def update(self, done: int, failed: int) -> None:
+        self.done += done
+        self.failed += failed
+        if self.bar is not None:
+            self.bar.update(done + failed)
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every or self.done + self.failed >= self.total:
+            self.last = now
+            count = self.done + self.failed
+            rate = count / max(now - self.start, 1e-9)
+            eta = (self.total - count) / rate if rate > 0 else float("inf")
+            print(f"saliency batch: {count}/{self.total} images ({100 * count / max(self.total, 1):.0f}%), "
+                  f"{rate:.1f} images/s, {self.failed} failed, eta {_duration(eta)}",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+# -------------------------------------------------------------------------------- pipeline
+@dataclasses.dataclass
+class Summary:
+    total: int = 0  # images in this shard
+    skipped: int = 0  # already complete (--resume)
+    explained: int = 0
+    files: int = 0
+    failures: list = dataclasses.field(default_factory=list)  # (relative path, message)
+    seconds: float = 0.0  # the processing loop, model loading excluded
+
+
+def run(
+    *,
+    input_dir: str,
+    out_dir: str,
+    relative_paths: Sequence[str],
+    folders: dict[str, str],
+    model,
+    spec,
+    methods: Sequence[tuple[str, dict]],
+    targets_for,
+    batch_size: int,
+    formats: Sequence[str],
+    manifest: Manifest,
+    skip: set[str] = frozenset(),
+    recorded_failures: set[tuple[str, str]] = frozenset(),
+    decode_workers: int = 2,
+    write_workers: int = 2,
+    progress_stream=None,
+) -> Summary:
+    """Explain every image of ``relative_paths`` not in ``skip``; write outputs and manifest lines.
+
+    ``methods``: ``(name, options)`` pairs for :func:`saliency_kit.explain`. ``targets_for(inputs)``
+    returns the ``targets`` argument for a batch of inputs. Bad files are recorded and skipped.
+    """
+    import saliency_kit as sk
+    from .images import load_image
+
+    todo = [path for path in relative_paths if path not in skip]
+    summary = Summary(total=len(relative_paths), skipped=len(relative_paths) - len(todo))
+    for path in todo:  # a killed run may have left temporary files behind
+        remove_partials(os.path.join(out_dir, folders[path]))
+    chunks = [todo[i:i + batch_size] for i in range(0, len(todo), batch_size)]
+    progress = Progress(len(todo), stream=progress_stream)
+    start = time.monotonic()
+
+    def decode(path: str):
+        return load_image(os.path.join(input_dir, path), spec)
+
+    def write(path: str, original, per_method) -> list[Output]:
+        return write_image_outputs(out_dir, folders[path], original, per_method, spec.class_names, formats)
+
+    with futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="decode") as decoders, \
+            futures.ThreadPoolExecutor(write_workers, thread_name_prefix="write") as writers:
+        prefetch = 2  # batches being decoded ahead of the model
+        pending_decode = [[decoders.submit(decode, p) for p in chunk] for chunk in chunks[:prefetch]]
+        pending_write: list = []  # (images of the previous batch, their write futures, failures)
+
+        for index, chunk in enumerate(chunks):
+            decoded = pending_decode.pop(0)
+            if index + prefetch < len(chunks):
+                pending_decode.append([decoders.submit(decode, p) for p in chunks[index + prefetch]])
+            good, inputs, originals, failed = [], [], [], []
+            for path, future in zip(chunk, decoded):
+                try:
+                    item, original = future.result()
+                except Exception as error:  # noqa: BLE001 - any unreadable file is reported, not fatal
+                    failed.append((path, _one_line(error)))
+                    continue
+                good.append(path)
+                inputs.append(item)
+                originals.append(original)
+
+            results = []
+            if good:
+                batch = np.stack(inputs)
+                targets = targets_for(batch)
+                for name, options in methods:
+                    explanation = sk.explain(model, batch, name, targets, batch_size=batch_size, **options)
+                    results.append((name, explanation))
+            jobs = []
+            for row, path in enumerate(good):
+                per_method = [(name, e.maps[row], e.targets[row], e.scores[row],
+                               e.attributions[row] if "npz" in formats else None) for name, e in results]
+                jobs.append((path, writers.submit(write, path, originals[row], per_method)))
+            del inputs, originals, results
+
+            # Finish the previous batch while this one's files are being written.
+            if pending_write:
+                _finish(pending_write.pop(0), manifest, summary, progress, recorded_failures)
+            pending_write.append((jobs, failed))
+        while pending_write:
+            _finish(pending_write.pop(0), manifest, summary, progress, recorded_failures)
+    progress.close()
+    summary.seconds = time.monotonic() - start
+    return summary
+
+
+def _finish(batch, manifest: Manifest, summary: Summary, progress: Progress,
+            recorded_failures: set) -> None:
+    """Wait for one batch's files, then record them (and its failures) in the manifest."""
+    jobs, failed = batch
+    records, done = [], 0
+    failed = list(failed)
+    for path, future in jobs:
+        try:
+            outputs = future.result()
+        except Exception as error:  # noqa: BLE001 - e.g. disk full: report the image, keep going
+            failed.append((path, _one_line(error)))
+            continue
+        done += 1
+        summary.files += len(outputs)
+        for o in outputs:
+            records.append({"image": path, "status": "ok", "method": o.method, "class": o.target,
+                            "class_name": o.class_name, "score": o.score, "kind": o.kind,
+                            "file": o.file, "outputs": len(outputs)})
+    for path, message in failed:
+        if (path, message) not in recorded_failures:  # a resumed run does not repeat old news
+            records.append({"image": path, "status": "failed", "error": message})
+    manifest.append(records)
+    summary.explained += done
+    summary.failures.extend(failed)
+    progress.update(done, len(failed))
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
