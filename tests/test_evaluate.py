@@ -181,3 +181,183 @@ def test_reinitialize_uses_each_layers_own_initializers_and_seed():
     # the user's model never changed
     for w, v in zip(model.weights, before):
         np.testing.assert_array_equal(w.numpy(), v)
+
+
+# ------------------------------------------------------------------------------------------
+# deletion / insertion on a linear model whose scores are known in closed form
+# ------------------------------------------------------------------------------------------
+def _linear_model(weights):
+    """score(x) = sum(weights * x) over a [2, 2, 1] image: one output, no softmax."""
+    import keras
+
+    x = keras.Input((2, 2, 1))
+    flat = keras.layers.Flatten()(x)
+    dense = keras.layers.Dense(1, use_bias=False)
+    model = keras.Model(x, dense(flat))
+    dense.kernel.assign(np.asarray(weights, "float32").reshape(4, 1))
+    return model
+
+
+def _explanation(maps, targets):
+    from saliency_kit.explanation import Explanation
+
+    maps = np.asarray(maps, np.float32)
+    return Explanation(attributions=maps, maps=maps, targets=np.asarray(targets), scores=np.zeros(maps.shape[:2]),
+                       method="test", options={})
+
+
+def test_deletion_insertion_closed_form():
+    from scipy import ndimage
+
+    from saliency_kit.evaluate import deletion_insertion
+
+    w = np.array([1.0, 4.0, 2.0, 3.0])  # pixel (0,1) matters most, then (1,1), (1,0), (0,0)
+    model = _linear_model(w)
+    x = np.array([[[[1.0], [1.0]], [[1.0], [1.0]]], [[[0.5], [2.0]], [[1.0], [3.0]]]], np.float32)
+    maps = np.stack([w.reshape(2, 2), -w.reshape(2, 2)])[:, None]  # a perfect map and its opposite
+    out = deletion_insertion(model, x, _explanation(maps, [[0], [0]]), steps=4, blur_sigma=1.0)
+    np.testing.assert_allclose(out["fractions"], [0, 0.25, 0.5, 0.75, 1])
+    # input 0, perfect order: remove 4, 3, 2, 1 from 10
+    np.testing.assert_allclose(out["deletion_curve"][0, 0], [10, 6, 3, 1, 0], rtol=1e-6)
+    assert out["deletion_auc"][0, 0] == pytest.approx(0.25 * (10 / 2 + 6 + 3 + 1 + 0 / 2))
+    # input 1, reversed order: pixel values x*w = (0.5, 8, 3, 9); least important first
+    contrib = (x[1, ..., 0] * w.reshape(2, 2)).ravel()
+    order = np.argsort(maps[1, 0].ravel())[::-1]
+    expected = [contrib.sum() - contrib[order[:i]].sum() for i in range(5)]
+    np.testing.assert_allclose(out["deletion_curve"][1, 0], expected, rtol=1e-6)
+    # insertion: original pixels pasted into the blurred image, in the same order
+    for b in range(2):
+        blurred = ndimage.gaussian_filter(x[b, ..., 0], sigma=1.0).ravel()
+        order = np.argsort(-maps[b, 0].ravel(), kind="stable")
+        curve = []
+        for i in range(5):
+            img = blurred.copy()
+            img[order[:i]] = x[b, ..., 0].ravel()[order[:i]]
+            curve.append(float(img @ w))
+        np.testing.assert_allclose(out["insertion_curve"][b, 0], curve, rtol=1e-5)
+    # random order: still one pixel per step, every pixel exactly once
+    steps = -np.diff(out["random_deletion_curve"][0, 0])
+    np.testing.assert_allclose(np.sort(steps), np.sort(w), rtol=1e-6)
+    assert out["deletion_auc"].shape == out["random_deletion_auc"].shape == (2, 1)
+
+
+def test_deletion_insertion_baselines_steps_and_errors():
+    from saliency_kit.evaluate import deletion_insertion
+
+    w = np.array([1.0, 4.0, 2.0, 3.0])
+    model = _linear_model(w)
+    x = np.ones((1, 2, 2, 1), np.float32)
+    expl = _explanation(w.reshape(1, 1, 2, 2), [[0]])
+    out = deletion_insertion(model, x, expl, steps=3, baseline=0.5)
+    np.testing.assert_allclose(out["fractions"], [0, 0.25, 0.75, 1])  # rint(i * 4 / 3) pixels
+    np.testing.assert_allclose(out["deletion_curve"][0, 0], [10, 8, 5.5, 5], rtol=1e-6)  # 1 + 0.5 * (4 + 3 + 2)
+    image_baseline = np.full((2, 2, 1), 2.0, np.float32)
+    out = deletion_insertion(model, x, expl, steps=4, baseline=image_baseline)
+    np.testing.assert_allclose(out["deletion_curve"][0, 0], [10, 14, 17, 19, 20], rtol=1e-6)
+    # flat map: ties broken in a seeded random order, the same for the same seed
+    flat = _explanation(np.zeros((1, 1, 2, 2)), [[0]])
+    a = deletion_insertion(model, x, flat, steps=4, seed=1)["deletion_curve"]
+    b = deletion_insertion(model, x, flat, steps=4, seed=1)["deletion_curve"]
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="broadcast"):
+        deletion_insertion(model, x, expl, baseline=np.zeros(3))
+    with pytest.raises(ValueError, match="baseline must be"):
+        deletion_insertion(model, x, expl, baseline="mean")
+    with pytest.raises(ValueError, match=r"\[B, K, H, W\]"):
+        deletion_insertion(model, x, _explanation(np.zeros((1, 1, 3, 3)), [[0]]))
+    with pytest.raises(ValueError, match="steps"):
+        deletion_insertion(model, x, expl, steps=0)
+
+
+# ------------------------------------------------------------------------------------------
+# randomisation test on a small model: mechanics
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_cnn():
+    import keras
+
+    keras.utils.set_random_seed(7)
+    inner = keras.Sequential(
+        [keras.Input((8, 8, 6)), keras.layers.Conv2D(6, 3, padding="same", activation="relu", name="inner_conv")],
+        name="block",
+    )
+    x = keras.Input((12, 12, 3))
+    h = keras.layers.Conv2D(6, 3, activation="relu", name="conv1")(x)
+    h = inner(keras.layers.Conv2D(6, 3, activation="relu", name="conv2")(h))
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    out = keras.layers.Dense(4, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="small")
+    inputs = np.random.default_rng(0).random((3, 12, 12, 3)).astype("float32")
+    return model, inputs
+
+
+def test_randomization_test_mechanics(small_cnn):
+    from saliency_kit.evaluate import clone_with_weights, iter_randomization, randomization_test, reinitialize, weighted_layers
+    import saliency_kit as sk
+
+    model, inputs = small_cnn
+    before = [w.numpy() for w in model.weights]
+    reference = sk.explain(model, inputs, "gradient", "top1")
+
+    steps = list(iter_randomization(model, inputs, "gradient", "top1", seed=5))
+    assert [p for p, _, _ in steps] == [None, "head", "block/inner_conv", "conv2", "conv1"]
+    assert steps[-1][2] == ["head", "block/inner_conv", "conv2", "conv1"]  # cumulative
+    original = steps[0][1]
+    np.testing.assert_allclose(original.attributions, reference.attributions, rtol=1e-5, atol=1e-7)
+    for _, expl, _ in steps[1:]:  # targets stay those of the trained model
+        np.testing.assert_array_equal(expl.targets, original.targets)
+    for w, v in zip(model.weights, before):  # the user's model is untouched
+        np.testing.assert_array_equal(w.numpy(), v)
+
+    # independently computed: a fresh copy with only conv2 re-initialised (same seed and salt)
+    indep = list(iter_randomization(model, inputs, "gradient", "top1", mode="independent", seed=5))
+    assert [r for _, _, r in indep[1:]] == [["head"], ["block/inner_conv"], ["conv2"], ["conv1"]]
+    copy = clone_with_weights(model)
+    layers = weighted_layers(copy)
+    salt = [p for p, _ in layers].index("conv2")
+    reinitialize(dict(layers)["conv2"], seed=5, salt=salt)
+    expected = sk.explain(copy, inputs, "gradient", original.targets)
+    np.testing.assert_allclose(indep[3][1].attributions, expected.attributions, rtol=1e-5, atol=1e-7)
+    # the first step of both modes re-initialises the same layer the same way
+    np.testing.assert_allclose(indep[1][1].attributions, steps[1][1].attributions, rtol=1e-5, atol=1e-7)
+
+    result = randomization_test(model, inputs, "gradient", "top1", layers=["block", "head"], seed=5)
+    assert [r["layer"] for r in result] == ["head", "block/inner_conv"]
+    assert set(result[0]) >= {"layer", "spearman_abs", "spearman", "ssim"}
+    for r in result:
+        assert -1 <= r["spearman"] <= 1 and -1 <= r["spearman_abs"] <= 1
+    with pytest.raises(ValueError, match="weighted layers are"):
+        randomization_test(model, inputs, "gradient", layers=["nope"])
+    with pytest.raises(ValueError, match="mode"):
+        randomization_test(model, inputs, "gradient", mode="sideways")
+
+
+@pytest.mark.filterwarnings("ignore:guided_backprop.*all zero:RuntimeWarning")
+def test_randomization_reaches_the_rewritten_model_of_guided_backprop(small_cnn):
+    """Guided backprop runs through a rewritten copy of the clone: it must see the new weights."""
+    from saliency_kit.evaluate import iter_randomization
+
+    model, inputs = small_cnn
+    guided = list(iter_randomization(model, inputs, "guided_backprop", "top1", layers=["head"], seed=2))
+    plain = list(iter_randomization(model, inputs, "gradient", "top1", layers=["head"], seed=2))
+    assert not np.allclose(guided[1][1].scores, guided[0][1].scores)
+    np.testing.assert_allclose(guided[1][1].scores, plain[1][1].scores, rtol=1e-5)
+
+
+def test_randomization_needs_a_clonable_model():
+    import keras
+
+    from saliency_kit.evaluate import randomization_test
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Sub()
+    model(np.zeros((1, 3), "float32"))
+    with pytest.raises(ValueError, match="clone_model"):
+        randomization_test(model, np.zeros((1, 3), "float32"))
