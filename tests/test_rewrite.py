@@ -1,0 +1,299 @@
+"""sk.rewrite: nesting, every way of writing a ReLU, the original left alone, clear errors."""
+import gc
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import keras
+
+import saliency_kit as sk
+from saliency_kit.rewriting import find_relu_activations
+
+
+def input_gradient(model, x, index=0):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(model(x)[:, index])
+    return tape.gradient(y, x).numpy()
+
+
+def assert_differ(a, b):
+    """Clearly different relative to their scale (random-init nets give tiny gradients)."""
+    scale = max(np.abs(a).max(), np.abs(b).max())
+    assert scale > 0 and np.abs(a - b).max() > 1e-2 * scale
+
+
+def snapshot(model):
+    return [w.copy() for w in model.get_weights()]
+
+
+def assert_same_weights(model, before):
+    after = model.get_weights()
+    assert len(after) == len(before)
+    for a, b in zip(after, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def nested_model():
+    """Functional > functional > Sequential, with ReLUs written every way at every depth."""
+    innermost = keras.Sequential(
+        [keras.Input((6, 6, 8)), keras.layers.Conv2D(8, 3, padding="same", activation="relu6", name="c3"),
+         keras.layers.ReLU(negative_slope=0.1, name="leaky")],
+        name="innermost",
+    )
+    mid_in = keras.Input((6, 6, 8))
+    m = keras.layers.Conv2D(8, 1, name="c2")(mid_in)
+    m = keras.layers.BatchNormalization(name="bn2")(m)
+    m = keras.layers.Activation("relu", name="act2")(m)
+    m = innermost(m)
+    middle = keras.Model(mid_in, keras.layers.Add(name="add")([m, mid_in]), name="middle")
+
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(8, 3, activation="relu", name="c1")(inp)
+    x = keras.layers.Lambda(lambda t: t * 0.5, name="halve")(x)
+    x = middle(x)
+    x = keras.ops.relu(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(16, activation=keras.activations.relu, name="d1")(x)
+    x = keras.layers.Dropout(0.5)(x)
+    out = keras.layers.Dense(5, activation="softmax", name="probs")(x)
+    model = keras.Model(inp, out, name="outer")
+    # non-trivial BatchNorm statistics, so copying them matters
+    bn = middle.get_layer("bn2")
+    bn.set_weights([w + np.random.default_rng(3).uniform(0.5, 1.5, w.shape).astype(np.float32)
+                    for w in bn.get_weights()])
+    return model
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(0).uniform(0, 1, (3, 8, 8, 3)).astype(np.float32)
+
+
+def test_nested_paths_outputs_and_gradients(images):
+    model = nested_model()
+    before = snapshot(model)
+    plain = input_gradient(model, images)
+
+    guided = sk.rewrite(model, "guided")
+
+    assert guided.rewritten_layers == ["c1", "middle/act2", "middle/innermost/c3", "middle/innermost/leaky",
+                                       "relu", "d1"]
+    np.testing.assert_array_equal(guided(images).numpy(), model(images).numpy())
+    assert_differ(input_gradient(guided, images), plain)
+    # the nested models were rebuilt, not shared
+    assert guided.get_layer("middle") is not model.get_layer("middle")
+    assert guided.get_layer("middle").get_layer("bn2").moving_variance is not None
+    np.testing.assert_array_equal(
+        guided.get_layer("middle").get_layer("bn2").get_weights()[3],
+        model.get_layer("middle").get_layer("bn2").get_weights()[3],
+    )
+    # the original: same weights, same activations, same plain gradient
+    assert_same_weights(model, before)
+    assert model.get_layer("c1").activation is keras.activations.relu
+    np.testing.assert_array_equal(input_gradient(model, images), plain)
+
+
+def test_find_relu_activations_names_each_variant():
+    found = dict(find_relu_activations(nested_model()))
+    assert found["middle/innermost/c3"].max_value == 6.0
+    assert found["middle/innermost/leaky"].negative_slope == pytest.approx(0.1)
+    assert found["d1"].is_plain
+
+
+def test_traces_before_and_after_the_rewrite(images):
+    """The classic failures: a stale trace reused after the swap, or a swap nobody calls."""
+    model = nested_model()
+    x = tf.constant(images)
+
+    @tf.function
+    def plain_gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(model(x)[:, 0])
+        return tape.gradient(y, x)
+
+    traced_before = plain_gradient(x).numpy()
+    guided = sk.rewrite(model, "guided")
+    deconv = sk.rewrite(model, "deconv")
+
+    @tf.function
+    def rewritten_gradient(m, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(m(x)[:, 0])
+        return tape.gradient(y, x)
+
+    g_guided = rewritten_gradient(guided, x).numpy()
+    g_deconv = rewritten_gradient(deconv, x).numpy()
+    np.testing.assert_array_equal(plain_gradient(x).numpy(), traced_before)
+    np.testing.assert_allclose(rewritten_gradient(model, x).numpy(), traced_before, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(g_guided, input_gradient(guided, images), rtol=1e-5, atol=1e-7)
+    for a, b in [(g_guided, traced_before), (g_deconv, traced_before), (g_guided, g_deconv)]:
+        assert_differ(a, b)
+
+
+def test_the_swapped_activation_is_the_one_that_runs(images):
+    """Count calls of a rule: every rewritten activation must be called on the forward pass."""
+    calls = []
+
+    class Counting(sk.GuidedBackprop):
+        def __call__(self, x):
+            calls.append(self.activation.name)
+            return super().__call__(x)
+
+    model = nested_model()
+    rewritten = sk.rewrite(model, Counting())
+    calls.clear()
+    rewritten(images)
+    assert len(calls) == len(rewritten.rewritten_layers) == 6
+
+
+def test_guided_map_of_a_relu_net_is_non_negative_where_plain_is_not(images):
+    """Through a net whose only non-linearities are ReLUs and whose last weights are positive, the
+    guided gradient passes only positive signals: a property the plain gradient lacks."""
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inp)
+    x = keras.layers.Flatten()(x)
+    out = keras.layers.Dense(1, kernel_initializer="ones")(keras.layers.Dense(8, activation="relu")(x))
+    model = keras.Model(inp, out)
+    gg = input_gradient(sk.rewrite(model, "guided"), images)
+    gp = input_gradient(model, images)
+    # guided's gradient at the first ReLU's output is >= 0, so the map is a positive mix of conv kernels
+    assert (gp < 0).any()
+    assert_differ(gg, gp)
+
+
+def test_sequential_built_by_calling_and_mixed_precision():
+    seq = keras.Sequential([keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)])
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    seq(x)
+    rewritten = sk.rewrite(seq, "deconv")
+    assert len(rewritten.rewritten_layers) == 1
+    np.testing.assert_array_equal(rewritten(x).numpy(), seq(x).numpy())
+
+    inp = keras.Input((3,))
+    h = keras.layers.Dense(4, activation="relu", dtype="mixed_float16")(inp)
+    half = keras.Model(inp, keras.layers.Dense(2, dtype="float32")(h))
+    rewritten = sk.rewrite(half, "guided")
+    assert rewritten.layers[1].dtype_policy.name == "mixed_float16"
+    np.testing.assert_array_equal(rewritten(x).numpy(), half(x).numpy())
+
+
+@keras.saving.register_keras_serializable(package="saliency_kit_tests")
+class ScaledDense(keras.layers.Layer):
+    """A custom layer that exposes its activation the Keras way."""
+
+    def __init__(self, units, activation=None, scale=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.scale = units, scale
+        self.activation = keras.activations.get(activation)
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), initializer="glorot_uniform")
+
+    def call(self, x):
+        return self.activation(self.scale * (x @ self.kernel))
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "scale": self.scale,
+                "activation": keras.activations.serialize(self.activation)}
+
+
+def test_custom_layers_and_saving_a_rewritten_model(tmp_path):
+    inp = keras.Input((3,))
+    h = ScaledDense(4, activation="relu", name="custom")(inp)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    rewritten = sk.rewrite(model, "guided")
+    assert rewritten.rewritten_layers == ["custom"]
+    np.testing.assert_array_equal(rewritten(x).numpy(), model(x).numpy())
+
+    path = tmp_path / "guided.keras"
+    rewritten.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(input_gradient(loaded, x), input_gradient(rewritten, x), rtol=1e-6)
+    assert_differ(input_gradient(loaded, x), input_gradient(model, x))
+
+
+def test_model_without_relu_names_what_it_found():
+    inp = keras.Input((4,))
+    h = keras.layers.Dense(3, activation="silu")(inp)
+    h = keras.layers.Dense(3, activation="gelu")(h)
+    model = keras.Model(inp, keras.layers.Dense(2, activation="softmax")(h))
+    with pytest.raises(ValueError, match=r"no ReLU-family activation.*silu x1.*gelu x1.*softmax x1"):
+        sk.rewrite(model, "guided")
+
+
+def test_subclassed_models_are_refused_with_the_reason():
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(3, activation="relu")
+
+        def call(self, x):
+            return self.d(x)
+
+    net = Net()
+    net(np.zeros((1, 2), np.float32))
+    with pytest.raises(ValueError, match="subclassed keras.Model"):
+        sk.rewrite(net, "guided")
+
+    inp = keras.Input((2,))
+    wrapper = keras.Model(inp, keras.layers.Dense(1, activation="relu")(net(inp)))
+    with pytest.raises(ValueError, match="nested model .*subclassed"):
+        sk.rewrite(wrapper, "guided")
+    with pytest.raises(TypeError, match="keras.Model"):
+        sk.rewrite(lambda x: x, "guided")
+
+
+def count_relu_layers_by_config(model):
+    """Independent count: walk the configs, not the activation functions."""
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            count += count_relu_layers_by_config(layer)
+            continue
+        config = layer.get_config()
+        if type(layer).__name__ in ("ReLU", "LeakyReLU") or config.get("activation") in ("relu", "relu6"):
+            count += 1
+    return count
+
+
+APPLICATIONS = [
+    ("ResNet50", (32, 32)),
+    ("VGG16", (32, 32)),
+    ("MobileNetV2", (32, 32)),
+    ("DenseNet121", (32, 32)),
+    ("InceptionV3", (75, 75)),
+]
+
+
+@pytest.mark.parametrize("name,size", APPLICATIONS, ids=[a[0] for a in APPLICATIONS])
+def test_keras_applications(name, size):
+    keras.backend.clear_session()
+    model = getattr(keras.applications, name)(weights=None, input_shape=(*size, 3), classes=7)
+    before = snapshot(model)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, *size, 3)).astype(np.float32)
+    plain = input_gradient(model, x)
+
+    guided = sk.rewrite(model, "guided")
+
+    expected = count_relu_layers_by_config(model)
+    assert expected > 0
+    assert len(guided.rewritten_layers) == expected
+    np.testing.assert_array_equal(guided(x).numpy(), model(x).numpy())
+    assert_differ(input_gradient(guided, x), plain)
+    assert_same_weights(model, before)
+    np.testing.assert_array_equal(input_gradient(model, x), plain)
+    del guided, model
+    gc.collect()
+
+
+@pytest.mark.parametrize("name,found", [("EfficientNetB0", "silu"), ("ConvNeXtTiny", "gelu")])
+def test_applications_without_relu(name, found):
+    keras.backend.clear_session()
+    model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=3)
+    with pytest.raises(ValueError, match=found):
+        sk.rewrite(model, "guided")
