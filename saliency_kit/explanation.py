@@ -1,0 +1,48 @@
+"""``Explanation``: what :func:`saliency_kit.explain` returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Explanation:
+    """Attributions of ``B`` inputs for ``K`` targets each (NumPy arrays, float32 unless said).
+
+    Attributes:
+        attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; ``[B, K, H, W]`` for
+            the CAM methods (``gradcam``, ``gradcam_plus_plus``).
+        maps: one channel-reduced map per input and target, for display: ``[B, K, H, W]`` for
+            images, ``[B, K, *input.shape[1:-1]]`` for other inputs (reduced over the last axis).
+            The reduction depends on the method (see :mod:`saliency_kit.methods`): max |a| for
+            gradient, guided backprop, deconvnet and guided Grad-CAM; the signed sum for
+            gradient × input and integrated gradients; the mean for occlusion; SmoothGrad as its
+            base method; the CAM itself for Grad-CAM and Grad-CAM++.
+        targets: int64 ``[B, K]``, the class (or ``score_fn`` column) of each attribution.
+        scores: ``[B, K]``, the score of each target on the input as given (logits by default).
+        method: the method's name.
+        options: every option of the method, defaults filled in (and a drawn ``seed`` recorded).
+        layer: the layer path used by the CAM methods (``"outer/inner"`` when nested), else None.
+        completeness_gap: integrated gradients only, ``[B, K]``:
+            ``Σ attributions − (s(x) − s(baseline))``.
+    """
+
+    attributions: np.ndarray
+    maps: np.ndarray
+    targets: np.ndarray
+    scores: np.ndarray
+    method: str
+    options: dict = field(default_factory=dict)
+    layer: str | None = None
+    completeness_gap: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.attributions)
+
+    def __repr__(self) -> str:
+        extra = f", layer={self.layer!r}" if self.layer else ""
+        return (
+            f"Explanation(method={self.method!r}, attributions={tuple(self.attributions.shape)}, "
+            f"maps={tuple(self.maps.shape)}, targets={self.targets.tolist() if self.targets.size <= 16 else self.targets.shape}{extra})"
+        )
