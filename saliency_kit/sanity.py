@@ -10,6 +10,7 @@ similarities of every step, per method, as returned by ``sk.evaluate.randomizati
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Sequence
@@ -43,21 +44,31 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--mode", choices=("cascading", "independent"), default="cascading",
                         help="re-initialise layers cumulatively from the output (default) or one at a time")
     parser.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation (default: 0)")
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
-    from .cli import load_model_from_args
+    from .cli import UsageError, load_model_from_args
     from .images import load_images
+    from .methods import names as method_names
     from .render import save_png
 
+    methods = list(dict.fromkeys(args.methods or DEFAULT_METHODS))
+    unknown = [m for m in methods if m not in method_names()]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; choose from: {', '.join(method_names())}")
     model, spec = load_model_from_args(args)
+    try:
+        targets = parse_target(args.target, spec.class_names)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     inputs, originals = load_images([args.image], spec)
-    targets = parse_target(args.target, spec.class_names)
     batch_size = getattr(args, "batch_size", None) or 32
     result = check_methods(
-        model, inputs, args.methods or list(DEFAULT_METHODS), targets,
+        model, inputs, methods, targets,
         mode=args.mode, seed=args.seed, batch_size=batch_size,
     )
     stem = os.path.splitext(os.path.basename(args.image))[0]
@@ -86,9 +97,12 @@ def parse_target(text: str, class_names: Sequence[str] | None):
     """``"top1"`` stays as it is; a class index or a class name becomes that index."""
     if text.startswith("top"):
         return text
-    if text.lstrip("-").isdigit():
-        return int(text)
     names = list(class_names or [])
+    if text.lstrip("-").isdigit():
+        index = int(text)
+        if names and not 0 <= index < len(names):
+            raise ValueError(f"--target {index} is not a class index of this model (0..{len(names) - 1})")
+        return index
     if text in names:
         return names.index(text)
     raise ValueError(f"--target must be topK, a class index or a class name; {text!r} is none of "
