@@ -150,8 +150,28 @@ def _per_model(cache, model) -> dict:
         return {}
 
 
+def _weight_sync(source, copy):
+    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
+    pairs = list(zip(source.weights, copy.weights))
+    if len(source.weights) != len(copy.weights) or any(
+        tuple(a.shape) != tuple(b.shape) for a, b in pairs
+    ):
+        raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+
+    @tf.function(autograph=False)
+    def sync():
+        for a, b in pairs:
+            b.value.assign(a.value)
+
+    return sync
+
+
 def rewritten_model(model, rule):
-    """``sk.rewrite(model, rule)``, cached per (model, rule) while ``model`` lives."""
+    """``sk.rewrite(model, rule)``, cached per (model, rule) while ``model`` lives.
+
+    A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
+    compiled copy), so training or editing ``model`` later is always seen.
+    """
     if rule is None:
         return model
     from .rewriting import rewrite
@@ -159,8 +179,11 @@ def rewritten_model(model, rule):
     per_model = _per_model(_rewritten, model)
     key = rule if isinstance(rule, str) else id(rule)
     if key not in per_model:
-        per_model[key] = (rule, rewrite(model, rule))  # keep the rule alive with its id
-    return per_model[key][1]
+        copy = rewrite(model, rule)
+        per_model[key] = (rule, copy, _weight_sync(model, copy))  # the rule stays alive with its id
+    _, copy, sync = per_model[key]
+    sync()
+    return copy
 
 
 def score_view(model, score="logits", score_fn=None, rule=None) -> ScoreView:
