@@ -122,7 +122,6 @@ def iter_randomization(
     index = {path: i for i, (path, _) in enumerate(all_layers)}
     chosen = _select_layers(all_layers, layers)
 
-    rules = _backward_rules(method, method_options)
     original = explain(clone, inputs, method, targets, **method_options)
     fixed_targets = targets if callable(targets) else np.asarray(original.targets)
     yield None, original, []
@@ -131,46 +130,11 @@ def iter_randomization(
     for path, layer in reversed(chosen):  # from the output downwards
         saved = [w.numpy() for w in layer.weights] if mode == "independent" else None
         reinitialize(layer, seed=seed, salt=index[path])
-        _sync_rewritten(clone, rules)
         randomized = [*randomized, path] if mode == "cascading" else [path]
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
         if saved is not None:
             for w, value in zip(layer.weights, saved):
                 w.assign(value)
-            _sync_rewritten(clone, rules)
-
-
-_RULE_OF_METHOD = {"guided_backprop": "guided", "guided_gradcam": "guided", "deconvnet": "deconv"}
-
-
-def _backward_rules(method, options) -> tuple[str, ...]:
-    """The modified backward rules (``"guided"``, ``"deconv"``) the method's maps go through."""
-    rule = _RULE_OF_METHOD.get(method)
-    if method == "smoothgrad":
-        rule = _RULE_OF_METHOD.get(options.get("base", "gradient"))
-    return () if rule is None else (rule,)
-
-
-def _sync_rewritten(clone, rules) -> None:
-    """Copy ``clone``'s current weights into the engine's cached rewrites of it.
-
-    The engine caches ``sk.rewrite(clone, rule)`` per model, and a rewrite holds a *copy* of the
-    weights, so re-initialising the clone in place would leave guided backprop and deconvnet
-    explaining the trained weights at every step: their maps would look insensitive to the
-    randomisation for a reason that has nothing to do with the methods.
-    """
-    if not rules:
-        return
-    from .engine import rewritten_model
-
-    weights = clone.get_weights()
-    for rule in rules:
-        twin = rewritten_model(clone, rule)
-        if twin is clone:
-            continue
-        if [w.shape for w in twin.get_weights()] != [w.shape for w in weights]:
-            raise RuntimeError(f"the {rule!r} rewrite of {clone.name!r} does not mirror its weights")
-        twin.set_weights(weights)
 
 
 def compare_maps(original, randomized) -> dict:
