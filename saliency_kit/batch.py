@@ -82,27 +82,38 @@ def select_shard(relative_paths: Iterable[str], index: int, count: int) -> list[
 
 # ------------------------------------------------------------------------------ output names
 def safe_name(text: str, limit: int = 60) -> str:
-    """A file-name-safe version of a class or method name (letters, digits, ``. _ +``)."""
-    cleaned = re.sub(r"[^A-Za-z0-9._+]+", "_", str(text)).strip("._")
+    """A file-name-safe version of a name: letters (any script), digits and ``. _ + -``; others -> ``_``."""
+    cleaned = re.sub(r"[^\w.+-]+", "_", str(text)).strip("._-")
     return cleaned[:limit] or "x"
 
 
 def output_dirs(relative_paths: Sequence[str]) -> dict[str, str]:
-    """Map each input (relative path) to its output folder (relative to --out).
+    """Map each input (relative path) to its own output folder (relative to --out).
 
     The folder mirrors the input's path without its extension (``cats/tom.jpg`` -> ``cats/tom``);
-    inputs that would share a folder (``tom.jpg`` and ``tom.png``) keep their extension in it
-    (``tom_jpg``, ``tom_png``). Computed from the full, unsharded listing, so every shard agrees.
+    inputs that would share a folder keep their extension in it (``tom.jpg``, ``tom.png`` ->
+    ``tom_jpg``, ``tom_png``), and if that is not enough (names equal once made file-name-safe) a
+    short hash of the path. Computed from the full, unsharded listing, so every shard agrees.
     """
-    stems = {path: os.path.splitext(path)[0] for path in relative_paths}
-    taken: dict[str, int] = {}
-    for stem in stems.values():
-        taken[stem] = taken.get(stem, 0) + 1
+    def folder(path: str, level: int) -> str:
+        stem, ext = os.path.splitext(path)
+        parts = [safe_name(part, limit=120) for part in stem.split("/")]
+        if level >= 1:
+            parts[-1] += "_" + safe_name(ext.lstrip("."), limit=10)
+        if level >= 2:
+            parts[-1] += "_" + hashlib.sha256(path.encode("utf-8")).hexdigest()[:8]
+        return "/".join(parts)
+
     result = {}
-    for path, stem in stems.items():
-        folder = stem if taken[stem] == 1 else path[: len(stem)] + "_" + safe_name(path[len(stem) + 1:])
-        parts = [safe_name(part, limit=200) for part in folder.split("/")]
-        result[path] = "/".join(parts)
+    for level in range(3):
+        candidates = {path: folder(path, level) for path in relative_paths if path not in result}
+        counts: dict[str, int] = {}
+        for name in candidates.values():
+            counts[name] = counts.get(name, 0) + 1
+        taken = set(result.values())
+        for path, name in candidates.items():
+            if counts[name] == 1 and name not in taken or level == 2:
+                result[path] = name
     return result
 
 
@@ -249,6 +260,11 @@ def complete_images(records: Sequence[dict], out_root: str) -> set[str]:
     return complete
 
 
+def recorded_keys(records: Sequence[dict]) -> set[tuple[str, str]]:
+    """``(image, file)`` of every output line and ``(image, error)`` of every failure line."""
+    return {(r["image"], r.get("file") if r.get("status") == "ok" else r.get("error")) for r in records}
+
+
 def manifest_name(shard: tuple[int, int] | None) -> str:
     """``manifest.jsonl``; each shard of a split run writes its own ``manifest.shard-I-of-N.jsonl``
     (shards may share --out, even on different machines); ``cat out/manifest*.jsonl`` joins them."""
@@ -340,7 +356,7 @@ def run(
     formats: Sequence[str],
     manifest: Manifest,
     skip: set[str] = frozenset(),
-    recorded_failures: set[tuple[str, str]] = frozenset(),
+    recorded: set[tuple[str, str]] = frozenset(),
     decode_workers: int = 2,
     write_workers: int = 2,
     progress_stream=None,
@@ -349,6 +365,8 @@ def run(
 
     ``methods``: ``(name, options)`` pairs for :func:`saliency_kit.explain`. ``targets_for(inputs)``
     returns the ``targets`` argument for a batch of inputs. Bad files are recorded and skipped.
+    ``recorded``: ``(image, file)`` and ``(image, error)`` pairs already in the manifest, which are
+    not written again (see :func:`recorded_keys`).
     """
     import saliency_kit as sk
     from .images import load_image
@@ -404,17 +422,16 @@ def run(
 
             # Finish the previous batch while this one's files are being written.
             if pending_write:
-                _finish(pending_write.pop(0), manifest, summary, progress, recorded_failures)
+                _finish(pending_write.pop(0), manifest, summary, progress, recorded)
             pending_write.append((jobs, failed))
         while pending_write:
-            _finish(pending_write.pop(0), manifest, summary, progress, recorded_failures)
+            _finish(pending_write.pop(0), manifest, summary, progress, recorded)
     progress.close()
     summary.seconds = time.monotonic() - start
     return summary
 
 
-def _finish(batch, manifest: Manifest, summary: Summary, progress: Progress,
-            recorded_failures: set) -> None:
+def _finish(batch, manifest: Manifest, summary: Summary, progress: Progress, recorded: set) -> None:
     """Wait for one batch's files, then record them (and its failures) in the manifest."""
     jobs, failed = batch
     records, done = [], 0
@@ -428,11 +445,13 @@ def _finish(batch, manifest: Manifest, summary: Summary, progress: Progress,
         done += 1
         summary.files += len(outputs)
         for o in outputs:
+            if (path, o.file) in recorded:  # redoing an image cut short: its old lines stay
+                continue
             records.append({"image": path, "status": "ok", "method": o.method, "class": o.target,
                             "class_name": o.class_name, "score": o.score, "kind": o.kind,
                             "file": o.file, "outputs": len(outputs)})
     for path, message in failed:
-        if (path, message) not in recorded_failures:  # a resumed run does not repeat old news
+        if (path, message) not in recorded:  # a resumed run does not repeat old news
             records.append({"image": path, "status": "failed", "error": message})
     manifest.append(records)
     summary.explained += done

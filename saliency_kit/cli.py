@@ -23,6 +23,7 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -211,7 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _quiet_tensorflow()
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            if not args.debug:
+                warnings.showwarning = _show_warning(f"saliency {args.command}")
+            return int(args.handler(args) or 0)
     except UsageError as error:
         if args.debug:
             raise
@@ -226,6 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"saliency {args.command}: error: {type(error).__name__}: {_message(error)} "
               f"(run with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _show_warning(prefix: str):
+    """Warnings as one line each (``saliency explain: warning: ...``), without source lines."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{prefix}: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+
+    return show
 
 
 def _quiet_tensorflow() -> None:
@@ -359,8 +371,9 @@ def cmd_explain(args) -> int:
         try:
             item, original = load_image(path, spec)
         except Exception as error:  # noqa: BLE001 - reported, skipped, exit status 1
-            failures.append((path, _message(error)))
-            print(f"skipped {path}: {_message(error)}", file=sys.stderr)
+            message = _message(error)
+            failures.append((path, message))
+            print(f"skipped: {message}" if path in message else f"skipped {path}: {message}", file=sys.stderr)
             continue
         paths.append(path)
         inputs.append(item)
@@ -414,18 +427,21 @@ def _explain_folders(paths: Sequence[str]) -> dict[str, str]:
     return folders
 
 
-class _Rows:
-    """The rows ``row`` of an Explanation, as :func:`saliency_kit.render.grid` reads them."""
+class _Row:
+    """Row ``row`` of an Explanation as :func:`saliency_kit.render.grid` reads it, each class once
+    (``--target top1 --target circle`` may name the same class twice)."""
 
     def __init__(self, explanation, row: int):
+        targets = np.asarray(explanation.targets[row])
+        first = sorted({int(t): k for k, t in reversed(list(enumerate(targets.tolist())))}.values())
         self.method = explanation.method
-        self.maps = explanation.maps[row:row + 1]
-        self.targets = explanation.targets[row:row + 1]
-        self.scores = explanation.scores[row:row + 1]
+        self.maps = np.asarray(explanation.maps[row])[first][np.newaxis]
+        self.targets = targets[first][np.newaxis]
+        self.scores = np.asarray(explanation.scores[row])[first][np.newaxis]
 
 
-def _rows(explanation, row: int) -> _Rows:
-    return _Rows(explanation, row)
+def _rows(explanation, row: int) -> _Row:
+    return _Row(explanation, row)
 
 
 def _looks_like_probabilities(outputs: np.ndarray) -> bool:
@@ -470,9 +486,9 @@ def cmd_batch(args) -> int:
     specs = parse_targets(args.target, spec.class_names, _n_classes(model, spec))
     os.makedirs(args.out, exist_ok=True)
 
+    _check_settings(args, plan, os.path.join(args.out, "settings.json"))
     skip = batch.complete_images(records, args.out) if args.resume else set()
     skip &= set(mine)
-    recorded_failures = {(r["image"], r.get("error")) for r in records if r.get("status") == "failed"}
     shard = f" (shard {args.shard[0]}/{args.shard[1]} of {len(everything)})" if args.shard else ""
     print(f"saliency batch: {len(mine)} images{shard} under {args.input_dir}"
           + (f", {len(skip)} already complete" if skip else ""), file=sys.stderr, flush=True)
@@ -482,17 +498,45 @@ def cmd_batch(args) -> int:
         model=model, spec=spec, methods=plan,
         targets_for=targets_argument(specs, model, args.batch_size),
         batch_size=args.batch_size, formats=_formats(args), manifest=manifest, skip=skip,
-        recorded_failures=recorded_failures,
+        recorded=batch.recorded_keys(records),
     )
     rate = summary.explained / summary.seconds if summary.seconds > 0 else 0.0
     print(f"saliency batch: {summary.explained} images explained, {summary.skipped} already complete, "
           f"{len(summary.failures)} failed; {summary.files} files written in {summary.seconds:.1f} s "
           f"({rate:.1f} images/s); manifest: {manifest.path}")
     for path, message in summary.failures[:20]:
-        print(f"  failed: {path}: {message}")
+        print(f"  failed: {message}" if path in message else f"  failed: {path}: {message}")
     if len(summary.failures) > 20:
         print(f"  ... and {len(summary.failures) - 20} more (see the manifest)")
     return 1 if summary.failures else 0
+
+
+def _check_settings(args, plan, path: str) -> None:
+    """Record what a batch run computes in ``settings.json``; a later run (``--resume``, or another
+    shard into the same --out) with different settings is refused rather than mixed in."""
+    import json
+
+    from .render import atomic_path
+
+    settings = {"model": args.model, "weights": args.weights,
+                "methods": [[name, options] for name, options in plan],
+                "targets": list(args.target or [DEFAULT_TARGET]), "format": args.format}
+    settings = json.loads(json.dumps(settings))  # the form it has once read back
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            try:
+                before = json.load(handle)
+            except ValueError:
+                before = None
+        if before is not None and before != settings:
+            changed = ", ".join(k for k in settings if before.get(k) != settings[k])
+            raise UsageError(f"--out {args.out!r} holds results made with other settings ({changed} "
+                             f"differ, see {path}); use the same options, or another --out")
+        if before is not None:
+            return
+    with atomic_path(path) as temp:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(settings, handle, indent=1)
 
 
 # ------------------------------------------------------------------------- models, methods

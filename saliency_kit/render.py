@@ -20,6 +20,7 @@ colormap's zero colour. Nothing here ever produces NaN.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import tempfile
@@ -104,9 +105,25 @@ def _colormap(cmap: Any, sign: str):
     return cmap  # a matplotlib Colormap instance
 
 
+@functools.lru_cache(maxsize=64)
+def _lookup_table(cmap) -> np.ndarray:
+    """uint8 ``[N, 3]``: the colormap's own N colours (what matplotlib indexes into)."""
+    return np.ascontiguousarray(cmap(np.arange(cmap.N), bytes=True)[:, :3])
+
+
 def _colorize(unit: np.ndarray, cmap: Any, sign: str) -> np.ndarray:
-    """float [0, 1] array -> uint8 RGB of the same shape plus a trailing 3."""
-    return np.ascontiguousarray(_colormap(cmap, sign)(unit, bytes=True)[..., :3])
+    """float [0, 1] array -> uint8 RGB of the same shape plus a trailing 3.
+
+    The same colours as ``cmap(unit, bytes=True)`` (index ``min(int(x * N), N - 1)`` into the
+    colormap's table), by one table look-up: batch jobs colour many maps.
+    """
+    colormap = _colormap(cmap, sign)
+    try:
+        table = _lookup_table(colormap)
+    except TypeError:  # an unhashable colormap object
+        return np.ascontiguousarray(colormap(unit, bytes=True)[..., :3])
+    index = np.minimum((unit * colormap.N).astype(np.intp), colormap.N - 1)
+    return table[np.maximum(index, 0)]
 
 
 def _as_map(map_, *, allow_1d: bool) -> np.ndarray:

@@ -193,3 +193,10 @@ def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
             raise RuntimeError("killed")
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["out.png"]
+
+
+@pytest.mark.parametrize("cmap", ["inferno", "Reds", "RdBu_r", "gray", "viridis"])
+def test_colours_are_exactly_matplotlibs(cmap):
+    unit = np.concatenate([np.linspace(0, 1, 2001), [0.0, 1.0, 0.5, 1 / 256, 255 / 256]]).astype(np.float32)
+    expected = matplotlib.colormaps[cmap](unit, bytes=True)[..., :3]
+    np.testing.assert_array_equal(render._colorize(unit, cmap, "abs"), expected)
