@@ -233,9 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show_warning(prefix: str):
-    """Warnings as one line each (``saliency explain: warning: ...``), without source lines."""
+    """Warnings as one line each (``saliency batch: warning: ...``), without source lines, and
+    each kind once: a batch run would otherwise repeat the same warning for every batch."""
+    seen = set()
+
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f"{prefix}: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+        text = " ".join(str(message).split())
+        kind = (category, re.sub(r"\d+", "#", text))
+        if kind not in seen:
+            seen.add(kind)
+            print(f"{prefix}: warning: {text}", file=file or sys.stderr)
 
     return show
 
