@@ -70,7 +70,8 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     x = engine.check_inputs(model, inputs)
     request, spec = _request(model, x, targets, score, batch_size)
     result = chosen.compute(request, **options)
-    _warn_zero_maps(result.attributions, request.targets, method)
+    if chosen.warn_zero:
+        _warn_zero_maps(result.attributions, request.targets, method)
     return Explanation(
         attributions=result.attributions,
         maps=result.maps,

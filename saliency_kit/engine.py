@@ -232,22 +232,33 @@ def _target_scores(values, targets):
     return tf.gather(values, targets, batch_dims=1)
 
 
-def _differentiate(tape, scores, source):
+def _recurrent(model) -> bool:
+    """Whether ``model`` (nested models included) has recurrent layers (while loops)."""
+    for layer in getattr(model, "layers", ()):
+        if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)) or _recurrent(layer):
+            return True
+    return False
+
+
+def _differentiate(tape, scores, source, vectorise=True):
     """``[n, K, *source.shape[1:]]``: ∂scores[:, k]/∂source, rows independent.
 
-    K = 1 is one backward pass; K > 1 vectorises K backward passes over one forward pass.
-    A score that does not reach ``source`` gives zeros.
+    K = 1 is one backward pass; K > 1 vectorises K backward passes over one forward pass
+    (``pfor``), or loops over them when ``vectorise`` is False (recurrent models, whose
+    while loops ``pfor`` takes many seconds to convert). A score that does not reach ``source``
+    gives zeros.
     """
     zero = tf.UnconnectedGradients.ZERO
     if scores.shape[1] == 1:
         return tape.gradient(scores, source, unconnected_gradients=zero)[:, None]
-    try:
-        return tape.batch_jacobian(scores, source, unconnected_gradients=zero)
-    except (ValueError, NotImplementedError, TypeError, tf.errors.OpError):
-        # an op pfor cannot vectorise: loop over the classes, still on one forward pass
-        return tape.batch_jacobian(
-            scores, source, unconnected_gradients=zero, experimental_use_pfor=False
-        )
+    if vectorise:
+        try:
+            return tape.batch_jacobian(scores, source, unconnected_gradients=zero)
+        except (ValueError, NotImplementedError, TypeError, tf.errors.OpError):
+            pass  # an op pfor cannot vectorise: loop over the classes instead
+    return tape.batch_jacobian(
+        scores, source, unconnected_gradients=zero, experimental_use_pfor=False
+    )
 
 
 def _gradient_at(view, z, targets, tap=None):
@@ -259,7 +270,7 @@ def _gradient_at(view, z, targets, tap=None):
         else:
             values, source = view(z, tap=tap)
         scores = _target_scores(values, targets)
-    return scores, _differentiate(tape, scores, source)
+    return scores, _differentiate(tape, scores, source, vectorise=not _recurrent(view.model))
 
 
 # gradients -------------------------------------------------------------------------------------
@@ -477,7 +488,7 @@ def _build_cam_kernel(view, layer, plus_plus, relu, n, group, shape, dtype):
                 f"layer {layer!r} has a {len(activations.shape)}-D output {activations.shape}; "
                 "CAM methods need a 4-D [batch, height, width, channels] layer."
             )
-        g = _differentiate(tape, scores, activations)  # [n, K, h, w, c]
+        g = _differentiate(tape, scores, activations, vectorise=not _recurrent(view.model))  # [n, K, h, w, c]
         if plus_plus:
             g2 = tf.square(g)
             g3 = g2 * g

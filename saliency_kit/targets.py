@@ -15,6 +15,7 @@ Two jobs live here, both pure bookkeeping with no gradients:
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -294,7 +295,7 @@ class ScoreView:
     def __init__(self, model, score: str = "logits", score_fn: Callable | None = None):
         if score not in ("logits", "output"):
             raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
-        self.model = model
+        self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
         self.score = score
         self.score_fn = score_fn
         self._squash = _final_squash(model) if score == "logits" else None
@@ -308,6 +309,13 @@ class ScoreView:
             self._twins[id(op)] = _linear_twin(op)
         elif kind == "nested":
             self._prepare_twins(op)
+
+    @property
+    def model(self):
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this score view no longer exists")
+        return model
 
     @property
     def strips_activation(self) -> bool:

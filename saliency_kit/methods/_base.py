@@ -62,7 +62,8 @@ class Method:
     """A registered attribution method.
 
     ``compute(request, **options) -> Result``; ``defaults`` lists every option with its default;
-    ``cam`` marks methods whose attributions are ``[B, K, H, W]`` maps on a layer.
+    ``cam`` marks methods whose attributions are ``[B, K, H, W]`` maps on a layer;
+    ``warn_zero=False`` for methods whose maps are legitimately all zero (a CAM after its ReLU).
     """
 
     name: str
@@ -70,6 +71,7 @@ class Method:
     compute: Callable[..., Result]
     defaults: dict = field(default_factory=dict)
     cam: bool = False
+    warn_zero: bool = True  # all-zero maps suggest a score that ignores the input (not for CAMs)
 
     def options(self, given: dict, extra_allowed: tuple = ()) -> dict:
         """``given`` completed with the defaults; unknown names raise ``ValueError``."""

@@ -63,10 +63,10 @@ def guided_gradcam(request: Request, **options) -> Result:
 
 
 register(Method("gradcam", "Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
-                "the map is the CAM itself", gradcam, dict(DEFAULTS), cam=True))
+                "the map is the CAM itself", gradcam, dict(DEFAULTS), cam=True, warn_zero=False))
 register(Method("gradcam_plus_plus", "Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; "
-                "the map is the CAM itself", gradcam_plus_plus, dict(DEFAULTS), cam=True))
+                "the map is the CAM itself", gradcam_plus_plus, dict(DEFAULTS), cam=True, warn_zero=False))
 register(Method("guided_gradcam", "guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); "
-                "map: max |attribution| over the last axis", guided_gradcam, dict(DEFAULTS)))
+                "map: max |attribution| over the last axis", guided_gradcam, dict(DEFAULTS), warn_zero=False))
 
 __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam"]
