@@ -1,0 +1,148 @@
+"""Image files -> model inputs: ``load_images``, ``load_image``, ``to_rgb``, ``ImageLoadError``.
+
+    inputs, originals = sk.load_images(["cat.jpg", "dog.png"], spec)  # spec from sk.load_model
+
+Every file goes through the same steps:
+
+1. **Open** with Pillow. Empty, missing, non-image, corrupt or truncated files, and images with more
+   than ``max_pixels`` pixels (Pillow's decompression-bomb limit, ``PIL.Image.MAX_IMAGE_PIXELS``,
+   by default) raise :class:`ImageLoadError` naming the file. Animated files give their first frame.
+2. **Orient**: the EXIF orientation tag is applied (``PIL.ImageOps.exif_transpose``), so the
+   image is the right way up, as a viewer shows it.
+3. **To RGB uint8** (:func:`to_rgb`): grey and palette images are expanded to RGB; anything with
+   transparency (RGBA, grey + alpha, palette with a transparent colour) is composited on **white**;
+   16-bit and 32-bit integer images are scaled from 0..65535 to 0..255 (not clipped); float images
+   are taken as 0..1; CMYK goes through Pillow's CMYK -> RGB conversion. This RGB image is the
+   ``original`` returned for overlays, at its own size.
+4. **Resize** the whole image to the model's ``spec.input_size`` with Pillow's antialiased bilinear
+   filter, without cropping (the aspect ratio is not kept). This is how Keras feeds images to
+   ``keras.applications`` models (``keras.utils.image_dataset_from_directory`` defaults:
+   bilinear, no crop), and it keeps every pixel of the original in view, so a saliency map
+   stretched back over the original lines up with it exactly. (ImageNet accuracy is usually
+   quoted after a central 87.5 % crop; that costs about a point of top-1 here but would cut the
+   image's borders out of every map.) An image already at the input size is not resampled.
+5. **Preprocess** with ``spec.preprocess`` -> float32 ``[H, W, 3]`` model input.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+__all__ = ["ImageLoadError", "load_image", "load_images", "to_rgb", "read_rgb"]
+
+
+class ImageLoadError(ValueError):
+    """A file could not be read as an image. ``.path`` is the file; the message says why."""
+
+    def __init__(self, path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot load image {self.path}: {reason}")
+
+
+def _white_composite(image: Image.Image) -> Image.Image:
+    rgba = image.convert("RGBA")
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
+
+
+def to_rgb(image: Image.Image) -> np.ndarray:
+    """Any Pillow image -> uint8 RGB ``[H, W, 3]`` (see step 3 of the module docstring)."""
+    mode = image.mode
+    if mode == "RGB":
+        return np.asarray(image, dtype=np.uint8).copy()
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode in ("P", "L", "RGB") and "transparency" in image.info):
+        return np.asarray(_white_composite(image), dtype=np.uint8).copy()
+    if mode.startswith("I;16") or mode == "I":
+        values = np.asarray(image).astype(np.float64)
+        grey = np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    if mode == "F":
+        values = np.nan_to_num(np.asarray(image, dtype=np.float64))
+        grey = np.clip(np.rint(values * 255.0), 0, 255).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
+
+
+def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
+    """Read one image file as EXIF-oriented uint8 RGB ``[H, W, 3]`` at its own size.
+
+    Raises :class:`ImageLoadError` (naming ``path``) for anything that is not a readable image of
+    at most ``max_pixels`` pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``). ``max_pixels`` can only
+    lower Pillow's own guard; to accept larger images, raise ``PIL.Image.MAX_IMAGE_PIXELS``.
+    """
+    path = Path(os.fspath(path))
+    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    try:
+        if not path.is_file():
+            raise ImageLoadError(path, "no such file" if not path.exists() else "not a regular file")
+        if path.stat().st_size == 0:
+            raise ImageLoadError(path, "the file is empty")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                width, height = image.size
+                if limit is not None and width * height > limit:
+                    raise ImageLoadError(path, f"{width}x{height} = {width * height} pixels is over "
+                                         f"the limit of {limit} (a decompression bomb?); raise "
+                                         "max_pixels if you trust the file")
+                image.load()  # decode now, so truncated/corrupt data fails here, inside the try
+                image = ImageOps.exif_transpose(image)
+                return to_rgb(image)
+    except ImageLoadError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageLoadError(path, "not an image format Pillow can read") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ImageLoadError(path, f"too many pixels (decompression-bomb guard): {e}") from None
+    except PermissionError:
+        raise ImageLoadError(path, "permission denied") from None
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError,
+            MemoryError) as e:
+        reason = str(e) or type(e).__name__
+        if "truncated" in reason:
+            reason = f"the file is truncated ({reason})"
+        else:
+            reason = f"corrupt or unsupported image data ({type(e).__name__}: {reason})"
+        raise ImageLoadError(path, reason) from None
+
+
+def _resize(rgb: np.ndarray, size) -> np.ndarray:
+    """uint8 RGB -> uint8 RGB of ``size = (H, W)``; antialiased bilinear; unchanged if same size."""
+    height, width = int(size[0]), int(size[1])
+    if rgb.shape[:2] == (height, width):
+        return rgb
+    return np.asarray(Image.fromarray(rgb).resize((width, height), Image.Resampling.BILINEAR))
+
+
+def load_image(path, spec, *, max_pixels: int | None = None):
+    """One file -> ``(input float32 [H, W, 3], original uint8 [h, w, 3])`` for ``spec``.
+
+    ``input`` is ``spec.preprocess`` of the image resized to ``spec.input_size``; ``original`` is
+    the RGB image at its own size. Raises :class:`ImageLoadError` naming the file.
+    """
+    original = read_rgb(path, max_pixels=max_pixels)
+    resized = _resize(original, spec.input_size)
+    model_input = np.asarray(spec.preprocess(resized[None]), dtype=np.float32)[0]
+    return model_input, original
+
+
+def load_images(paths, spec, *, max_pixels: int | None = None):
+    """Files -> ``(inputs float32 [B, H, W, 3], originals: list of uint8 [h_i, w_i, 3])``.
+
+    ``paths``: a path or a sequence of paths. The first unreadable file raises
+    :class:`ImageLoadError` naming it (use :func:`load_image` per file to skip bad ones).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    if not paths:
+        raise ValueError("load_images needs at least one path, got none")
+    originals = [read_rgb(p, max_pixels=max_pixels) for p in paths]
+    batch = np.stack([_resize(o, spec.input_size) for o in originals])
+    inputs = np.asarray(spec.preprocess(batch), dtype=np.float32)
+    return inputs, originals
