@@ -68,7 +68,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     _check_score(score)
     _check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
-    request, spec = _request(model, x, targets, score, batch_size)
+    request = _request(model, x, targets, score, batch_size)
     result = chosen.compute(request, **options)
     if chosen.warn_zero:
         _warn_zero_maps(result.attributions, request.targets, method)
@@ -84,18 +84,11 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     )
 
 
-def _request(model, x, targets, score, batch_size):
+def _request(model, x, targets, score, batch_size) -> Request:
     """Check and resolve ``targets`` (one forward pass for ``"topK"``) into a :class:`Request`."""
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    columns = score_columns(model, score_fn)
-    spec = parse_targets(targets, len(x), columns)
-    all_scores = None
-    if spec.kind == "top":
-        all_scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    elif spec.kind == "callable":
-        all_scores = np.zeros((len(x), columns))
-    resolved = resolve_targets(spec, all_scores, columns)
-    return Request(model, x, resolved, score, score_fn, batch_size), spec
+    resolved = resolve_targets(model, x, targets, score=score, batch_size=batch_size)
+    return Request(model, x, resolved, score, score_fn, batch_size)
 
 
 def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:

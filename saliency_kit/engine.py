@@ -41,7 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .targets import ScoreView
+from .targets import ScoreView, score_columns
 
 __all__ = [
     "GradientPlan",
@@ -596,7 +596,12 @@ def forward_scores(model, inputs, targets, *, score="logits", batch_size=32, sco
         raise ValueError(
             f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}."
         )
+    columns = score_columns(model, score_fn)
+    if columns is None:
+        raise ValueError("forward_scores needs a model whose output is [batch, classes], or a score_fn.")
+    if targets.size and (targets.min() < 0 or targets.max() >= columns):
+        raise ValueError(
+            f"targets must lie in [0, {columns - 1}]; received values from {targets.min()} to {targets.max()}."
+        )
     values = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
-    if targets.size and (targets.min() < 0 or targets.max() >= values.shape[1]):
-        raise ValueError(f"targets must lie in [0, {values.shape[1] - 1}]; received {targets.min()}..{targets.max()}.")
     return np.take_along_axis(values, targets.astype(np.int64), axis=1)

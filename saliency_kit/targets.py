@@ -2,7 +2,8 @@
 
 Two jobs live here, both pure bookkeeping with no gradients:
 
-* **Targets** (:func:`parse_targets`, :func:`resolve_targets`): every target form of API.md — an
+* **Targets** (:func:`resolve_targets`; :func:`parse_targets` then :func:`resolve_spec`): every
+  target form of API.md — an
   ``int``, a sequence of ``B`` ints, an array ``[B, K]``, ``"topK"`` or a callable — checked
   *before* any model evaluation and turned into an int array ``[B, K]``.
 * **Scores** (:class:`ScoreView`): a callable ``view(x) -> [n, C]`` giving the values whose
@@ -26,6 +27,8 @@ __all__ = [
     "TargetSpec",
     "parse_targets",
     "resolve_targets",
+    "resolve_spec",
+    "score_columns",
     "ScoreView",
     "layer_paths",
     "find_layer",
@@ -113,12 +116,31 @@ def parse_targets(targets, num_inputs: int, num_classes: int | None) -> TargetSp
     return TargetSpec("classes", classes=classes)
 
 
-def resolve_targets(spec: TargetSpec, all_scores=None, num_columns: int | None = None) -> np.ndarray:
+def resolve_targets(model, inputs, targets="top1", *, score="logits", batch_size=32) -> np.ndarray:
+    """Any target form of API.md for ``model`` and ``inputs`` as int ``[B, K]``.
+
+    ``"topK"`` costs one batched forward pass; a callable gives its column indices
+    ``arange(K)`` per row. Raises ``ValueError`` like :func:`saliency_kit.explain`.
+    """
+    from . import engine
+
+    x = engine.check_inputs(model, inputs)
+    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    columns = score_columns(model, score_fn)
+    spec = parse_targets(targets, len(x), columns)
+    values = None
+    if spec.kind == "top":
+        values = engine.all_scores(model, x, score=score, batch_size=batch_size)
+    return resolve_spec(spec, values, columns, len(x))
+
+
+def resolve_spec(spec: TargetSpec, all_scores=None, num_columns: int | None = None,
+                 num_inputs: int | None = None) -> np.ndarray:
     """Turn a :class:`TargetSpec` into int ``[B, K]``.
 
     ``all_scores`` ``[B, C]`` (the scores of every class) is needed for ``"top"`` targets; the
     K best classes come first, best first. For callable targets the result is the column index
-    of ``score_fn``'s output, ``arange(num_columns)`` on every row (``all_scores`` gives ``B``).
+    of ``score_fn``'s output, ``arange(num_columns)`` on each of ``num_inputs`` rows.
     """
     if spec.kind == "classes":
         return spec.classes
@@ -127,7 +149,6 @@ def resolve_targets(spec: TargetSpec, all_scores=None, num_columns: int | None =
         # a stable sort keeps ties in class order, so the choice is reproducible
         order = np.argsort(-scores.astype(np.float64), axis=1, kind="stable")
         return order[:, : spec.k].astype(np.int64)
-    num_inputs = len(all_scores)
     return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
 
 

@@ -21,6 +21,7 @@ CASES = [
     ("integrated_gradients", {"steps": 5, "rule": "gausslegendre", "baseline": 0.5}),
     ("smoothgrad", {"samples": 6, "seed": 3}),
     ("smoothgrad", {"samples": 5, "seed": 3, "base": "integrated_gradients", "steps": 3, "aggregate": "variance"}),
+    ("smoothgrad", {"samples": 3, "seed": 4, "base": "guided_backprop", "aggregate": "square", "noise": 0.3}),
     ("gradcam", {}),
     ("gradcam_plus_plus", {}),
     ("guided_gradcam", {}),
@@ -174,6 +175,19 @@ def test_gradcam_finds_and_names_a_layer_inside_a_nested_backbone(cnn):
     assert first.layer == "backbone/first_conv" and not np.allclose(first.maps, default.maps[:, :1])
     with pytest.raises(ValueError, match="not in model.*backbone/last_conv"):
         sk.explain(model, x, "gradcam", 0, layer="conv9")
+
+
+def test_forward_scores(cnn):
+    model, x = cnn
+    dense = model.get_layer("dense")
+    logits = keras.Model(model.inputs, dense.input)(x).numpy() @ dense.kernel.numpy() + dense.bias.numpy()
+    targets = np.array([[0, 3], [1, 1], [2, 0]])
+    np.testing.assert_allclose(engine.forward_scores(model, x, targets, batch_size=2),
+                               np.take_along_axis(logits, targets, 1), atol=1e-5)
+    np.testing.assert_allclose(engine.forward_scores(model, x, targets, score="output"),
+                               np.take_along_axis(model.predict(x, verbose=0), targets, 1), atol=1e-6)
+    with pytest.raises(ValueError, match=r"\[0, 3\]"):
+        engine.forward_scores(model, x, targets + 1)
 
 
 def test_cam_methods_need_images():

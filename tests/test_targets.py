@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import saliency_kit as sk
 from saliency_kit import engine
-from saliency_kit.targets import parse_targets, resolve_targets, score_columns
+from saliency_kit.targets import parse_targets, resolve_spec, resolve_targets, score_columns
 
 B, F, C = 4, 5, 3
 
@@ -34,13 +34,13 @@ def linear():
 )
 def test_class_targets(targets, expected):
     spec = parse_targets(targets, B, C)
-    np.testing.assert_array_equal(resolve_targets(spec), expected)
+    np.testing.assert_array_equal(resolve_spec(spec), expected)
 
 
 def test_top_k_is_best_first():
     scores = np.array([[0.1, 0.7, 0.2], [3.0, -1.0, 2.0]])
     spec = parse_targets("top2", 2, C)
-    np.testing.assert_array_equal(resolve_targets(spec, scores), [[1, 2], [0, 2]])
+    np.testing.assert_array_equal(resolve_spec(spec, scores), [[1, 2], [0, 2]])
 
 
 @pytest.mark.parametrize(
@@ -94,6 +94,9 @@ def test_top_k_targets_follow_the_model(linear):
     expl = sk.explain(model, x, "gradient", "top3")
     probabilities = model.predict(x, verbose=0)
     np.testing.assert_array_equal(expl.targets, np.argsort(-probabilities, axis=1))
+    np.testing.assert_array_equal(resolve_targets(model, x, "top3"), expl.targets)
+    np.testing.assert_array_equal(resolve_targets(model, x, [2, 1, 0, 2]), [[2], [1], [0], [2]])
+    np.testing.assert_array_equal(resolve_targets(model, x, lambda z: z[:, :2]), [[0, 1]] * B)
     w, b = model.get_layer("dense").kernel.numpy(), model.get_layer("dense").bias.numpy()
     np.testing.assert_allclose(expl.scores, np.take_along_axis(x @ w + b, expl.targets, 1), atol=1e-5)
 
