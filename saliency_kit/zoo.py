@@ -461,10 +461,12 @@ def keras_cache_dir() -> Path:
     return home / "models"
 
 
-def _server_reachable(url: str = KERAS_WEIGHTS_URL, timeout: float = 3.0) -> bool:
-    """True when an HTTP request to ``url`` gets any answer within ``timeout`` seconds."""
+def _server_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
+    """True when an HTTP request to ``url`` (Keras' weights server) gets any answer within
+    ``timeout`` seconds; False at once when ``$SALIENCY_KIT_OFFLINE`` is set."""
     if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
         return False
+    url = url or KERAS_WEIGHTS_URL
     import urllib.error
     import urllib.request
 
