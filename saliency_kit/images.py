@@ -11,8 +11,9 @@ Every file goes through the same steps:
    image is the right way up, as a viewer shows it.
 3. **To RGB uint8** (:func:`to_rgb`): grey and palette images are expanded to RGB; anything with
    transparency (RGBA, grey + alpha, palette with a transparent colour) is composited on **white**;
-   16-bit and 32-bit integer images are scaled from 0..65535 to 0..255 (not clipped); float images
-   are taken as 0..1; CMYK goes through Pillow's CMYK -> RGB conversion. This RGB image is the
+   16-bit (and 32-bit integer) grey images are scaled from 0..65535 to 0..255, not clipped; 16-bit
+   RGB files Pillow itself reduces to 8 bits (their high byte); float images are taken as 0..1;
+   CMYK goes through Pillow's CMYK -> RGB conversion. This RGB image is the
    ``original`` returned for overlays, at its own size.
 4. **Resize** the whole image to the model's ``spec.input_size`` with Pillow's antialiased bilinear
    filter, without cropping (the aspect ratio is not kept). This is how Keras feeds images to

@@ -77,6 +77,24 @@ def test_16_bit_grey_is_scaled_not_clipped(tmp_path):
     np.testing.assert_array_equal(out[0, :, 0], (0, 1, 128, 255))
 
 
+def test_16_bit_rgb(tmp_path):
+    """A 48-bit RGB PNG (written by hand: Pillow cannot write one); Pillow keeps the high byte."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    pixels = np.array([[[65535, 0, 257], [4000, 30000, 60000]]], dtype=">u2")
+    raw = b"".join(b"\x00" + row.tobytes() for row in pixels)  # filter type 0 per row
+    path = tmp_path / "rgb48.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    out = read_rgb(path)
+    assert out.shape == (1, 2, 3) and out.dtype == np.uint8
+    np.testing.assert_allclose(out, pixels.astype(float) / 257, atol=1)
+
+
 def test_cmyk(tmp_path):
     cmyk = np.zeros((1, 3, 4), np.uint8)
     cmyk[0, 1] = (255, 0, 0, 0)  # cyan
