@@ -44,11 +44,11 @@ naming the expected file and the ways out, before Keras starts a download.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -78,7 +78,7 @@ class WeightsUnavailableError(FileNotFoundError):
 
 
 # ----------------------------------------------------------------------------- preprocessing
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Preprocessing:
     """``uint8 [B, H, W, 3]`` RGB -> float32 model input: ``(x[..., order] * scale - mean) / std``.
 
@@ -149,7 +149,7 @@ class Preprocessing:
 
 
 # -------------------------------------------------------------------------------------- spec
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """How to feed and read a model.
 
@@ -327,12 +327,6 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
     return model, _complete(spec, model)
 
 
-def _replace(spec: ModelSpec, **changes) -> ModelSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
-
-
 def _complete(spec: ModelSpec, model) -> ModelSpec:
     """Fill what only the model knows (input size, class count, Grad-CAM layer) and check the
     config agrees with the model."""
@@ -352,7 +346,7 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     layer = spec.gradcam_layer or _last_4d_layer(model)
     if layer is not None:
         _get_layer(model, layer, spec)
-    return _replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
+    return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
                     gradcam_layer=layer)
 
 
