@@ -119,7 +119,4 @@ def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_si
     elif array.ndim == 0:
         array = np.full((len(x), 1), array)
     spec = parse_targets(array, len(x), columns)
-    attributions, _ = engine.gradients(
-        model, x, spec.classes, score=score, rule=rule, batch_size=batch_size
-    )
-    return attributions
+    return engine.gradients(model, x, spec.classes, score=score, rule=rule, batch_size=batch_size).attributions

@@ -36,6 +36,7 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -325,7 +326,12 @@ def _layout(batch_size: int, num_inputs: int, num_classes: int, plan: GradientPl
 
 
 def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
-    """The compiled ``kernel(x, targets, index, seed, baseline) -> (attributions, scores)``."""
+    """The compiled ``kernel(x, targets, index, seed, baseline)``.
+
+    Returns attributions ``[n, K, ...]``, and scores ``[n, K]`` at the input and at the baseline
+    when they come free (plain plan: at the input; noise-free path: where α = 1 and α = 0),
+    zeros otherwise.
+    """
     rank = len(shape)
     s_blocks = math.ceil(plan.samples / m_s)
     t_blocks = math.ceil(plan.steps / m_t)
@@ -333,6 +339,11 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         padding = t_blocks * m_t - plan.steps  # padded points get weight 0
         alphas = np.concatenate([plan.alphas, np.zeros(padding)]).reshape(t_blocks, m_t)
         weights = np.concatenate([plan.weights, np.zeros(padding)]).reshape(t_blocks, m_t)
+        # where the path passes through the input (α = 1) and the baseline (α = 0), the scores
+        # there come free with the gradients: no extra forward pass for them
+        real = np.arange(t_blocks * m_t).reshape(t_blocks, m_t) < plan.steps
+        at_input = (alphas == 1.0) & real
+        at_baseline = (alphas == 0.0) & real
 
     def expand(v, leading):  # [m] -> [1]*leading + [m] + [1]*rank (broadcast over an input)
         return tf.reshape(v, [1] * leading + [-1] + [1] * rank)
@@ -355,28 +366,38 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         return xs + tf.reshape(sigma, [n, 1] + [1] * rank) * eps, ids
 
     def grads_at(points, targets, copies):
-        """points [n, copies, ...] -> gradients [n, copies, K, ...]"""
+        """points [n, copies, ...] -> scores [n, copies, K], gradients [n, copies, K, ...]"""
         rows = tf.reshape(points, [n * copies, *shape])
         repeated = tf.reshape(tf.repeat(targets[:, None], copies, axis=1), [n * copies, group])
-        _, g = _gradient_at(view, rows, repeated)
-        return tf.reshape(g, [n, copies, group, *shape])
+        s, g = _gradient_at(view, rows, repeated)
+        return tf.reshape(s, [n, copies, group]), tf.reshape(g, [n, copies, group, *shape])
 
     def along_path(xs, targets, baseline):
-        """Σ_t w_t ∂s/∂z at z = x′ + α_t (x − x′): [n, m_s, K, ...]"""
+        """Σ_t w_t ∂s/∂z at z = x′ + α_t (x − x′): [n, m_s, K, ...]; and s(x), s(x′) [n, m_s, K]
+        summed over the points where α = 1 and α = 0 (zeros if the rule has no such point)."""
         delta = xs - baseline
 
-        def block(i, total):
+        def pick(s, mask):  # s [n, m_s, m_t, K], mask [m_t] -> [n, m_s, K] (small: float32)
+            return tf.reduce_sum(tf.cast(s, tf.float32) * tf.reshape(tf.cast(mask, tf.float32), [1, 1, -1, 1]), axis=2)
+
+        def block(i, sums):
+            total, end, start = sums
             a = tf.cast(tf.gather(alphas, i), xs.dtype)
             w = tf.cast(tf.gather(weights, i), xs.dtype)
             points = baseline + expand(a, 2) * delta[:, :, None]  # [n, m_s, m_t, ...]
-            g = grads_at(tf.reshape(points, [n, m_s * m_t, *shape]), targets, m_s * m_t)
+            s, g = grads_at(tf.reshape(points, [n, m_s * m_t, *shape]), targets, m_s * m_t)
+            s = tf.reshape(s, [n, m_s, m_t, group])
             g = tf.reshape(g, [n, m_s, m_t, group, *shape])
-            return i + 1, total + tf.reduce_sum(g * tf.reshape(w, [1, 1, -1] + [1] * (rank + 1)), axis=2)
+            total = total + tf.reduce_sum(g * tf.reshape(w, [1, 1, -1] + [1] * (rank + 1)), axis=2)
+            end = end + pick(s, tf.gather(at_input, i))
+            start = start + pick(s, tf.gather(at_baseline, i))
+            return i + 1, (total, end, start)
 
-        total = tf.zeros([n, m_s, group, *shape], xs.dtype)
+        no_scores = tf.zeros([n, m_s, group], tf.float32)
+        sums = (tf.zeros([n, m_s, group, *shape], xs.dtype), no_scores, no_scores)
         if t_blocks == 1:
-            return block(0, total)[1]
-        return tf.while_loop(lambda i, _: i < t_blocks, block, (0, total))[1]
+            return block(0, sums)[1]
+        return tf.while_loop(lambda i, _: i < t_blocks, block, (0, sums))[1]
 
     def kernel(x, targets, index, seed, baseline):
         _traced()
@@ -384,14 +405,15 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
             scores, g = _gradient_at(view, x, targets)
             if plan.multiply == "input":
                 g = x[:, None] * g
-            return g, scores
+            return g, scores, tf.zeros_like(scores)
 
         def sample_block(j, sums):
             xs, ids = noisy_copies(x, index, seed, j)
             if plan.alphas is None:
-                a = grads_at(xs, targets, m_s)
+                a = grads_at(xs, targets, m_s)[1]
             else:
-                a = along_path(xs, targets, baseline)
+                a, end, start = along_path(xs, targets, baseline)
+                endpoints.append((end[:, 0], start[:, 0]))  # used only without noise (m_s = 1)
             if plan.multiply == "input":
                 a = xs[:, :, None] * a
             elif plan.multiply == "path":
@@ -404,6 +426,7 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
                 second = second + tf.reduce_sum(tf.square(a), axis=1)
             return j + 1, (first, second)
 
+        endpoints = []
         zeros = tf.zeros([n, group, *shape], x.dtype)
         if s_blocks == 1:
             _, (first, second) = sample_block(0, (zeros, zeros))
@@ -414,9 +437,12 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         mean = first / plan.samples
         if plan.aggregate == "square":
             mean = second / plan.samples
-        elif plan.aggregate == "variance":
-            mean = second / plan.samples - tf.square(mean)
-        return mean, tf.zeros([n, group], mean.dtype)
+        elif plan.aggregate == "variance":  # E[a²] − E[a]², never negative
+            mean = tf.nn.relu(second / plan.samples - tf.square(mean))
+        if endpoints and s_blocks == 1:
+            return mean, endpoints[0][0], endpoints[0][1]
+        no_scores = tf.zeros([n, group], tf.float32)
+        return mean, no_scores, no_scores
 
     signature = [
         tf.TensorSpec([n, *shape], dtype),
@@ -426,6 +452,14 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         tf.TensorSpec(shape, dtype),
     ]
     return tf.function(kernel, input_signature=signature)
+
+
+class Gradients(NamedTuple):
+    """What :func:`gradients` returns (float32 NumPy arrays)."""
+
+    attributions: np.ndarray  # [B, K, *input.shape[1:]]
+    scores: np.ndarray  # [B, K] at the inputs as given
+    baseline_scores: np.ndarray | None  # [B, K] at the baseline, when the path passed through it
 
 
 def gradients(
@@ -441,12 +475,12 @@ def gradients(
     seed: int = 0,
     baseline: np.ndarray | float = 0.0,
 ):
-    """Attributions ``[B, K, *inputs.shape[1:]]`` and scores ``[B, K]`` (float32 NumPy).
+    """Attributions ``[B, K, *inputs.shape[1:]]`` and scores ``[B, K]``: a :class:`Gradients`.
 
     ``inputs`` come from :func:`check_inputs`, ``targets`` int ``[B, K]`` index the score vector.
     ``rule`` (``"guided"``, ``"deconv"``, a ``ModifiedBackprop``) differentiates through
     ``sk.rewrite(model, rule)``. Scores are those of the clean inputs: free with the gradient for
-    a plain plan, one extra forward pass otherwise. ``seed`` keys the noise of SmoothGrad;
+    a plain plan or a noise-free path through α = 1, one extra forward pass otherwise. ``seed`` keys the noise of SmoothGrad;
     ``baseline`` (broadcastable to one input) starts the integrated-gradients path.
     """
     _check_batch_size(batch_size)
@@ -459,6 +493,7 @@ def gradients(
     base = np.broadcast_to(np.asarray(baseline, dtype=dtype), shape)
     attributions = np.zeros((B, K, *shape), np.float32)
     scores = np.zeros((B, K), np.float32)
+    at_baseline = np.zeros((B, K), np.float32)
     seed_tensor = tf.constant(int(seed), tf.int64)
     for start in range(0, B, n):
         stop = min(start + n, B)
@@ -466,13 +501,18 @@ def gradients(
         index = _pad(np.arange(start, stop, dtype=np.int32), n)
         for k0, k1, columns in _class_groups(targets[start:stop], group):
             _stats["calls"] += 1
-            a, s = kernel(x, _pad(columns, n).astype(np.int32), index, seed_tensor, base)
-            attributions[start:stop, k0:k1] = _numpy(a)[: stop - start, : k1 - k0]
-            scores[start:stop, k0:k1] = _numpy(s)[: stop - start, : k1 - k0]
-    if not plan.plain:
+            a, s, s0 = kernel(x, _pad(columns, n).astype(np.int32), index, seed_tensor, base)
+            rows, cols = slice(start, stop), slice(k0, k1)
+            attributions[rows, cols] = _numpy(a)[: stop - start, : k1 - k0]
+            scores[rows, cols] = _numpy(s)[: stop - start, : k1 - k0]
+            at_baseline[rows, cols] = _numpy(s0)[: stop - start, : k1 - k0]
+    clean = plan.samples == 1 and plan.noise == 0.0
+    if not (plan.plain or (clean and 1.0 in plan.alphas)):
         values = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
         scores = np.take_along_axis(values, targets, axis=1)
-    return attributions, scores
+    if plan.plain or not (clean and 0.0 in plan.alphas):
+        at_baseline = None
+    return Gradients(attributions, scores, at_baseline)
 
 
 def _view_key(score, score_fn, rule):

@@ -224,7 +224,9 @@ def default_cam_layer(model) -> str:
 # Scores: logits behind a final softmax / sigmoid, taps on inner layers
 # ----------------------------------------------------------------------------------------------
 def _squasher_name(fn) -> str | None:
+    """``"softmax"``/``"sigmoid"`` for those activations (Keras' or ``tf.nn``'s), else None."""
     name = getattr(fn, "__name__", None) or type(fn).__name__.lower()
+    name = name.removesuffix("_v2")  # tf.nn.softmax is softmax_v2
     return name if name in _SQUASHERS else None
 
 

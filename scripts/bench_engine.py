@@ -76,7 +76,7 @@ def memory_child(samples: int) -> None:
     x = np.random.default_rng(0).uniform(size=(16, 64, 64, 3)).astype("float32")
     sk.explain(model, x[:1], "gradient", 0)  # the runtime's own start-up allocations
     before = _status_mb("VmRSS")
-    sk.explain(model, x, "smoothgrad", 0, samples=samples, seed=0, batch_size=32)
+    sk.explain(model, x, "smoothgrad", 0, samples=samples, seed=0, batch_size=20)
     peak = _status_mb("VmHWM")
     print(json.dumps({"samples": samples, "before_mb": before, "peak_mb": peak}))
 
@@ -156,7 +156,7 @@ def main() -> None:
 
     low, high = _memory(20), _memory(200)
     growth = (high["peak_mb"] - high["before_mb"], low["peak_mb"] - low["before_mb"])
-    print("\nSmoothGrad peak memory, small CNN (16 inputs 64×64×3, batch_size 32), one subprocess each\n")
+    print("\nSmoothGrad peak memory, small CNN (16 inputs 64×64×3, batch_size 20), one subprocess each\n")
     print("| samples | RSS before explain (MB) | peak RSS (MB) | growth during explain (MB) |")
     print("|---:|---:|---:|---:|")
     for m, g in ((low, growth[1]), (high, growth[0])):

@@ -117,8 +117,16 @@ def test_work_is_chunked_within_batch_size(cnn):
     model, x = cnn
     # 3 inputs × 2 classes × 8 steps = 48 rows at most 16 per call: 16 rows = 1 input × 2 × 8
     calls = engine.call_count()
-    sk.explain(model, x, "integrated_gradients", [[0, 1]] * 3, steps=8, batch_size=16)
-    assert engine.call_count() - calls == 3 + 2  # 3 gradient calls + scores at x and at the baseline
+    trapezoid = sk.explain(model, x, "integrated_gradients", [[0, 1]] * 3, steps=8, batch_size=16)
+    assert engine.call_count() - calls == 3  # the path's ends give s(x) and s(x′) for free
+    calls = engine.call_count()
+    middle = sk.explain(model, x, "integrated_gradients", [[0, 1]] * 3, steps=8, batch_size=16, rule="riemann_middle")
+    assert engine.call_count() - calls == 3 + 2  # plus forward passes at x and at the baseline
+    np.testing.assert_allclose(trapezoid.scores, middle.scores, atol=1e-5)
+    np.testing.assert_allclose(trapezoid.scores - trapezoid.attributions.reshape(3, 2, -1).sum(-1)
+                               + trapezoid.completeness_gap,
+                               middle.scores - middle.attributions.reshape(3, 2, -1).sum(-1) + middle.completeness_gap,
+                               atol=1e-4)  # both give the same s(x′)
 
 
 def test_seeded_smoothgrad(cnn):

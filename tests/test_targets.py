@@ -109,6 +109,8 @@ def _dense_then(kind):
         return keras.Model(inputs, keras.layers.Dense(C, activation="softmax", name="dense")(inputs))
     if kind == "fused_sigmoid":
         return keras.Model(inputs, keras.layers.Dense(C, activation="sigmoid", name="dense")(inputs))
+    if kind == "fused_tf_softmax":
+        return keras.Model(inputs, keras.layers.Dense(C, activation=tf.nn.softmax, name="dense")(inputs))
     logits = keras.layers.Dense(C, name="dense")(inputs)
     if kind == "activation_softmax":
         return keras.Model(inputs, keras.layers.Activation("softmax")(logits))
@@ -125,7 +127,7 @@ def _dense_then(kind):
     raise AssertionError(kind)
 
 
-KINDS = ["fused_softmax", "fused_sigmoid", "activation_softmax", "softmax_layer", "ops_sigmoid",
+KINDS = ["fused_softmax", "fused_sigmoid", "fused_tf_softmax", "activation_softmax", "softmax_layer", "ops_sigmoid",
          "sequential_fused", "nested_head"]
 
 
@@ -142,7 +144,7 @@ def test_logits_gradient_is_the_weight_column(kind):
     logits = x @ w + dense.bias.numpy()
     np.testing.assert_allclose(expl.scores[:, 0], logits[np.arange(B), [0, 1, 2, 1]], atol=1e-5)
     # the user's model is unchanged: same activation, same weights, same outputs
-    assert dense.activation.__name__ in ("softmax", "sigmoid", "linear")
+    assert dense.activation.__name__ in ("softmax", "softmax_v2", "sigmoid", "linear")
     np.testing.assert_array_equal(model.predict(x, verbose=0), reference)
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)

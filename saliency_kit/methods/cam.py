@@ -53,9 +53,9 @@ def gradcam_plus_plus(request: Request, **options) -> Result:
 
 def guided_gradcam(request: Request, **options) -> Result:
     layer, maps, scores = _cam(request, options, plus_plus=False)
-    guided, _ = engine.gradients(
+    guided = engine.gradients(
         request.model, request.inputs, request.targets, rule="guided", **request.view_args
-    )
+    ).attributions
     attributions = guided * maps[..., None]
     return Result(
         attributions, reduce_map(attributions, "abs_max"), scores, {**options, "layer": layer}, layer=layer

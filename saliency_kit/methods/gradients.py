@@ -27,7 +27,7 @@ class Recipe:
 
 def run_recipe(request: Request, recipe: Recipe, options: dict, seed: int = 0) -> Result:
     """Run ``recipe`` on the engine and reduce its attributions to maps."""
-    attributions, scores = engine.gradients(
+    attributions, scores, _ = engine.gradients(
         request.model,
         request.inputs,
         request.targets,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import engine
-from ._base import Method, Request, Result, check_choice, check_positive_int, register
-from .gradients import RECIPES, Recipe, run_recipe
+from ._base import Method, Request, Result, check_choice, check_positive_int, reduce_map, register
+from .gradients import RECIPES, Recipe
 
 RULES = ("riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle", "gausslegendre")
 
@@ -60,10 +60,15 @@ def recipe(request: Request, options: dict) -> Recipe:
 
 
 def compute(request: Request, **options) -> Result:
-    result = run_recipe(request, recipe(request, options), options)
-    baseline = _baseline(request, options["baseline"])[None]
-    at_baseline = engine.all_scores(request.model, baseline, **request.view_args)[0]
-    change = result.scores - at_baseline[request.targets]
+    plan = recipe(request, options)
+    attributions, scores, at_baseline = engine.gradients(
+        request.model, request.inputs, request.targets, plan.plan, baseline=plan.baseline, **request.view_args
+    )
+    result = Result(attributions, reduce_map(attributions, plan.reduction), scores, options)
+    if at_baseline is None:  # the rule's points exclude α = 0: one forward pass of the baseline
+        baseline = plan.baseline[None]
+        at_baseline = engine.all_scores(request.model, baseline, **request.view_args)[0][request.targets]
+    change = result.scores - at_baseline
     total = result.attributions.reshape(*result.attributions.shape[:2], -1).sum(axis=-1, dtype=np.float64)
     result.completeness_gap = (total - change).astype(np.float32)
     return result

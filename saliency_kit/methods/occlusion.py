@@ -47,16 +47,20 @@ def _per_axis(name, value, shape, slid, default):
 
 
 def windows(shape, window=None, stride=None):
-    """The occlusion windows of one input of ``shape``: a list of tuples of slices."""
+    """The occlusion windows of one input of ``shape``: a list of tuples of slices.
+
+    Default window: 1 per feature for tabular inputs, else about 1/8 of each slid axis; default
+    stride: half the window (at least 1). A last window is added at the far edge of an axis when
+    the stride would leave it uncovered.
+    """
     slid = range(len(shape) - 1) if len(shape) > 1 else range(1)
     size = _per_axis("window", window, shape, slid, lambda n: 1 if len(shape) == 1 else max(1, round(n / 8)))
     if any(w > n for w, n in zip(size, shape)):
         raise ValueError(f"window {tuple(size)} does not fit in an input of shape {tuple(shape)}.")
-    step_default = (lambda n: 1) if len(shape) == 1 else None
-    steps = _per_axis(
-        "stride", stride, shape, slid,
-        step_default or (lambda n: max(1, round(n / 8) // 2)),
-    )
+    if stride is None:
+        steps = [max(1, w // 2) for w in size]
+    else:
+        steps = _per_axis("stride", stride, shape, slid, None)
     starts = []
     for n, w, s in zip(shape, size, steps):
         axis = list(range(0, n - w + 1, s))
