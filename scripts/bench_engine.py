@@ -17,8 +17,9 @@ fresh subprocess (peak resident set size ``VmHWM``; TensorFlow keeps no allocato
 on CPU):
 target equal within 20%, since samples are added into running sums.
 
-Times are the minimum over ``--repeats`` runs after one warm-up (compilation) run. On a shared
-machine they are noisy; say so when quoting them. Prints a markdown table.
+Times are the minimum over ``--repeats`` rounds after one warm-up (compilation) run; each round
+times every measurement once, so a change of load affects all alike. On a shared machine they
+are still noisy; say so when quoting them. Prints a markdown table.
 """
 from __future__ import annotations
 
@@ -34,14 +35,17 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _best_time(fn, repeats: int) -> float:
-    fn()  # warm-up: tracing and compilation are not what we measure
-    times = []
+def _best_times(runs: dict, repeats: int) -> dict:
+    """Minimum seconds of each function over ``repeats`` round-robin rounds, after a warm-up."""
+    for fn in runs.values():
+        fn()  # tracing and compilation are not what we measure
+    best = {name: float("inf") for name in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def _status_mb(field: str) -> float:
@@ -93,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=4, help="SmoothGrad samples (default 4)")
     parser.add_argument("--steps", type=int, default=4, help="integrated-gradients steps (default 4)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per measurement (default 2)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed rounds (default 2)")
     parser.add_argument("--quick", action="store_true", help="a 112×112 ResNet50 for a fast smoke run")
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -123,30 +127,38 @@ def main() -> None:
 
     classes = tf.constant(targets, tf.int32)
     xt = tf.constant(x)
-    base = _best_time(lambda: raw(xt, classes).numpy(), reps)
-    rows = [("raw compiled forward+backward, batch 8", base, 1.0, "–")]
 
     def explain(method, **options):
         return lambda: sk.explain(model, x, method, targets, batch_size=8, **options)
 
-    for method, limit in (("gradient", 1.10), ("guided_backprop", 1.10), ("deconvnet", 1.10), ("gradcam", 1.0)):
-        t = _best_time(explain(method), reps)
-        rows.append((method, t, t / base, f"≤ {limit:.2f}"))
-    n = args.samples
-    t = _best_time(explain("smoothgrad", samples=n, seed=0), reps)
-    rows.append((f"smoothgrad, {n} samples (ratio / n)", t, t / base / n, "≤ 1.10"))
-    n = args.steps
-    t = _best_time(explain("integrated_gradients", steps=n, rule="riemann_left"), reps)
-    rows.append((f"integrated_gradients, {n} steps (ratio / n)", t, t / base / n, "≤ 1.10"))
-
     ten = list(range(10))
-    shared = _best_time(lambda: sk.jacobian(model, x, classes=ten, batch_size=80), reps)
-    single = _best_time(lambda: [sk.jacobian(model, x, classes=[k], batch_size=8) for k in ten], reps)
+    n_samples, n_steps = args.samples, args.steps
+    runs = {  # name -> function; all warmed up, then timed round-robin so load drifts hit all alike
+        "raw": lambda: raw(xt, classes).numpy(),
+        "gradient": explain("gradient"),
+        "guided_backprop": explain("guided_backprop"),
+        "deconvnet": explain("deconvnet"),
+        "gradcam": explain("gradcam"),
+        "smoothgrad": explain("smoothgrad", samples=n_samples, seed=0),
+        "integrated_gradients": explain("integrated_gradients", steps=n_steps),
+        "shared": lambda: sk.jacobian(model, x, classes=ten, batch_size=80),
+        "separate": lambda: [sk.jacobian(model, x, classes=[k], batch_size=8) for k in ten],
+    }
+    best = _best_times(runs, reps)
+    base = best["raw"]
+    rows = [("raw compiled forward+backward, batch 8", base, 1.0, "–")]
+    for method, limit in (("gradient", 1.10), ("guided_backprop", 1.10), ("deconvnet", 1.10), ("gradcam", 1.0)):
+        rows.append((method, best[method], best[method] / base, f"≤ {limit:.2f}"))
+    rows.append((f"smoothgrad, {n_samples} samples (ratio / n)", best["smoothgrad"],
+                 best["smoothgrad"] / base / n_samples, "≤ 1.10"))
+    rows.append((f"integrated_gradients, {n_steps} steps (ratio / n)", best["integrated_gradients"],
+                 best["integrated_gradients"] / base / n_steps, "≤ 1.10"))
+    shared, single = best["shared"], best["separate"]
     rows.append(("K=10 classes, one shared forward (jacobian)", shared, None, ""))
     rows.append(("10 single-class calls", single, None, ""))
     rows.append(("shared / separate", shared / single, shared / single, "≤ 0.75"))
 
-    print(f"\nResNet50 (weights=None), batch 8, {size}×{size}; best of {reps} runs after a warm-up; "
+    print(f"\nResNet50 (weights=None), batch 8, {size}×{size}; best of {reps} rounds after a warm-up; "
           f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)\n")
     print("| measurement | seconds | ratio | target |")
     print("|---|---:|---:|---|")

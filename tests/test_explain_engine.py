@@ -183,6 +183,8 @@ def test_gradcam_finds_and_names_a_layer_inside_a_nested_backbone(cnn):
     assert first.layer == "backbone/first_conv" and not np.allclose(first.maps, default.maps[:, :1])
     with pytest.raises(ValueError, match="not in model.*backbone/last_conv"):
         sk.explain(model, x, "gradcam", 0, layer="conv9")
+    with pytest.raises(ValueError, match="4-D"):
+        sk.explain(model, x, "gradcam", 0, layer="dense")
 
 
 def test_forward_scores(cnn):

@@ -14,18 +14,30 @@ from __future__ import annotations
 
 
 from .. import engine
-from ..targets import default_cam_layer, find_layer
+from ..targets import default_cam_layer, find_layer, layer_paths
 from ._base import Method, Request, Result, reduce_map, register
 
 DEFAULTS = {"layer": None, "relu": True}
 
 
 def _layer(request: Request, layer) -> str:
+    """The path of the CAM layer, checked to have a 4-D output before any work."""
     if layer is None:
         return default_cam_layer(request.model)
     if not isinstance(layer, str):
         raise ValueError(f"layer must be a layer name or None; received {layer!r}.")
-    return find_layer(request.model, layer)
+    path = find_layer(request.model, layer)
+    found = dict(layer_paths(request.model))[path]
+    try:
+        shape = tuple(found.output.shape)
+    except (AttributeError, ValueError):  # called several times: checked when it runs
+        return path
+    if len(shape) != 4:
+        raise ValueError(
+            f"layer {path!r} has output shape {shape}; CAM methods need a 4-D "
+            "[batch, height, width, channels] layer (layer=None picks the last one)."
+        )
+    return path
 
 
 def _cam(request: Request, options: dict, plus_plus: bool):
