@@ -68,6 +68,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     _check_score(score)
     _check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
+    chosen.validate(Request(model, x, None, score, None, batch_size), options)
     request = _request(model, x, targets, score, batch_size)
     result = chosen.compute(request, **options)
     if chosen.warn_zero:

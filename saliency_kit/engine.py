@@ -156,7 +156,7 @@ def _weight_sync(source, copy):
     """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
     pairs = list(zip(source.weights, copy.weights))
     if len(source.weights) != len(copy.weights) or any(
-        tuple(a.shape) != tuple(b.shape) for a, b in pairs
+        tuple(a.shape) != tuple(b.shape) or a.name != b.name for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
 

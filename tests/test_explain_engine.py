@@ -288,3 +288,30 @@ def test_the_cache_does_not_keep_models_alive():
     del model
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        ("integrated_gradients", {"steps": 0}, "steps"),
+        ("integrated_gradients", {"rule": "simpson"}, "rule"),
+        ("integrated_gradients", {"steps": 1}, "steps >= 2"),
+        ("smoothgrad", {"samples": -1}, "samples"),
+        ("smoothgrad", {"noise": -0.1}, "noise"),
+        ("smoothgrad", {"aggregate": "max"}, "aggregate"),
+        ("smoothgrad", {"base": "gradcam"}, "base"),
+        ("smoothgrad", {"seed": 1.5}, "seed"),
+        ("smoothgrad", {"steps": 4}, "no option 'steps'"),
+        ("gradcam", {"layer": 3}, "layer"),
+        ("guided_gradcam", {"layer": "dense"}, "4-D"),
+        ("occlusion", {"window": (20, 2)}, "does not fit"),
+        ("occlusion", {"window": (2, 2, 2, 2)}, "tuple of 2"),
+        ("occlusion", {"value": np.zeros(5)}, "broadcastable"),
+    ],
+)
+def test_bad_options_raise_before_any_work(cnn, method, options, message):
+    model, x = cnn
+    calls = engine.call_count()
+    with pytest.raises(ValueError, match=message):
+        sk.explain(model, x, method, "top1", **options)
+    assert engine.call_count() == calls

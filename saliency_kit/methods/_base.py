@@ -62,6 +62,7 @@ class Method:
     """A registered attribution method.
 
     ``compute(request, **options) -> Result``; ``defaults`` lists every option with its default;
+    ``check(request, **options)`` raises ``ValueError`` for bad option values, before any work;
     ``cam`` marks methods whose attributions are ``[B, K, H, W]`` maps on a layer;
     ``warn_zero=False`` for methods whose maps are legitimately all zero (a CAM after its ReLU).
     """
@@ -72,6 +73,12 @@ class Method:
     defaults: dict = field(default_factory=dict)
     cam: bool = False
     warn_zero: bool = True  # all-zero maps suggest a score that ignores the input (not for CAMs)
+    check: Callable[..., None] | None = None  # check(request, **options): ValueError, no work
+
+    def validate(self, request: "Request", options: dict) -> None:
+        """Check option values against the request (targets not yet resolved) before any work."""
+        if self.check is not None:
+            self.check(request, **options)
 
     def options(self, given: dict, extra_allowed: tuple = ()) -> dict:
         """``given`` completed with the defaults; unknown names raise ``ValueError``."""

@@ -53,6 +53,14 @@ def _cam(request: Request, options: dict, plus_plus: bool):
     return layer, maps, scores
 
 
+def check(request: Request, **options) -> None:
+    if request.inputs.ndim != 4:
+        raise ValueError(
+            f"CAM methods need image inputs [B, H, W, C]; received shape {request.inputs.shape}."
+        )
+    _layer(request, options["layer"])
+
+
 def gradcam(request: Request, **options) -> Result:
     layer, maps, scores = _cam(request, options, plus_plus=False)
     return Result(maps, maps, scores, {**options, "layer": layer}, layer=layer)
@@ -75,10 +83,10 @@ def guided_gradcam(request: Request, **options) -> Result:
 
 
 register(Method("gradcam", "Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
-                "the map is the CAM itself", gradcam, dict(DEFAULTS), cam=True, warn_zero=False))
+                "the map is the CAM itself", gradcam, dict(DEFAULTS), cam=True, warn_zero=False, check=check))
 register(Method("gradcam_plus_plus", "Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; "
-                "the map is the CAM itself", gradcam_plus_plus, dict(DEFAULTS), cam=True, warn_zero=False))
+                "the map is the CAM itself", gradcam_plus_plus, dict(DEFAULTS), cam=True, warn_zero=False, check=check))
 register(Method("guided_gradcam", "guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); "
-                "map: max |attribution| over the last axis", guided_gradcam, dict(DEFAULTS), warn_zero=False))
+                "map: max |attribution| over the last axis", guided_gradcam, dict(DEFAULTS), warn_zero=False, check=check))
 
 __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam"]

@@ -74,6 +74,10 @@ def compute(request: Request, **options) -> Result:
     return result
 
 
+def check(request: Request, **options) -> None:
+    recipe(request, options)
+
+
 register(
     Method(
         "integrated_gradients",
@@ -81,6 +85,7 @@ register(
         "map: sum over the last axis",
         compute,
         defaults={"steps": 50, "baseline": 0.0, "rule": "riemann_trapezoid"},
+        check=check,
     )
 )
 RECIPES["integrated_gradients"] = recipe

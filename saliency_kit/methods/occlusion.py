@@ -70,14 +70,23 @@ def windows(shape, window=None, stride=None):
     return [tuple(slice(b, b + w) for b, w in zip(corner, size)) for corner in itertools.product(*starts)]
 
 
+def _fill_and_windows(request: Request, options: dict):
+    shape = request.inputs.shape[1:]
+    try:
+        fill = np.broadcast_to(np.asarray(options["value"], dtype=request.inputs.dtype), shape)
+    except (ValueError, TypeError):
+        raise ValueError(f"value must be a number or an array broadcastable to {shape}.") from None
+    return fill, windows(shape, options["window"], options["stride"])
+
+
+def check(request: Request, **options) -> None:
+    _fill_and_windows(request, options)
+
+
 def compute(request: Request, **options) -> Result:
     x, targets = request.inputs, request.targets
     shape = x.shape[1:]
-    try:
-        fill = np.broadcast_to(np.asarray(options["value"], dtype=x.dtype), shape)
-    except (ValueError, TypeError):
-        raise ValueError(f"value must be a number or an array broadcastable to {shape}.") from None
-    regions = windows(shape, options["window"], options["stride"])
+    fill, regions = _fill_and_windows(request, options)
     base = engine.all_scores(request.model, x, **request.view_args)
     scores = np.take_along_axis(base, targets, axis=1)
     total = np.zeros((*targets.shape, *shape), np.float64)
@@ -107,5 +116,6 @@ register(
         "map: mean over the last axis",
         compute,
         dict(DEFAULTS),
+        check=check,
     )
 )

@@ -18,7 +18,8 @@ AGGREGATES = ("mean", "square", "variance")
 DEFAULTS = {"base": "gradient", "samples": 50, "noise": 0.15, "aggregate": "mean", "seed": None}
 
 
-def compute(request: Request, **options) -> Result:
+def _settings(request: Request, options: dict):
+    """``(recipe, resolved options, seed)`` from checked options (a seed is drawn if None)."""
     base = check_choice("base", options["base"], tuple(RECIPES))
     base_options = REGISTRY[base].options({k: v for k, v in options.items() if k not in DEFAULTS})
     samples = check_positive_int("samples", options["samples"])
@@ -34,7 +35,16 @@ def compute(request: Request, **options) -> Result:
     recipe = RECIPES[base](request, base_options)
     plan = dataclasses.replace(recipe.plan, samples=samples, noise=float(noise), aggregate=aggregate)
     resolved = {**options, **base_options, "seed": int(seed)}
-    return run_recipe(request, dataclasses.replace(recipe, plan=plan), resolved, seed=int(seed))
+    return dataclasses.replace(recipe, plan=plan), resolved, int(seed)
+
+
+def check(request: Request, **options) -> None:
+    _settings(request, options)
+
+
+def compute(request: Request, **options) -> Result:
+    recipe, resolved, seed = _settings(request, options)
+    return run_recipe(request, recipe, resolved, seed=seed)
 
 
 class _SmoothGradMethod(Method):
@@ -51,5 +61,6 @@ register(
         "map: as the base method",
         compute,
         defaults=dict(DEFAULTS),
+        check=check,
     )
 )
