@@ -7,11 +7,13 @@ For each method, on freshly generated shapes images (seed 3, the held-out test s
 ``scripts/train_shapes.py``) whose object masks are known:
 
 - pointing game (tolerance 2 px) on ``--images`` images, target = the true class;
-- RISE deletion / insertion AUC (probability of the top-1 class, 32 steps, zero baseline,
-  insertion from a σ=5 blur) on the first ``--curve-images`` images, and the random-order deletion AUC;
+- RISE deletion / insertion AUC (softmax probability of the top-1 class, 32 steps; deletion to
+  zeros and, separately, to the σ=5 blurred image; insertion from that blur) on the first
+  ``--curve-images`` images, each beside the same curve with a random pixel order;
 - cascading model-parameter randomisation (Adebayo et al.) on the first ``--randomization-images``
   images: Spearman |map|, signed Spearman and SSIM between the fully randomised model's maps and the
-  original ones (lower = the method depends on the weights, as it should).
+  original ones (lower = the method depends on the weights, as it should), and the Spearman
+  correlations after re-initialising only the output layer (the class-specific weights).
 
 Prints a markdown table and writes the sanity figure of one image to ``--figure``.
 """
@@ -52,34 +54,46 @@ def measure(model, method, x, masks, labels, args) -> dict:
     expl = sk.explain(model, x, method, targets=labels, batch_size=args.batch_size, **options)
     row["explain_s"] = time.perf_counter() - start
     row["pointing"] = float(pointing_game(expl, masks, tolerance=2).mean())
+    row["pointing_tol0"] = float(pointing_game(expl, masks, tolerance=0).mean())
 
     n = args.curve_images
     top1 = sk.explain(model, x[:n], method, targets="top1", batch_size=args.batch_size, **options)
-    curves = deletion_insertion(model, x[:n], top1, steps=32, batch_size=args.batch_size)
-    for key in ("deletion_auc", "insertion_auc", "random_deletion_auc", "random_insertion_auc"):
+    for baseline in ("zeros", "blur"):
+        curves = deletion_insertion(model, x[:n], top1, steps=32, baseline=baseline, batch_size=args.batch_size)
+        for key in ("deletion_auc", "random_deletion_auc"):
+            row[f"{key}_{baseline}"] = float(curves[key].mean())
+    for key in ("insertion_auc", "random_insertion_auc"):  # insertion does not depend on the baseline
         row[key] = float(curves[key].mean())
 
     m = args.randomization_images
     start = time.perf_counter()
+    noise_free = {k: v for k, v in options.items() if k != "seed"}  # smoothgrad's noise uses seed=0
     steps = randomization_test(model, x[:m], method, "top1", mode="cascading", seed=0,
-                               batch_size=args.batch_size, **options)
+                               batch_size=args.batch_size, **noise_free)
     row["randomization_s"] = time.perf_counter() - start
     row.update({f"rand_{k}": steps[-1][k] for k in ("spearman_abs", "spearman", "ssim")})
-    row["rand_first_spearman_abs"] = steps[0]["spearman_abs"]
+    row["top_spearman_abs"] = steps[0]["spearman_abs"]
+    row["top_spearman"] = steps[0]["spearman"]
+    row["cascade_spearman_abs"] = [round(s["spearman_abs"], 3) for s in steps]
     return row
 
 
 def markdown(rows, args) -> str:
     head = (
-        f"| method | pointing game ({args.images} img, tol 2 px) ↑ | deletion AUC ↓ | random deletion AUC "
-        f"| insertion AUC ↑ | random insertion AUC | randomised model: Spearman abs ↓ | Spearman ↓ | SSIM ↓ |"
+        f"| method | pointing game, tol 2 px (0 px) ↑ | deletion AUC, zeros ↓ (random order) "
+        f"| deletion AUC, blur ↓ (random order) | insertion AUC ↑ (random order) "
+        f"| output layer randomised: Spearman abs (signed) | all layers randomised: Spearman abs ↓ "
+        f"| Spearman ↓ | SSIM ↓ |"
     )
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         lines.append(
-            f"| {r['method']} | {r['pointing']:.1%} | {r['deletion_auc']:.3f} | {r['random_deletion_auc']:.3f} "
-            f"| {r['insertion_auc']:.3f} | {r['random_insertion_auc']:.3f} | {r['rand_spearman_abs']:.2f} "
-            f"| {r['rand_spearman']:.2f} | {r['rand_ssim']:.2f} |"
+            f"| {r['method']} | {r['pointing']:.1%} ({r['pointing_tol0']:.1%}) "
+            f"| {r['deletion_auc_zeros']:.3f} ({r['random_deletion_auc_zeros']:.3f}) "
+            f"| {r['deletion_auc_blur']:.3f} ({r['random_deletion_auc_blur']:.3f}) "
+            f"| {r['insertion_auc']:.3f} ({r['random_insertion_auc']:.3f}) "
+            f"| {r['top_spearman_abs']:.2f} ({r['top_spearman']:.2f}) "
+            f"| {r['rand_spearman_abs']:.2f} | {r['rand_spearman']:.2f} | {r['rand_ssim']:.2f} |"
         )
     return "\n".join(lines)
 
@@ -88,7 +102,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(ALL_METHODS), choices=ALL_METHODS)
     parser.add_argument("--images", type=int, default=200, help="images for the pointing game")
-    parser.add_argument("--curve-images", type=int, default=50, help="images for deletion/insertion")
+    parser.add_argument("--curve-images", type=int, default=100, help="images for deletion/insertion")
     parser.add_argument("--randomization-images", type=int, default=16, help="images for randomisation")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--figure", default=str(ROOT / "docs" / "sanity_example.png"))

@@ -361,3 +361,87 @@ def test_randomization_needs_a_clonable_model():
     model(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match="clone_model"):
         randomization_test(model, np.zeros((1, 3), "float32"))
+
+
+# ------------------------------------------------------------------------------------------
+# the shipped shapes model on freshly generated images (seed 4: never used in training)
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shapes_data():
+    import saliency_kit as sk
+    from saliency_kit.shapes import make_dataset
+
+    model, spec = sk.load_model("shapes")
+    images, masks, labels = make_dataset(200, seed=4)
+    return model, spec.preprocess(images), masks, labels
+
+
+# the issue's thresholds; a small CNN trained on this data reaches about 0.96, 0.95 and 0.78
+POINTING_MINIMUM = {"gradcam": 0.90, "guided_backprop": 0.90, "gradient": 0.70}
+
+
+@pytest.mark.parametrize("method", list(POINTING_MINIMUM))
+def test_pointing_game_on_the_shapes_model(shapes_data, method):
+    import saliency_kit as sk
+    from saliency_kit.evaluate import pointing_game
+
+    model, x, masks, labels = shapes_data
+    expl = sk.explain(model, x, method, targets=labels, batch_size=64)  # the true class
+    hits = pointing_game(expl, masks, tolerance=2)
+    assert hits.shape == (200, 1)
+    assert hits.mean() >= POINTING_MINIMUM[method], f"{method}: {hits.mean():.1%} of 200 images"
+
+
+@pytest.mark.parametrize("method", ["gradient", "gradcam"])
+def test_deletion_and_insertion_on_the_shapes_model(shapes_data, method):
+    """Deletion to the blurred image beats a random order; insertion beats deletion.
+
+    With the default zero baseline deletion does *not* beat a random order on this data (measured
+    on 120 images: gradient 0.242 vs 0.237, Grad-CAM 0.277 vs 0.237): a shape painted black keeps
+    its silhouette, so the class survives, while black pixels scattered at random wreck the image.
+    Deleting to the blurred image removes the silhouette; that is the comparison tested here.
+    """
+    import saliency_kit as sk
+    from saliency_kit.engine import forward_scores
+    from saliency_kit.evaluate import deletion_insertion
+
+    model, x, _, _ = shapes_data
+    x = x[:48]
+    expl = sk.explain(model, x, method, "top1", batch_size=64)
+    out = deletion_insertion(model, x, expl, steps=16, baseline="blur", batch_size=128)
+    deletion, random_deletion = out["deletion_auc"].mean(), out["random_deletion_auc"].mean()
+    insertion = out["insertion_auc"].mean()
+    assert deletion < random_deletion, (deletion, random_deletion)
+    assert insertion > deletion, (insertion, deletion)
+    # at 0 % the deletion curve is the image's probability; at 100 % insertion is back to the image
+    probabilities = forward_scores(model, x, expl.targets, score="output")
+    np.testing.assert_allclose(out["deletion_curve"][..., 0], probabilities, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["insertion_curve"][..., -1], probabilities, rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def cascading(shapes_data):
+    from saliency_kit.evaluate import randomization_test
+
+    model, x, _, _ = shapes_data
+    return {m: randomization_test(model, x[:8], m, "top1", seed=0)
+            for m in ("gradient", "gradcam", "guided_backprop")}
+
+
+@pytest.mark.parametrize("method", ["gradient", "gradcam"])
+def test_cascading_randomization_destroys_gradient_and_gradcam_maps(cascading, method):
+    last = cascading[method][-1]
+    assert last["spearman_abs"] < 0.3, last
+
+
+def test_guided_backprop_ignores_the_output_layer(cascading):
+    """What Adebayo et al. report, reproduced: re-initialising the output layer (the only
+    class-specific weights) leaves guided backprop's map nearly unchanged, signed or not, while the
+    signed gradient and Grad-CAM decorrelate. (Once the convolutions below are re-initialised too,
+    guided backprop's maps do change on this small model: see the README's table.)"""
+    first = {m: steps[0] for m, steps in cascading.items()}
+    assert all(step["layer"] == "predictions" for step in first.values())
+    assert first["guided_backprop"]["spearman_abs"] > 0.5, first["guided_backprop"]
+    assert first["guided_backprop"]["spearman"] > 0.5, first["guided_backprop"]
+    assert first["gradient"]["spearman"] < 0.3, first["gradient"]
+    assert first["gradcam"]["spearman_abs"] < 0.5, first["gradcam"]

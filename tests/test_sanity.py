@@ -54,3 +54,52 @@ def test_parse_target_and_json_nan(tmp_path):
         sanity.parse_target("zebra", ["a", "b"])
     path = sanity.write_json({"x": [np.float32(1.5), float("nan")], "n": np.int64(3)}, str(tmp_path / "r.json"))
     assert json.loads(open(path).read()) == {"x": [1.5, None], "n": 3}
+
+
+# ------------------------------------------------------------------------------------------
+# end to end: `saliency sanity` on the shipped model and a generated image
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shape_png(tmp_path_factory):
+    from saliency_kit.shapes import make_dataset
+
+    images, _, labels = make_dataset(1, seed=4)
+    path = tmp_path_factory.mktemp("img") / "shape.png"
+    Image.fromarray(images[0]).save(path)
+    return path
+
+
+def test_sanity_command_writes_figure_and_json(shape_png, tmp_path, capsys):
+    from saliency_kit.cli import main
+    from saliency_kit.evaluate import weighted_layers
+    import saliency_kit as sk
+
+    out = tmp_path / "out"
+    status = main(["sanity", str(shape_png), "--method", "gradient", "--method", "gradcam", "--out", str(out)])
+    assert status == 0
+    report = json.loads((out / "sanity_shape.json").read_text())
+    model, _ = sk.load_model("shapes")
+    expected_layers = [p for p, _ in weighted_layers(model)][::-1]  # from the output down
+    assert report["mode"] == "cascading" and set(report["methods"]) == {"gradient", "gradcam"}
+    for steps in report["methods"].values():
+        assert [s["layer"] for s in steps] == expected_layers
+        assert steps[-1]["randomized"] == expected_layers
+        assert all(-1 <= s["spearman_abs"] <= 1 for s in steps)
+    figure = Image.open(out / "sanity_shape.png")
+    assert figure.size[0] > figure.size[1] > 100
+    printed = capsys.readouterr().out
+    assert "gradient: fully randomised vs original" in printed and str(out / "sanity_shape.png") in printed
+
+
+def test_sanity_command_independent_mode_and_usage_errors(shape_png, tmp_path, capsys):
+    from saliency_kit.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sanity", str(shape_png), "--method", "gradient", "--mode", "independent",
+                 "--target", "circle", "--out", str(out)]) == 0
+    report = json.loads((out / "sanity_shape.json").read_text())
+    assert all(len(s["randomized"]) == 1 for s in report["methods"]["gradient"])
+    assert report["target"]["gradient"] == {"index": 0, "name": "circle"}
+    assert main(["sanity", str(shape_png), "--method", "nonsense", "--out", str(out)]) == 2
+    assert main(["sanity", str(shape_png), "--target", "zebra", "--out", str(out)]) == 2
+    assert "zebra" in capsys.readouterr().err
