@@ -69,15 +69,15 @@ def randomization_test(
         is 1 by definition; :func:`iter_randomization` yields its maps first if you need them):
 
         - ``layer``: the path of the layer re-initialised at this step;
-        - ``spearman_abs``: Spearman rank correlation of ``Σ_c |attribution|`` maps (the
-          magnitude of the explanation), mean over inputs and targets;
-        - ``spearman``: the same on signed ``Σ_c attribution`` maps;
+        - ``spearman_abs``: Spearman rank correlation of the magnitude maps ``Σ_c |attribution|``,
+          mean over inputs and targets;
+        - ``spearman``: the same on the signed maps ``Σ_c attribution``;
         - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.metrics.normalize_abs`
           (each divided by its 99th percentile, clipped to [0, 1]);
         - ``step`` (1-based) and ``randomized``: the paths whose weights are random at this step.
 
-        Image attributions ``[B, K, H, W, C]`` are summed over channels as in the paper; CAM maps and
-        non-image attributions are compared as they are.
+        See :func:`comparison_maps` for the maps compared (CAM maps and non-image attributions
+        are compared as they are).
     """
     original = None
     results = []
@@ -139,27 +139,32 @@ def iter_randomization(
 
 def compare_maps(original, randomized) -> dict:
     """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets)."""
-    sa, ss = _signed_maps(original), _signed_maps(randomized)
-    if sa.shape != ss.shape:
-        raise ValueError(f"explanations differ in shape: {sa.shape} vs {ss.shape}")
-    sa = sa.reshape(-1, *sa.shape[2:])
-    ss = ss.reshape(-1, *ss.shape[2:])
-    spearman_abs = [metrics.spearman(np.abs(a), np.abs(b)) for a, b in zip(sa, ss)]
-    spearman = [metrics.spearman(a, b) for a, b in zip(sa, ss)]
-    ssim = [metrics.ssim(a, b) for a, b in zip(sa, ss)]
+    signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
+    signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
+    if signed_a.shape != signed_b.shape:
+        raise ValueError(f"explanations differ in shape: {signed_a.shape} vs {signed_b.shape}")
     return {
-        "spearman_abs": float(np.mean(spearman_abs)),
-        "spearman": float(np.mean(spearman)),
-        "ssim": float(np.mean(ssim)),
+        "spearman_abs": float(np.mean([metrics.spearman(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
+        "spearman": float(np.mean([metrics.spearman(a, b) for a, b in zip(signed_a, signed_b)])),
+        "ssim": float(np.mean([metrics.ssim(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
     }
 
 
-def _signed_maps(expl) -> np.ndarray:
-    """``[B, K, ...]`` signed maps: image attributions summed over channels, others as they are."""
+def _per_map(maps: np.ndarray) -> np.ndarray:
+    """``[B, K, ...]`` -> ``[B·K, ...]``: one map per input and target."""
+    return maps.reshape(-1, *maps.shape[2:])
+
+
+def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
+    """``(signed, magnitude)`` maps ``[B, K, ...]`` the randomisation test compares.
+
+    Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
+    and absolute-value visualisations); CAM maps and non-image attributions: ``a`` and ``|a|``.
+    """
     attributions = np.asarray(expl.attributions, dtype=np.float64)
     if attributions.ndim == 5:  # [B, K, H, W, C] pixel attributions of images
-        return attributions.sum(axis=-1)
-    return attributions
+        return attributions.sum(axis=-1), np.abs(attributions).sum(axis=-1)
+    return attributions, np.abs(attributions)
 
 
 def clone_with_weights(model):

@@ -115,7 +115,7 @@ def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", s
     Returns ``{method: {"maps": [S+1, H, W] (original first), "layers": [S] paths,
     "steps": [S] dicts as randomization_test returns, "target": int, "score": float}}``.
     """
-    from .evaluate import _signed_maps, compare_maps, iter_randomization
+    from .evaluate import compare_maps, comparison_maps, iter_randomization
 
     result = {}
     for method in methods:
@@ -123,7 +123,7 @@ def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", s
         for path, expl, randomized in iter_randomization(
             model, inputs, method, targets, mode=mode, seed=seed, **options
         ):
-            maps.append(np.abs(_signed_maps(expl)[0, 0]))
+            maps.append(comparison_maps(expl)[1][0, 0])  # the magnitude map, as compared
             if path is None:
                 original = expl
                 continue

@@ -198,11 +198,12 @@ def _linear_model(weights):
     return model
 
 
-def _explanation(maps, targets):
+def _explanation(maps, targets, attributions=None):
     from saliency_kit.explanation import Explanation
 
     maps = np.asarray(maps, np.float32)
-    return Explanation(attributions=maps, maps=maps, targets=np.asarray(targets), scores=np.zeros(maps.shape[:2]),
+    attributions = maps if attributions is None else attributions
+    return Explanation(attributions=attributions, maps=maps, targets=np.asarray(targets), scores=np.zeros(maps.shape[:2]),
                        method="test", options={})
 
 
@@ -445,3 +446,29 @@ def test_guided_backprop_ignores_the_output_layer(cascading):
     assert first["guided_backprop"]["spearman"] > 0.5, first["guided_backprop"]
     assert first["gradient"]["spearman"] < 0.3, first["gradient"]
     assert first["gradcam"]["spearman_abs"] < 0.5, first["gradcam"]
+
+
+def test_compare_maps_uses_channel_sums_of_magnitudes_and_of_signed_values():
+    from scipy import stats
+    from skimage.metrics import structural_similarity
+
+    from saliency_kit.evaluate import compare_maps
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(2, 2, 1, 9, 9, 3))  # [B=2, K=1, H, W, C]
+    ea = _explanation(np.zeros((2, 1, 9, 9)), [[0], [0]], attributions=a)
+    eb = _explanation(np.zeros((2, 1, 9, 9)), [[0], [0]], attributions=b)
+    result = compare_maps(ea, eb)
+    mag_a, mag_b = np.abs(a).sum(-1), np.abs(b).sum(-1)
+    rho_abs = np.mean([stats.spearmanr(mag_a[i, 0].ravel(), mag_b[i, 0].ravel()).statistic for i in range(2)])
+    rho = np.mean([stats.spearmanr(a[i, 0].sum(-1).ravel(), b[i, 0].sum(-1).ravel()).statistic for i in range(2)])
+    assert result["spearman_abs"] == pytest.approx(rho_abs)
+    assert result["spearman"] == pytest.approx(rho)
+
+    def unit(m):
+        return np.clip(m / np.percentile(m, 99), 0, 1)
+
+    ssim = np.mean([structural_similarity(unit(mag_a[i, 0]), unit(mag_b[i, 0]), data_range=1.0) for i in range(2)])
+    assert result["ssim"] == pytest.approx(ssim)
+    assert compare_maps(ea, ea) == {"spearman_abs": pytest.approx(1.0), "spearman": pytest.approx(1.0),
+                                    "ssim": pytest.approx(1.0)}
