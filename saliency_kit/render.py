@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["normalize", "heatmap", "overlay", "grid", "save_png", "atomic_path", "DEFAULT_CMAPS"]
+__all__ = ["normalize", "heatmap", "overlay", "grid", "save_png", "png_bytes", "write_atomic", "atomic_path",
+           "DEFAULT_CMAPS"]
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with
 #: (near-)white at zero, blue for negative and red for positive evidence.
@@ -338,11 +339,13 @@ def _column_header(ax, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it is flushed and renamed onto ``path``.
+def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
 
     A process killed at any moment leaves either the old file or the complete new one, never a
     half-written ``path`` (at worst a hidden ``.NAME.*.partial`` file, which callers may delete).
+    ``durable=True`` also flushes the contents to disk (``fsync``) before the rename, so that they
+    survive a power cut too.
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
@@ -351,8 +354,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     os.close(fd)
     try:
         yield temp
-        with open(temp, "rb+") as handle:  # contents on disk before the rename makes them visible
-            os.fsync(handle.fileno())
+        if durable:
+            with open(temp, "rb+") as handle:
+                os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -360,28 +364,47 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         raise
 
 
-def save_png(array_or_figure, path: str | os.PathLike, *, dpi: int | None = None) -> str:
-    """Write a uint8 ``[H, W, 3]`` / ``[H, W]`` array or a matplotlib Figure to ``path`` atomically.
+def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> str:
+    """Write ``data`` to ``path`` through a temporary file and a rename (see :func:`atomic_path`)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
+    return path
 
-    Returns ``path``. The figure is saved with a tight bounding box on a white background.
-    """
+
+def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
+    """PNG file contents of a uint8 ``[H, W, 3]`` / ``[H, W]`` array or of a matplotlib Figure."""
     from PIL import Image
 
-    path = os.fspath(path)
+    buffer = io.BytesIO()
     if hasattr(array_or_figure, "savefig"):
-        buffer = io.BytesIO()
         array_or_figure.savefig(buffer, format="png", dpi=dpi or "figure", facecolor="white",
                                 bbox_inches="tight", pad_inches=0.05)
-        data = buffer.getvalue()
     else:
         array = np.asarray(array_or_figure)
         if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
             raise ValueError(f"save_png() expects a Figure or a uint8 image [H, W(, 3|4)]; got "
                              f"{array.dtype} {array.shape} (use heatmap() or overlay() to make one)")
-        buffer = io.BytesIO()
-        Image.fromarray(array).save(buffer, format="PNG")
-        data = buffer.getvalue()
-    with atomic_path(path) as temp:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-    return path
+        Image.fromarray(array).save(buffer, format="PNG", compress_level=3)
+    return buffer.getvalue()
+
+
+def save_png(array_or_figure, path: str | os.PathLike, *, dpi: int | None = None, durable: bool = True) -> str:
+    """Write a uint8 ``[H, W, 3]`` / ``[H, W]`` array or a matplotlib Figure to ``path`` atomically.
+
+    Returns ``path``. The figure is saved with a tight bounding box on a white background.
+    ``durable``: see :func:`atomic_path`.
+    """
+    return write_atomic(path, png_bytes(array_or_figure, dpi=dpi), durable=durable)

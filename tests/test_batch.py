@@ -98,6 +98,8 @@ def test_manifest_tolerates_a_cut_off_last_line_and_completeness_needs_every_fil
     assert batch.complete_images(manifest.read(), str(tmp_path)) == {"a", "d"}
     with open(manifest.path, "rb") as handle:
         assert handle.read().endswith(b"\n")
+    (tmp_path / "a2.png").write_bytes(b"")  # listed, but empty after a power cut: not complete
+    assert batch.complete_images(manifest.read(), str(tmp_path)) == {"d"}
 
 
 def test_remove_partials_only_touches_temporary_files(tmp_path):

@@ -248,7 +248,8 @@ def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path,
             break
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
-    process.communicate()
+    # Its writer processes notice and exit too: otherwise they would keep the output pipes open.
+    process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
 
     before = manifest.read_bytes()
