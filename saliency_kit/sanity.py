@@ -33,17 +33,17 @@ def add_parser(subparsers) -> None:
             "method's map changes (Adebayo et al. 2018). Maps that stay the same do not explain the model."
         ),
     )
-    parser.add_argument("image", help="an image file")
+    parser.add_argument("image", metavar="IMAGE", help="an image file")
     add_model_options(parser)
     parser.add_argument(
         "--method", action="append", dest="methods", metavar="M",
         help=f"a method to check (repeatable; default: {', '.join(DEFAULT_METHODS)})",
     )
-    parser.add_argument("--target", default="top1", help="topK, a class index or a class name (default: top1)")
-    parser.add_argument("--out", default="saliency_out", help="output directory (default: saliency_out)")
+    parser.add_argument("--target", default="top1", metavar="T", help="topK, a class index or a class name (default: top1)")
+    parser.add_argument("--out", default="saliency_out", metavar="DIR", help="output directory (default: saliency_out)")
     parser.add_argument("--mode", choices=("cascading", "independent"), default="cascading",
                         help="re-initialise layers cumulatively from the output (default) or one at a time")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the re-initialisation (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the re-initialisation (default: 0)")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the full traceback of an error")
     parser.set_defaults(handler=run)
