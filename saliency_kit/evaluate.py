@@ -18,7 +18,14 @@ from scipy import ndimage
 
 from . import metrics
 
-__all__ = ["randomization_test", "iter_randomization", "compare_maps", "deletion_insertion", "pointing_game"]
+__all__ = [
+    "randomization_test",
+    "iter_randomization",
+    "compare_maps",
+    "comparison_maps",
+    "deletion_insertion",
+    "pointing_game",
+]
 
 _MODES = ("cascading", "independent")
 

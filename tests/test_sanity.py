@@ -63,7 +63,7 @@ def test_parse_target_and_json_nan(tmp_path):
 def shape_png(tmp_path_factory):
     from saliency_kit.shapes import make_dataset
 
-    images, _, labels = make_dataset(1, seed=4)
+    images, _, _ = make_dataset(1, seed=4)
     path = tmp_path_factory.mktemp("img") / "shape.png"
     Image.fromarray(images[0]).save(path)
     return path
