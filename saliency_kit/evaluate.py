@@ -320,6 +320,8 @@ def deletion_insertion(
         blur_sigma: σ in pixels of the insertion start image.
         score, batch_size: passed to ``forward_scores``.
         seed: seed of the random order and of the tie-breaking.
+        max_batch_bytes: the perturbed images of several inputs are built and scored together, up
+            to about this many bytes at a time.
 
     Returns:
         A dict of NumPy arrays: ``fractions [S+1]`` (fraction of pixels changed at each step),
