@@ -373,14 +373,17 @@ def run(
     manifest: Manifest,
     skip: set[str] = frozenset(),
     recorded: set[tuple[str, str]] = frozenset(),
+    explain=None,
     decode_workers: int = 2,
     write_processes: int = 2,
     progress_stream=None,
 ) -> Summary:
     """Explain every image of ``relative_paths`` not in ``skip``; write outputs and manifest lines.
 
-    ``methods``: ``(name, options)`` pairs for :func:`saliency_kit.explain`. ``targets_for(inputs)``
-    returns the ``targets`` argument for a batch of inputs. Bad files are recorded and skipped.
+    ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns the ``targets`` argument
+    for a batch of inputs; ``explain(model, inputs, method, targets, batch_size, options)``, if
+    given, replaces the plain call of :func:`saliency_kit.explain`. Bad files are recorded and
+    skipped.
     ``recorded``: ``(image, file)`` and ``(image, error)`` pairs already in the manifest, which are
     not written again (see :func:`recorded_keys`).
 
@@ -390,8 +393,13 @@ def run(
     was measured, writer threads slowed ``explain`` by ~40%). Runs of fewer than four batches,
     or ``write_processes=0``, write from threads instead: starting processes would cost more.
     """
-    import saliency_kit as sk
     from .images import load_image
+
+    if explain is None:
+        def explain(model, inputs, method, targets, batch_size, options):
+            import saliency_kit as sk
+
+            return sk.explain(model, inputs, method, targets, batch_size=batch_size, **options)
 
     todo = [path for path in relative_paths if path not in skip]
     summary = Summary(total=len(relative_paths), skipped=len(relative_paths) - len(todo))
@@ -440,8 +448,7 @@ def run(
                 batch = np.stack(inputs)
                 targets = targets_for(batch)
                 for name, options in methods:
-                    explanation = sk.explain(model, batch, name, targets, batch_size=batch_size, **options)
-                    results.append((name, explanation))
+                    results.append((name, explain(model, batch, name, targets, batch_size, options)))
             items = []
             for row, path in enumerate(good):
                 per_method = [(name, e.maps[row], e.targets[row], e.scores[row],

@@ -338,6 +338,17 @@ def targets_argument(specs, model, batch_size: int):
     return lambda inputs: targets_array(specs, predict(model, inputs, batch_size))
 
 
+def explain_or_usage_error(model, inputs, method: str, targets, batch_size: int, options: dict):
+    """``sk.explain``; its ValueErrors (raised before any work: a --layer the model lacks, a method
+    the model cannot support) are usage errors of the command."""
+    import saliency_kit as sk
+
+    try:
+        return sk.explain(model, inputs, method, targets, batch_size=batch_size, **options)
+    except ValueError as error:
+        raise UsageError(f"{method}: {_message(error)}") from error
+
+
 def predict(model, inputs: np.ndarray, batch_size: int) -> np.ndarray:
     """The model's outputs ``[B, classes]`` as NumPy, in batches of ``batch_size``."""
     outputs = [np.asarray(model(inputs[i:i + batch_size], training=False))
@@ -389,13 +400,11 @@ def cmd_explain(args) -> int:
         print(f"saliency explain: none of the {len(args.images)} images could be read", file=sys.stderr)
         return 1
 
-    import saliency_kit as sk
-
     batch = np.stack(inputs)
     outputs_now = predict(model, batch, args.batch_size)
     probabilities = _looks_like_probabilities(outputs_now)
     targets = targets_array(specs, outputs_now)
-    explanations = [(name, sk.explain(model, batch, name, targets, batch_size=args.batch_size, **options))
+    explanations = [(name, explain_or_usage_error(model, batch, name, targets, args.batch_size, options))
                     for name, options in plan]
 
     folders = _explain_folders(paths)
@@ -408,7 +417,7 @@ def cmd_explain(args) -> int:
         files = [os.path.join(args.out, w.file) for w in written]
         if "png" in formats:
             figure = render.grid([_rows(e, row) for _, e in explanations], [originals[row]],
-                                 spec.class_names, row_labels=[os.path.basename(path)])
+                                 spec.class_names, row_labels=[os.path.basename(path)], score_name="logit")
             files.append(render.save_png(figure, os.path.join(args.out, folders[path], "grid.png")))
         for file in files:
             print(f"  wrote {file}")
@@ -503,7 +512,7 @@ def cmd_batch(args) -> int:
     summary = batch.run(
         input_dir=args.input_dir, out_dir=args.out, relative_paths=mine, folders=folders,
         model=model, spec=spec, methods=plan,
-        targets_for=targets_argument(specs, model, args.batch_size),
+        targets_for=targets_argument(specs, model, args.batch_size), explain=explain_or_usage_error,
         batch_size=args.batch_size, formats=_formats(args), manifest=manifest, skip=skip,
         recorded=batch.recorded_keys(records),
     )

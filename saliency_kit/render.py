@@ -260,6 +260,7 @@ def grid(
     overlay_cams: bool = True,
     alpha: float = 0.5,
     row_labels: Sequence[str] | None = None,
+    score_name: str | None = None,
     panel_inches: float = 1.9,
     dpi: int = 150,
 ):
@@ -269,7 +270,8 @@ def grid(
     the same inputs). ``originals``: the images as loaded (uint8 ``[B, H, W, 3]`` or a list of
     arrays of any sizes), or ``None`` to leave out the image column. Panels are titled with the
     class name (from ``class_names``, else ``"class i"``) and the score the map explains; the top
-    row also names the method. Pixel-level maps are shown as heatmaps; the coarse CAM maps
+    row also names the method; ``score_name`` (e.g. ``"logit"``) says what the score is.
+    Pixel-level maps are shown as heatmaps; the coarse CAM maps
     (Grad-CAM, Grad-CAM++) are laid over the image when ``overlay_cams`` is true. Sequence maps
     ``[T]`` show as strips and ``[T, F]`` as matrices. Returns a bare
     :class:`matplotlib.figure.Figure` (no pyplot state); save it with :func:`save_png`.
@@ -318,7 +320,8 @@ def grid(
             _style(ax)
             target = int(np.asarray(e.targets)[row, k])
             score = float(np.asarray(e.scores)[row, k])
-            label = f"{_class_label(class_names, target)}  {score:.3g}"
+            shown = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
+            label = f"{_class_label(class_names, target)}  {shown}"
             ax.set_title(label, fontsize=8, pad=3)
             if row == 0:
                 _column_header(ax, METHOD_TITLES.get(e.method, str(e.method)))
@@ -397,7 +400,7 @@ def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
         if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
             raise ValueError(f"save_png() expects a Figure or a uint8 image [H, W(, 3|4)]; got "
                              f"{array.dtype} {array.shape} (use heatmap() or overlay() to make one)")
-        Image.fromarray(array).save(buffer, format="PNG", compress_level=3)
+        Image.fromarray(array).save(buffer, format="PNG", compress_level=1)  # fastest; no bigger here
     return buffer.getvalue()
 
 

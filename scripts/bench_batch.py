@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--method", default="guided_backprop")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--model", default="shapes")
+    parser.add_argument("--weights", help="passed on to load_model, e.g. 'random' for a named model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files (default: a temporary folder)")
     args = parser.parse_args()
@@ -116,8 +117,9 @@ def main() -> int:
         cpu_start = time.process_time()
         start = time.perf_counter()
         with contextlib.redirect_stdout(printed):
-            status = saliency(["batch", inputs, "--out", out, "--model", args.model, "--method", args.method,
-                               "--batch-size", str(args.batch_size)])
+            weights = ["--weights", args.weights] if args.weights else []
+            status = saliency(["batch", inputs, "--out", out, "--model", args.model, *weights,
+                               "--method", args.method, "--batch-size", str(args.batch_size)])
         wall = time.perf_counter() - start
         batch_cpu = time.process_time() - cpu_start
         watch.stop.set()
@@ -130,7 +132,8 @@ def main() -> int:
 
         import saliency_kit as sk
 
-        model, spec = sk.load_model(args.model)  # a fresh model: its functions compile anew
+        # A fresh model: its functions compile anew, as in the batch run.
+        model, spec = sk.load_model(args.model, **({"weights": args.weights} if args.weights else {}))
         x, _ = sk.load_images(paths, spec)
         cpu_start = time.process_time()
         start = time.perf_counter()

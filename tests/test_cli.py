@@ -153,6 +153,7 @@ def test_usage_errors_found_after_loading_the_model_exit_2(tiny_model, image_fol
         (["--target", "5"], "class index out of range"),
         (["--steps", "8"], "--steps only applies to integrated_gradients"),
         (["--model", str(root / "notes.txt")], "notes.txt"),
+        (["--method", "gradcam", "--layer", "no_such_layer"], "gradcam: "),
     ]:
         argv = ["explain", image, "--model", str(tiny_model), *args, "--out", str(root / "unused")]
         assert main(argv) == 2, args
