@@ -397,7 +397,7 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         sums = (tf.zeros([n, m_s, group, *shape], xs.dtype), no_scores, no_scores)
         if t_blocks == 1:
             return block(0, sums)[1]
-        return tf.while_loop(lambda i, _: i < t_blocks, block, (0, sums))[1]
+        return tf.while_loop(lambda i, _: i < t_blocks, block, (0, sums), parallel_iterations=1)[1]
 
     def kernel(x, targets, index, seed, baseline):
         _traced()
@@ -431,8 +431,8 @@ def _build_gradient_kernel(view, plan, n, group, m_s, m_t, shape, dtype):
         if s_blocks == 1:
             _, (first, second) = sample_block(0, (zeros, zeros))
         else:
-            _, (first, second) = tf.while_loop(
-                lambda j, _: j < s_blocks, sample_block, (0, (zeros, zeros))
+            _, (first, second) = tf.while_loop(  # one block at a time: memory stays one chunk
+                lambda j, _: j < s_blocks, sample_block, (0, (zeros, zeros)), parallel_iterations=1
             )
         mean = first / plan.samples
         if plan.aggregate == "square":
