@@ -470,7 +470,8 @@ def run(
 
 def _worker_start(parent: int) -> None:
     """In each writer process: leave Ctrl-C to the parent, and exit as soon as the parent is gone
-    (e.g. killed with SIGKILL), instead of lingering as an orphan."""
+    (e.g. killed with SIGKILL) instead of lingering as an orphan. (Not run at a lower priority:
+    on a busy machine the writers then starve and the engine waits for them.)"""
     import signal
     import threading
 

@@ -558,12 +558,16 @@ def _check_settings(args, plan, path: str) -> None:
 # ------------------------------------------------------------------------- models, methods
 def cmd_models(args) -> int:
     import saliency_kit as sk
+    from . import zoo
 
-    for item in sk.list_models():
-        if isinstance(item, (tuple, list)):
-            print("  ".join(str(part) for part in item))
-        else:
-            print(item)
+    names = [str(name) for name in sk.list_models()]
+    width = max((len(name) for name in names), default=0)
+    for name in names:
+        try:
+            description = getattr(zoo.get_spec(name), "description", "") or ""
+        except Exception:  # noqa: BLE001 - a broken config still gets listed, by name
+            description = ""
+        print(f"{name:<{width}}  {description}".rstrip())
     return 0
 
 

@@ -10,9 +10,9 @@ What it does:
 2. runs ``saliency batch`` on them *in this process* (``saliency_kit.cli.main``), sampling the
    resident memory (RSS) while a thread watches the manifest, and reads the run's own timing
    (the processing loop: decoding, explaining, rendering, writing; model loading excluded);
-3. loads a fresh copy of the model and times ``sk.explain`` alone on the same images, already
-   decoded and preprocessed in memory, in batches of the same size (first-call compilation
-   included in both, as in the batch run).
+3. times ``sk.explain`` alone on the same images in a fresh process, the images already decoded
+   and preprocessed in memory, in batches of the same size (the first call's compilation is
+   included in both measurements; model loading and imports in neither).
 
 Reported: images/s of each, their ratio (target >= 0.9), and RSS after 100 and after all images
 (target: growth <= 10%). The machine is shared: repeat the run before trusting a single figure.
@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -91,6 +92,21 @@ class MemoryWatch(threading.Thread):
             self.stop.wait(self.period)
 
 
+def engine_only(args) -> None:
+    """Time ``sk.explain`` on the images under ``args.engine_only``, decoded beforehand (this
+    process: model loading and decoding untimed, the first call's compilation timed)."""
+    import saliency_kit as sk
+
+    model, spec = sk.load_model(args.model, **({"weights": args.weights} if args.weights else {}))
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(args.engine_only) for f in files)
+    x, _ = sk.load_images(paths, spec)
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    for i in range(0, len(x), args.batch_size):
+        sk.explain(model, x[i:i + args.batch_size], args.method, "top1", batch_size=args.batch_size)
+    print(time.perf_counter() - start, time.process_time() - cpu_start)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=1000)
@@ -100,7 +116,11 @@ def main() -> int:
     parser.add_argument("--weights", help="passed on to load_model, e.g. 'random' for a named model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files (default: a temporary folder)")
+    parser.add_argument("--engine-only", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.engine_only:
+        engine_only(args)
+        return 0
 
     with contextlib.ExitStack() as stack:
         work = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_batch_"))
@@ -130,17 +150,14 @@ def main() -> int:
             raise SystemExit(f"saliency batch failed with status {status}:\n{summary}")
         loop_seconds = float(re.search(r"written in ([\d.]+) s", summary)[1])
 
-        import saliency_kit as sk
-
-        # A fresh model: its functions compile anew, as in the batch run.
-        model, spec = sk.load_model(args.model, **({"weights": args.weights} if args.weights else {}))
-        x, _ = sk.load_images(paths, spec)
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        for i in range(0, len(x), args.batch_size):
-            sk.explain(model, x[i:i + args.batch_size], args.method, "top1", batch_size=args.batch_size)
-        engine_seconds = time.perf_counter() - start
-        engine_cpu = time.process_time() - cpu_start
+        # The engine alone, in a fresh process like the batch run (so that neither profits from
+        # the other's warm caches: TensorFlow's tracing, autograph's conversions).
+        measured = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--engine-only", inputs, "--model", args.model,
+             "--method", args.method, "--batch-size", str(args.batch_size),
+             *(["--weights", args.weights] if args.weights else [])],
+            check=True, capture_output=True, text=True).stdout
+        engine_seconds, engine_cpu = map(float, measured.split()[-2:])
 
     batch_rate, engine_rate = args.images / loop_seconds, args.images / engine_seconds
     at_100 = next((rss for done, rss in watch.samples if done >= 100), float("nan"))
