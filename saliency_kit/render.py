@@ -341,6 +341,29 @@ def _column_header(ax, text: str) -> None:
 # Files
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux allows (no race with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+def _usual_permissions(fd: int) -> None:
+    """mkstemp makes files private (0600); give the file what ``open()`` would (0666 - umask)."""
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o666 & ~_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
@@ -354,8 +377,9 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[st
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
-    os.close(fd)
     try:
+        _usual_permissions(fd)
+        os.close(fd)
         yield temp
         if durable:
             with open(temp, "rb+") as handle:
@@ -374,6 +398,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) 
     os.makedirs(directory, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
     try:
+        _usual_permissions(fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:

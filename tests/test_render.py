@@ -200,3 +200,14 @@ def test_colours_are_exactly_matplotlibs(cmap):
     unit = np.concatenate([np.linspace(0, 1, 2001), [0.0, 1.0, 0.5, 1 / 256, 255 / 256]]).astype(np.float32)
     expected = matplotlib.colormaps[cmap](unit, bytes=True)[..., :3]
     np.testing.assert_array_equal(render._colorize(unit, cmap, "abs"), expected)
+
+
+def test_atomic_files_get_the_usual_permissions(tmp_path):
+    (tmp_path / "plain.png").write_bytes(b"x")  # what open() gives under this umask
+    render.save_png(np.zeros((2, 2, 3), np.uint8), tmp_path / "atomic.png")
+    with render.atomic_path(tmp_path / "ctx.bin") as temp:
+        with open(temp, "wb") as handle:
+            handle.write(b"y")
+    mode = (tmp_path / "plain.png").stat().st_mode & 0o777
+    assert (tmp_path / "atomic.png").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "ctx.bin").stat().st_mode & 0o777 == mode
