@@ -314,8 +314,13 @@ class Progress:
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="img", file=self.stream, dynamic_ncols=True,
-                            desc="saliency batch")
+            try:
+                width = os.get_terminal_size(self.stream.fileno()).columns
+            except (OSError, ValueError, AttributeError):
+                width = 0
+            # A terminal that reports no width (e.g. a pty without a size) would get an empty bar.
+            size = {"dynamic_ncols": True} if width > 0 else {"ncols": 100}
+            self.bar = tqdm(total=total, unit="img", file=self.stream, desc="saliency batch", **size)
 
     def update(self, done: int, failed: int) -> None:
         self.done += done
