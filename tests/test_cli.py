@@ -266,6 +266,8 @@ def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path,
     code, stdout, err = run(*args, "--resume")
     assert code == 1, err  # the bad files
     assert f"{len(complete)} already complete" in stdout
+    todo = len(good) + len(bad) - len(complete)
+    assert f"saliency batch: {todo}/{todo} images (100%)" in err  # plain progress lines: not a terminal
     assert manifest.read_bytes().startswith(before)  # earlier lines kept as they were
     check_complete(out, manifest_records(manifest), good, bad)
     assert {p: p.stat().st_mtime_ns for p in done_files} == done_files  # complete images not redone
