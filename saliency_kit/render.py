@@ -90,26 +90,34 @@ def normalize(map_, *, sign: str = "abs", clip_percentile: float = 99.0) -> np.n
     return scaled.astype(np.float32)
 
 
-def _colormap(cmap: Any, sign: str):
+@functools.lru_cache(maxsize=None)
+def _named_colormap(name: str):
+    """A registered colormap by name (``matplotlib.colormaps[name]`` makes a copy at every call)."""
     import matplotlib
 
+    try:
+        return matplotlib.colormaps[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown colormap {name!r}; use a matplotlib colormap name such as "
+            f"'inferno', 'gray', 'RdBu_r' (see matplotlib.colormaps)"
+        ) from None
+
+
+def _colormap(cmap: Any, sign: str):
     if cmap is None:
         cmap = DEFAULT_CMAPS[sign]
-    if isinstance(cmap, str):
-        try:
-            return matplotlib.colormaps[cmap]
-        except KeyError:
-            raise ValueError(
-                f"unknown colormap {cmap!r}; use a matplotlib colormap name such as "
-                f"'inferno', 'gray', 'RdBu_r' (see matplotlib.colormaps)"
-            ) from None
-    return cmap  # a matplotlib Colormap instance
+    return _named_colormap(cmap) if isinstance(cmap, str) else cmap  # else a Colormap instance
 
 
-@functools.lru_cache(maxsize=64)
-def _lookup_table(cmap) -> np.ndarray:
+@functools.lru_cache(maxsize=None)
+def _named_table(name: str) -> np.ndarray:
+    return _table(_named_colormap(name))
+
+
+def _table(colormap) -> np.ndarray:
     """uint8 ``[N, 3]``: the colormap's own N colours (what matplotlib indexes into)."""
-    return np.ascontiguousarray(cmap(np.arange(cmap.N), bytes=True)[:, :3])
+    return np.ascontiguousarray(colormap(np.arange(colormap.N), bytes=True)[:, :3])
 
 
 def _colorize(unit: np.ndarray, cmap: Any, sign: str) -> np.ndarray:
@@ -118,11 +126,9 @@ def _colorize(unit: np.ndarray, cmap: Any, sign: str) -> np.ndarray:
     The same colours as ``cmap(unit, bytes=True)`` (index ``min(int(x * N), N - 1)`` into the
     colormap's table), by one table look-up: batch jobs colour many maps.
     """
+    name = DEFAULT_CMAPS[sign] if cmap is None else cmap
     colormap = _colormap(cmap, sign)
-    try:
-        table = _lookup_table(colormap)
-    except TypeError:  # an unhashable colormap object
-        return np.ascontiguousarray(colormap(unit, bytes=True)[..., :3])
+    table = _named_table(name) if isinstance(name, str) else _table(colormap)
     index = np.minimum((unit * colormap.N).astype(np.intp), colormap.N - 1)
     return table[np.maximum(index, 0)]
 
@@ -364,6 +370,17 @@ def _usual_permissions(fd: int) -> None:
         os.fchmod(fd, 0o666 & ~_UMASK)
 
 
+def _temporary_beside(path: str) -> tuple[int, str]:
+    """A new hidden ``.NAME.*.partial`` file in ``path``'s folder (made if missing)."""
+    directory = os.path.dirname(path) or "."
+    prefix = f".{os.path.basename(path)}."
+    try:
+        return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=".partial")
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=".partial")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
@@ -374,9 +391,7 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[st
     survive a power cut too.
     """
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+    fd, temp = _temporary_beside(path)
     try:
         _usual_permissions(fd)
         os.close(fd)
@@ -394,9 +409,7 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[st
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> str:
     """Write ``data`` to ``path`` through a temporary file and a rename (see :func:`atomic_path`)."""
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+    fd, temp = _temporary_beside(path)
     try:
         _usual_permissions(fd)
         with os.fdopen(fd, "wb") as handle:

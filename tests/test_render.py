@@ -211,3 +211,9 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
     mode = (tmp_path / "plain.png").stat().st_mode & 0o777
     assert (tmp_path / "atomic.png").stat().st_mode & 0o777 == mode
     assert (tmp_path / "ctx.bin").stat().st_mode & 0o777 == mode
+
+
+def test_a_colormap_object_works_like_its_name():
+    m = np.random.default_rng(4).normal(size=(9, 7))
+    np.testing.assert_array_equal(render.heatmap(m, cmap=matplotlib.colormaps["viridis"]),
+                                  render.heatmap(m, cmap="viridis"))
