@@ -236,7 +236,7 @@ def test_explain_with_a_named_model_and_no_weights_gives_one_clear_line(tmp_path
 
 
 # ------------------------------------------------------------------------------ batch
-def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path, tiny_model, image_folder):
+def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path, tiny_model, image_folder, capsys):
     root, good, bad = image_folder
     out = tmp_path / "out"
     args = ("batch", root, "--out", out, "--model", tiny_model, "--method", "smoothgrad", "--samples", "64",
@@ -273,6 +273,12 @@ def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path,
     assert {p: p.stat().st_mtime_ns for p in done_files} == done_files  # complete images not redone
     for name in bad:
         assert name in stdout
+
+    # Resuming with other settings would mix two kinds of maps: refused (in-process: no new start-up).
+    from saliency_kit.cli import main
+
+    assert main(["batch", str(root), "--out", str(out), "--model", str(tiny_model), "--resume"]) == 2
+    assert "methods differ" in capsys.readouterr().err
 
 
 def test_shards_are_disjoint_cover_the_folder_and_can_share_an_output(tmp_path, tiny_model, image_folder):
