@@ -18,11 +18,6 @@ def _check_score(score):
         raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
 
 
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int; received {batch_size!r}.")
-
-
 def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
     flat = attributions.reshape(*attributions.shape[:2], -1)
     dead = ~np.any(flat != 0, axis=-1)
@@ -66,7 +61,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     chosen = methods.get(method)
     options = chosen.options(options)
     _check_score(score)
-    _check_batch_size(batch_size)
+    engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     chosen.validate(Request(model, x, None, score, None, batch_size), options)
     request = _request(model, x, targets, score, batch_size)
@@ -107,7 +102,7 @@ def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_si
     passes), so K classes cost far less than K calls.
     """
     _check_score(score)
-    _check_batch_size(batch_size)
+    engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     columns = score_columns(model)
     if columns is None:

@@ -47,6 +47,7 @@ from .targets import ScoreView, score_columns
 __all__ = [
     "GradientPlan",
     "check_inputs",
+    "check_batch_size",
     "score_view",
     "rewritten_model",
     "gradients",
@@ -483,7 +484,7 @@ def gradients(
     a plain plan or a noise-free path through α = 1, one extra forward pass otherwise. ``seed`` keys the noise of SmoothGrad;
     ``baseline`` (broadcastable to one input) starts the integrated-gradients path.
     """
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     view = score_view(model, score, score_fn, rule)
     shape, dtype = inputs.shape[1:], inputs.dtype
     B, K = targets.shape
@@ -519,7 +520,8 @@ def _view_key(score, score_fn, rule):
     return (score, None if score_fn is None else id(score_fn), rule if isinstance(rule, str) else id(rule))
 
 
-def _check_batch_size(batch_size):
+def check_batch_size(batch_size) -> None:
+    """``ValueError`` unless ``batch_size`` is a positive int."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int; received {batch_size!r}.")
 
@@ -570,7 +572,7 @@ def cam(model, inputs, targets, layer: str, *, plus_plus=False, relu=True, score
     the exponential-score closed form): channel weights ``Σ_hw α · relu(∂s/∂A)`` with
     ``α = g² / (2 g² + Σ_hw A · g³)``. Upsampled bilinearly to ``H×W`` = ``inputs.shape[1:3]``.
     """
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     if inputs.ndim != 4:
         raise ValueError(
             f"CAM methods need image inputs [B, H, W, C]; received shape {inputs.shape}."
@@ -606,7 +608,7 @@ def _build_values_kernel(view, n, shape, dtype):
 
 def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
     """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     inputs = np.asarray(inputs)
     view = score_view(model, score, score_fn, rule)
     shape, dtype = inputs.shape[1:], inputs.dtype
