@@ -167,6 +167,20 @@ def _plain_clone(op):
         ) from error
 
 
+def _copy_weights(original, clone):
+    """Assign ``original``'s variables to ``clone``'s, variable by variable (no NumPy round trip)."""
+    source = getattr(original, "weights", None) or []
+    target = getattr(clone, "weights", None) or []
+    if len(source) != len(target) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(source, target)):
+        raise ValueError(
+            f"cannot rewrite: the rebuilt layer {original.name!r} ({type(original).__name__}) does not "
+            f"have the original's weights ({len(target)} variables instead of {len(source)}, or other "
+            "shapes); its get_config() does not describe it fully"
+        )
+    for a, b in zip(source, target):
+        b.assign(a.value)
+
+
 def rewrite(model: keras.Model, rule) -> keras.Model:
     """A new model whose ReLU-family activations use ``rule`` on the backward pass.
 
@@ -210,8 +224,7 @@ def rewrite(model: keras.Model, rule) -> keras.Model:
     if not new_model.built:
         new_model.build(model.inputs[0].shape if model.inputs else None)
     for original, clone in pairs:
-        if getattr(original, "weights", None):
-            clone.set_weights(original.get_weights())
+        _copy_weights(original, clone)
 
     # In the order of the original model, whatever order the clone visited them in.
     order = {path: i for i, (path, _) in enumerate(targets.values())}
