@@ -156,8 +156,10 @@ def _per_model(cache, model) -> dict:
 def _weight_sync(source, copy):
     """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
     pairs = list(zip(source.weights, copy.weights))
+    # The rewrite rebuilds the same graph, so its variables come in the same order; names can
+    # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
     if len(source.weights) != len(copy.weights) or any(
-        tuple(a.shape) != tuple(b.shape) or a.name != b.name for a, b in pairs
+        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
 
