@@ -409,19 +409,9 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[st
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> str:
     """Write ``data`` to ``path`` through a temporary file and a rename (see :func:`atomic_path`)."""
     path = os.fspath(path)
-    fd, temp = _temporary_beside(path)
-    try:
-        _usual_permissions(fd)
-        with os.fdopen(fd, "wb") as handle:
+    with atomic_path(path, durable=durable) as temp:
+        with open(temp, "wb") as handle:
             handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
     return path
 
 
