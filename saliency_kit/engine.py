@@ -195,7 +195,7 @@ def score_view(model, score="logits", score_fn=None, rule=None) -> ScoreView:
     """The cached :class:`~saliency_kit.targets.ScoreView` of ``model`` (rewritten by ``rule``)."""
     target_model = rewritten_model(model, rule)
     per_model = _per_model(_views, model)
-    key = (score, None if score_fn is None else id(score_fn), rule if isinstance(rule, str) else id(rule))
+    key = _view_key(score, score_fn, rule)
     if key not in per_model:
         per_model[key] = (score_fn, ScoreView(target_model, score, score_fn))
     return per_model[key][1]

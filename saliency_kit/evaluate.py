@@ -176,22 +176,16 @@ def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
 
 def clone_with_weights(model):
     """A deep copy of ``model`` (nested models cloned too) holding the same weights."""
-    import keras
+    from .rewriting import copy_model
 
     try:
-        clone = keras.models.clone_model(model, recursive=True)
+        return copy_model(model)
     except Exception as error:  # subclassed models, custom layers without get_config, ...
         raise ValueError(
             f"randomization_test needs a copy of the model to re-initialise, and "
             f"keras.models.clone_model could not copy {model.name!r} ({type(error).__name__}: {error}). "
             "Use a Functional or Sequential model whose layers implement get_config()."
         ) from error
-    source, target = model.weights, clone.weights
-    if [tuple(w.shape) for w in source] != [tuple(w.shape) for w in target]:
-        raise ValueError(f"clone of {model.name!r} does not have the same weights layout as the model")
-    for s, t in zip(source, target):
-        t.assign(s)
-    return clone
 
 
 def weighted_layers(model, prefix: str = "") -> list[tuple[str, object]]:

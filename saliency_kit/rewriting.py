@@ -26,7 +26,7 @@ import keras
 
 from .rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_function
 
-__all__ = ["rewrite", "find_relu_activations"]
+__all__ = ["rewrite", "find_relu_activations", "copy_model"]
 
 
 def _relu_family_of_operation(op) -> ReluFamily | None:
@@ -181,6 +181,28 @@ def _copy_weights(original, clone):
         b.assign(a.value)
 
 
+def copy_model(model: keras.Model, replace=None) -> keras.Model:
+    """A copy of ``model`` with every layer rebuilt (nested models too) and every weight copied.
+
+    ``replace(op)`` may return the layer to use in place of ``op`` (``None``: an ordinary clone);
+    ``Lambda`` layers are rebuilt in memory around the same function. The result shares nothing
+    with ``model``.
+    """
+    pairs = []  # (original, clone) of every rebuilt layer, for copying weights afterwards
+
+    def clone_function(op):
+        clone = (replace(op) if replace is not None else None) or _plain_clone(op)
+        pairs.append((op, clone))
+        return clone
+
+    new_model = keras.models.clone_model(model, clone_function=clone_function, recursive=True)
+    if not new_model.built:
+        new_model.build(model.inputs[0].shape if model.inputs else None)
+    for original, clone in pairs:
+        _copy_weights(original, clone)
+    return new_model
+
+
 def rewrite(model: keras.Model, rule) -> keras.Model:
     """A new model whose ReLU-family activations use ``rule`` on the backward pass.
 
@@ -207,24 +229,16 @@ def rewrite(model: keras.Model, rule) -> keras.Model:
                if (family := _relu_family_of_operation(op)) is not None}
     _check_rewritable(model, targets)
 
-    pairs = []  # (original, clone) of every rebuilt layer, for copying weights afterwards
     rewritten = []
 
-    def clone_function(op):
-        if id(op) in targets:
-            path, family = targets[id(op)]
-            clone = _rewritten_clone(op, rule, family)
-            rewritten.append(path)
-        else:
-            clone = _plain_clone(op)
-        pairs.append((op, clone))
-        return clone
+    def replace(op):
+        if id(op) not in targets:
+            return None
+        path, family = targets[id(op)]
+        rewritten.append(path)
+        return _rewritten_clone(op, rule, family)
 
-    new_model = keras.models.clone_model(model, clone_function=clone_function, recursive=True)
-    if not new_model.built:
-        new_model.build(model.inputs[0].shape if model.inputs else None)
-    for original, clone in pairs:
-        _copy_weights(original, clone)
+    new_model = copy_model(model, replace)
 
     # In the order of the original model, whatever order the clone visited them in.
     order = {path: i for i, (path, _) in enumerate(targets.values())}
