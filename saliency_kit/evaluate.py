@@ -188,21 +188,14 @@ def clone_with_weights(model):
         ) from error
 
 
-def weighted_layers(model, prefix: str = "") -> list[tuple[str, object]]:
+def weighted_layers(model) -> list[tuple[str, object]]:
     """``(path, layer)`` of every layer that has weights, in the model's order, nested models expanded.
 
     Paths of layers in nested models are ``"outer/inner"``.
     """
-    import keras
+    from .targets import layer_paths
 
-    found = []
-    for layer in model.layers:
-        path = f"{prefix}{layer.name}"
-        if isinstance(layer, keras.Model) and hasattr(layer, "layers"):
-            found.extend(weighted_layers(layer, prefix=f"{path}/"))
-        elif layer.weights:
-            found.append((path, layer))
-    return found
+    return [(path, layer) for path, layer in layer_paths(model) if layer.weights]
 
 
 def _select_layers(all_layers, layers):
