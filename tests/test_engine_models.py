@@ -236,3 +236,36 @@ def test_a_model_mixing_channel_formats_is_refused():
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(b)))
     with pytest.raises(ValueError, match="mixes channels_first .* and channels_last"):
         sk.explain(model, np.zeros((1, 2, 6, 6), "float32"), "gradient", 0)
+
+
+# -- guided backprop through every ReLU op the model runs ----------------------------------------
+class ReluInside(keras.layers.Layer):
+    """A custom layer computing relu(x W) in its own call: no activation a rewrite could see."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 4), initializer="glorot_uniform", name="w")
+
+    def call(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+
+def test_guided_and_deconv_reach_a_relu_inside_a_custom_layer_call():
+    """s = v · relu(W x) with the relu inside a custom layer; guided and deconv by hand."""
+    keras.utils.set_random_seed(21)
+    inputs = keras.Input((3,))
+    hidden = ReluInside(name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, use_bias=False, name="out")(hidden))
+    W = np.array([[1.0, -2.0, 0.5, 1.5], [0.5, 1.0, -1.0, 2.0], [-1.0, 0.5, 2.0, -0.5]], "float32")
+    v = np.array([[2.0], [-1.0], [1.5], [-3.0]], "float32")
+    model.get_layer("hidden").set_weights([W])
+    model.get_layer("out").set_weights([v])
+    x = np.array([[1.0, 1.0, 1.0], [2.0, -1.0, 0.5]], "float32")
+    active = (x @ W > 0).astype("float32")
+    v = v[:, 0]
+    np.testing.assert_allclose(sk.explain(model, x, "gradient", 0).attributions[:, 0], (active * v) @ W.T, atol=1e-6)
+    np.testing.assert_allclose(sk.explain(model, x, "guided_backprop", 0).attributions[:, 0],
+                               (active * v * (v > 0)) @ W.T, atol=1e-6)
+    np.testing.assert_allclose(sk.explain(model, x, "deconvnet", 0).attributions[:, 0],
+                               np.tile(np.maximum(v, 0) @ W.T, (2, 1)), atol=1e-6)
+    # the model itself is untouched: its plain gradient afterwards
+    np.testing.assert_allclose(sk.jacobian(model, x)[:, 0], (active * v) @ W.T, atol=1e-6)

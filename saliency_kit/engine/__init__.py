@@ -178,8 +178,10 @@ def fingerprint(model) -> tuple:
 
 
 def _activation_key(activation):
-    name = getattr(activation, "__name__", None)
-    return (getattr(activation, "__module__", None), name) if name else id(activation)
+    name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
+    if name and name != "<lambda>":
+        return (getattr(activation, "__module__", None), name)
+    return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
 def _views_of(model, score, score_fn, rules_used: list):
