@@ -28,13 +28,33 @@ def _plain_clone(op):
             arguments=op.arguments, name=op.name, dtype=op.dtype_policy,
         )
     try:
-        return type(op).from_config(op.get_config())
+        return type(op).from_config(layer_config(op))
     except Exception as error:  # any failure to rebuild a layer is reported the same way
         raise ValueError(
             f"cannot copy layer {op.name!r} ({type(op).__name__}): it cannot be rebuilt from its "
             f"config ({type(error).__name__}: {error}). Give the layer a get_config() that returns "
             f"its constructor arguments; received {type(op).__name__}."
         ) from error
+
+
+def layer_config(op, activation=None) -> dict:
+    """``op.get_config()``, with ``activation`` (default: ``op``'s own) put in as an object.
+
+    A layer whose activation Keras cannot serialise (a ``functools.partial``, a lambda) gets its
+    config from a shallow stand-in with a linear activation; the user's layer is not touched.
+    """
+    if activation is None and not hasattr(op, "activation"):
+        return op.get_config()
+    try:
+        config = op.get_config()
+    except TypeError:  # the activation does not serialise
+        stand_in = object.__new__(type(op))  # a bare shallow copy (Keras' own copy pickles)
+        stand_in.__dict__.update(op.__dict__)
+        object.__setattr__(stand_in, "activation", keras.activations.linear)
+        config = stand_in.get_config()
+    if "activation" in config:
+        config["activation"] = activation if activation is not None else op.activation
+    return config
 
 
 def _own_state(layer) -> dict:

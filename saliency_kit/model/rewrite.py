@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_function
 from . import keras_private
-from .copy import check_copy, copy_model
+from .copy import check_copy, copy_model, layer_config
 from .layers import is_graph_model, walk
 from .override import relu_rule, rule_activation
 
@@ -87,7 +87,8 @@ def _may_hide_relus(op) -> bool:
     """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
     if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
-    if isinstance(op, (keras.layers.Lambda, keras.layers.Wrapper, keras.layers.RNN, keras.Model)):
+    if isinstance(op, (keras.layers.Lambda, keras.layers.Wrapper, keras.layers.Bidirectional,
+                       keras.layers.RNN, keras.Model)):
         return True
     if not type(op).__module__.startswith("keras."):
         return True  # a custom layer: its call may do anything
@@ -220,13 +221,12 @@ def _rewritten_clone(op, bound: ModifiedBackprop):
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
     if isinstance(op, keras.layers.Layer) and hasattr(op, "activation") and _family_of_layer_instance(op) is None:
-        config = op.get_config()
+        config = layer_config(op, activation)
         if "activation" not in config:
             raise ValueError(
                 f"cannot rewrite layer {op.name!r} ({type(op).__name__}): it has a ReLU activation "
                 f"but its get_config() has no 'activation' entry to rebuild it with; received {type(op).__name__}."
             )
-        config["activation"] = activation
         clone = type(op).from_config(config)
         if getattr(clone, "activation", None) is not activation:
             raise ValueError(
