@@ -325,3 +325,30 @@ def test_applications_without_relu(name, found):
     model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=3)
     with pytest.raises(ValueError, match=found):
         sk.rewrite(model, "guided")
+
+
+def test_the_original_stays_plain_in_another_thread_while_its_rewrite_runs():
+    import threading
+
+    net = SubclassedNet()
+    x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
+    net(x)
+    plain = input_gradient(net, x)
+    guided = sk.rewrite(net, "guided")
+    guided_map = input_gradient(guided, x)
+    assert_differ(guided_map, plain)
+    errors = []
+
+    def plain_worker():
+        try:
+            for _ in range(30):
+                np.testing.assert_allclose(input_gradient(net, x), plain, rtol=1e-6, atol=1e-7)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    thread = threading.Thread(target=plain_worker)
+    thread.start()
+    for _ in range(10):
+        np.testing.assert_allclose(input_gradient(guided, x), guided_map, rtol=1e-6, atol=1e-7)
+    thread.join()
+    assert not errors, errors
