@@ -174,3 +174,12 @@ def test_a_copy_that_differs_is_refused_naming_the_first_layer():
         copy_model(model)
     with pytest.raises(ValueError, match="first difference is at layer 'scaled'"):
         sk.rewrite(model, "guided")
+
+
+def test_the_rewrite_of_a_subclassed_softmax_model_also_says_output():
+    net = SoftmaxNet(name="net3")
+    x = RNG.normal(size=(2, 5)).astype(np.float32)
+    net(x)
+    with pytest.warns(UserWarning, match="cannot be reached"):
+        view = ScoreView(sk.rewrite(net, "guided"), "logits")
+    assert view.differentiated == "output"

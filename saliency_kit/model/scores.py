@@ -30,7 +30,7 @@ import keras
 import numpy as np
 
 from . import keras_private
-from .layers import children, is_graph_model, walk
+from .layers import children, is_graph_model
 
 __all__ = ["ScoreView", "score_columns", "final_squash"]
 
@@ -117,9 +117,10 @@ def _opaque_squash(model) -> str | None:
         return None
     if not isinstance(model, keras.Model):
         return None
-    layers = [v.layer for v in walk(model) if isinstance(v.layer, keras.layers.Layer)]
-    last = children(model)[-1:] or layers[-1:]
+    last = children(model)[-1:]
     for op in last:
+        if isinstance(op, keras.Model) and not is_graph_model(op):  # a wrapper around a subclassed model
+            return _opaque_squash(op)
         if _squash_kind(op) or getattr(op, "activation", None) is not None and _squasher_name(op.activation):
             return f"the subclassed model {model.name!r} ({type(model).__name__}) ends in a softmax/sigmoid ({op.name!r})"
     return None
