@@ -16,11 +16,9 @@ Two jobs live here, both pure bookkeeping with no gradients:
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
-import keras
 import numpy as np
 
 __all__ = [

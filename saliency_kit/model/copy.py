@@ -17,10 +17,12 @@ import numpy as np
 from . import keras_private
 from .layers import is_graph_model
 
-__all__ = ["copy_model", "check_copy", "copy_state", "probe_input", "input_signature"]
+__all__ = ["copy_model", "check_copy", "copy_state", "rebuild_layer", "layer_config", "probe_input",
+           "input_signature", "layer_outputs"]
 
 
-def _plain_clone(op):
+def rebuild_layer(op):
+    """A new layer built from ``op``'s config (unbuilt, no state copied)."""
     if isinstance(op, keras.layers.Lambda):
         # The same Python function, rebuilt in memory: no (unsafe) deserialisation of its code.
         return keras.layers.Lambda(
@@ -232,7 +234,7 @@ def copy_model(model, replace=None, *, check: bool = True, what: str = "copy"):
         pairs = []
 
         def clone_function(op):
-            clone = (replace(op) if replace is not None else None) or _plain_clone(op)
+            clone = (replace(op) if replace is not None else None) or rebuild_layer(op)
             pairs.append((op, clone))
             return clone
 

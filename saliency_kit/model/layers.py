@@ -117,7 +117,9 @@ def find_layer(model, layer) -> str:
             raise ValueError(f"layer object {layer.name!r} is not part of model {model.name!r}; received {layer!r}.")
         return hits[0]
     if not isinstance(layer, str):
-        raise TypeError(f"layer must be a layer name, a path 'outer/inner' or a keras layer; received {type(layer).__name__}.")
+        raise TypeError(
+            f"layer must be a layer name, a path 'outer/inner' or a keras layer; received {type(layer).__name__}."
+        )
     paths = [v.path for v in everything]
     if layer in paths:
         return layer
@@ -130,7 +132,9 @@ def find_layer(model, layer) -> str:
             f"layer {layer!r} is not in model {model.name!r}; layers with a spatial 4-D output: "
             f"{spatial or 'none'}; received {layer!r}."
         )
-    raise ValueError(f"layer name {layer!r} is ambiguous: it matches {matches}; give the full path; received {layer!r}.")
+    raise ValueError(
+        f"layer name {layer!r} is ambiguous: it matches {matches}; give the full path; received {layer!r}."
+    )
 
 
 def layer_at(model, path: str):

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_function
 from . import keras_private
-from .copy import check_copy, copy_model, layer_config
+from .copy import check_copy, copy_model, layer_config, rebuild_layer
 from .layers import is_graph_model, walk
 from .override import relu_rule, rule_activation
 
@@ -231,7 +231,8 @@ def _rewritten_clone(op, bound: ModifiedBackprop):
         if getattr(clone, "activation", None) is not activation:
             raise ValueError(
                 f"cannot rewrite layer {op.name!r} ({type(op).__name__}): its constructor does not "
-                f"keep the activation it is given, so the rule could not be put in its place; received {type(op).__name__}."
+                "keep the activation it is given, so the rule could not be put in its place; "
+                f"received {type(op).__name__}."
             )
         return clone
     # a stand-alone activation (ReLU/LeakyReLU layer or a bare functional op) becomes an
@@ -287,7 +288,7 @@ def rewrite(model, rule):
         if family is not None:
             changed.append(path)
             return _rewritten_clone(op, rule.bind(family))
-        scope = RuleScope(_plain_clone_for_scope(op), rule, path)
+        scope = RuleScope(rebuild_layer(op), rule, path)
         scopes.append(scope)
         return scope
 
@@ -299,12 +300,6 @@ def rewrite(model, rule):
     new_model.rewritten_layers = sorted(changed, key=order.__getitem__)
     new_model.rewritten_ops = rewritten_ops
     return new_model
-
-
-def _plain_clone_for_scope(op):
-    from .copy import _plain_clone  # one rebuild rule for every copy
-
-    return _plain_clone(op)
 
 
 def _rewrite_subclassed(model, rule):

@@ -122,7 +122,8 @@ def _opaque_squash(model) -> str | None:
         if isinstance(op, keras.Model) and not is_graph_model(op):  # a wrapper around a subclassed model
             return _opaque_squash(op)
         if _squash_kind(op) or getattr(op, "activation", None) is not None and _squasher_name(op.activation):
-            return f"the subclassed model {model.name!r} ({type(model).__name__}) ends in a softmax/sigmoid ({op.name!r})"
+            return (f"the subclassed model {model.name!r} ({type(model).__name__}) ends in a "
+                    f"softmax/sigmoid ({op.name!r})")
     return None
 
 
