@@ -78,8 +78,9 @@ def test_nested_paths_outputs_and_gradients(images):
 
     guided = sk.rewrite(model, "guided")
 
+    bare_relu = next(op.name for op in model.operations if type(op).__name__ == "Relu")  # Keras numbers it
     assert guided.rewritten_layers == ["c1", "middle/act2", "middle/innermost/c3", "middle/innermost/leaky",
-                                       "relu", "d1"]
+                                       bare_relu, "d1"]
     np.testing.assert_array_equal(guided(images).numpy(), model(images).numpy())
     assert_differ(input_gradient(guided, images), plain)
     # the nested models were rebuilt, not shared
