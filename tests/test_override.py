@@ -327,3 +327,19 @@ def test_rule_activation_on_a_composite_relu(rule, mode):
     np.testing.assert_allclose(got.numpy(), dh @ W1.T, rtol=1e-5, atol=1e-5)
     forward = keras.activations.relu(h, negative_slope=0.1, max_value=2.0, threshold=0.5)
     np.testing.assert_array_equal(score_of(x)[0].numpy(), (np.asarray(forward) @ W2)[:, 0])
+
+
+def test_a_rule_activation_inside_a_block_is_not_counted_twice():
+    bound = as_rule("deconv").bind(ReluFamily(max_value=6.0))
+
+    @tf.function
+    def fn(x):
+        with relu_rule("guided") as report:
+            y = rule_activation(x @ W1, bound)  # its forward Relu6 feeds only the rule activation
+        fn.report = report
+        return tf.gradients(y @ W2[:, :1], x)[0]
+
+    got = fn(tf.constant(X)).numpy()
+    assert fn.report.ops == []
+    dy = np.broadcast_to(W2[:, 0], (len(X), 6))
+    np.testing.assert_allclose(got, np.maximum(dy, 0) @ W1.T, rtol=1e-5, atol=1e-5)
