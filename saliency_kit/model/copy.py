@@ -191,7 +191,7 @@ def check_copy(original, copy, *, what: str = "copy") -> None:
 
     The message names the first layer whose output differs (graph models), or the model.
     """
-    x = probe_input(original)
+    x = probe_input(original, batch=1)  # one input: a wrong config or lost state shows in any row
     expected = _numpy_tree(original(x, training=False))
     got = _numpy_tree(copy(x, training=False))
     if _close(expected, got):
