@@ -177,16 +177,15 @@ def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
 
 
 def clone_with_weights(model):
-    """A deep copy of ``model`` (nested models cloned too) holding the same weights."""
-    from .rewriting import copy_model
+    """A checked deep copy of ``model`` (nested models cloned too) holding the same state
+    (:func:`saliency_kit.model.copy.copy_model`)."""
+    from .model.copy import copy_model
 
     try:
-        return copy_model(model)
-    except Exception as error:  # subclassed models, custom layers without get_config, ...
+        return copy_model(model, what="randomisation copy")
+    except ValueError as error:
         raise ValueError(
-            f"randomization_test needs a copy of the model to re-initialise, and "
-            f"keras.models.clone_model could not copy {model.name!r} ({type(error).__name__}: {error}). "
-            "Use a Functional or Sequential model whose layers implement get_config()."
+            f"randomization_test needs a copy of the model to re-initialise: {error}"
         ) from error
 
 
@@ -195,9 +194,9 @@ def weighted_layers(model) -> list[tuple[str, object]]:
 
     Paths of layers in nested models are ``"outer/inner"``.
     """
-    from .targets import layer_paths
+    from .model.layers import weighted_layers as walk_weighted
 
-    return [(path, layer) for path, layer in layer_paths(model) if layer.weights]
+    return walk_weighted(model)
 
 
 def _select_layers(all_layers, layers):
@@ -236,7 +235,9 @@ def reinitialize(layer, *, seed: int = 0, salt: int = 0) -> None:
     """
     import keras
 
-    owners = list(layer._flatten_layers(include_self=True))
+    from .model import keras_private
+
+    owners = [layer, *keras_private.all_sublayers(layer)]
     for i, variable in enumerate(layer.weights):
         init = _initializer_for(owners, variable)
         var_seed = int(np.random.SeedSequence([seed, salt, i]).generate_state(1)[0] % (2**31 - 1))

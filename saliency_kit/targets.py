@@ -1,8 +1,6 @@
 """Targets and scores: which numbers the attributions explain.
 
-Two jobs live here, with no model runs and no gradients:
-
-* **Targets** — the one parser of target requests, used by ``sk.explain``, the command line and
+One job lives here, with no model runs and no gradients: the one parser of target requests, used by ``sk.explain``, the command line and
   ``saliency sanity`` alike: :func:`parse` (every form of API.md: an ``int``, a sequence of ``B``
   ints or class names, an array ``[B, K]``, ``"topK"``, a class name, a callable),
   :func:`parse_string` (one command-line ``--target``), :func:`combine` (several of them) and
@@ -13,23 +11,17 @@ Two jobs live here, with no model runs and no gradients:
   index; anything else is a class name, matched case-insensitively (an unknown name gets the
   closest names in the message). A string of digits that is also the *name* of another class
   is refused as ambiguous (the message gives the index of the class so named), never guessed.
-* **Scores** (:class:`ScoreView`): a callable ``view(x) -> [n, C]`` giving the values whose
-  gradients we take: the logits behind a final softmax/sigmoid (``score="logits"``), the outputs
-  as they are (``score="output"``), or ``score_fn(values)`` for a callable target. It can also
-  *tap* an inner layer (nested models included), returning that layer's activations alongside,
-  which is what Grad-CAM needs. The user's model is never changed: the logits are computed by
-  re-running the model's own graph with its final activation skipped.
+
+Scores (logits behind a softmax, taps on inner layers) live in :mod:`saliency_kit.model.scores`.
 """
 from __future__ import annotations
 
 import difflib
 import numbers
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import keras
 import numpy as np
 
 __all__ = [
@@ -39,14 +31,8 @@ __all__ = [
     "combine",
     "resolve",
     "class_names_of",
-    "score_columns",
-    "ScoreView",
-    "layer_paths",
-    "find_layer",
-    "default_cam_layer",
 ]
 
-_SQUASHERS = ("softmax", "sigmoid")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,303 +240,3 @@ def resolve(spec: TargetSpec, scores=None, num_inputs: int | None = None, num_co
         else:
             columns.append(value)
     return np.concatenate(columns, axis=1).astype(np.int64)
-
-
-# ----------------------------------------------------------------------------------------------
-# Looking inside models: layer paths
-# ----------------------------------------------------------------------------------------------
-def _graph_of(model):
-    """The functional graph of a Functional or built Sequential model, else ``None``."""
-    if isinstance(model, keras.Sequential):
-        return getattr(model, "_functional", None)
-    if hasattr(model, "_run_through_graph") and hasattr(model, "_nodes_by_depth"):
-        return model
-    return None
-
-
-def _is_model(layer) -> bool:
-    return isinstance(layer, keras.Model)
-
-
-def layer_paths(model, prefix: str = ""):
-    """Yield ``(path, layer)`` for every leaf layer, nested models expanded in place.
-
-    A layer inside a nested model has the path ``"outer/inner"`` (any depth). Order follows
-    ``model.layers`` (topological for functional models).
-    """
-    for layer in model.layers:
-        path = f"{prefix}{layer.name}"
-        if _is_model(layer):
-            yield from layer_paths(layer, prefix=path + "/")
-        elif not isinstance(layer, keras.layers.InputLayer):
-            yield path, layer
-
-
-def _output_rank(layer) -> int | None:
-    try:
-        return len(layer.output.shape)
-    except Exception:  # a layer called several times, or never
-        return None
-
-
-def find_layer(model, name: str) -> str:
-    """The full path of the layer ``name`` (``"outer/inner"`` or a bare layer name).
-
-    Raises ``ValueError`` for unknown or ambiguous names, listing the candidates.
-    """
-    paths = [path for path, _ in layer_paths(model)]
-    if name in paths:
-        return name
-    matches = [p for p in paths if p.split("/")[-1] == name or p.endswith("/" + name)]
-    if len(matches) == 1:
-        return matches[0]
-    spatial = [p for p, layer in layer_paths(model) if _output_rank(layer) == 4]
-    if not matches:
-        raise ValueError(
-            f"layer {name!r} is not in model {model.name!r}. Layers with a spatial 4-D output: "
-            f"{spatial or 'none'}."
-        )
-    raise ValueError(f"layer name {name!r} is ambiguous: it matches {matches}; give the full path.")
-
-
-def default_cam_layer(model) -> str:
-    """Path of the last layer with a spatial 4-D output ``[B, h, w, c]``, nested models included."""
-    found = [path for path, layer in layer_paths(model) if _output_rank(layer) == 4]
-    if not found:
-        raise ValueError(
-            f"model {model.name!r} has no layer with a 4-D [batch, height, width, channels] "
-            "output, so CAM methods cannot run on it; use a gradient method instead."
-        )
-    return found[-1]
-
-
-# ----------------------------------------------------------------------------------------------
-# Scores: logits behind a final softmax / sigmoid, taps on inner layers
-# ----------------------------------------------------------------------------------------------
-def _squasher_name(fn) -> str | None:
-    """``"softmax"``/``"sigmoid"`` for those activations (Keras' or ``tf.nn``'s), else None."""
-    name = getattr(fn, "__name__", None) or type(fn).__name__.lower()
-    name = name.removesuffix("_v2")  # tf.nn.softmax is softmax_v2
-    return name if name in _SQUASHERS else None
-
-
-def _final_operation(graph):
-    (output,) = graph.outputs
-    return output._keras_history.operation
-
-
-def _final_squash(model):
-    """How ``model``'s output squashes its logits: ``(kind, op)`` or ``None``.
-
-    ``kind`` is ``"pure"`` (an ``Activation``/``Softmax`` layer or a ``keras.ops`` softmax or
-    sigmoid: drop it), ``"fused"`` (a layer built with ``activation="softmax"``: re-run it with a
-    linear activation) or ``"nested"`` (the final op is a model that itself ends in one).
-    """
-    graph = _graph_of(model)
-    if graph is None or len(graph.outputs) != 1:
-        return None
-    op = _final_operation(graph)
-    if isinstance(op, keras.layers.Activation):
-        return ("pure", op) if _squasher_name(op.activation) else None
-    if type(op).__name__ in ("Softmax", "Sigmoid"):  # keras.layers.Softmax, keras.ops ops
-        return "pure", op
-    if _is_model(op):
-        return ("nested", op) if _final_squash(op) else None
-    activation = getattr(op, "activation", None)
-    if activation is not None and _squasher_name(activation):
-        return "fused", op
-    return None
-
-
-def _linear_twin(layer):
-    """A twin of ``layer`` with a linear activation that *shares* ``layer``'s variables.
-
-    Built from the layer's config; each variable attribute is pointed at the original variable
-    (so later training of the user's model is seen), and the result is checked numerically.
-    """
-    config = dict(layer.get_config())
-    config["activation"] = "linear"
-    twin = type(layer).from_config(config)
-    input_shape = tuple(layer.input.shape)
-    twin.build(input_shape)
-    for attribute, value in vars(layer).items():
-        if isinstance(value, keras.Variable):
-            mine = getattr(twin, attribute, None)
-            if not isinstance(mine, keras.Variable) or tuple(mine.shape) != tuple(value.shape):
-                raise ValueError(
-                    f"cannot separate the {_squasher_name(layer.activation)} of layer "
-                    f"{layer.name!r} from its weights; use score='output'."
-                )
-            object.__setattr__(twin, attribute, value)
-    probe = np.random.default_rng(0).normal(size=(2, *input_shape[1:])).astype(layer.input.dtype)
-    expected = keras.ops.convert_to_numpy(layer(probe))
-    got = keras.ops.convert_to_numpy(layer.activation(twin(probe)))
-    if not np.allclose(expected, got, rtol=1e-3, atol=1e-4):
-        raise ValueError(
-            f"cannot compute the logits of layer {layer.name!r} (its linear twin disagrees); "
-            "use score='output'."
-        )
-    return twin
-
-
-def _call_op(op):
-    """``op`` called as ``keras.Model.call`` would, with ``training=False``."""
-
-    def call(*args, **kwargs):
-        if "training" in getattr(op, "_call_context_args", ()):
-            kwargs["training"] = False
-        return op(*args, **kwargs)
-
-    return call
-
-
-class ScoreView:
-    """``view(x) -> [n, C]``: the score vector whose entries the targets pick.
-
-    Args:
-        model: a Keras model with one input.
-        score: ``"logits"`` (values before a final softmax/sigmoid, if the model has one) or
-            ``"output"`` (the model's output as it is).
-        score_fn: optional callable; when given the view returns ``score_fn(values)`` reshaped
-            to ``[n, K]``, where ``values`` are what ``score`` selects.
-
-    ``view(x, tap="outer/inner")`` returns ``(scores, activations_of_that_layer)``.
-    The model always runs with ``training=False`` (Dropout off, BatchNorm statistics unused
-    and unchanged). Subclassed models cannot be looked into: they are scored on their output.
-    """
-
-    def __init__(self, model, score: str = "logits", score_fn: Callable | None = None):
-        if score not in ("logits", "output"):
-            raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
-        self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
-        self.score = score
-        self.score_fn = score_fn
-        self._squash = _final_squash(model) if score == "logits" else None
-        self._twins: dict[int, object] = {}
-        if self._squash is not None:
-            self._prepare_twins(model)
-
-    def _prepare_twins(self, model):
-        kind, op = _final_squash(model)
-        if kind == "fused":
-            self._twins[id(op)] = _linear_twin(op)
-        elif kind == "nested":
-            self._prepare_twins(op)
-
-    @property
-    def model(self):
-        model = self._model()
-        if model is None:
-            raise RuntimeError("the model of this score view no longer exists")
-        return model
-
-    @property
-    def strips_activation(self) -> bool:
-        """Whether the view removes a final softmax/sigmoid."""
-        return self._squash is not None
-
-    # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model, x, tap: Sequence[str], strip: bool, taken: dict):
-        graph = _graph_of(model)
-        if graph is None:
-            raise ValueError(
-                f"cannot look inside model {model.name!r} (a subclassed model): name a layer of "
-                "a functional or Sequential model, or use score='output'."
-            )
-        final = _final_operation(graph) if strip else None
-        kind = _final_squash(model)[0] if strip else None
-
-        def operation_fn(op):
-            here = tap and op.name == tap[0]
-            if op is final or (here and _is_model(op)):
-                inner_tap = tap[1:] if here else ()
-                if op is final and kind == "pure":
-                    return lambda *args, **kwargs: args[0]
-                if op is final and kind == "fused":
-                    return _call_op(self._twins[id(op)])
-                if _is_model(op):
-                    return lambda *args, **kwargs: self._run(
-                        op, args[0], inner_tap, strip=op is final, taken=taken
-                    )
-            if here and len(tap) == 1:
-                plain = _call_op(op)
-
-                def record(*args, **kwargs):
-                    out = plain(*args, **kwargs)
-                    taken["activation"] = out
-                    return out
-
-                return record
-            return _call_op(op)
-
-        outputs = graph._run_through_graph([x], operation_fn=operation_fn)
-        return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
-
-    def values(self, x, tap: str | None = None):
-        """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
-        taken: dict = {}
-        if tap is None and not self.strips_activation:
-            values = self.model(x, training=False)
-        else:
-            parts = tuple(tap.split("/")) if tap else ()
-            values = self._run(self.model, x, parts, self.strips_activation, taken)
-            if tap is not None and "activation" not in taken:
-                raise ValueError(f"layer {tap!r} was not reached when running the model.")
-        return values, taken.get("activation")
-
-    def __call__(self, x, tap: str | None = None):
-        values, activation = self.values(x, tap)
-        if self.score_fn is not None:
-            values = self.score_fn(values)
-            if len(values.shape) == 1:
-                values = values[:, None]
-        if tap is None:
-            return values
-        return values, activation
-
-
-def _single_output(model):
-    """The symbolic output of a single-output model (a subclassed one: traced from its build
-    shape), or ``None``."""
-    try:
-        outputs = model.outputs
-    except AttributeError:  # a subclassed model has no symbolic outputs
-        outputs = None
-    if outputs is None:
-        config = model.get_build_config() if getattr(model, "built", False) else None
-        shape = (config or {}).get("input_shape")
-        if shape is None:
-            return None
-        spec = model.compute_output_spec(keras.KerasTensor(tuple(shape), dtype=keras.config.floatx()))
-        outputs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
-    return outputs[0] if len(outputs) == 1 else None
-
-
-def score_columns(model, score_fn: Callable | None = None) -> int | None:
-    """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
-
-    ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A
-    ``score_fn`` is traced symbolically (nothing runs) and must return ``[B]`` or ``[B, K]``.
-    """
-    output = _single_output(model)
-    if score_fn is None:
-        if output is None or len(output.shape) != 2 or output.shape[-1] is None:
-            return None
-        return int(output.shape[-1])
-    if output is None:
-        raise ValueError("a score_fn target needs a model with exactly one output.")
-    import tensorflow as tf
-
-    spec = tf.TensorSpec([3, *output.shape[1:]], keras.backend.standardize_dtype(output.dtype))
-    try:
-        result = tf.function(score_fn, autograph=False).get_concrete_function(spec).structured_outputs
-    except Exception as err:
-        raise ValueError(
-            f"targets callable failed on outputs of shape [B, {', '.join(map(str, output.shape[1:]))}]: {err}"
-        ) from None
-    shape = tuple(getattr(result, "shape", ()))
-    if len(shape) not in (1, 2) or shape[0] != 3 or (len(shape) == 2 and not shape[1]):
-        raise ValueError(
-            f"targets callable must return a [B] or [B, K] tensor; for B=3 it returned shape {shape}."
-        )
-    return 1 if len(shape) == 1 else int(shape[1])

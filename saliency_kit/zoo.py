@@ -49,6 +49,7 @@ import difflib
 import os
 import sys
 import threading
+import weakref
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -60,7 +61,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["ModelSpec", "Preprocessing", "WeightsUnavailableError", "get_spec", "list_models",
+__all__ = ["ModelSpec", "Preprocessing", "WeightsUnavailableError", "get_spec", "list_models", "spec_of",
            "load_model"]
 
 CONFIG_ENV = "SALIENCY_KIT_CONFIGS"
@@ -324,7 +325,9 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
                 model = _load_model_file(Path(file), weights, unsafe)
         else:
             raise ValueError(f"config {spec.source} needs 'constructor' or 'model_file'")
-    return model, _complete(spec, model)
+    spec = _complete(spec, model)
+    _SPECS[model] = spec
+    return model, spec
 
 
 def _complete(spec: ModelSpec, model) -> ModelSpec:
@@ -351,30 +354,35 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
 
 
 def _last_4d_layer(model) -> str | None:
-    """Name of the last top-level layer whose output is 4-D (a spatial feature map)."""
-    import keras
+    """Path of the last layer (nested models included) whose output is 4-D, or ``None``."""
+    from .model.layers import layer_paths, output_rank
 
-    for layer in reversed(model.layers):
-        if isinstance(layer, keras.layers.InputLayer):
-            continue
-        shape = getattr(getattr(layer, "output", None), "shape", None)  # None for multi-output
-        if shape is not None and len(shape) == 4:
-            return layer.name
-    return None
+    found = [path for path, layer in layer_paths(model) if output_rank(layer) == 4]
+    return found[-1] if found else None
 
 
 def _get_layer(model, path: str, spec=None):
-    """The layer at ``"outer/inner"``; ValueError naming what exists if it is missing."""
-    current = model
-    for part in path.split("/"):
-        try:
-            current = current.get_layer(part)
-        except (ValueError, AttributeError):
-            where = getattr(current, "name", "model")
-            names = [lay.name for lay in getattr(current, "layers", [])]
-            raise ValueError(f"{getattr(spec, 'name', '')}: no layer {part!r} in {where!r} "
-                             f"(gradcam_layer {path!r}); its layers end with {names[-5:]}") from None
-    return current
+    """The layer at ``"outer/inner"`` (or a bare layer name); ValueError naming what exists."""
+    from .model.layers import find_layer, layer_at
+
+    try:
+        return layer_at(model, find_layer(model, path))
+    except ValueError as error:
+        raise ValueError(f"{getattr(spec, 'name', '')}: gradcam_layer {path!r}: {error}") from None
+
+
+# The spec of each model load_model returned, so that explaining that model uses its configured
+# Grad-CAM layer (model.layers.default_cam_layer reads it). Weak keys: the model is not kept alive
+# and not changed.
+_SPECS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def spec_of(model) -> "ModelSpec | None":
+    """The :class:`ModelSpec` that :func:`load_model` returned with ``model``, or ``None``."""
+    try:
+        return _SPECS.get(model)
+    except TypeError:  # not weak-referenceable: never returned by load_model
+        return None
 
 
 def _build_application(spec: ModelSpec, weights):

@@ -3,7 +3,8 @@
     python scripts/bench_rewrite.py [--batch 8] [--size 224] [--repeats 10]
 
 Prints the time to rewrite the model against ``keras.models.clone_model`` (rewrite also copies the
-weights, which clone_model does not), and the time of one compiled input-gradient call through the
+weights and checks the copy against the original on a generated input, which clone_model does not;
+the check's share is printed on its own row), and the time of one compiled input-gradient call through the
 guided and deconv models over the same call through the original (target: <= 1.10x).
 """
 from __future__ import annotations
@@ -58,6 +59,13 @@ def main():
     rewrite_s = timed(lambda: sk.rewrite(model, "guided"), 3)
     guided = sk.rewrite(model, "guided")
     deconv = sk.rewrite(model, "deconv")
+    check_s = None
+    try:
+        from saliency_kit.model.copy import check_copy
+    except ImportError:  # a version of saliency_kit without checked copies
+        pass
+    else:
+        check_s = timed(lambda: check_copy(model, guided), 3)
 
     plain_fn, guided_fn, deconv_fn = (gradient_function(m) for m in (model, guided, deconv))
     # interleave the measurements so that load from elsewhere hits all of them alike
@@ -76,7 +84,9 @@ def main():
     print("| measurement | seconds | ratio |")
     print("|---|---:|---:|")
     print(f"| keras.models.clone_model | {clone_s:.3f} | 1.00 |")
-    print(f"| sk.rewrite (clone + copy weights) | {rewrite_s:.3f} | {rewrite_s / clone_s:.2f} |")
+    print(f"| sk.rewrite (clone + copy state + check) | {rewrite_s:.3f} | {rewrite_s / clone_s:.2f} |")
+    if check_s is not None:
+        print(f"| of which: checking the copy on a generated input | {check_s:.3f} | {check_s / clone_s:.2f} |")
     print(f"| input gradient, original | {plain_s:.3f} | 1.00 |")
     for name in ("guided", "deconv"):
         seconds = statistics.median(rounds[name])

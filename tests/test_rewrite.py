@@ -78,8 +78,9 @@ def test_nested_paths_outputs_and_gradients(images):
 
     guided = sk.rewrite(model, "guided")
 
+    bare_relu = next(op.name for op in model.operations if type(op).__name__ == "Relu")  # Keras numbers it
     assert guided.rewritten_layers == ["c1", "middle/act2", "middle/innermost/c3", "middle/innermost/leaky",
-                                       "relu", "d1"]
+                                       bare_relu, "d1"]
     np.testing.assert_array_equal(guided(images).numpy(), model(images).numpy())
     assert_differ(input_gradient(guided, images), plain)
     # the nested models were rebuilt, not shared
@@ -151,17 +152,19 @@ def test_the_swapped_activation_is_the_one_that_runs(images):
 
 
 def test_guided_map_of_a_relu_net_is_non_negative_where_plain_is_not(images):
-    """Through a net whose only non-linearities are ReLUs and whose last weights are positive, the
-    guided gradient passes only positive signals: a property the plain gradient lacks."""
+    """Guided backprop passes only positive signals through a ReLU; with a ReLU right at the input,
+    every input gradient is that ReLU's gated, positive signal: the map is >= 0 everywhere, while
+    the plain gradient of the same net has negative entries."""
     inp = keras.Input((8, 8, 3))
-    x = keras.layers.Conv2D(4, 3, activation="relu")(inp)
+    x = keras.layers.Activation("relu", name="first")(keras.layers.Lambda(lambda t: t - 0.5)(inp))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(x)
     x = keras.layers.Flatten()(x)
-    out = keras.layers.Dense(1, kernel_initializer="ones")(keras.layers.Dense(8, activation="relu")(x))
+    out = keras.layers.Dense(1)(keras.layers.Dense(8, activation="relu")(x))
     model = keras.Model(inp, out)
     gg = input_gradient(sk.rewrite(model, "guided"), images)
     gp = input_gradient(model, images)
-    # guided's gradient at the first ReLU's output is >= 0, so the map is a positive mix of conv kernels
     assert (gp < 0).any()
+    assert (gg >= 0).all() and (gg > 0).any()
     assert_differ(gg, gp)
 
 
@@ -226,24 +229,50 @@ def test_model_without_relu_names_what_it_found():
         sk.rewrite(model, "guided")
 
 
-def test_subclassed_models_are_refused_with_the_reason():
-    class Net(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.d = keras.layers.Dense(3, activation="relu")
+class SubclassedNet(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.d = keras.layers.Dense(5, activation="relu")
+        self.out = keras.layers.Dense(2)
 
-        def call(self, x):
-            return self.d(x)
+    def call(self, x):
+        return self.out(tf.nn.relu6(self.d(x) * 4.0))
 
-    net = Net()
-    net(np.zeros((1, 2), np.float32))
-    with pytest.raises(ValueError, match="subclassed keras.Model"):
-        sk.rewrite(net, "guided")
 
-    inp = keras.Input((2,))
-    wrapper = keras.Model(inp, keras.layers.Dense(1, activation="relu")(net(inp)))
-    with pytest.raises(ValueError, match="nested model .*subclassed"):
-        sk.rewrite(wrapper, "guided")
+def test_subclassed_models_are_rewritten_and_left_alone():
+    net = SubclassedNet()
+    x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    net(x)
+    plain = input_gradient(net, x)
+    guided = sk.rewrite(net, "guided")
+    assert len(guided.rewritten_layers) == 2  # the fused relu and the relu6 in call()
+    np.testing.assert_array_equal(guided(x).numpy(), net(x).numpy())
+
+    # independent: the forward written out in NumPy, guided backprop by hand
+    k1, b1 = net.d.get_weights()
+    k2, _ = net.out.get_weights()
+    h = x @ k1 + b1
+    r = np.maximum(h, 0) * 4.0
+    dz = np.broadcast_to(k2[:, 0], r.shape)
+    dr = np.where(dz > 0, dz * ((r > 0) & (r < 6)), 0.0) * 4.0
+    expected = np.where(dr > 0, dr * (h > 0), 0.0) @ k1.T
+    np.testing.assert_allclose(input_gradient(guided, x), expected, rtol=1e-5, atol=1e-6)
+
+    @tf.function
+    def compiled(m, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(m(x)[:, 0])
+        return tape.gradient(y, x)
+
+    np.testing.assert_allclose(compiled(guided, tf.constant(x)).numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(input_gradient(net, x), plain)
+
+    inp = keras.Input((3,))
+    wrapper = keras.Model(inp, keras.layers.Dense(1, activation="relu", name="top")(net(inp)))
+    rewritten = sk.rewrite(wrapper, "guided")
+    assert set(rewritten.rewritten_layers) == {net.name, "top"}
+    np.testing.assert_array_equal(rewritten(x).numpy(), wrapper(x).numpy())
     with pytest.raises(TypeError, match="keras.Model"):
         sk.rewrite(lambda x: x, "guided")
 
@@ -297,3 +326,30 @@ def test_applications_without_relu(name, found):
     model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=3)
     with pytest.raises(ValueError, match=found):
         sk.rewrite(model, "guided")
+
+
+def test_the_original_stays_plain_in_another_thread_while_its_rewrite_runs():
+    import threading
+
+    net = SubclassedNet()
+    x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
+    net(x)
+    plain = input_gradient(net, x)
+    guided = sk.rewrite(net, "guided")
+    guided_map = input_gradient(guided, x)
+    assert_differ(guided_map, plain)
+    errors = []
+
+    def plain_worker():
+        try:
+            for _ in range(30):
+                np.testing.assert_allclose(input_gradient(net, x), plain, rtol=1e-6, atol=1e-7)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    thread = threading.Thread(target=plain_worker)
+    thread.start()
+    for _ in range(10):
+        np.testing.assert_allclose(input_gradient(guided, x), guided_map, rtol=1e-6, atol=1e-7)
+    thread.join()
+    assert not errors, errors

@@ -153,7 +153,7 @@ def rewritten_model(model, rule):
 
 def score_view(model, score="logits", score_fn=None, rule=None):
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
-    from ..targets import ScoreView
+    from ..model.scores import ScoreView
     from .tf import eagerly
 
     target_model = rewritten_model(model, rule)
@@ -312,7 +312,7 @@ def forward_scores(model, inputs, targets, *, score="logits", batch_size=32, sco
     (model, score, input shape, chunk size) and reused: meant for evaluating many perturbed
     images (deletion/insertion curves). ``inputs`` are checked like ``explain``'s.
     """
-    from ..targets import score_columns
+    from ..model.scores import score_columns
 
     inputs = check_inputs(model, inputs)
     targets = np.asarray(targets)

@@ -31,6 +31,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ..model.copy import input_signature as copy_signature
+from ..model.layers import is_recurrent, walk
+
 __all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
 
 
@@ -62,55 +65,24 @@ def input_signature(model) -> tuple[tuple, str]:
     if not isinstance(model, keras.Model):
         kind = "None" if model is None else f"a {type(model).__name__}"
         raise TypeError(f"model must be a keras.Model (functional, Sequential or subclassed); received {kind}.")
-    try:
-        inputs = model.inputs
-    except (AttributeError, ValueError):
-        inputs = None
-    if inputs:
-        if len(inputs) != 1:
-            raise ValueError(f"saliency_kit explains single-input models; this one has {len(inputs)} inputs; received {model.name!r}.")
-        return tuple(inputs[0].shape), keras.backend.standardize_dtype(inputs[0].dtype)
-    shape = _build_shape(model)
-    if shape is None:
+    signatures = copy_signature(model)
+    if len(signatures) != 1:
         raise ValueError(
-            f"model {model.name!r} has no defined input; build it first (give it a keras.Input, "
-            "call it once on a batch, or call model.build(input_shape)); received an unbuilt model."
+            f"saliency_kit explains single-input models; this one has {len(signatures)} inputs; "
+            f"received {model.name!r}."
         )
-    dtype = keras.backend.standardize_dtype(getattr(model, "input_dtype", None) or keras.config.floatx())
+    shape, dtype = signatures[0]
     return (None, *shape[1:]), dtype
-
-
-def _build_shape(model):
-    """The input shape a built subclassed model was built or first called with, or ``None``."""
-    if not getattr(model, "built", False):
-        return None
-    config = None
-    try:
-        config = model.get_build_config()  # {"input_shape": ...} once built or called
-    except Exception:
-        config = None
-    shape = (config or {}).get("input_shape")
-    if shape is None:
-        shape = getattr(model, "_build_shapes_dict", None)
-        if isinstance(shape, dict) and len(shape) == 1:
-            shape = next(iter(shape.values()))
-        else:
-            return None
-    if isinstance(shape, dict) or (shape and isinstance(shape[0], (list, tuple))):
-        return None  # several inputs
-    return tuple(shape)
 
 
 _SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
 
 
-def _sublayers(layer):
-    yield layer
-    for inner in getattr(layer, "layers", None) or ():
-        yield from _sublayers(inner)
-    wrapped = getattr(layer, "layer", None)  # TimeDistributed, Bidirectional and other wrappers
-    if isinstance(wrapped, keras.layers.Layer):
-        yield from _sublayers(wrapped)
+def _sublayers(model):
+    """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
+    yield model
+    for visit in walk(model):
+        yield visit.layer
 
 
 def channel_axis(model, rank: int) -> int:
@@ -159,14 +131,6 @@ def op_level_rules(model) -> bool:
     return not any(_is_composite_relu(layer) for layer in _sublayers(model))
 
 
-def _recurrent(model) -> bool:
-    """Whether ``model`` (nested models included) has recurrent layers (while loops)."""
-    for layer in getattr(model, "layers", ()):
-        if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)) or _recurrent(layer):
-            return True
-    return False
-
-
 def vectorise_classes(model) -> bool:
     """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
 
@@ -175,7 +139,7 @@ def vectorise_classes(model) -> bool:
     a K× larger backward batch runs less efficiently there). Recurrent models always loop:
     ``pfor`` takes many seconds to convert their while loops.
     """
-    return bool(tf.config.list_logical_devices("GPU")) and not _recurrent(model)
+    return bool(tf.config.list_logical_devices("GPU")) and not is_recurrent(model)
 
 
 def weight_sync(source, copy):

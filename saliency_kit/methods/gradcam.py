@@ -25,7 +25,7 @@ OPTIONS = [
 
 def prepare(request, options: dict) -> dict:
     """The layer's path, checked to have a 4-D output, and image inputs — before any work."""
-    from ..targets import default_cam_layer, find_layer, layer_paths
+    from ..model.layers import default_cam_layer, find_layer, layer_at
 
     if request.inputs.ndim != 4:
         raise ValueError(
@@ -38,7 +38,7 @@ def prepare(request, options: dict) -> dict:
     if layer is None:
         return {**options, "layer": default_cam_layer(request.model)}
     path = find_layer(request.model, layer)
-    found = dict(layer_paths(request.model))[path]
+    found = layer_at(request.model, path)
     try:
         shape = tuple(found.output.shape)
     except (AttributeError, ValueError):  # called several times: checked when it runs

@@ -171,7 +171,7 @@ def _is_rule_activation(op) -> bool:
 def _feeds_only_rule_activations(op) -> bool:
     """A ReLU computing the forward value of a :func:`rule_activation` (its gradient is unused)."""
     consumers = op.outputs[0].consumers()
-    return bool(consumers) and all(_is_rule_activation(c) and c.inputs[0] is op.outputs[0] for c in consumers)
+    return bool(consumers) and all(_is_rule_activation(c) and c.inputs[0].name == op.outputs[0].name for c in consumers)
 
 
 def _called_functions(op):

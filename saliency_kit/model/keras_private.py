@@ -1,0 +1,125 @@
+"""Every use of Keras-private API in saliency_kit, in one place, each saying what it is for.
+
+Keras 3 has no public way to re-run a functional model's graph with one operation swapped (what
+scores behind a softmax and Grad-CAM taps need), to list a layer's direct sub-layers, or to read
+the shapes a subclassed model was built with. Each helper below wraps one private attribute;
+:data:`REQUIRED` names them all, and ``tests/test_keras_private.py`` checks every one still exists,
+so a Keras upgrade that removes one fails there with the attribute's name, not deep inside a
+method.
+"""
+from __future__ import annotations
+
+import keras
+
+__all__ = [
+    "REQUIRED",
+    "missing",
+    "functional_graph",
+    "run_graph",
+    "producer",
+    "call_takes_training",
+    "sublayers",
+    "all_sublayers",
+    "first_call_inputs",
+    "lambda_output_shape",
+    "built_input_shapes",
+]
+
+#: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
+REQUIRED = (
+    (keras.Sequential, "_functional",
+     "the functional graph a built Sequential model runs (logits behind softmax, taps)"),
+    (keras.Model, "_run_through_graph",
+     "re-run a functional graph with one operation replaced or recorded (scores.py, copy.py)"),
+    (keras.Model, "_nodes_by_depth", "tells a functional graph from a subclassed model"),
+    (keras.KerasTensor, "_keras_history", "the operation that produced a functional output"),
+    (keras.layers.Layer, "_call_context_args", "whether a layer's call takes `training`"),
+    (keras.layers.Layer, "_flatten_layers", "the direct sub-layers of a layer (walker, re-init)"),
+    (keras.layers.Layer, "_inbound_nodes", "the inputs a shared layer was first called on"),
+    (keras.layers.Lambda, "_output_shape", "rebuild a Lambda around the same function (copy.py)"),
+    (keras.layers.Layer, "_build_shapes_dict", "the input shape a subclassed model was built with"),
+)
+
+
+def missing() -> list[str]:
+    """``"Class.attribute (purpose)"`` for every attribute of :data:`REQUIRED` this Keras lacks."""
+    probes = {
+        keras.Sequential: keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]),
+        keras.layers.Lambda: keras.layers.Lambda(lambda t: t),
+    }
+    probes[keras.Model] = probes[keras.Sequential]._functional if hasattr(
+        probes[keras.Sequential], "_functional") else keras.Model
+    probes[keras.KerasTensor] = keras.Input((1,))
+    probes[keras.layers.Layer] = keras.layers.Dense(1)
+    gone = []
+    for cls, attribute, purpose in REQUIRED:
+        probe = probes.get(cls, cls)
+        if not hasattr(probe, attribute):
+            gone.append(f"{cls.__name__}.{attribute} ({purpose})")
+    return gone
+
+
+def functional_graph(model):
+    """The functional graph of a Functional or built Sequential model, else ``None``.
+
+    Private: ``Sequential._functional`` (the graph Keras builds for a Sequential with an input),
+    ``_run_through_graph``/``_nodes_by_depth`` (present on functional graphs only).
+    """
+    if isinstance(model, keras.Sequential):
+        return getattr(model, "_functional", None)
+    if hasattr(model, "_run_through_graph") and hasattr(model, "_nodes_by_depth"):
+        return model
+    return None
+
+
+def run_graph(graph, inputs, operation_fn):
+    """Run ``graph`` (from :func:`functional_graph`) on ``inputs``, each operation ``op`` called
+    as ``operation_fn(op)(*args, **kwargs)``. Private: ``Function._run_through_graph``."""
+    outputs = graph._run_through_graph(inputs, operation_fn=operation_fn)
+    return outputs
+
+
+def producer(tensor):
+    """The operation that produced a symbolic ``KerasTensor``. Private: ``_keras_history``."""
+    return tensor._keras_history.operation
+
+
+def call_takes_training(layer) -> bool:
+    """Whether ``layer.call`` takes ``training`` (Keras passes it down). Private:
+    ``Layer._call_context_args``."""
+    return "training" in getattr(layer, "_call_context_args", ())
+
+
+def sublayers(layer) -> list:
+    """The layers ``layer`` tracks directly (not itself, not deeper). Private:
+    ``Layer._flatten_layers``."""
+    return list(layer._flatten_layers(include_self=False, recursive=False))
+
+
+def all_sublayers(layer) -> list:
+    """Every layer ``layer`` tracks, at any depth (not itself). Private: ``Layer._flatten_layers``."""
+    return list(layer._flatten_layers(include_self=False, recursive=True))
+
+
+def first_call_inputs(layer):
+    """The symbolic positional inputs of ``layer``'s first call in a functional graph (a shared
+    layer has several calls; ``layer.input`` refuses those). Private: ``Operation._inbound_nodes``,
+    ``Node.arguments``."""
+    nodes = getattr(layer, "_inbound_nodes", None) or []
+    if not nodes:
+        return None
+    return nodes[0].arguments.args
+
+
+def lambda_output_shape(layer):
+    """The ``output_shape`` a ``Lambda`` was built with. Private: ``Lambda._output_shape``."""
+    return layer._output_shape
+
+
+def built_input_shapes(model):
+    """The shape(s) a built subclassed model was built or first called with, or ``None``.
+    Private: ``Layer._build_shapes_dict`` (Keras records it on the first build)."""
+    shapes = getattr(model, "_build_shapes_dict", None)
+    if not shapes:
+        return None
+    return list(shapes.values())

@@ -1,0 +1,183 @@
+"""The one model walker: every layer of a model with its path and owner.
+
+Every walk over a model in saliency_kit goes through :func:`walk`: rewriting, copying, Grad-CAM
+taps and their default layer, the weighted layers of the randomisation test, recurrent detection
+and the model zoo.
+
+A path names a layer from the model down: ``"block"`` at the top, ``"outer/inner"`` inside a
+nested model or a wrapper (``"td/conv"`` inside ``TimeDistributed(name="td")``, ``"bi/forward_lstm"``
+inside a ``Bidirectional``, ``"rnn/simple_rnn_cell"`` for the cell of a recurrent layer), at any
+depth.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import keras
+
+from . import keras_private
+
+__all__ = [
+    "Visit",
+    "walk",
+    "children",
+    "is_graph_model",
+    "layer_paths",
+    "find_layer",
+    "default_cam_layer",
+    "weighted_layers",
+    "is_recurrent",
+    "output_rank",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Visit:
+    """One step of :func:`walk`: ``layer`` at ``path``, directly inside ``owner``.
+
+    ``in_graph``: the layer is a node of a functional graph (a top-level layer of the model or of
+    a nested Functional/Sequential model), so running the graph reaches it as a whole; layers
+    inside wrappers, recurrent cells and custom layers are not.
+    """
+
+    path: str
+    layer: object  # a keras Layer, or a bare keras Operation of a functional graph
+    owner: object
+    in_graph: bool
+
+
+def is_graph_model(layer) -> bool:
+    """A Functional or built Sequential model (its layers form a graph that can be re-run)."""
+    return isinstance(layer, keras.Model) and keras_private.functional_graph(layer) is not None
+
+
+def children(layer) -> list:
+    """The operations directly inside ``layer``, in order.
+
+    Functional models: every operation of the graph (bare ``keras.ops`` calls included, the
+    input layer not); Sequential: its layers; wrappers: the wrapped layer(s); recurrent layers:
+    their cell; any other layer: the layers it tracks.
+    """
+    if isinstance(layer, keras.Sequential):
+        return [op for op in layer.layers if not isinstance(op, keras.layers.InputLayer)]
+    if is_graph_model(layer):
+        return [op for op in layer.operations if not isinstance(op, keras.layers.InputLayer)]
+    if isinstance(layer, keras.layers.Bidirectional):
+        return [layer.forward_layer, layer.backward_layer]
+    if isinstance(layer, keras.layers.Wrapper):
+        return [layer.layer]
+    if isinstance(layer, keras.layers.RNN):
+        return [layer.cell]
+    if isinstance(layer, keras.layers.Layer):
+        return keras_private.sublayers(layer)
+    return []
+
+
+def walk(model, *, prefix: str = "") -> Iterator[Visit]:
+    """Yield a :class:`Visit` for every operation inside ``model``, depth first, in order.
+
+    A nested model or a wrapper is yielded before what it contains. Each layer object is yielded
+    once per place it appears.
+    """
+    in_graph = is_graph_model(model)
+    for op in children(model):
+        path = f"{prefix}{op.name}"
+        yield Visit(path, op, model, in_graph)
+        yield from walk(op, prefix=f"{path}/")
+
+
+def layer_paths(model) -> Iterator[tuple[str, object]]:
+    """``(path, layer)`` for every layer a functional graph runs as a whole (the layers Grad-CAM
+    can tap), nested Functional and Sequential models expanded in place; order as ``walk``."""
+    for visit in walk(model):
+        if visit.in_graph and isinstance(visit.layer, keras.layers.Layer) and not is_graph_model(visit.layer):
+            yield visit.path, visit.layer
+
+
+def output_rank(layer) -> int | None:
+    """Rank of ``layer``'s output, or ``None`` (never called, or called several times)."""
+    try:
+        return len(layer.output.shape)
+    except Exception:  # Keras raises different errors for unbuilt and shared layers
+        return None
+
+
+def find_layer(model, layer) -> str:
+    """The path of ``layer`` in ``model``: a path (``"outer/inner"``), a bare layer name, or the
+    layer object itself.
+
+    Raises ``ValueError`` for unknown or ambiguous names, listing the candidates, and ``TypeError``
+    for something that is neither a name nor a layer.
+    """
+    everything = list(walk(model))
+    if isinstance(layer, keras.layers.Layer):
+        hits = [v.path for v in everything if v.layer is layer]
+        if not hits:
+            raise ValueError(f"layer object {layer.name!r} is not part of model {model.name!r}; received {layer!r}.")
+        return hits[0]
+    if not isinstance(layer, str):
+        raise TypeError(
+            f"layer must be a layer name, a path 'outer/inner' or a keras layer; received {type(layer).__name__}."
+        )
+    paths = [v.path for v in everything]
+    if layer in paths:
+        return layer
+    matches = [p for p in paths if p.split("/")[-1] == layer or p.endswith("/" + layer)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        spatial = [p for p, op in layer_paths(model) if output_rank(op) == 4]
+        raise ValueError(
+            f"layer {layer!r} is not in model {model.name!r}; layers with a spatial 4-D output: "
+            f"{spatial or 'none'}; received {layer!r}."
+        )
+    raise ValueError(
+        f"layer name {layer!r} is ambiguous: it matches {matches}; give the full path; received {layer!r}."
+    )
+
+
+def layer_at(model, path: str):
+    """The layer at ``path`` (as :func:`find_layer` returns it)."""
+    for visit in walk(model):
+        if visit.path == path:
+            return visit.layer
+    raise ValueError(f"no layer at path {path!r} in model {model.name!r}; received {path!r}.")
+
+
+def default_cam_layer(model) -> str:
+    """The layer CAM methods use when none is given.
+
+    A model returned by :func:`saliency_kit.load_model` uses its spec's ``gradcam_layer``.
+    Otherwise: the last layer (nested models included) with a spatial 4-D output
+    ``[B, h, w, c]``.
+    """
+    from .. import zoo  # zoo imports nothing heavy; it records the spec of each model it returns
+
+    spec = zoo.spec_of(model)
+    if spec is not None and spec.gradcam_layer:
+        return find_layer(model, spec.gradcam_layer)
+    if not is_graph_model(model):
+        raise ValueError(
+            f"model {model.name!r} is a subclassed keras.Model ({type(model).__name__}): its layers "
+            "cannot be tapped from outside, so CAM methods have no default layer; wrap it in a "
+            "functional model built from its layers, or use a gradient method."
+        )
+    found = [path for path, layer in layer_paths(model) if output_rank(layer) == 4]
+    if not found:
+        raise ValueError(
+            f"model {model.name!r} has no layer with a 4-D [batch, height, width, channels] "
+            "output, so CAM methods cannot run on it; use a gradient method instead."
+        )
+    return found[-1]
+
+
+def weighted_layers(model) -> list[tuple[str, object]]:
+    """``(path, layer)`` of every graph layer that has weights, in the model's order (nested
+    models expanded; a wrapper counts as one layer with its inner weights)."""
+    return [(path, layer) for path, layer in layer_paths(model) if layer.weights]
+
+
+def is_recurrent(model) -> bool:
+    """Whether ``model`` runs a recurrent layer (a while loop) anywhere inside it."""
+    return any(isinstance(v.layer, (keras.layers.RNN, keras.layers.Bidirectional)) for v in walk(model))

@@ -1,0 +1,322 @@
+"""``rewrite(model, rule)``: a model computing what ``model`` computes whose ReLU-family operations
+use ``rule`` on the backward pass — every one the model runs.
+
+Functional and Sequential models (nested at any depth) are copied with :func:`.copy.copy_model`
+(checked against the original on a generated input) and, in the copy:
+
+* every ReLU-family activation visible at the layer level — ``Activation("relu")``,
+  ``keras.layers.ReLU``/``LeakyReLU`` with any arguments, any layer built with ``activation=``
+  ``relu``/``relu6``/``leaky_relu`` (by name, from ``keras.activations``, ``keras.ops``, ``tf.nn``,
+  a ``functools.partial`` of those, or a ``keras.layers.ReLU()`` instance), recurrent layers with
+  ``activation="relu"``, ``keras.ops.relu`` nodes of a functional graph — computes its own forward
+  pass exactly and ``rule.grad`` backward (:func:`.override.rule_activation`);
+* every layer that may compute ReLUs out of sight — ``Lambda``, ``TimeDistributed``,
+  ``Bidirectional``, recurrent layers, custom layers (``tf.nn.relu``/``keras.ops.relu`` in their
+  ``call``), layers with an activation function not known to be something else (an inline
+  ``lambda``) — runs inside a ``tf.function`` traced under :func:`.override.relu_rule`, so the
+  ``Relu``/``Relu6``/``LeakyRelu`` ops it creates (while-loop bodies included) take the rule.
+
+Subclassed models cannot be rebuilt layer by layer: the result wraps the original (never changed)
+and runs it in a ``tf.function`` traced under :func:`.override.relu_rule`.
+
+Either way gradients follow the rule eagerly, inside ``tf.function``, with ``GradientTape`` or
+``tf.gradients``; the user's model is only read, so a gradient of it traced before or after, or
+taken at the same time in another thread, stays plain.
+"""
+from __future__ import annotations
+
+import collections
+
+import keras
+import tensorflow as tf
+
+from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_function
+from . import keras_private
+from .copy import check_copy, copy_model, layer_config, rebuild_layer
+from .layers import is_graph_model, walk
+from .override import relu_rule, rule_activation
+
+__all__ = ["rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "RewrittenModel"]
+
+
+# -- what counts as a ReLU at the layer level -------------------------------------------------------
+def _family_of_layer_instance(layer) -> ReluFamily | None:
+    if isinstance(layer, keras.layers.ReLU):
+        max_value = None if layer.max_value is None else float(layer.max_value)
+        return ReluFamily(float(layer.negative_slope), max_value, float(layer.threshold))
+    if isinstance(layer, keras.layers.LeakyReLU):
+        return ReluFamily(negative_slope=float(layer.negative_slope))
+    return None
+
+
+def _family_of_activation(activation) -> ReluFamily | None:
+    if isinstance(activation, keras.layers.Layer):
+        return _family_of_layer_instance(activation)
+    return relu_family_of_function(activation) if callable(activation) else None
+
+
+def relu_family_of_operation(op) -> ReluFamily | None:
+    """The ReLU-family activation ``op`` (a layer or a functional-graph operation) computes as a
+    whole, or ``None``."""
+    family = _family_of_layer_instance(op)
+    if family is not None:
+        return family
+    if isinstance(op, keras.Model):
+        return None
+    if isinstance(op, keras.layers.Layer):
+        return _family_of_activation(getattr(op, "activation", None))
+    kind = type(op).__name__  # bare operations recorded in a functional graph (keras.ops.relu(x))
+    if kind == "Relu":
+        return ReluFamily()
+    if kind == "Relu6":
+        return ReluFamily(max_value=6.0)
+    if kind == "LeakyRelu":
+        return ReluFamily(negative_slope=float(op.negative_slope))
+    if kind == "ReLU" and hasattr(op, "threshold"):  # keras.activations.relu(x, ...) symbolically
+        max_value = None if op.max_value is None else float(op.max_value)
+        return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
+    return None
+
+
+def _is_keras_function(fn) -> bool:
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith(("keras.", "tensorflow.")) and getattr(fn, "__name__", "<lambda>") != "<lambda>"
+
+
+def _may_hide_relus(op) -> bool:
+    """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
+    if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
+        return False
+    if isinstance(op, (keras.layers.Lambda, keras.layers.Wrapper, keras.layers.Bidirectional,
+                       keras.layers.RNN, keras.Model)):
+        return True
+    if not type(op).__module__.startswith("keras."):
+        return True  # a custom layer: its call may do anything
+    activation = getattr(op, "activation", None)
+    return callable(activation) and not _is_keras_function(activation)
+
+
+def _activation_name(op) -> str | None:
+    """A readable name for a non-ReLU activation in ``op``, for error messages."""
+    if isinstance(op, keras.Model):
+        return None
+    activation = getattr(op, "activation", None)
+    if callable(activation):
+        name = getattr(activation, "__name__", type(activation).__name__)
+        return None if name == "linear" else name
+    if isinstance(op, (keras.layers.Softmax, keras.layers.ELU, keras.layers.PReLU)):
+        return type(op).__name__
+    return None
+
+
+def find_relu_activations(model) -> list[tuple[str, ReluFamily]]:
+    """``[(layer path, ReluFamily)]`` for every ReLU-family activation visible at the layer level
+    (nested models and wrappers included; paths ``"outer/inner"``)."""
+    return [(v.path, family) for v in walk(model) if (family := relu_family_of_operation(v.layer)) is not None]
+
+
+# -- the pieces put into the copy ------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="saliency_kit")
+class RuleActivation:
+    """An activation function: ``rule.activation`` forward, ``rule.grad`` backward (``rule`` bound)."""
+
+    def __init__(self, rule: ModifiedBackprop):
+        self.rule = rule
+        self.__name__ = f"{type(rule).__name__.lower()}_{rule.activation.name}"
+
+    def __call__(self, x):
+        return rule_activation(x, self.rule)
+
+    def get_config(self) -> dict:
+        return {"rule": keras.saving.serialize_keras_object(self.rule)}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.saving.deserialize_keras_object(config["rule"]))
+
+
+class RuleScope(keras.layers.Layer):
+    """Runs ``layer`` in a ``tf.function`` traced under :func:`relu_rule`: each ReLU-family op it
+    creates (while-loop bodies included) takes ``rule``. Same name, variables and outputs as
+    ``layer``. ``report``: what the last trace changed."""
+
+    def __init__(self, layer, rule: ModifiedBackprop, path: str | None = None, **kwargs):
+        super().__init__(name=layer.name, dtype=layer.dtype_policy, **kwargs)
+        self.layer = layer
+        self.rule = rule
+        self.layer_path = path or layer.name
+        self.report = None
+        self._traced_call = tf.function(self._scoped_call, autograph=False)
+
+    def _scoped_call(self, args, kwargs):
+        with relu_rule(self.rule) as report:
+            outputs = self.layer(*args, **kwargs)
+        if not report.complete:
+            raise ValueError(
+                f"cannot rewrite layer {self.layer_path!r} ({type(self.layer).__name__}): it calls "
+                f"compiled functions whose ReLUs the rule cannot reach ({'; '.join(report.unreached)}); "
+                f"received {type(self.layer).__name__}."
+            )
+        self.report = report
+        return outputs
+
+    def build(self, *args, **kwargs):
+        pass  # the inner layer builds itself when first called (compute_output_spec)
+
+    def call(self, *args, training=None, **kwargs):
+        if training is not None and keras_private.call_takes_training(self.layer):
+            kwargs["training"] = bool(training)
+        return self._traced_call(args, kwargs)
+
+    def compute_output_spec(self, *args, training=None, **kwargs):
+        return self.layer(*args, **kwargs)  # symbolic: builds the inner layer too
+
+
+class RewrittenModel(keras.Model):
+    """A subclassed model with a backward rule: the original's forward pass, run in a
+    ``tf.function`` traced under :func:`relu_rule`. The original is only called, never changed."""
+
+    def __init__(self, model, rule: ModifiedBackprop, **kwargs):
+        super().__init__(name=f"{model.name}_{type(rule).__name__.lower()}", **kwargs)
+        self.wrapped = model
+        self.rule = rule
+        self.report = None
+        self._traced_call = tf.function(self._scoped_call, autograph=False)
+
+    def _scoped_call(self, x, training):
+        with relu_rule(self.rule) as report:
+            outputs = self.wrapped(x, training=training)
+        if not report.complete:
+            raise ValueError(
+                f"cannot rewrite model {self.wrapped.name!r}: it calls compiled functions whose ReLUs "
+                f"the rule cannot reach ({'; '.join(report.unreached)}); received {type(self.wrapped).__name__}."
+            )
+        self.report = report
+        return outputs
+
+    def call(self, x, training=False):
+        return self._traced_call(x, bool(training))
+
+
+# -- rewrite ---------------------------------------------------------------------------------------
+def _is_composite(family: ReluFamily) -> bool:
+    """Keras computes it with several ops (not one Relu/Relu6/LeakyRelu)."""
+    plain_kinds = (family.is_plain, family == ReluFamily(max_value=6.0),
+                   family.max_value is None and family.threshold == 0.0)
+    return not any(plain_kinds)
+
+
+def _nothing_to_rewrite(model):
+    others = collections.Counter(name for v in walk(model) if (name := _activation_name(v.layer)) is not None)
+    listed = ", ".join(f"{name} x{count}" for name, count in others.most_common()) or "none"
+    return ValueError(
+        f"model {model.name!r} has no ReLU-family activation to rewrite (activations found: "
+        f"{listed}). rewrite() changes the backward pass of relu, relu6, leaky_relu, "
+        "keras.layers.ReLU and LeakyReLU only; for this model use a plain-gradient method "
+        f"(e.g. method='gradient' or 'integrated_gradients'); received model {model.name!r}."
+    )
+
+
+def _rewritten_clone(op, bound: ModifiedBackprop):
+    """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
+    activation = RuleActivation(bound)
+    if isinstance(op, keras.layers.Layer) and hasattr(op, "activation") and _family_of_layer_instance(op) is None:
+        config = layer_config(op, activation)
+        if "activation" not in config:
+            raise ValueError(
+                f"cannot rewrite layer {op.name!r} ({type(op).__name__}): it has a ReLU activation "
+                f"but its get_config() has no 'activation' entry to rebuild it with; received {type(op).__name__}."
+            )
+        clone = type(op).from_config(config)
+        if getattr(clone, "activation", None) is not activation:
+            raise ValueError(
+                f"cannot rewrite layer {op.name!r} ({type(op).__name__}): its constructor does not "
+                "keep the activation it is given, so the rule could not be put in its place; "
+                f"received {type(op).__name__}."
+            )
+        return clone
+    # a stand-alone activation (ReLU/LeakyReLU layer or a bare functional op) becomes an
+    # Activation layer of the same name
+    return keras.layers.Activation(activation, name=op.name, dtype=getattr(op, "dtype_policy", None))
+
+
+def rewrite(model, rule):
+    """A model whose ReLU-family operations use ``rule`` on the backward pass.
+
+    Args:
+        model: a ``keras.Model``: Functional or Sequential (nested models, wrappers, recurrent
+            and custom layers included), or a built/called subclassed model. Never modified.
+        rule: ``"guided"``, ``"deconv"`` or a :class:`~saliency_kit.ModifiedBackprop` instance.
+
+    Returns:
+        A ``keras.Model`` computing ``model``'s outputs (checked on a generated input). Attributes:
+        ``rewritten_layers`` (paths of the layers whose backward pass changed, ``"outer/inner"``
+        inside nested models; for a subclassed model, the op names), ``rewritten_ops`` (for layers
+        changed at the op level — custom calls, Lambdas, wrappers, recurrent layers —
+        ``{path: [op names]}``).
+
+    Raises:
+        TypeError: ``model`` is not a ``keras.Model``.
+        ValueError: no ReLU-family operation (the message names the activations found), a layer
+            that cannot be copied or reached (named), or a copy that computes something else.
+    """
+    rule = as_rule(rule)
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"rewrite expects a keras.Model; received {type(model).__name__}.")
+    if not is_graph_model(model):
+        return _rewrite_subclassed(model, rule)
+
+    plan = {}  # id(op) -> (path, ReluFamily | None); None: scope it
+    order = {}
+    for visit in walk(model):
+        if not visit.in_graph or is_graph_model(visit.layer) or id(visit.layer) in plan:
+            continue
+        family = relu_family_of_operation(visit.layer)
+        if family is not None or _may_hide_relus(visit.layer):
+            plan[id(visit.layer)] = (visit.path, family)
+            order[visit.path] = len(order)
+    if not plan:
+        raise _nothing_to_rewrite(model)
+
+    scopes: list[RuleScope] = []
+    changed: list[str] = []
+
+    def replace(op):
+        if id(op) not in plan:
+            return None
+        path, family = plan[id(op)]
+        if family is not None:
+            changed.append(path)
+            return _rewritten_clone(op, rule.bind(family))
+        scope = RuleScope(rebuild_layer(op), rule, path)
+        scopes.append(scope)
+        return scope
+
+    new_model = copy_model(model, replace, what="rewrite")  # the check traces every RuleScope
+    rewritten_ops = {s.layer_path: list(s.report.ops) for s in scopes if s.report is not None and s.report.ops}
+    changed.extend(rewritten_ops)
+    if not changed:
+        raise _nothing_to_rewrite(model)
+    new_model.rewritten_layers = sorted(changed, key=order.__getitem__)
+    new_model.rewritten_ops = rewritten_ops
+    return new_model
+
+
+def _rewrite_subclassed(model, rule):
+    composite = [(v.path, family) for v in walk(model)
+                 if (family := relu_family_of_operation(v.layer)) is not None and _is_composite(family)]
+    if composite:
+        listed = ", ".join(f"{path} ({family.name})" for path, family in composite)
+        raise ValueError(
+            f"cannot rewrite subclassed model {model.name!r} exactly: it has ReLU activations that "
+            f"Keras computes with several operations ({listed}), which an op-level rule cannot "
+            "treat as one activation; build the model as a functional or Sequential model, whose "
+            f"layers can be rewritten; received {type(model).__name__}."
+        )
+    wrapper = RewrittenModel(model, rule)
+    check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
+    if wrapper.report is None or not wrapper.report.ops:
+        raise _nothing_to_rewrite(model)
+    wrapper.rewritten_layers = list(wrapper.report.ops)
+    wrapper.rewritten_ops = {model.name: list(wrapper.report.ops)}
+    return wrapper

@@ -1,0 +1,347 @@
+"""Scores: which numbers the gradients are taken of, and taps on inner layers.
+
+:class:`ScoreView` is a callable ``view(x) -> [n, C]`` giving the logits behind a final
+softmax/sigmoid (``score="logits"``), the outputs as they are (``score="output"``), or
+``score_fn(values)`` for a callable target; ``view(x, tap=path)`` also returns that layer's
+activations (Grad-CAM). The user's model is never changed: the logits are computed by re-running
+the model's own functional graph with its final activation skipped.
+
+Where the logits are found:
+
+* a final ``Activation``/``Softmax`` layer, a ``keras.ops`` softmax/sigmoid node, or a ``Lambda``
+  whose function is a softmax/sigmoid (``tf.nn``, ``keras.ops``, ``keras.activations``): dropped;
+* a layer with a fused ``activation="softmax"``/``"sigmoid"``: re-run with a linear twin that
+  shares its variables;
+* any of these followed by layers that keep values (``Dropout``, ``Identity``,
+  ``Activation("linear")``, ``Reshape``, ``Flatten``, ...), or inside a nested
+  Functional/Sequential model at the end.
+
+Where a softmax/sigmoid is there but the values before it cannot be reached (a subclassed model,
+or a subclassed model at the end of a functional wrapper), a warning says so once per model and
+``view.differentiated`` is ``"output"``: that is what the gradients are of.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Callable, Sequence
+
+import keras
+import numpy as np
+
+from . import keras_private
+from .layers import children, is_graph_model
+
+__all__ = ["ScoreView", "score_columns", "final_squash"]
+
+_SQUASHERS = ("softmax", "sigmoid")
+# layers that pass values through unchanged (at inference): a squash before them is still final
+_VALUE_KEEPING = (keras.layers.Dropout, keras.layers.Identity, keras.layers.Reshape,
+                  keras.layers.Flatten, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
+                  keras.layers.AlphaDropout, keras.layers.SpatialDropout1D,
+                  keras.layers.SpatialDropout2D, keras.layers.SpatialDropout3D,
+                  keras.layers.ActivityRegularization)
+_warned: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _squasher_name(fn) -> str | None:
+    """``"softmax"``/``"sigmoid"`` for those functions (Keras' or ``tf.nn``'s), else None."""
+    name = getattr(fn, "__name__", None) or type(fn).__name__.lower()
+    name = name.removesuffix("_v2")  # tf.nn.softmax is softmax_v2
+    return name if name in _SQUASHERS else None
+
+
+def _is_linear(fn) -> bool:
+    return getattr(fn, "__name__", None) == "linear"
+
+
+def _keeps_values(op) -> bool:
+    if isinstance(op, _VALUE_KEEPING):
+        return True
+    return isinstance(op, keras.layers.Activation) and _is_linear(op.activation)
+
+
+def _squash_kind(op) -> str | None:
+    """``"pure"`` (drop it), ``"fused"`` (re-run with a linear twin), ``"nested"`` or ``None``."""
+    if isinstance(op, keras.layers.Activation):
+        return "pure" if _squasher_name(op.activation) else None
+    if isinstance(op, keras.layers.Lambda):
+        return "pure" if _squasher_name(op.function) and not op.arguments else None
+    if type(op).__name__ in ("Softmax", "Sigmoid"):  # keras.layers.Softmax, keras.ops nodes
+        return "pure"
+    if is_graph_model(op):
+        return "nested" if final_squash(op) else None
+    if isinstance(op, keras.Model):
+        return None
+    activation = getattr(op, "activation", None)
+    if activation is not None and _squasher_name(activation):
+        return "fused"
+    return None
+
+
+def final_squash(model):
+    """How ``model``'s output squashes its logits: ``(kind, op)`` or ``None``.
+
+    ``op`` is the softmax/sigmoid operation (followed only by value-keeping layers); ``kind`` is
+    ``"pure"``, ``"fused"`` or ``"nested"`` (``op`` is a model that itself ends in one).
+    """
+    graph = keras_private.functional_graph(model)
+    if graph is None or len(graph.outputs) != 1:
+        return None
+    op = keras_private.producer(graph.outputs[0])
+    while _keeps_values(op):
+        inputs = keras_private.first_call_inputs(op)
+        if not inputs or len(inputs) != 1 or not hasattr(inputs[0], "_keras_history"):
+            return None
+        op = keras_private.producer(inputs[0])
+    kind = _squash_kind(op)
+    return (kind, op) if kind else None
+
+
+def _opaque_squash(model) -> str | None:
+    """A description of a softmax/sigmoid at the end of ``model`` that cannot be looked behind
+    (inside a subclassed model), else ``None``."""
+    if is_graph_model(model):
+        graph = keras_private.functional_graph(model)
+        if len(graph.outputs) != 1:
+            return None
+        op = keras_private.producer(graph.outputs[0])
+        while _keeps_values(op):
+            inputs = keras_private.first_call_inputs(op)
+            if not inputs or len(inputs) != 1:
+                return None
+            op = keras_private.producer(inputs[0])
+        if isinstance(op, keras.Model) and not is_graph_model(op):
+            inner = _opaque_squash(op)
+            return f"{inner}, inside the functional model {model.name!r}" if inner else None
+        return None
+    if not isinstance(model, keras.Model):
+        return None
+    last = children(model)[-1:]
+    for op in last:
+        if isinstance(op, keras.Model) and not is_graph_model(op):  # a wrapper around a subclassed model
+            return _opaque_squash(op)
+        if _squash_kind(op) or getattr(op, "activation", None) is not None and _squasher_name(op.activation):
+            return (f"the subclassed model {model.name!r} ({type(model).__name__}) ends in a "
+                    f"softmax/sigmoid ({op.name!r})")
+    return None
+
+
+def _linear_twin(layer):
+    """A twin of ``layer`` with a linear activation that *shares* ``layer``'s variables.
+
+    Built from the layer's config; each variable attribute is pointed at the original variable
+    (so later training of the user's model is seen), and the result is checked numerically.
+    """
+    config = dict(layer.get_config())
+    config["activation"] = "linear"
+    twin = type(layer).from_config(config)
+    input_shape = tuple(layer.input.shape)
+    twin.build(input_shape)
+    for attribute, value in vars(layer).items():
+        if isinstance(value, keras.Variable):
+            mine = getattr(twin, attribute, None)
+            if not isinstance(mine, keras.Variable) or tuple(mine.shape) != tuple(value.shape):
+                raise ValueError(
+                    f"cannot separate the {_squasher_name(layer.activation)} of layer "
+                    f"{layer.name!r} from its weights; use score='output'; received {type(layer).__name__}."
+                )
+            object.__setattr__(twin, attribute, value)
+    shape = tuple(2 if s is None else s for s in input_shape[1:])
+    probe = np.random.default_rng(0).normal(size=(2, *shape)).astype(layer.input.dtype)
+    expected = keras.ops.convert_to_numpy(layer(probe))
+    got = keras.ops.convert_to_numpy(layer.activation(twin(probe)))
+    if not np.allclose(expected, got, rtol=1e-3, atol=1e-4):
+        raise ValueError(
+            f"cannot compute the logits of layer {layer.name!r} (its linear twin disagrees); "
+            f"use score='output'; received {type(layer).__name__}."
+        )
+    return twin
+
+
+def _call_op(op):
+    """``op`` called as ``keras.Model.call`` would, with ``training=False``."""
+
+    def call(*args, **kwargs):
+        if keras_private.call_takes_training(op):
+            kwargs["training"] = False
+        return op(*args, **kwargs)
+
+    return call
+
+
+class ScoreView:
+    """``view(x) -> [n, C]``: the score vector whose entries the targets pick.
+
+    Args:
+        model: a Keras model with one input (Functional, Sequential or subclassed).
+        score: ``"logits"`` (values before a final softmax/sigmoid, if the model has one) or
+            ``"output"`` (the model's output as it is).
+        score_fn: optional callable; when given the view returns ``score_fn(values)`` reshaped
+            to ``[n, K]``, where ``values`` are what ``score`` selects.
+
+    ``view(x, tap="outer/inner")`` returns ``(scores, activations_of_that_layer)``.
+    ``view.differentiated`` is ``"logits"`` or ``"output"``: what the scores really are (``"output"``
+    when ``score="logits"`` was asked of a model whose softmax/sigmoid cannot be looked behind;
+    a warning says so once per model).
+    The model always runs with ``training=False`` (Dropout off, BatchNorm statistics unused
+    and unchanged). Subclassed models are scored on their output and cannot be tapped.
+    """
+
+    def __init__(self, model, score: str = "logits", score_fn: Callable | None = None):
+        if score not in ("logits", "output"):
+            raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
+        self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
+        self.score = score
+        self.score_fn = score_fn
+        self._squash = final_squash(model) if score == "logits" else None
+        self.differentiated = score
+        self._twins: dict[int, object] = {}
+        if self._squash is not None:
+            self._prepare_twins(model)
+        elif score == "logits":
+            opaque = _opaque_squash(model)
+            if opaque:
+                self.differentiated = "output"
+                if model not in _warned:
+                    _warned.add(model)
+                    warnings.warn(
+                        f"score='logits': {opaque}, and the values before it cannot be reached; "
+                        "the gradients are of the model's output (recorded as score='output').",
+                        stacklevel=3,
+                    )
+
+    def _prepare_twins(self, model):
+        kind, op = final_squash(model)
+        if kind == "fused":
+            self._twins[id(op)] = _linear_twin(op)
+        elif kind == "nested":
+            self._prepare_twins(op)
+
+    @property
+    def model(self):
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this score view no longer exists")
+        return model
+
+    @property
+    def strips_activation(self) -> bool:
+        """Whether the view removes a final softmax/sigmoid."""
+        return self._squash is not None
+
+    # -- running the graph ---------------------------------------------------------------------
+    def _run(self, model, x, tap: Sequence[str], strip: bool, taken: dict):
+        graph = keras_private.functional_graph(model)
+        if graph is None:
+            raise ValueError(
+                f"cannot look inside model {model.name!r}: it is a subclassed keras.Model "
+                f"({type(model).__name__}), whose layers cannot be tapped from outside. Grad-CAM needs "
+                "a functional or Sequential model (build one from its layers), or use a gradient "
+                f"method; received layer {'/'.join(tap) or None!r}."
+            )
+        squash = final_squash(model) if strip else None
+        kind, final = squash if squash else (None, None)
+
+        def record(out):
+            taken["activation"] = out
+            return out
+
+        def operation_fn(op):
+            here = bool(tap) and op.name == tap[0]
+            if op is final or (here and is_graph_model(op)):
+                inner_tap = tap[1:] if here else ()
+                if op is final and kind == "pure":
+                    if here and len(tap) == 1:
+                        return lambda *args, **kwargs: record(args[0])
+                    return lambda *args, **kwargs: args[0]
+                if op is final and kind == "fused":
+                    twin = _call_op(self._twins[id(op)])
+                    if here and len(tap) == 1:  # a tap on the stripped layer sees its logits
+                        return lambda *args, **kwargs: record(twin(*args, **kwargs))
+                    return twin
+                if is_graph_model(op):
+                    return lambda *args, **kwargs: self._run(
+                        op, args[0], inner_tap, strip=op is final, taken=taken
+                    )
+            if here and len(tap) == 1:
+                plain = _call_op(op)
+                return lambda *args, **kwargs: record(plain(*args, **kwargs))
+            if here and not is_graph_model(op):
+                raise ValueError(
+                    f"layer {'/'.join(tap)!r} is inside {op.name!r} ({type(op).__name__}), which runs "
+                    "it internally: only layers of functional or Sequential models can be tapped; "
+                    f"tap {op.name!r} itself; received {'/'.join(tap)!r}."
+                )
+            return _call_op(op)
+
+        outputs = keras_private.run_graph(graph, [x], operation_fn)
+        return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+
+    def values(self, x, tap: str | None = None):
+        """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
+        taken: dict = {}
+        if tap is None and not self.strips_activation:
+            values = self.model(x, training=False)
+        else:
+            parts = tuple(tap.split("/")) if tap else ()
+            values = self._run(self.model, x, parts, self.strips_activation, taken)
+            if tap is not None and "activation" not in taken:
+                raise ValueError(f"layer {tap!r} was not reached when running the model.")
+        return values, taken.get("activation")
+
+    def __call__(self, x, tap: str | None = None):
+        values, activation = self.values(x, tap)
+        if self.score_fn is not None:
+            values = self.score_fn(values)
+            if len(values.shape) == 1:
+                values = values[:, None]
+        if tap is None:
+            return values
+        return values, activation
+
+
+def _output_spec(model):
+    """``(shape, dtype)`` of the model's single output, or ``None`` for several outputs."""
+    if is_graph_model(model):
+        outputs = model.outputs
+        if len(outputs) != 1:
+            return None
+        return tuple(outputs[0].shape), keras.backend.standardize_dtype(outputs[0].dtype)
+    from .copy import probe_input  # a subclassed model: run it once on a generated input
+
+    outputs = keras.tree.flatten(model(probe_input(model), training=False))
+    if len(outputs) != 1:
+        return None
+    return (None, *outputs[0].shape[1:]), keras.backend.standardize_dtype(outputs[0].dtype)
+
+
+def score_columns(model, score_fn: Callable | None = None) -> int | None:
+    """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
+
+    ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A
+    ``score_fn`` is traced symbolically (nothing runs) and must return ``[B]`` or ``[B, K]``.
+    """
+    spec = _output_spec(model)
+    if score_fn is None:
+        if spec is None or len(spec[0]) != 2 or spec[0][-1] is None:
+            return None
+        return int(spec[0][-1])
+    if spec is None:
+        raise ValueError("a score_fn target needs a model with exactly one output.")
+    import tensorflow as tf
+
+    shape, dtype = spec
+    tensor_spec = tf.TensorSpec([3, *shape[1:]], dtype)
+    try:
+        result = tf.function(score_fn, autograph=False).get_concrete_function(tensor_spec).structured_outputs
+    except Exception as err:
+        raise ValueError(
+            f"targets callable failed on outputs of shape [B, {', '.join(map(str, shape[1:]))}]: {err}"
+        ) from None
+    out_shape = tuple(getattr(result, "shape", ()))
+    if len(out_shape) not in (1, 2) or out_shape[0] != 3 or (len(out_shape) == 2 and not out_shape[1]):
+        raise ValueError(
+            f"targets callable must return a [B] or [B, K] tensor; for B=3 it returned shape {out_shape}."
+        )
+    return 1 if len(out_shape) == 1 else int(out_shape[1])
