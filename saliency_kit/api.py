@@ -12,6 +12,7 @@ import numpy as np
 
 from . import engine, methods, targets as targets_module
 from .explanation import Explanation
+from .model.scores import score_columns
 
 __all__ = ["explain", "jacobian"]
 
@@ -44,7 +45,7 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    columns = targets_module.score_columns(model, score_fn)
+    columns = score_columns(model, score_fn)
     spec = targets_module.parse(targets, len(x), columns, class_names)
     scores = None
     if spec.needs_scores:
@@ -140,7 +141,7 @@ def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_si
     _check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
-    columns = targets_module.score_columns(model)
+    columns = score_columns(model)
     if columns is None:
         raise ValueError("jacobian needs a model whose output is [batch, classes]; received a model whose output is not.")
     if classes is None:
