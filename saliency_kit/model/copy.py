@@ -118,8 +118,9 @@ def input_signature(model) -> list[tuple[tuple, str]]:
     shapes = keras_private.built_input_shapes(model)
     if not shapes:
         raise ValueError(
-            f"model {getattr(model, 'name', model)!r} has no known input shape: build it or call it "
-            "once on a batch first; received an unbuilt model."
+            f"model {getattr(model, 'name', model)!r} has no defined input; build it first (give it a "
+            "keras.Input, call it once on a batch, or call model.build(input_shape)); received an "
+            "unbuilt model."
         )
     dtype = keras.backend.standardize_dtype(getattr(model, "input_dtype", None) or model.compute_dtype)
     return [(tuple(shape), dtype) for shape in shapes]
