@@ -1,0 +1,21 @@
+"""Backward rules: the forward pass stays, the gradient changes.
+
+``relu``: rules for ReLU-family activations (guided backprop, deconvnet, your own
+:class:`ModifiedBackprop`).
+"""
+from .relu import (
+    PLAIN_RELU,
+    _KNOWN_RELU,
+    _LEAKY,
+    _LEAKY_DEFAULT,
+    _NAMED_RULES,
+    DeconvBackprop,
+    GuidedBackprop,
+    ModifiedBackprop,
+    ReluFamily,
+    _known_relu_functions,
+    as_rule,
+    relu_family_of_function,
+)
+
+__all__ = ["ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule"]
