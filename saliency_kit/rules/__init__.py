@@ -1,8 +1,11 @@
 """Backward rules: the forward pass stays, the gradient changes.
 
 ``relu``: rules for ReLU-family activations (guided backprop, deconvnet, your own
-:class:`ModifiedBackprop`).
+:class:`ModifiedBackprop`). ``lrp``: layer-wise relevance propagation rules for linear layers
+(:class:`Epsilon`, :class:`Gamma`, :class:`ZPlus`, :class:`AlphaBeta`, :class:`Flat`,
+:class:`WSquare`, :class:`ZBox`) and :class:`Pass` for activations.
 """
+from .lrp import AlphaBeta, Epsilon, Flat, Gamma, LinearRule, Pass, WSquare, ZBox, ZPlus
 from .relu import (
     PLAIN_RELU,
     _KNOWN_RELU,
@@ -18,4 +21,7 @@ from .relu import (
     relu_family_of_function,
 )
 
-__all__ = ["ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule"]
+__all__ = [
+    "ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule",
+    "LinearRule", "Epsilon", "Gamma", "ZPlus", "AlphaBeta", "Flat", "WSquare", "ZBox", "Pass",
+]
