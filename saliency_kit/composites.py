@@ -7,7 +7,7 @@ linear layers that read the model's input, through padding/reshaping only).
 
 After the user's entries every composite falls back on the same base map (Zennit's
 ``layer_map_base``): ReLU-family activations and unmerged ``BatchNormalization`` → :class:`Pass`,
-average pooling → ε-rule with ε = 1e-6. A ``Dense`` or convolution no key matches is refused.
+average pooling → ε-rule with ε = the composite's stabiliser (1e-6 by default). A ``Dense`` or convolution no key matches is refused.
 
 The named composites are Zennit's (``composite="epsilon_plus_flat"`` etc. in ``sk.explain``)::
 
@@ -53,9 +53,11 @@ class Composite:
         rules: a ``dict`` or a sequence of ``(key, rule)`` pairs. ``key``: a layer class or tuple
             of classes, a layer name or path, or ``"first"``; ``rule``: an LRP rule instance
             (:class:`~saliency_kit.rules.Epsilon`, ...).
+        pooling_stabilizer: the ε of the ε-rule that average pooling gets when no key matches it.
     """
 
-    def __init__(self, rules):
+    def __init__(self, rules, *, pooling_stabilizer: float = AVERAGE_POOLING_EPSILON):
+        self.pooling_stabilizer = float(pooling_stabilizer)
         items = list(rules.items()) if isinstance(rules, dict) else list(rules)
         for entry in items:
             if not (isinstance(entry, tuple) and len(entry) == 2):
@@ -95,27 +97,27 @@ class Composite:
 class _Named(Composite):
     """A named composite: ``first`` rule (or None), then conv and dense rules."""
 
-    def __init__(self, conv_rule, dense_rule, first_rule=None):
+    def __init__(self, conv_rule, dense_rule, first_rule=None, stabilizer=AVERAGE_POOLING_EPSILON):
         dense, convolution = _keras_kinds()
         entries = []
         if first_rule is not None:
             entries.append(("first", first_rule))
         entries += [(convolution, conv_rule), (dense, dense_rule)]
-        super().__init__(entries)
+        super().__init__(entries, pooling_stabilizer=stabilizer)
 
 
 class EpsilonPlus(_Named):
     """ε for dense layers, z⁺ for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon))
+        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
 class EpsilonPlusFlat(_Named):
     """ε for dense layers, z⁺ for convolutions, flat for the first linear layer."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon), _rules.Flat(stabilizer))
+        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon), _rules.Flat(stabilizer), stabilizer)
 
 
 class EpsilonGammaBox(_Named):
@@ -127,7 +129,7 @@ class EpsilonGammaBox(_Named):
             ("first", FirstOf(convolution, _rules.ZBox(low, high, stabilizer))),
             (convolution, _rules.Gamma(gamma, stabilizer)),
             (dense, _rules.Epsilon(epsilon)),
-        ])
+        ], pooling_stabilizer=stabilizer)
 
 
 class FirstOf:
@@ -145,7 +147,7 @@ class EpsilonAlpha2Beta1(_Named):
     """ε for dense layers, α2β1 for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.AlphaBeta(2.0, 1.0, stabilizer), _rules.Epsilon(epsilon))
+        super().__init__(_rules.AlphaBeta(2.0, 1.0, stabilizer), _rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
 class EpsilonAlpha2Beta1Flat(_Named):
@@ -153,14 +155,14 @@ class EpsilonAlpha2Beta1Flat(_Named):
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
         super().__init__(_rules.AlphaBeta(2.0, 1.0, stabilizer), _rules.Epsilon(epsilon),
-                         _rules.Flat(stabilizer))
+                         _rules.Flat(stabilizer), stabilizer)
 
 
 def _one_rule(make_rule: Callable) -> Callable:
-    def build(**options):
+    def build(pooling_stabilizer: float = AVERAGE_POOLING_EPSILON, **options):
         rule = make_rule(**options)
         dense, convolution = _keras_kinds()
-        return Composite([(dense + convolution, rule)])
+        return Composite([(dense + convolution, rule)], pooling_stabilizer=pooling_stabilizer)
     build.rule_factory = make_rule
     return build
 
@@ -217,7 +219,10 @@ def get(composite, **options) -> Composite:
     factory = _REGISTRY[composite]
     accepted = inspect.signature(factory).parameters
     if hasattr(factory, "rule_factory"):  # one rule everywhere: that rule's own options
-        accepted = inspect.signature(factory.rule_factory).parameters
+        accepted = dict(inspect.signature(factory.rule_factory).parameters)
+        if "stabilizer" in options and options["stabilizer"] is not None:
+            options = {**options, "pooling_stabilizer": options["stabilizer"]}
+        accepted["pooling_stabilizer"] = inspect.signature(factory).parameters["pooling_stabilizer"]
     given = {k: v for k, v in options.items() if v is not None and k in accepted}
     missing = [k for k, p in accepted.items() if p.default is inspect.Parameter.empty
                and p.kind is p.POSITIONAL_OR_KEYWORD and k not in given]

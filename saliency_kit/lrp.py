@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 from . import canonizers
-from .composites import AVERAGE_POOLING_EPSILON, get as get_composite
+from .composites import get as get_composite
 from .rewriting import copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
@@ -233,7 +233,7 @@ def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_rele
         if fact.kind in ("linear", "average_pooling"):
             rule = composite.rule_for(fact.op, fact.path, fact.first)
             if rule is None and fact.kind == "average_pooling":
-                rule = Epsilon(AVERAGE_POOLING_EPSILON)
+                rule = Epsilon(composite.pooling_stabilizer)
             if not isinstance(rule, LinearRule):
                 raise ValueError(
                     f"the composite gives layer {fact.path!r} ({type(fact.op).__name__}) no rule for linear "
