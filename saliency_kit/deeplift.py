@@ -1,9 +1,9 @@
 """DeepLIFT (Shrikumar et al. 2017), Rescale rule, as a rewrite of the model.
 
-``rewrite_deeplift(model)`` returns a copy that takes the inputs and their baselines stacked in one
-batch, ``[x; x₀]`` (``2B`` rows: row ``i`` and row ``B + i`` are a pair), and computes the same
-outputs as ``model`` on each row. Its backward pass gives, in rows ``0..B-1``, DeepLIFT's
-*multipliers* ``m`` (rows ``B..2B-1``: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
+``rewrite_deeplift(model)`` returns a copy that takes inputs and their baselines interleaved in one
+batch, ``[x_0, x₀_0, x_1, x₀_1, ...]`` (``2B`` rows: rows ``2i`` and ``2i + 1`` are a pair), and
+computes the same outputs as ``model`` on each row. Its backward pass gives, in the even rows,
+DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
 ``s(x) − s(x₀)`` (summation to delta).
 
 - Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add,
@@ -25,14 +25,20 @@ from .lrp import _clone, _squash_apart, linear_parts
 from .rewriting import copy_model
 from .rules.relu import relu_family_of_function
 
-__all__ = ["rewrite_deeplift", "deeplift", "DELTA_EPSILON"]
+__all__ = ["rewrite_deeplift", "deeplift", "DeepLiftRewrite", "DELTA_EPSILON"]
 
 DELTA_EPSILON = 1e-7
 
 
 def _halves(t):
-    half = tf.shape(t)[0] // 2
-    return t[:half], t[half:]
+    """``(inputs, baselines)``: the even and the odd rows of ``t``."""
+    pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _interleave(first, second):
+    """Rows ``[first_0, second_0, first_1, ...]``."""
+    return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
 
 
 def _rescale_gate(function, x, y):
@@ -52,7 +58,7 @@ def _rescale_gate(function, x, y):
             multiplier = tf.where(tf.abs(delta_x) > DELTA_EPSILON,
                                   (y1 - y0) / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x),
                                   derivative)
-            return tf.concat([dy1 * multiplier, tf.zeros_like(x0)], 0), None
+            return _interleave(dy1 * multiplier, tf.zeros_like(x0)), None
 
         return tf.identity(y), backward
 
@@ -78,11 +84,27 @@ def _maxpool_gate(pool, x, y):
             delta_x = x1 - x0
             multiplier = tf.where(tf.abs(delta_x) > DELTA_EPSILON,
                                   shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain)
-            return tf.concat([multiplier, tf.zeros_like(x0)], 0), None
+            return _interleave(multiplier, tf.zeros_like(x0)), None
 
         return tf.identity(y), backward
 
     return gate(x, y)
+
+
+class DeepLiftRewrite:
+    """The ``rule`` that makes ``sk.rewrite``/the engine build :func:`rewrite_deeplift` models."""
+
+    def rewrite_model(self, model):
+        return rewrite_deeplift(model)
+
+    def __eq__(self, other):
+        return type(other) is type(self)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return "DeepLiftRewrite()"
 
 
 class _DeepLiftLayer(keras.layers.Layer):
@@ -118,8 +140,8 @@ class _DeepLiftLayer(keras.layers.Layer):
 
 
 def rewrite_deeplift(model: keras.Model) -> keras.Model:
-    """A copy of ``model`` taking ``[x; x₀]`` (``2B`` rows) whose input gradient, rows ``0..B-1``,
-    holds DeepLIFT's multipliers (see the module docstring). ``model`` is never modified.
+    """A copy of ``model`` taking inputs and baselines interleaved (``2B`` rows) whose input
+    gradient, in the even rows, holds DeepLIFT's multipliers (see the module docstring). ``model`` is never modified.
 
     ``rewritten_layers``: ``{layer path: rule}`` (``"rescale"``, ``"maxpool"``). A final
     softmax/sigmoid fused into the last layer becomes a separate ``Activation``. ``ValueError``
@@ -180,16 +202,16 @@ def deeplift(model, inputs, classes, baseline=0.0, *, rewritten=None):
     x0 = tf.broadcast_to(tf.cast(baseline, x.dtype), tf.shape(x))
     classes = tf.convert_to_tensor(np.asarray(classes, dtype=np.int32))
     batch, k = classes.shape
-    stacked = tf.concat([x, x0], 0)
+    stacked = _interleave(x, x0)
     rows = []
     for j in range(k):
         with tf.GradientTape() as tape:
             tape.watch(stacked)
-            out = logits(stacked)
-            score = tf.gather(out[:batch], classes[:, j], axis=1, batch_dims=1)
-        rows.append(tape.gradient(score, stacked)[:batch] * (x - x0))
-    out = logits(stacked)
-    delta = tf.gather(out[:batch], classes, axis=1, batch_dims=1) - tf.gather(out[batch:], classes, axis=1, batch_dims=1)
+            out, _ = _halves(logits(stacked))
+            score = tf.gather(out, classes[:, j], axis=1, batch_dims=1)
+        rows.append(_halves(tape.gradient(score, stacked))[0] * (x - x0))
+    at_x, at_x0 = _halves(logits(stacked))
+    delta = tf.gather(at_x, classes, axis=1, batch_dims=1) - tf.gather(at_x0, classes, axis=1, batch_dims=1)
     attributions = tf.stack(rows, 1)
     total = tf.reduce_sum(tf.reshape(attributions, [batch, k, -1]), -1)
     return attributions.numpy(), (total - delta).numpy()

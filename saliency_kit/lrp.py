@@ -16,6 +16,8 @@ returns a copy whose input gradient *is* the relevance (what the ``"lrp"`` metho
 """
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -25,7 +27,21 @@ from .rewriting import copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
 
-__all__ = ["rewrite_lrp", "linear_parts"]
+__all__ = ["rewrite_lrp", "linear_parts", "LRPRewrite"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LRPRewrite:
+    """The ``rule`` that makes ``sk.rewrite``/the engine build :func:`rewrite_lrp` models, keyed by
+    value: a composite name (or a :class:`~saliency_kit.composites.Composite`), its options as
+    sorted ``(name, value)`` pairs, and whether the input gradient is the relevance itself."""
+
+    composite: object = "epsilon_plus_flat"
+    options: tuple = ()
+    input_relevance: bool = False
+
+    def rewrite_model(self, model):
+        return rewrite_lrp(model, self.composite, input_relevance=self.input_relevance, **dict(self.options))
 
 
 # ---------------------------------------------------------------------------------------------
