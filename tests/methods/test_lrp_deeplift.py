@@ -4,25 +4,9 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit import composites, rewriting
+from saliency_kit import composites
 from saliency_kit.methods import get
 from saliency_kit.methods.lrp import COMPOSITES
-
-
-@pytest.fixture(autouse=True)
-def rewrite_dispatch(monkeypatch):
-    """Until the lead's one-line hookup lands in rewriting.rewrite (objects with a
-    ``rewrite_model`` method build their own rewrite), install the same dispatch here."""
-    original = rewriting.rewrite
-    if getattr(original, "__lrp_dispatch__", False):
-        return
-
-    def rewrite(model, rule):
-        if hasattr(rule, "rewrite_model"):
-            return rule.rewrite_model(model)
-        return original(model, rule)
-
-    monkeypatch.setattr(rewriting, "rewrite", rewrite)
 
 
 @pytest.fixture(scope="module")
