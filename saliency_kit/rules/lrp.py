@@ -149,11 +149,21 @@ class LinearRule:
         (ones, ZBox bounds), which cannot be written as ``x`` times something where ``x = 0``.
         ``z``: the layer's output (bias included), ``relevance``: the relevance of that output.
         """
+        # Branches on x⁻ contribute nothing where no input is negative (after a ReLU): skip their
+        # convolutions then (tf.cond runs one side only).
+        any_negative = tf.reduce_any(x < 0) if any(b.inputs == "negative" for b in self.branches) else None
         outputs = []
         for branch in self.branches:
             kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
             bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
-            outputs.append((branch, kernels, part.apply(self._modified_input(branch.inputs, x), kernels, bias)))
+            run = (lambda kernels=kernels, bias=bias, kind=branch.inputs:
+                   part.apply(self._modified_input(kind, x), kernels, bias))
+            if branch.inputs == "negative":
+                # with no bias in the branch (all rules here): zero output when x⁻ = 0
+                out = tf.cond(any_negative, run, lambda: tf.zeros_like(z)) if bias is None else run()
+            else:
+                out = run()
+            outputs.append((branch, kernels, out))
 
         scales, masks = self.group_scales(), self.group_masks()
         normalised = {}
@@ -170,7 +180,11 @@ class LinearRule:
         coefficients = tf.zeros_like(x)
         constant = None
         for branch, kernels, _ in outputs:
-            vjp = _linear_vjp(part, kernels, x, normalised[branch.group])
+            if branch.inputs == "negative":
+                vjp = tf.cond(any_negative, lambda kernels=kernels, group=branch.group:
+                              _linear_vjp(part, kernels, x, normalised[group]), lambda: tf.zeros_like(x))
+            else:
+                vjp = _linear_vjp(part, kernels, x, normalised[branch.group])
             if branch.inputs in _PROPORTIONAL:
                 if branch.inputs != "x":
                     keep = x > 0 if branch.inputs == "positive" else x < 0
