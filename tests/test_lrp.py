@@ -169,14 +169,14 @@ def test_zbox_takes_per_channel_bounds_in_input_space():
 
 # ----------------------------------------------------------------------------- whole networks
 
-def relu_net(bias=True, seed=0, final="softmax"):
+def relu_net(bias=True, seed=0, final="softmax", relu_max=None):
     """conv(relu) → conv → BN → ReLU → max pool → flatten → dense(relu) → dense(softmax)."""
     rng = np.random.default_rng(seed)
     inp = keras.Input((8, 8, 3))
     h = keras.layers.Conv2D(4, 3, activation="relu", use_bias=bias)(inp)
     h = keras.layers.Conv2D(5, 3, use_bias=bias)(h)
     h = keras.layers.BatchNormalization(center=bias)(h)
-    h = keras.layers.ReLU()(h)
+    h = keras.layers.ReLU(max_value=relu_max)(h)
     h = keras.layers.MaxPooling2D()(h)
     h = keras.layers.Flatten()(h)
     h = keras.layers.Dense(6, activation="relu", use_bias=bias)(h)
@@ -232,6 +232,46 @@ def test_lrp0_equals_gradient_times_input_on_a_relu_net():
     for column in range(4):
         np.testing.assert_allclose(input_relevance(rewritten, x, column), gradient_times_input(plain_logits, x, column),
                                    rtol=1e-4, atol=1e-6)
+
+
+def awkward_net(seed=0):
+    """Separable and depthwise convolutions (BatchNorm merged into the depthwise), a residual
+    Add, a Concatenate, average pooling, a nested Sequential block and leaky ReLU; no biases."""
+    rng = np.random.default_rng(seed)
+    inp = keras.Input((9, 9, 3))
+    a = keras.layers.SeparableConv2D(4, 3, padding="same", use_bias=False, name="sep")(inp)
+    a = keras.layers.ReLU(name="sep_relu")(a)
+    b = keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=1, use_bias=False, name="dw")(a)
+    b = keras.layers.BatchNormalization(center=False, name="dw_bn")(b)
+    h = keras.layers.Add(name="residual")([a, b])
+    h = keras.layers.LeakyReLU(0.1, name="leaky")(h)
+    block = keras.Sequential([keras.Input((9, 9, 4)), keras.layers.Conv2D(3, 1, use_bias=False, activation="relu"),
+                              keras.layers.AveragePooling2D(3)], name="block")
+    c = keras.layers.Concatenate(name="concat")([block(h), keras.layers.MaxPooling2D(3)(h)])
+    z = keras.layers.GlobalAveragePooling2D()(c)
+    out = keras.layers.Dense(3, use_bias=False, name="logits")(z)
+    model = keras.Model(inp, out)
+    for layer in model.layers + block.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights([rng.uniform(0.5, 1.5, 4), np.zeros(4), rng.uniform(0.5, 2, 4)])
+        elif layer.get_weights() and not isinstance(layer, keras.Model):
+            layer.set_weights([rng.normal(0, 0.5, w.shape).astype(np.float32) for w in layer.get_weights()])
+    return model
+
+
+def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta():
+    model = awkward_net()
+    x = RNG.uniform(-1, 1, size=(2, 9, 9, 3)).astype(np.float32)
+    lrp0 = rewrite_lrp(model, "epsilon", epsilon=1e-12, stabilizer=1e-12, input_relevance=True)
+    assert lrp0.rewritten_layers["dw_bn"] == "merged into 'dw'"
+    assert "block/" + model.get_layer("block").layers[0].name in lrp0.rewritten_layers
+    np.testing.assert_allclose(lrp0(x), model(x), rtol=1e-5, atol=1e-6)
+    for column in range(3):
+        np.testing.assert_allclose(input_relevance(lrp0, x, column), gradient_times_input(model, x, column),
+                                   rtol=1e-4, atol=1e-6)
+    scores = model(x).numpy()
+    deep_attr, gap = deeplift(model, x, np.array([[0, 1, 2]] * 2), baseline=0.1)
+    assert np.abs(gap).max() <= 1e-5 * np.abs(scores).max() + 1e-6
 
 
 def test_batchnorm_merged_forward_outputs_equal():
@@ -371,11 +411,11 @@ def test_deeplift_matches_numpy_and_sums_to_delta():
     assert np.all(np.abs(gap) <= 1e-5 * np.abs(scores[:, [0, 3]] - base_scores[:, [0, 3]]) + 1e-6)
 
 
-def test_deeplift_sums_to_delta_on_a_conv_net_with_relu6_and_batchnorm():
-    model = relu_net(bias=True, seed=5)
+def test_deeplift_sums_to_delta_on_a_conv_net_with_capped_relu_and_batchnorm():
+    model = relu_net(bias=True, seed=5, relu_max=0.5)  # the cap is reached: Rescale, not the gradient
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
     attributions, gap = deeplift(model, x, np.array([[0, 1], [2, 3]]), baseline=0.25)
-    logits = relu_net(bias=True, seed=5, final=None)
+    logits = relu_net(bias=True, seed=5, final=None, relu_max=0.5)
     delta = logits(x).numpy() - logits(np.full_like(x, 0.25)).numpy()
     want = np.take_along_axis(delta, np.array([[0, 1], [2, 3]]), 1)
     np.testing.assert_allclose(attributions.reshape(2, 2, -1).sum(-1), want, rtol=1e-5, atol=1e-6)
