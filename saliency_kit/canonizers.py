@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from .rules.relu import ReluFamily, relu_family_of_function
 
-__all__ = ["LayerFacts", "model_facts", "classify", "batchnorm_affine", "relu_family_of"]
+__all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
 
 LINEAR = (
     keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,

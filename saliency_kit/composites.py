@@ -21,13 +21,20 @@ The named composites are Zennit's (``composite="epsilon_plus_flat"`` etc. in ``s
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from .rules import lrp as _rules
 
 __all__ = [
-    "Composite", "EpsilonPlus", "EpsilonPlusFlat", "EpsilonGammaBox", "EpsilonAlpha2Beta1",
-    "EpsilonAlpha2Beta1Flat", "register", "get", "names",
+    "Composite",
+    "EpsilonAlpha2Beta1",
+    "EpsilonAlpha2Beta1Flat",
+    "EpsilonGammaBox",
+    "EpsilonPlus",
+    "EpsilonPlusFlat",
+    "get",
+    "names",
+    "register",
 ]
 
 AVERAGE_POOLING_EPSILON = 1e-6

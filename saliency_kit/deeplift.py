@@ -25,7 +25,7 @@ from .lrp import _clone, _squash_apart, linear_parts
 from .rewriting import copy_model
 from .rules.relu import relu_family_of_function
 
-__all__ = ["rewrite_deeplift", "deeplift", "DeepLiftRewrite", "DELTA_EPSILON"]
+__all__ = ["DELTA_EPSILON", "DeepLiftRewrite", "deeplift", "rewrite_deeplift"]
 
 DELTA_EPSILON = 1e-7
 

@@ -27,7 +27,7 @@ from .rewriting import copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
 
-__all__ = ["rewrite_lrp", "linear_parts", "LRPRewrite"]
+__all__ = ["LRPRewrite", "linear_parts", "rewrite_lrp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,10 @@ def linear_parts(layer, absorbed_bn=None) -> list[LinearPart]:
     """The linear maps ``layer`` computes, in order (two for a separable convolution), with its
     current parameters; ``absorbed_bn`` a BatchNormalization merged into the last one."""
     dtype = layer.compute_dtype
-    value = lambda v: tf.cast(tf.convert_to_tensor(v), dtype)  # noqa: E731
+
+    def value(variable):
+        return tf.cast(tf.convert_to_tensor(variable), dtype)
+
     bias = value(layer.bias) if getattr(layer, "use_bias", False) else None
     if isinstance(layer, keras.layers.Dense):
         parts = [LinearPart(lambda x, k, b: _add_bias(tf.matmul(x, k["kernel"]) if len(x.shape) == 2

@@ -22,14 +22,14 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import saliency_kit as sk  # noqa: E402
-from saliency_kit import rewriting  # noqa: E402
-from saliency_kit.deeplift import rewrite_deeplift  # noqa: E402
-from saliency_kit.lrp import rewrite_lrp  # noqa: E402
+import saliency_kit as sk
+from saliency_kit import rewriting
+from saliency_kit.deeplift import rewrite_deeplift
+from saliency_kit.lrp import rewrite_lrp
 
 
 def logits_model(model):

@@ -5,15 +5,24 @@ matrix by explicit loops over positions), so they share nothing with the library
 """
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
 from saliency_kit import composites
 from saliency_kit.deeplift import deeplift, rewrite_deeplift
 from saliency_kit.lrp import rewrite_lrp
-from saliency_kit.rules import AlphaBeta, Epsilon, Flat, Gamma, Pass, WSquare, ZBox, ZPlus
+from saliency_kit.rules import (
+    AlphaBeta,
+    Epsilon,
+    Flat,
+    Gamma,
+    Pass,
+    WSquare,
+    ZBox,
+    ZPlus,
+)
 
 RNG = np.random.default_rng(7)
 
@@ -270,7 +279,7 @@ def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta(
         np.testing.assert_allclose(input_relevance(lrp0, x, column), gradient_times_input(model, x, column),
                                    rtol=1e-4, atol=1e-6)
     scores = model(x).numpy()
-    deep_attr, gap = deeplift(model, x, np.array([[0, 1, 2]] * 2), baseline=0.1)
+    _, gap = deeplift(model, x, np.array([[0, 1, 2]] * 2), baseline=0.1)
     assert np.abs(gap).max() <= 1e-5 * np.abs(scores).max() + 1e-6
 
 

@@ -7,11 +7,11 @@
 """
 from .lrp import AlphaBeta, Epsilon, Flat, Gamma, LinearRule, Pass, WSquare, ZBox, ZPlus
 from .relu import (
-    PLAIN_RELU,
     _KNOWN_RELU,
     _LEAKY,
     _LEAKY_DEFAULT,
     _NAMED_RULES,
+    PLAIN_RELU,
     DeconvBackprop,
     GuidedBackprop,
     ModifiedBackprop,
@@ -22,6 +22,18 @@ from .relu import (
 )
 
 __all__ = [
-    "ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule",
-    "LinearRule", "Epsilon", "Gamma", "ZPlus", "AlphaBeta", "Flat", "WSquare", "ZBox", "Pass",
+    "AlphaBeta",
+    "DeconvBackprop",
+    "Epsilon",
+    "Flat",
+    "Gamma",
+    "GuidedBackprop",
+    "LinearRule",
+    "ModifiedBackprop",
+    "Pass",
+    "ReluFamily",
+    "WSquare",
+    "ZBox",
+    "ZPlus",
+    "as_rule",
 ]

@@ -22,14 +22,24 @@ with named kernels and an optional bias, so one rule serves ``Dense``, ``Conv1D/
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = [
-    "LinearPart", "Branch", "LinearRule", "Epsilon", "Gamma", "ZPlus", "AlphaBeta", "Flat",
-    "WSquare", "ZBox", "Pass", "stabilize",
+    "AlphaBeta",
+    "Branch",
+    "Epsilon",
+    "Flat",
+    "Gamma",
+    "LinearPart",
+    "LinearRule",
+    "Pass",
+    "WSquare",
+    "ZBox",
+    "ZPlus",
+    "stabilize",
 ]
 
 
