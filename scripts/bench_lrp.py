@@ -42,7 +42,7 @@ def logits_model(model):
 def gradient_function(model, pairs=False):
     @tf.function(jit_compile=False)
     def run(x, targets):
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(x)
             out = model(x, training=False)
             if pairs:
