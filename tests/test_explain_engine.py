@@ -71,7 +71,7 @@ def test_shapes_and_fields(cnn, method, options):
     assert expl.targets.shape == (3, 2) and np.issubdtype(expl.targets.dtype, np.integer)
     assert expl.method == method and set(options) <= set(expl.options)
     assert (expl.layer == "backbone/last_conv") == ("layer" in methods.get(method).defaults)
-    assert (expl.completeness_gap is not None) == (method == "integrated_gradients")
+    assert (expl.completeness_gap is not None) == (method in ("integrated_gradients", "deeplift"))
     np.testing.assert_allclose(expl.scores, engine.forward_scores(model, x, expl.targets), atol=1e-5)
     assert np.all(np.isfinite(expl.attributions)) and np.any(expl.attributions != 0)
 

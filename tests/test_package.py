@@ -15,6 +15,9 @@ API_NAMES = [
     "render.heatmap", "render.overlay", "render.grid",
     "evaluate.randomization_test", "evaluate.deletion_insertion", "evaluate.pointing_game",
     "methods.register", "methods.get", "methods.names", "methods.Option",
+    "rules.Epsilon", "rules.Gamma", "rules.ZPlus", "rules.AlphaBeta", "rules.Flat", "rules.WSquare", "rules.ZBox",
+    "rules.Pass", "composites.Composite", "composites.EpsilonPlus", "composites.EpsilonPlusFlat",
+    "composites.EpsilonGammaBox", "composites.EpsilonAlpha2Beta1", "composites.EpsilonAlpha2Beta1Flat",
 ]
 
 
@@ -31,7 +34,7 @@ def test_public_name_resolves(name):
 EXPECTED_ALL = {
     "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "rewrite", "explain", "jacobian",
     "Explanation", "load_model", "list_models", "ModelSpec", "load_images",
-    "gradients", "layers", "render", "evaluate", "methods", "__version__",
+    "gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "__version__",
 }
 
 

@@ -1,2 +1,2 @@
 """The built-in methods, imported in this order (the order of ``names()`` and ``saliency methods``)."""
-from . import gradient, integrated_gradients, smoothgrad, gradcam, occlusion  # noqa: F401,I001
+from . import gradient, integrated_gradients, smoothgrad, gradcam, occlusion, lrp, deeplift  # noqa: F401,I001

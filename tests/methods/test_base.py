@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILTINS = [
     "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
     "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
+    "lrp", "deeplift",
 ]
 
 

@@ -1,0 +1,100 @@
+"""The "lrp" and "deeplift" methods against NumPy written here, batched and with K classes."""
+import keras
+import numpy as np
+import pytest
+
+import saliency_kit as sk
+from saliency_kit import composites
+from saliency_kit.methods import get
+from saliency_kit.methods.lrp import COMPOSITES
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """s = W2ᵀ relu(W1ᵀ x + b1) + b2, 4 → 5 → 3, hand-set weights of both signs."""
+    rng = np.random.default_rng(3)
+    W1, b1 = rng.normal(size=(4, 5)), rng.normal(size=5) * 0.2
+    W2, b2 = rng.normal(size=(5, 3)), rng.normal(size=3) * 0.2
+    inputs = keras.Input((4,))
+    h = keras.layers.Dense(5, activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(h))
+    model.layers[1].set_weights([W1.astype("float32"), b1.astype("float32")])
+    model.layers[2].set_weights([W2.astype("float32"), b2.astype("float32")])
+    x = rng.normal(size=(5, 4)).astype("float32")
+    return model, x, (W1, b1, W2, b2)
+
+
+def numpy_lrp_epsilon(x, weights, column, eps):
+    W1, b1, W2, b2 = weights
+    z1 = x @ W1 + b1
+    a1 = np.maximum(z1, 0)
+    z2 = a1 @ W2 + b2
+    stab = lambda z: z + eps * np.where(z >= 0, 1, -1)
+    R2 = np.where(np.arange(3) == column, z2, 0)
+    R1 = a1 * (W2 @ (R2 / stab(z2)))          # relevance of the ReLU outputs = of z1 (Pass)
+    return x * (W1 @ (R1 / stab(z1)))
+
+
+def test_composite_choices_are_the_registered_composites():
+    assert COMPOSITES == tuple(composites.names())
+    assert get("lrp").signed and get("lrp").reduce == "sum"
+    assert get("deeplift").signed and get("deeplift").reduce == "sum"
+
+
+def test_lrp_matches_numpy_for_k_classes_and_any_batch_size(mlp):
+    model, x, weights = mlp
+    targets = np.array([[0, 2]] * len(x))
+    one = sk.explain(model, x, "lrp", targets=targets, composite="epsilon", epsilon=0.01, batch_size=32)
+    small = sk.explain(model, x, "lrp", targets=targets, composite="epsilon", epsilon=0.01, batch_size=2)
+    for b in range(len(x)):
+        for k, column in enumerate((0, 2)):
+            want = numpy_lrp_epsilon(x[b].astype(np.float64), weights, column, 0.01)
+            np.testing.assert_allclose(one.attributions[b, k], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(small.attributions, one.attributions, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(one.maps, one.attributions.sum(-1), rtol=1e-5, atol=1e-6)  # signed sum
+
+
+def test_lrp_accepts_a_composite_and_zbox_bounds(mlp):
+    model, x, weights = mlp
+    composite = composites.Composite({keras.layers.Dense: sk.rules.Epsilon(0.01)})
+    got = sk.explain(model, x, "lrp", targets=[[1]] * len(x), composite=composite)
+    want = np.stack([numpy_lrp_epsilon(row.astype(np.float64), weights, 1, 0.01) for row in x])
+    np.testing.assert_allclose(got.attributions[:, 0], want, rtol=1e-4, atol=1e-5)
+    box = sk.explain(model, x, "lrp", targets="top1", composite="epsilon_gamma_box", low=-3.0, high=3.0)
+    assert np.all(np.isfinite(box.attributions))
+    with pytest.raises(ValueError, match="low and high"):
+        sk.explain(model, x, "lrp", composite="epsilon_gamma_box")
+
+
+def test_jacobian_through_a_composite_times_input_is_the_relevance(mlp):
+    model, x, weights = mlp
+    composite = composites.Composite({keras.layers.Dense: sk.rules.Epsilon(0.01)})
+    jac = sk.jacobian(model, x, classes=[0, 2], rule=composite)
+    for k, column in enumerate((0, 2)):
+        want = np.stack([numpy_lrp_epsilon(row.astype(np.float64), weights, column, 0.01) for row in x])
+        np.testing.assert_allclose(x * jac[:, k], want, rtol=1e-4, atol=1e-5)
+
+
+def numpy_deeplift(x, x0, weights, column):
+    W1, b1, W2, b2 = weights
+    z, z0 = x @ W1 + b1, x0 @ W1 + b1
+    d = z - z0
+    m1 = np.where(np.abs(d) > 1e-7, (np.maximum(z, 0) - np.maximum(z0, 0)) / np.where(d == 0, 1, d), (z > 0) * 1.0)
+    return (x - x0) * (W1 @ (m1 * W2[:, column]))
+
+
+def test_deeplift_matches_numpy_sums_to_delta_and_reports_the_gap(mlp):
+    model, x, weights = mlp
+    baseline = np.array([0.3, -0.2, 0.1, 0.0], "float32")
+    targets = np.array([[0, 1, 2]] * len(x))
+    got = sk.explain(model, x, "deeplift", targets=targets, baseline=baseline, batch_size=4)
+    logits = lambda v: np.maximum(v @ weights[0] + weights[1], 0) @ weights[2] + weights[3]
+    for b in range(len(x)):
+        delta = logits(x[b].astype(np.float64)) - logits(baseline.astype(np.float64))
+        for k in range(3):
+            want = numpy_deeplift(x[b].astype(np.float64), baseline.astype(np.float64), weights, k)
+            np.testing.assert_allclose(got.attributions[b, k], want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(got.attributions[b, k].sum(), delta[k], rtol=1e-5, atol=1e-6)
+    assert np.abs(got.completeness_gap).max() <= 1e-5
+    again = sk.explain(model, x[:2], "deeplift", targets=targets[:2], baseline=baseline, batch_size=1)
+    np.testing.assert_allclose(again.attributions, got.attributions[:2], rtol=1e-6, atol=1e-7)
