@@ -19,7 +19,7 @@ _NAMES = {
     "ModifiedBackprop": "rules",
     "GuidedBackprop": "rules",
     "DeconvBackprop": "rules",
-    "rewrite": "rewriting",
+    "rewrite": "model.rewrite",
     "explain": "api",
     "jacobian": "api",
     "Explanation": "explanation",
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .api import explain, jacobian
     from .explanation import Explanation
     from .images import load_images
-    from .rewriting import rewrite
+    from .model.rewrite import rewrite
     from .rules import DeconvBackprop, GuidedBackprop, ModifiedBackprop
     from .zoo import ModelSpec, list_models, load_model
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from . import canonizers
 from .lrp import _clone, _squash_apart, linear_parts
-from .rewriting import copy_model
+from .model.copy import copy_model
 from .rules.relu import relu_family_of_function
 
 __all__ = ["DELTA_EPSILON", "DeepLiftRewrite", "deeplift", "rewrite_deeplift"]

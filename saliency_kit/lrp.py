@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from . import canonizers
 from .composites import get as get_composite
-from .rewriting import copy_model
+from .model.copy import copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
 

@@ -246,7 +246,9 @@ def rewrite(model, rule):
     Args:
         model: a ``keras.Model``: Functional or Sequential (nested models, wrappers, recurrent
             and custom layers included), or a built/called subclassed model. Never modified.
-        rule: ``"guided"``, ``"deconv"`` or a :class:`~saliency_kit.ModifiedBackprop` instance.
+        rule: ``"guided"``, ``"deconv"`` or a :class:`~saliency_kit.ModifiedBackprop` instance;
+            or an LRP composite / DeepLIFT rewrite (anything with a ``rewrite_model(model)``
+            method, API.md §1b), which rewrites the linear layers as well.
 
     Returns:
         A ``keras.Model`` computing ``model``'s outputs (checked on a generated input). Attributes:
@@ -260,6 +262,8 @@ def rewrite(model, rule):
         ValueError: no ReLU-family operation (the message names the activations found), a layer
             that cannot be copied or reached (named), or a copy that computes something else.
     """
+    if hasattr(rule, "rewrite_model"):  # LRP composites and DeepLIFT (saliency_kit.lrp, .deeplift)
+        return rule.rewrite_model(model)
     rule = as_rule(rule)
     if not isinstance(model, keras.Model):
         raise TypeError(f"rewrite expects a keras.Model; received {type(model).__name__}.")
