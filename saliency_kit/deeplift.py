@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from . import canonizers
 from .lrp import _clone, _squash_apart, linear_parts
-from .model.copy import copy_model
+from .model.copy import check_copy, copy_model
 from .rules.relu import relu_family_of_function
 
 __all__ = ["DELTA_EPSILON", "DeepLiftRewrite", "deeplift", "rewrite_deeplift"]
@@ -172,8 +172,9 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
             return _DeepLiftLayer(inner, "relu", family)
         return _DeepLiftLayer(_clone(op), "linear", relu_family_of_function(op.activation))
 
-    new_model = copy_model(model, replace)
+    new_model = copy_model(model, replace, check=False)  # checked once finished, below
     new_model = _squash_apart(model, new_model, facts)
+    check_copy(model, new_model, what="DeepLIFT rewrite")
     new_model.rewritten_layers = {fact.path: rule for fact, rule in plan.values()}
     return new_model
 

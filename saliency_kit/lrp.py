@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from . import canonizers
 from .composites import get as get_composite
-from .model.copy import copy_model
+from .model.copy import check_copy, copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
 
@@ -281,7 +281,7 @@ def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_rele
         wrappers[id(op)] = wrapper
         return wrapper
 
-    new_model = copy_model(model, replace)
+    new_model = copy_model(model, replace, check=False)  # checked once finished, below
 
     # Canonizers that link layers of the copy: merged BatchNorms, the first layers' relevance.
     for fact in facts:
@@ -292,6 +292,7 @@ def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_rele
         if input_relevance and fact.first and id(fact.op) in wrappers:
             wrappers[id(fact.op)].to_relevance = True
     new_model = _squash_apart(model, new_model, facts)
+    check_copy(model, new_model, what="LRP rewrite")
 
     new_model.rewritten_layers = {
         fact.path: (f"merged into {fact.merged_into.path!r}" if fact.merged_into is not None else plan[id(fact.op)][1])

@@ -137,7 +137,7 @@ def rewritten_model(model, rule):
     """
     if rule is None:
         return model
-    from ..rewriting import rewrite
+    from ..model.rewrite import rewrite
     from .tf import weight_sync
 
     def build():

@@ -286,13 +286,15 @@ class Context:
         """Gradients of the target scores at ``points``.
 
         ``points`` ``[n, *lead, *input]`` (``lead`` any extra copy axes, e.g. path points)
-        -> ``[n, *lead, K, *input]``. ``rule`` (``"guided"``, ``"deconv"`` or a
-        ``ModifiedBackprop``) takes them through ``sk.rewrite(model, rule)``.
+        -> ``[n, *lead, K, *input]``. ``rule``: ``"guided"``, ``"deconv"`` or a
+        ``ModifiedBackprop`` applies to every ReLU-family op the model runs (the op-level
+        override), or through ``sk.rewrite(model, rule)`` for composite ReLUs; an LRP composite
+        or DeepLIFT rewrite (anything with ``rewrite_model``) through ``sk.rewrite``.
         ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
         at the points come free with their gradients.
         """
         rows, targets, lead = self._rows(points)
-        if rule is not None and self._op_level:
+        if rule is not None and self._op_level and not hasattr(rule, "rewrite_model"):
             scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule)
         else:
             scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
