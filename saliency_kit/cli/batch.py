@@ -41,9 +41,9 @@ def _shard(text: str) -> tuple[int, int]:
 
 def settings(args, plan, looks, fingerprint) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
-    return {"model": fingerprint, "methods": [[name, options] for name, options in plan],
-            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format,
-            "look": opt.look_settings(looks)}
+    return {"model": fingerprint,
+            "methods": [[name, options, vars(looks[name]).copy()] for name, options in plan],
+            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format}
 
 
 def run(args) -> int:

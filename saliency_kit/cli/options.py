@@ -327,10 +327,6 @@ def looks(args, plan) -> dict[str, Look]:
     return result
 
 
-def look_settings(table: dict[str, Look]) -> dict:
-    return {name: vars(look).copy() for name, look in table.items()}
-
-
 def warn(command: str, text: str) -> None:
     print(f"saliency {command}: {text}", file=sys.stderr)
 
