@@ -6,7 +6,6 @@ import signal
 import time
 
 import numpy as np
-import pytest
 
 from cli_support import (TIMEOUT, check_complete, command, finish, image_folder, manifest_records,  # noqa: F401
                          own_lines, python, run, save_tiny_model, tiny_model)

@@ -2,8 +2,6 @@
 process where a fresh TensorFlow start-up buys nothing), on real PNG and JPEG files, checked
 against the library called in-process on the same inputs."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -166,7 +164,6 @@ def test_header_names_the_model_and_what_its_scores_are(tmp_path, image_folder, 
 
 
 PLUGIN = """
-import sys
 import saliency_kit as sk
 from saliency_kit import methods
 

@@ -71,11 +71,11 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+    target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     methods = with_model_defaults(methods, model, spec)
     summary = pipeline.run(
         input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-        targets_for=opt.targets_for(parsed, model, args.batch_size), looks=looks,
+        targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
         batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
     )
     _report(summary, plan_.manifest.path)

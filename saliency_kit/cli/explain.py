@@ -38,7 +38,7 @@ def check_before_loading(args):
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
     if spec is not None and spec.class_names:
-        opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+        opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     return plan, spec
 
 
@@ -81,7 +81,7 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+    target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     plan = with_model_defaults(plan, model, spec)
 
     from ..images import ImageLoadError, load_image
@@ -107,7 +107,7 @@ def run(args) -> int:
 
     batch = np.stack(inputs)
     logits = opt.model_scores(model, batch, args.batch_size)
-    targets = opt.targets_array(parsed, logits, len(batch))
+    targets = _resolve(target_spec, logits)  # the logits ``sk.explain`` ranks topK by
     explanations = [sk.explain(model, batch, name, targets, batch_size=args.batch_size, **options)
                     for name, options in plan]
     shown, label = _shown_scores(model, batch, logits, args.batch_size)
@@ -131,6 +131,12 @@ def run(args) -> int:
         print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
         return 1
     return 0
+
+
+def _resolve(spec, scores):
+    from ..targets import resolve
+
+    return resolve(spec, scores)
 
 
 def _shown_scores(model, batch, logits, batch_size) -> tuple[np.ndarray, str]:

@@ -246,45 +246,33 @@ def method_plan(args) -> list[tuple[str, dict]]:
 
 
 # ------------------------------------------------------------------------------- targets
-def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int) -> list[tuple[str, int]]:
-    """--target values -> ``[("top", K) | ("class", index)]``, each read by the package's one target
-    parser (:func:`saliency_kit.targets.parse_targets`, the one ``sk.explain`` uses); bad values
-    are usage errors (the parser's message names the closest class names)."""
-    from ..targets import parse_targets as parse_one
+def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, debug: bool = False):
+    """--target values -> one target spec, each value read by the package's one target parser
+    (:func:`saliency_kit.targets.parse_string`, as ``sk.explain`` reads a target string); bad
+    values are usage errors (the parser names the closest class names)."""
+    from .startup import import_tensorflow
 
-    parsed = []
+    import_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
+    from .. import targets
+
+    specs = []
     for text in texts or [DEFAULT_TARGET]:
         try:
-            spec = parse_one(text, 1, n_classes, class_names=class_names)
-        except ValueError as error:
+            specs.append(targets.parse_string(text, n_classes, class_names))
+        except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
-        if spec.kind == "top":
-            parsed.append(("top", int(spec.k)))
-        else:
-            parsed.append(("class", int(np.asarray(spec.classes).reshape(-1)[0])))
-    return parsed
+    return targets.combine(specs)
 
 
-def targets_array(parsed: Sequence[tuple[str, int]], scores: np.ndarray | None, count: int) -> np.ndarray:
-    """int ``[B, K]``: for each input the classes the parsed targets name, topK from ``scores``
-    (``[B, C]``, best first, ties in class order as ``sk.explain`` orders them)."""
-    columns = []
-    order = None if scores is None else np.argsort(-scores, axis=-1, kind="stable")
-    for kind, value in parsed:
-        columns.append(order[:, :value] if kind == "top" else np.full((count, 1), value))
-    return np.concatenate(columns, axis=1).astype(np.int64)
-
-
-def needs_scores(parsed) -> bool:
-    return any(kind == "top" for kind, _ in parsed)
-
-
-def targets_for(parsed, model, batch_size: int):
+def targets_for(spec, model, batch_size: int):
     """A function ``inputs -> int [B, K]`` for one batch: the forward pass runs in the engine, only
     when a topK target needs it, and once per batch whatever the number of methods."""
+    from .. import targets
+
     def resolve(inputs):
-        scores = model_scores(model, inputs, batch_size) if needs_scores(parsed) else None
-        return targets_array(parsed, scores, len(inputs))
+        if spec.needs_scores:
+            return targets.resolve(spec, model_scores(model, inputs, batch_size))
+        return targets.resolve(spec, num_inputs=len(inputs))
 
     return resolve
 
@@ -332,4 +320,4 @@ def warn(command: str, text: str) -> None:
 
 
 __all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
-           "np"]
+           "targets_for", "model_scores", "looks", "did_you_mean"]

@@ -70,11 +70,12 @@ def run(args) -> int:
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
     if spec is not None and spec.class_names:
-        opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
+        opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    (kind, value), = opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
-    target = f"top{value}" if kind == "top" else value
+    target_spec = opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
+    (kind, value), = target_spec.parts
+    target = f"top{value}" if kind == "top" else int(value)
     plan = with_model_defaults(plan, model, spec)
     try:
         inputs, originals = load_images([args.image], spec)
