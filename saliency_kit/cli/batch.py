@@ -72,7 +72,8 @@ def run(args) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
-    methods = with_model_defaults(methods, model, spec)
+    methods = with_model_defaults(methods, spec)
+    opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     summary = pipeline.run(
         input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
         targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
@@ -80,6 +81,14 @@ def run(args) -> int:
     )
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
+
+
+def _sample(model, spec):
+    """A blank input of the model's size, for the checks before work."""
+    import numpy as np
+
+    channels = model.input_shape[-1] if isinstance(model.input_shape, tuple) else 3
+    return np.zeros((1, *spec.input_size, channels or 3), np.float32)
 
 
 def _nothing_left(args, plan_) -> bool:

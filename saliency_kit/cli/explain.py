@@ -42,33 +42,16 @@ def check_before_loading(args):
     return plan, spec
 
 
-def with_model_defaults(plan, model, spec) -> list[tuple[str, dict]]:
-    """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take
-    one; a --layer the model lacks is a usage error naming the closest layers."""
+def with_model_defaults(plan, spec) -> list[tuple[str, dict]]:
+    """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take one."""
     from .. import methods
 
     completed = []
     for name, options in plan:
-        accepted = methods.get(name).accepted(options)
-        if "layer" in accepted:
-            if options.get("layer") is not None:
-                check_layer(model, options["layer"])
-            elif spec.gradcam_layer:
-                options = {**options, "layer": spec.gradcam_layer}
+        if "layer" in methods.get(name).accepted(options) and options.get("layer") is None and spec.gradcam_layer:
+            options = {**options, "layer": spec.gradcam_layer}
         completed.append((name, options))
     return completed
-
-
-def check_layer(model, name: str) -> None:
-    from ..targets import find_layer, layer_paths
-
-    try:
-        find_layer(model, name)
-    except ValueError as error:
-        paths = [path for path, _ in layer_paths(model)]
-        hint = opt.did_you_mean(name, paths + [p.split("/")[-1] for p in paths])
-        raise UsageError(f"--layer {name!r}: no such layer in model {model.name!r}{hint}"
-                         if "not in model" in str(error) else f"--layer: {opt.message(error)}") from error
 
 
 def run(args) -> int:
@@ -82,7 +65,7 @@ def run(args) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
-    plan = with_model_defaults(plan, model, spec)
+    plan = with_model_defaults(plan, spec)
 
     from ..images import ImageLoadError, load_image
 
@@ -102,6 +85,7 @@ def run(args) -> int:
         return 1
     for note in opt.model_notes(args, spec, model, [o.shape[:2] for o in originals]):
         print(note, file=sys.stderr)
+    opt.preflight(model, spec, np.stack(inputs[:1]), plan, args.batch_size)
 
     import saliency_kit as sk
 

@@ -245,6 +245,42 @@ def method_plan(args) -> list[tuple[str, dict]]:
     return plan
 
 
+def preflight(model, spec, sample, plan, batch_size: int) -> None:
+    """Check each method's option values against the model and a sample input before any work,
+    with the method's own checks (its declared ``prepare``, the step ``sk.explain`` takes first):
+    a --layer the model lacks, a noise level below zero, a baseline of the wrong shape. Problems
+    are usage errors; anything raised later, while working, is not."""
+    from .. import engine, methods
+
+    for name, options in plan:
+        if options.get("layer") is not None:
+            check_layer(model, options["layer"])
+        method = methods.get(name)
+        try:
+            values = method.check_options(options)
+            if method.prepare is not None:
+                x = engine.check_inputs(model, sample)
+                request = methods.Request(model, x, None, "logits", batch_size,
+                                          default_layer=getattr(spec, "gradcam_layer", None))
+                method.prepare(request, values)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{name}: {message(error)}") from error
+
+
+def check_layer(model, name: str) -> None:
+    """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
+    from ..targets import find_layer, layer_paths
+
+    try:
+        find_layer(model, name)
+    except ValueError as error:
+        paths = [path for path, _ in layer_paths(model)]
+        if not any(path == name or path.split("/")[-1] == name for path in paths):
+            hint = did_you_mean(name, paths + sorted({p.split("/")[-1] for p in paths}))
+            raise UsageError(f"--layer {name!r}: model {model.name!r} has no such layer{hint}") from error
+        raise UsageError(f"--layer {name!r}: {message(error)}") from error
+
+
 # ------------------------------------------------------------------------------- targets
 def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, debug: bool = False):
     """--target values -> one target spec, each value read by the package's one target parser

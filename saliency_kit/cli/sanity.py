@@ -76,11 +76,12 @@ def run(args) -> int:
     target_spec = opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
     (kind, value), = target_spec.parts
     target = f"top{value}" if kind == "top" else int(value)
-    plan = with_model_defaults(plan, model, spec)
+    plan = with_model_defaults(plan, spec)
     try:
         inputs, originals = load_images([args.image], spec)
     except ImageLoadError as error:
         raise UsageError(opt.message(error)) from error
+    opt.preflight(model, spec, inputs, plan, args.batch_size)
     result = {}
     for method, options in plan:
         result.update(check_methods(model, inputs, [method], target, mode=args.mode, seed=args.seed,
