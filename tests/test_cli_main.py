@@ -74,15 +74,30 @@ def test_methods_and_models_list_without_importing_tensorflow():
     (["--method", "smoothgrad", "--aggregate", "median"], "--aggregate"),
     (["--target", "circel"], "did you mean 'circle'"),
 ])
-def test_unknown_names_are_refused_before_tensorflow_and_the_model(argv, needle, tmp_path):
+def test_unknown_names_are_refused_before_the_model_loads(argv, needle, tmp_path):
+    """Refused from the declarations and the model's config alone: before TensorFlow for methods
+    and options (class names: see the next test), and before the model loads for all."""
     from PIL import Image
 
     Image.new("RGB", (64, 64)).save(tmp_path / "x.png")
-    status, loaded, _, err = _without_tensorflow(["explain", tmp_path / "x.png", *argv, "--out", tmp_path / "o"])
-    assert status == 2 and loaded == "-", err
+    unloadable = tmp_path / "not_a_model.keras"  # loading it would fail: the error must come first
+    unloadable.write_bytes(b"not a zip archive")
+    unloadable.with_name(unloadable.name + ".toml").write_text('classes = ["circle", "square"]\n')
+    status, loaded, _, err = _without_tensorflow(["explain", tmp_path / "x.png", "--model", unloadable, *argv,
+                                                  "--out", tmp_path / "o"])
+    assert status == 2, err
+    if argv[0] != "--target":
+        assert loaded == "-", err
     lines = own_lines(err, "explain")
-    assert len(lines) == 1 and needle in lines[0], err
+    assert len(lines) == 1 and needle.lower() in lines[0].lower(), err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="saliency_kit.targets still holds ScoreView, which imports Keras; "
+                                       "once it moves to saliency_kit.model this passes: remove this mark")
+def test_the_target_parser_does_not_import_tensorflow():
+    code, out, err = python("import sys\nimport saliency_kit.targets\nprint('keras' in sys.modules)")
+    assert code == 0 and out.strip() == "False", err
 
 
 def test_method_option_flags_come_from_the_declarations():

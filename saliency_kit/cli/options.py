@@ -129,15 +129,20 @@ def model_spec(args):
         raise UsageError(message(error)) from error
 
 
-def load_model_from_args(args) -> tuple:
-    """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
-    (:mod:`.startup`); problems -> :class:`UsageError`."""
+def start_tensorflow(debug: bool) -> None:
+    """Import TensorFlow quietly (see :mod:`.startup`); another Keras backend is a usage error."""
     from .startup import BackendError, import_tensorflow
 
     try:
-        import_tensorflow(debug=getattr(args, "debug", False))
+        import_tensorflow(debug)
     except BackendError as error:
         raise UsageError(message(error)) from error
+
+
+def load_model_from_args(args) -> tuple:
+    """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
+    (:mod:`.startup`); problems -> :class:`UsageError`."""
+    start_tensorflow(getattr(args, "debug", False))
     import saliency_kit as sk
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
@@ -286,9 +291,7 @@ def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, d
     """--target values -> one target spec, each value read by the package's one target parser
     (:func:`saliency_kit.targets.parse_string`, as ``sk.explain`` reads a target string); bad
     values are usage errors (the parser names the closest class names)."""
-    from .startup import import_tensorflow
-
-    import_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
+    start_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
     from .. import targets
 
     specs = []
