@@ -164,6 +164,7 @@ def test_header_names_the_model_and_what_its_scores_are(tmp_path, image_folder, 
 
 
 PLUGIN = """
+import sys  # for the exit status
 import saliency_kit as sk
 from saliency_kit import methods
 
