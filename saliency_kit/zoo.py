@@ -345,6 +345,9 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
     ``description``), defaulting to: name ``"net"``, the model's input size, ``x / 255``
     preprocessing, classes ``"0".."N-1"``, and the last layer with a 4-D output for Grad-CAM.
     """
+    from .keras_backend import require_tensorflow
+
+    require_tensorflow()  # another Keras backend: one clear RuntimeError, not a failure deep inside
     path = Path(os.fspath(name_or_path)) if isinstance(name_or_path, (str, os.PathLike)) else None
     if path is None:
         raise TypeError(f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}")
