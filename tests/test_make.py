@@ -40,3 +40,16 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"
     assert not [line for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
+
+
+def test_every_subpackage_is_installed():
+    """pyproject lists packages by name: a new subpackage left out of the list would be missing
+    from a (non-editable) install."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "saliency_kit").rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    assert found <= listed, sorted(found - listed)
