@@ -1,5 +1,6 @@
 """The two commands of a fresh clone: ``make run`` and ``make test`` set themselves up, and CI runs
 exactly ``make test``. Checked with ``make -n`` (what make would run), not by installing."""
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,8 +13,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def planned(target: str, venv: Path) -> list[str]:
-    done = subprocess.run(["make", "-n", "-B", target, f"VENV={venv}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    # Run as from a shell, even when the suite itself runs under `make test` (a nested make
+    # would print "Entering directory" lines).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", target, f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
