@@ -53,6 +53,12 @@ METHOD_TITLES = {
 }
 
 
+def method_display(method: str) -> tuple[str, bool]:
+    """``(title, cam)`` of a method: its short display title, and whether its maps are coarse
+    class-activation maps (drawn over the image). The one place rendering looks these up."""
+    return METHOD_TITLES.get(method, str(method)), method in CAM_METHODS
+
+
 # --------------------------------------------------------------------------------------------
 # Scaling and colouring
 
