@@ -57,9 +57,9 @@ def read_manifests(out_dir: str | os.PathLike) -> list[dict]:
 
 
 def _method_title(method: str) -> str:
-    from .render import method_display
+    from .render import method_title
 
-    return method_display(method)[0]
+    return method_title(method)
 
 
 def _usable_file(out_root: str, relative) -> bool:
