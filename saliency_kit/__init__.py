@@ -29,11 +29,13 @@ _NAMES = {
     "load_images": "images",
 }
 _SUBMODULES = ("gradients", "layers", "render", "evaluate")
+_SUBMODULES += ("callbacks", "gallery")  # sk.callbacks.SaliencyCallback, sk.gallery.write_gallery
 
 __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
     from . import evaluate, gradients, layers, render
+    from . import callbacks, gallery
     from .attribution import explain, jacobian
     from .explanation import Explanation
     from .images import load_images
