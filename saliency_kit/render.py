@@ -370,7 +370,8 @@ def grid(
 
     Layout: each input gets a block of rows. When every method explains one class the block is one
     row -- the input, then one panel per method; otherwise each method gets its own row of classes.
-    A row holds at most ``max_columns`` panels and wraps after that. Each panel is titled with its
+    A row holds at most ``max_columns`` panels and wraps after that; one-row blocks small enough
+    are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs). Each panel is titled with its
     method (bold) and below that the class name (from ``class_names``, else ``"class i"``) and the
     score the map explains, ``score_name`` (e.g. ``"logit"``) saying what the score is; long
     names are shortened so that titles never run into each other. ``row_labels`` name the inputs.
@@ -398,8 +399,12 @@ def grid(
     tabular = any(_is_tabular(e) for e in items)
     show_input = originals is not None and not tabular  # tabular values are written on the bars
     layout = _panel_rows(items, int(max_columns))
-    n_cols = max(len(row) for row in layout) + int(show_input)
-    n_rows = len(layout) * n_inputs
+    block_width = max(len(row) for row in layout) + int(show_input)
+    # Inputs with a single short row each sit side by side, as many as max_columns allows.
+    per_line = max(1, (int(max_columns) + int(show_input)) // block_width) if len(layout) == 1 else 1
+    per_line = min(per_line, n_inputs)
+    n_cols = block_width * per_line
+    n_rows = len(layout) * -(-n_inputs // per_line)
 
     shown = None
     if originals is not None and _is_image(originals[0]):
@@ -420,9 +425,9 @@ def grid(
         ax.set_axis_off()
 
     for i in range(n_inputs):
-        first = i * len(layout)
+        first, left = (i // per_line) * len(layout), (i % per_line) * block_width
         if show_input:
-            ax = axes[first, 0]
+            ax = axes[first, left]
             ax.set_axis_on()
             if shown is not None:
                 ax.imshow(shown[i])
@@ -432,10 +437,10 @@ def grid(
             ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
             _column_header(ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input", panel_inches, 8.5))
         elif row_labels is not None:
-            axes[first, 0].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
+            axes[first, left].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
         for r, row in enumerate(layout):
             for c, (e, k) in enumerate(row):
-                ax = axes[first + r, c + int(show_input)]
+                ax = axes[first + r, left + c + int(show_input)]
                 ax.set_axis_on()
                 _draw_panel(ax, e, i, k, originals, shown, options, overlay_cams=overlay_cams, alpha=alpha,
                             feature_names=feature_names, max_features=max_features)

@@ -224,6 +224,20 @@ def test_grids_of_1_4_and_12_panels_fit_keep_the_input_aspect_and_titles_apart(t
     render.save_png(fig, tmp_path / f"grid-{methods}x{classes}.png")
 
 
+def test_inputs_with_one_map_each_sit_side_by_side():
+    rng = np.random.default_rng(7)
+    photos = rng.integers(0, 256, (4, 20, 20, 3), dtype=np.uint8)
+    e = explanation("gradient", rng.random((4, 1, 20, 20)), [[0]] * 4, [[1.0], [2.0], [3.0], [4.0]])
+    fig = render.grid(e, photos, row_labels=["p", "q", "r", "s"])
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 6)
+    shown = [(ax.get_title(), [t.get_text() for t in ax.texts]) for ax in fig.axes if ax.axison]
+    assert shown == [(" \n ", ["p"]), ("class 0\n1", ["Gradient"]), (" \n ", ["q"]), ("class 0\n2", ["Gradient"]),
+                     (" \n ", ["r"]), ("class 0\n3", ["Gradient"]), (" \n ", ["s"]), ("class 0\n4", ["Gradient"])]
+    pictures = [np.asarray(a) for _, a in _panels(fig)]
+    assert all((p == photo).all() for p, photo in zip(pictures[::2], photos))  # each input beside its map
+    _assert_no_overlap(fig)
+
+
 def test_a_heatmap_panel_is_the_map_resized_to_the_image_as_shown():
     rng = np.random.default_rng(3)
     photo = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
