@@ -28,6 +28,7 @@ import html
 import json
 import os
 import pathlib
+import posixpath
 import re
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests"]
@@ -62,11 +63,29 @@ def _method_title(method: str) -> str:
     return method_title(method)
 
 
-def _usable_file(out_root: str, relative) -> bool:
-    if not isinstance(relative, str) or not relative or os.path.isabs(relative) or "\\" in relative:
-        return False
-    path = os.path.realpath(os.path.join(out_root, relative))
-    return path.startswith(out_root + os.sep) and os.path.isfile(path)
+class _Files:
+    """Which relative paths name a regular file inside the output folder (one listing per folder)."""
+
+    def __init__(self, out_root: str):
+        self.out_root = out_root
+        self.listings: dict[str, frozenset] = {}
+
+    def __contains__(self, relative) -> bool:
+        if not isinstance(relative, str) or not relative or "\\" in relative or "\0" in relative:
+            return False
+        if relative.startswith("/") or posixpath.normpath(relative) != relative or relative.startswith(".."):
+            return False  # absolute, or not in normal form (``a/../b``, ``./a``): never followed
+        folder, name = posixpath.split(relative)
+        if folder not in self.listings:
+            path = os.path.join(self.out_root, folder)
+            real = os.path.realpath(path)
+            inside = real == self.out_root or real.startswith(self.out_root + os.sep)  # no symlink out
+            try:
+                self.listings[folder] = frozenset(
+                    e.name for e in os.scandir(path) if e.is_file()) if inside else frozenset()
+            except OSError:
+                self.listings[folder] = frozenset()
+        return name in self.listings[folder]
 
 
 def gallery_data(out_dir: str | os.PathLike) -> dict:
@@ -84,6 +103,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     methods: dict[str, None] = {}
     classes: dict[str, None] = {}
     seen_files: set[str] = set()
+    files = _Files(out_root)
     missing = 0
     for record in read_manifests(out_root):
         image = record["image"]
@@ -96,7 +116,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         if file in seen_files:
             continue
         seen_files.add(file)
-        if not _usable_file(out_root, file):
+        if file not in files:
             missing += 1
             continue
         method = str(record.get("method", ""))
@@ -134,9 +154,41 @@ def _script_json(data) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
+def _packed(data: dict) -> dict:
+    """``data`` in the compact form the page unpacks (a run of 10,000 images is megabytes of it).
+
+    Each image is ``[name, folder, outputs]`` and each output ``[method index, class, class-name
+    index, score, files]``; ``files`` is ``[stem, kinds]`` when the names follow the batch naming
+    (``<stem>-overlay.png``, ``<stem>-heatmap.png``, ``<stem>.npz``; ``kinds`` is a bit mask 1, 2,
+    4), else ``{kind: name}``. Names are relative to ``folder``.
+    """
+    method_index = {m["name"]: i for i, m in enumerate(data["methods"])}
+    class_index = {name: i for i, name in enumerate(data["classes"])}
+    suffixes = (("overlay", "-overlay.png", 1), ("heatmap", "-heatmap.png", 2), ("npz", ".npz", 4))
+    images = []
+    for entry in data["images"]:
+        paths = [o[k] for o in entry["outputs"] for k, _, _ in suffixes if o.get(k)]
+        folder = posixpath.commonpath(paths) if len(paths) > 1 else posixpath.dirname(paths[0]) if paths else ""
+        if folder in paths:  # one file: its folder, not itself
+            folder = posixpath.dirname(folder)
+        cut = len(folder) + 1 if folder else 0
+        outputs = []
+        for o in entry["outputs"]:
+            names = {k: o[k][cut:] for k, _, _ in suffixes if o.get(k)}
+            stems = {name[: -len(suffix)] for k, suffix, _ in suffixes if k in names
+                     for name in [names[k]] if name.endswith(suffix)}
+            if len(stems) == 1 and all(names[k].endswith(suffix) for k, suffix, _ in suffixes if k in names):
+                files = [stems.pop(), sum(bit for k, _, bit in suffixes if k in names)]
+            else:
+                files = names
+            outputs.append([method_index[o["method"]], o["class"], class_index[o["class_name"]], o["score"], files])
+        images.append([entry["image"], folder, outputs])
+    return {**data, "images": images}
+
+
 def render_html(data: dict, *, title: str = "Saliency maps", page_size: int = 40) -> str:
     """The page for ``data`` (see :func:`gallery_data`)."""
-    fields = {"title": html.escape(title), "page_size": str(int(page_size)), "data": _script_json(data)}
+    fields = {"title": html.escape(title), "page_size": str(int(page_size)), "data": _script_json(_packed(data))}
     return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match.group(1)], _PAGE)
 
 
@@ -222,6 +274,19 @@ details li { overflow-wrap: anywhere; }
 "use strict";
 (function () {
   const data = JSON.parse(document.getElementById("gallery-data").textContent);
+  const KINDS = [["overlay", "-overlay.png", 1], ["heatmap", "-heatmap.png", 2], ["npz", ".npz", 4]];
+  data.images = data.images.map(([image, folder, outputs]) => ({
+    image,
+    outputs: outputs.map(([m, cls, name, score, files]) => {
+      const o = { method: data.methods[m].name, class: cls, class_name: data.classes[name], score };
+      const prefix = folder ? folder + "/" : "";
+      for (const [kind, suffix, bit] of KINDS) {
+        if (Array.isArray(files)) { if (files[1] & bit) o[kind] = prefix + files[0] + suffix; }
+        else if (files[kind]) o[kind] = prefix + files[kind];
+      }
+      return o;
+    }),
+  }));
   const $ = (id) => document.getElementById(id);
   const el = (tag, props, children) => {
     const node = document.createElement(tag);

@@ -50,19 +50,22 @@ def test_data_groups_outputs_by_image_and_survives_resume_shards_and_damage(tmp_
              {"image": "bad.png", "status": "failed", "error": "cannot identify image file"},
              _line("b.png", "guided_backprop", 1, "dog", -1.0, "overlay", "b/gb-overlay.png"),
              _line("gone.png", "gradcam", 3, "cat", 9.0, "overlay", "gone/gc-overlay.png"),
-             _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png")]
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png"),
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "heatmap", "link/outside.png"),
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png")]
     _write_manifest(tmp_path / "manifest.jsonl", first + first[:2],  # a resume repeats two lines
                     cut_off='{"image": "c.png", "status": "ok", "meth')  # killed mid-line
     _write_manifest(tmp_path / "manifest.shard-2-of-2.jsonl",
                     [_line("c.png", "guided_backprop", 1, "dog", 0.5, "overlay", "c/gb-overlay.png")])
     (tmp_path.parent / "outside.png").write_bytes(b"a file, but outside the output folder")
+    (tmp_path / "link").symlink_to(tmp_path.parent)  # a folder link that leads out
     data = gallery.gallery_data(tmp_path)
     assert [i["image"] for i in data["images"]] == ["a.png", "b.png", "c.png"]
     (a_out,) = data["images"][0]["outputs"]
     assert a_out == {"method": "gradcam", "class": 3, "class_name": "cat", "score": 2.5,
                      "overlay": "a/gc-overlay.png", "heatmap": "a/gc-heatmap.png"}
     assert data["failed"] == [{"image": "bad.png", "error": "cannot identify image file"}]
-    assert data["missing"] == 2  # gone.png's file, and a path that leaves the folder
+    assert data["missing"] == 4  # gone.png's file, and three paths that leave (or go round) the folder
     assert [m["name"] for m in data["methods"]] == ["gradcam", "guided_backprop"]
     assert [m["title"] for m in data["methods"]] == ["Grad-CAM", "Guided Backprop"]
     assert data["classes"] == ["cat", "dog"]
@@ -79,7 +82,7 @@ def test_hostile_names_are_data_never_markup(tmp_path):
     assert "<b>bold" not in page and "<1>" not in page
     assert "<title>run &lt;1&gt; &amp; &quot;2&quot;</title>" in page
     block = page.split('id="gallery-data">', 1)[1].split("</script>", 1)[0]
-    assert [i["image"] for i in json.loads(block)["images"]] == [n + ".png" for n in HOSTILE]
+    assert [image for image, _, _ in json.loads(block)["images"]] == [n + ".png" for n in HOSTILE]
 
 
 def test_write_gallery_refuses_a_missing_folder(tmp_path):
