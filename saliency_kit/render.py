@@ -255,8 +255,10 @@ def _is_image(original) -> bool:
 
 
 def _is_tabular(e) -> bool:
-    """Attributions ``[B, K, F]``: one value per feature of a flat input (no spatial axes)."""
-    return np.asarray(e.attributions).ndim == 3 and not method_display(e.method)[1]
+    """Attributions ``[B, K, F]``: one value per feature of a flat input (no spatial axes).
+    (Objects with only ``maps``, ``targets``, ``scores`` and ``method`` are drawn from the maps.)"""
+    attributions = getattr(e, "attributions", None)
+    return attributions is not None and np.ndim(attributions) == 3 and not method_display(e.method)[1]
 
 
 def _display_image(original, max_side: int) -> np.ndarray:
@@ -411,7 +413,8 @@ def grid(
         shown = [_display_image(o, max_side=max(64, int(panel_inches * dpi))) for o in originals]
     aspect = 1.0
     if tabular:
-        aspect = max(0.8, (0.14 * min(max_features, np.asarray(items[0].attributions).shape[-1]) + 0.25) / panel_inches)
+        features = max(np.shape(e.attributions)[-1] for e in items if _is_tabular(e))
+        aspect = max(0.8, (0.14 * min(max_features, features) + 0.25) / panel_inches)
     elif shown is not None:
         aspect = float(np.clip(shown[0].shape[0] / shown[0].shape[1], 0.3, 3.0))
     elif np.asarray(items[0].maps).ndim == 4:

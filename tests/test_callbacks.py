@@ -76,8 +76,8 @@ def test_tensorboard_images_and_pngs_per_explained_epoch_read_back(tmp_path):
         with Image.open(tmp_path / "png" / name) as saved:
             assert (np.asarray(saved.convert("RGB")) == logged).all()  # the same grid in both
         assert logged.std() > 10  # a picture, not a blank
-    # The PNG of one epoch is a grid of the three inputs: three rows of (input, map).
-    assert events[0][3] > events[0][2] * 0.9
+    # The PNG of one epoch is a grid of the three inputs side by side: one row of (input, map) x 3.
+    assert events[0][2] > 3 * events[0][3]
 
 
 def test_training_is_unchanged_and_maps_follow_each_epochs_weights(tmp_path):

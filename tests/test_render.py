@@ -380,3 +380,14 @@ def test_a_colormap_object_works_like_its_name():
     m = np.random.default_rng(4).normal(size=(9, 7))
     np.testing.assert_array_equal(render.heatmap(m, cmap=matplotlib.colormaps["viridis"]),
                                   render.heatmap(m, cmap="viridis"))
+
+
+def test_grid_takes_any_object_with_maps_targets_scores_and_method():
+    """The command line hands grid() light rows (no attributions): drawn from their maps."""
+    import types
+
+    rng = np.random.default_rng(8)
+    row = types.SimpleNamespace(method="gradcam", maps=rng.random((1, 2, 8, 8)), targets=np.array([[0, 1]]),
+                                scores=np.array([[1.0, 0.5]]))
+    fig = render.grid([row], rng.integers(0, 256, (1, 16, 24, 3), dtype=np.uint8), ["a", "b"])
+    assert len(_panels(fig)) == 3 and [ax.get_title() for ax in fig.axes if ax.axison][1:] == ["a\n1", "b\n0.5"]
