@@ -373,7 +373,8 @@ def grid(
     Layout: each input gets a block of rows. When every method explains one class the block is one
     row -- the input, then one panel per method; otherwise each method gets its own row of classes.
     A row holds at most ``max_columns`` panels and wraps after that; one-row blocks small enough
-    are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs). Each panel is titled with its
+    are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs);
+    blocks stacked one per line form columns, and their method names head the first line only. Each panel is titled with its
     method (bold) and below that the class name (from ``class_names``, else ``"class i"``) and the
     score the map explains, ``score_name`` (e.g. ``"logit"``) saying what the score is; long
     names are shortened so that titles never run into each other. ``row_labels`` name the inputs.
@@ -427,8 +428,11 @@ def grid(
     for ax in axes.flat:
         ax.set_axis_off()
 
+    # One input per line, methods in columns: the method names head the first line only.
+    headers_once = len(layout) == 1 and per_line == 1
     for i in range(n_inputs):
         first, left = (i // per_line) * len(layout), (i % per_line) * block_width
+        headed = i == 0 or not headers_once
         if show_input:
             ax = axes[first, left]
             ax.set_axis_on()
@@ -438,7 +442,9 @@ def grid(
                 _show_original(ax, originals[i])
             _style(ax)
             ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
-            _column_header(ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input", panel_inches, 8.5))
+            if row_labels is not None or headed:
+                _column_header(ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input",
+                                            panel_inches, 8.5))
         elif row_labels is not None:
             axes[first, left].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
         for r, row in enumerate(layout):
@@ -452,7 +458,8 @@ def grid(
                 value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
                 label = fit_text(_class_label(class_names, target), panel_inches, _TITLE_POINTS)
                 ax.set_title(f"{label}\n{value}", fontsize=_TITLE_POINTS, pad=3)
-                _column_header(ax, fit_text(method_title(e.method), panel_inches, 8.5))
+                if headed:
+                    _column_header(ax, fit_text(method_title(e.method), panel_inches, 8.5))
                 if row_labels is not None and not show_input and c == 0 and r > 0:
                     ax.set_ylabel(" ", fontsize=8)
     return fig

@@ -238,6 +238,22 @@ def test_inputs_with_one_map_each_sit_side_by_side():
     _assert_no_overlap(fig)
 
 
+def test_inputs_stacked_one_per_line_have_method_headers_once():
+    rng = np.random.default_rng(9)
+    photos = rng.integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
+    items = [explanation(m, rng.random((3, 1, 20, 30)), [[0]] * 3, [[1.0]] * 3)
+             for m in ("gradient", "smoothgrad", "integrated_gradients", "gradcam")]
+    fig = render.grid(items, photos)
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 5)
+    headers = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert headers[:5] == [["Input"], ["Gradient"], ["SmoothGrad"], ["Integrated Gradients"], ["Grad-CAM"]]
+    assert headers[5:] == [[]] * 10
+    assert [ax.get_title() for ax in fig.axes][5:10] == [" \n ", "class 0\n1", "class 0\n1", "class 0\n1", "class 0\n1"]
+    labelled = render.grid(items, photos, row_labels=["x", "y", "z"])
+    assert [[t.get_text() for t in ax.texts] for ax in labelled.axes][5::5] == [["y"], ["z"]]
+    _assert_no_overlap(fig)
+
+
 def test_a_heatmap_panel_is_the_map_resized_to_the_image_as_shown():
     rng = np.random.default_rng(3)
     photo = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
