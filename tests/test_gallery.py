@@ -201,6 +201,24 @@ def batch_run(tmp_path_factory):
     return out
 
 
+def test_the_page_of_a_resumed_run_shows_the_whole_run(batch_run, tmp_path):
+    """A run resumed with one more image: the rebuilt page has every image, each once."""
+    out = tmp_path / "out"
+    shutil.copytree(batch_run, out)
+    shutil.copytree(batch_run.parent / "in", tmp_path / "in")
+    _png(tmp_path / "in" / "late arrival.png", colour=(240, 240, 30), size=(64, 64))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out", str(out),
+                           "--method", "guided_backprop", "--method", "gradcam", "--target", "top2", "--resume"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    before = gallery.gallery_data(batch_run)
+    after = gallery.gallery_data(out)
+    assert sorted(i["image"] for i in after["images"]) == sorted([i["image"] for i in before["images"]] + ["late arrival.png"])
+    assert all(len(i["outputs"]) == 4 for i in after["images"])  # 2 methods x 2 classes, none doubled
+    assert after["missing"] == 0 and after["failed"] == []
+
+
 def test_a_real_batch_run_shows_every_image_and_filters_and_sorts(browser, batch_run):
     path = gallery.write_gallery(batch_run)
     records = [json.loads(line) for line in (batch_run / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
