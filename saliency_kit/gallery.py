@@ -34,7 +34,7 @@ import re
 __all__ = ["write_gallery", "gallery_data", "read_manifests"]
 
 INDEX = "index.html"
-_IMAGE_KINDS = ("overlay", "heatmap")
+_KINDS = ("overlay", "heatmap", "npz")  # the manifest's "kind" of each file the page links
 
 
 def read_manifests(out_dir: str | os.PathLike) -> list[dict]:
@@ -55,12 +55,6 @@ def read_manifests(out_dir: str | os.PathLike) -> list[dict]:
                 if isinstance(record, dict) and isinstance(record.get("image"), str):
                     records.append(record)
     return records
-
-
-def _method_title(method: str) -> str:
-    from .render import method_title
-
-    return method_title(method)
 
 
 class _Files:
@@ -97,6 +91,8 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
+    from .render import method_title
+
     out_root = os.path.realpath(os.fspath(out_dir))
     images: dict[str, dict[tuple, dict]] = {}
     failed: dict[str, str] = {}
@@ -113,26 +109,25 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         if record.get("status") != "ok":
             continue
         kind, file = record.get("kind"), record.get("file")
-        if file in seen_files:
+        if kind not in _KINDS or (isinstance(file, str) and file in seen_files):
             continue
-        seen_files.add(file)
-        if file not in files:
+        if file not in files:  # also any file name that is not a string
             missing += 1
             continue
+        seen_files.add(file)
         method = str(record.get("method", ""))
-        class_name = str(record.get("class_name", record.get("class", "")))
-        key = (method, record.get("class"), class_name)
-        output = images.setdefault(image, {}).setdefault(key, {
-            "method": method, "class": record.get("class"), "class_name": class_name,
-            "score": _number(record.get("score")),
+        target = record.get("class")
+        target = target if isinstance(target, (int, str)) or target is None else str(target)
+        class_name = str(record.get("class_name", target))
+        output = images.setdefault(image, {}).setdefault((method, target, class_name), {
+            "method": method, "class": target, "class_name": class_name, "score": _number(record.get("score")),
         })
-        if kind in _IMAGE_KINDS or kind == "npz":
-            output[kind] = file
+        output[kind] = file
         methods.setdefault(method, None)
         classes.setdefault(class_name, None)
     return {
         "images": [{"image": image, "outputs": list(outputs.values())} for image, outputs in images.items()],
-        "methods": [{"name": m, "title": _method_title(m)} for m in methods],
+        "methods": [{"name": m, "title": method_title(m)} for m in methods],
         "classes": sorted(classes, key=str.casefold),
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,

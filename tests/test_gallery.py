@@ -52,7 +52,10 @@ def test_data_groups_outputs_by_image_and_survives_resume_shards_and_damage(tmp_
              _line("gone.png", "gradcam", 3, "cat", 9.0, "overlay", "gone/gc-overlay.png"),
              _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png"),
              _line("evil.png", "gradcam", 3, "cat", 9.0, "heatmap", "link/outside.png"),
-             _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png")]
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png"),
+             _line("odd.png", "gradcam", [3], "cat", "high", "overlay", ["not", "a", "name"]),
+             _line("a.png", "gradcam", 3, "cat", 2.5, "thumbnail", "a/gc-overlay.png"),  # a kind not shown
+             "not an object", ["nor", "this"]]
     _write_manifest(tmp_path / "manifest.jsonl", first + first[:2],  # a resume repeats two lines
                     cut_off='{"image": "c.png", "status": "ok", "meth')  # killed mid-line
     _write_manifest(tmp_path / "manifest.shard-2-of-2.jsonl",
@@ -65,7 +68,7 @@ def test_data_groups_outputs_by_image_and_survives_resume_shards_and_damage(tmp_
     assert a_out == {"method": "gradcam", "class": 3, "class_name": "cat", "score": 2.5,
                      "overlay": "a/gc-overlay.png", "heatmap": "a/gc-heatmap.png"}
     assert data["failed"] == [{"image": "bad.png", "error": "cannot identify image file"}]
-    assert data["missing"] == 4  # gone.png's file, and three paths that leave (or go round) the folder
+    assert data["missing"] == 5  # gone.png's file, three paths that leave (or go round) the folder, a list
     assert [m["name"] for m in data["methods"]] == ["gradcam", "guided_backprop"]
     assert [m["title"] for m in data["methods"]] == ["Grad-CAM", "Guided Backprop"]
     assert data["classes"] == ["cat", "dog"]
