@@ -508,15 +508,15 @@ def _interactive_backend() -> bool:
         return backend not in {"agg", "pdf", "ps", "svg", "pgf", "cairo", "template"} and "inline" not in backend
 
 
-def show(explanation, originals=None, class_names=None, *, path=None, block=None, **grid_options):
-    """Show the :func:`grid` of ``explanation`` from a script or a notebook; return its Figure.
+def show(explanation, originals=None, class_names=None, *, path=None, block=None, **grid_options) -> None:
+    """Show the :func:`grid` of ``explanation`` from a script or a notebook.
 
     Where it goes: in a Jupyter kernel, inline in the notebook; with an interactive matplotlib
     backend (a desktop session: TkAgg, QtAgg, macosx, ...), in a window (``pyplot.show(block=block)``);
     with no display (the ``Agg`` backend of servers and CI), nowhere -- a ``UserWarning`` says so,
     unless ``path`` is given. ``path``: also write the grid there as a PNG (atomically), whatever
-    the display. ``grid_options`` are those of :func:`grid`. The returned
-    :class:`matplotlib.figure.Figure` can be saved with :func:`save_png`.
+    the display. ``grid_options`` are those of :func:`grid`. Returns None, like ``pyplot.show``
+    (so that a notebook does not draw it twice); :func:`grid` returns the Figure itself.
     """
     figure = grid(explanation, originals, class_names, **grid_options)
     if path is not None:
@@ -544,7 +544,6 @@ def show(explanation, originals=None, class_names=None, *, path=None, block=None
         warnings.warn(f"render.show(): matplotlib backend {matplotlib.get_backend()!r} has no display; nothing "
                       f"was shown. Pass path='grid.png' to save the grid, or use grid() and save_png().",
                       UserWarning, stacklevel=2)
-    return figure
 
 
 _TITLE_POINTS = 7.5  # panel titles: two lines of this size, under a header of 8.5 points
