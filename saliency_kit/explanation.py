@@ -46,3 +46,21 @@ class Explanation:
             f"Explanation(method={self.method!r}, attributions={tuple(self.attributions.shape)}, "
             f"maps={tuple(self.maps.shape)}, targets={self.targets.tolist() if self.targets.size <= 16 else self.targets.shape}{extra})"
         )
+
+    # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid).
+    def with_originals(self, originals, class_names=None) -> "Explanation":
+        """A copy that displays with ``originals`` (the images as loaded) and ``class_names``;
+        the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
+        import copy
+
+        shown = copy.copy(self)
+        shown.__dict__["_display"] = (originals, class_names)
+        return shown
+
+    def _repr_png_(self) -> bytes:
+        """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython."""
+        from .render import explanation_png
+
+        originals, class_names = self.__dict__.get("_display", (None, None))
+        return explanation_png(self, originals, class_names)
+

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["normalize", "heatmap", "overlay", "grid", "save_png", "png_bytes", "write_atomic", "atomic_path",
-           "DEFAULT_CMAPS"]
+__all__ = ["normalize", "heatmap", "overlay", "grid", "show", "fit_text", "method_title", "save_png", "png_bytes",
+           "write_atomic", "atomic_path", "DEFAULT_CMAPS"]
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with
 #: (near-)white at zero, blue for negative and red for positive evidence.
@@ -82,6 +82,12 @@ CAM_METHODS = _CamMethods()
 
 #: Display title of every method, from the registry.
 METHOD_TITLES = _MethodTitles()
+
+
+def method_display(method: str) -> tuple[str, bool]:
+    """``(title, cam)`` of a method: its short display title, and whether its maps are coarse
+    class-activation maps (drawn over the image). The one place rendering looks these up."""
+    return METHOD_TITLES.get(method, str(method)), method in CAM_METHODS
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,6 +200,8 @@ def heatmap(map2d, *, cmap=None, sign: str = "abs", clip_percentile: float = 99.
 
 
 def _as_rgb(image) -> np.ndarray:
+    """Any image as uint8 RGB: grey and RGBA accepted; float in [0, 1] scaled by 255 (else taken as
+    0-255); 16-bit samples (uint16, or integers above 255) scaled by 255/65535, never clipped."""
     array = np.asarray(image)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
@@ -205,11 +213,16 @@ def _as_rgb(image) -> np.ndarray:
             f"of shape {array.shape}"
         )
     array = array[..., :3]
-    if array.dtype != np.uint8:
-        if np.issubdtype(array.dtype, np.floating) and np.nanmax(array, initial=0) <= 1.0:
-            array = array * 255.0  # a float image in [0, 1]
-        array = np.clip(np.nan_to_num(array.astype(np.float64)), 0, 255).round().astype(np.uint8)
-    return array
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype == np.bool_:
+        return array.astype(np.uint8) * 255
+    values = np.nan_to_num(array.astype(np.float64))
+    if array.dtype == np.uint16 or (np.issubdtype(array.dtype, np.integer) and values.max(initial=0) > 255):
+        values = values * (255.0 / 65535.0)  # 16-bit samples (uint16, or Pillow's int32 "I;16" images)
+    elif np.issubdtype(array.dtype, np.floating) and values.max(initial=0) <= 1.0:
+        values = values * 255.0  # a float image in [0, 1]
+    return np.clip(values, 0, 255).round().astype(np.uint8)
 
 
 def _resize_unit(unit: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
@@ -230,6 +243,7 @@ def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.
     The map is scaled at its own resolution (so percentiles are those of the map), then resized to
     the image bilinearly with Pillow, coloured, and mixed as ``(1 - alpha) * image + alpha * heat``.
     ``heatmap_options`` are those of :func:`heatmap` (``cmap``, ``sign``, ``clip_percentile``).
+    The image may also be grey, RGBA, float in [0, 1] or 16-bit (scaled to 8 bits, not clipped).
     """
     if not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}")
@@ -253,10 +267,10 @@ def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.
 def _explanations(explanation) -> list:
     items = list(explanation) if isinstance(explanation, (list, tuple)) else [explanation]
     if not items:
-        raise ValueError("grid() needs at least one Explanation")
+        raise ValueError("grid() needs at least one Explanation; received an empty list.")
     batch = {np.asarray(e.maps).shape[0] for e in items}
     if len(batch) != 1:
-        raise ValueError(f"grid() needs explanations of the same inputs; got batch sizes {sorted(batch)}")
+        raise ValueError(f"grid() needs explanations of the same inputs; received batch sizes {sorted(batch)}.")
     return items
 
 
@@ -264,6 +278,31 @@ def _class_label(class_names, index: int) -> str:
     if class_names is not None and 0 <= index < len(class_names):
         return str(class_names[index])
     return f"class {index}"
+
+
+def _is_image(original) -> bool:
+    array = np.asarray(original)
+    return array.ndim == 3 and array.shape[-1] in (1, 3, 4)
+
+
+def _is_tabular(e) -> bool:
+    """Attributions ``[B, K, F]``: one value per feature of a flat input (no spatial axes).
+    (Objects with only ``maps``, ``targets``, ``scores`` and ``method`` are drawn from the maps.)"""
+    attributions = getattr(e, "attributions", None)
+    return attributions is not None and np.ndim(attributions) == 3 and not method_display(e.method)[1]
+
+
+def _display_image(original, max_side: int) -> np.ndarray:
+    """The original as uint8 RGB, shrunk (never enlarged) so that its longer side is ``max_side``."""
+    from PIL import Image
+
+    rgb = _as_rgb(original)
+    height, width = rgb.shape[:2]
+    if max(height, width) <= max_side:
+        return rgb
+    scale = max_side / max(height, width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.LANCZOS))
 
 
 def _show_original(ax, original) -> None:
@@ -276,7 +315,8 @@ def _show_original(ax, original) -> None:
         ax.plot(np.arange(array.size), array, color="0.2", linewidth=1.0)
         ax.set_xlim(0, max(array.size - 1, 1))
     else:
-        raise ValueError(f"cannot show an original of shape {array.shape} in a grid")
+        raise ValueError(f"cannot show an original of shape {array.shape} in a grid; expected an image "
+                         f"[H, W, C], a sequence [T, F] or [T]; received shape {array.shape}.")
 
 
 def _style(ax) -> None:
@@ -284,6 +324,56 @@ def _style(ax) -> None:
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
+
+
+def fit_text(text: str, width_inches: float, fontsize: float = 8.0, *, lines: int = 1) -> str:
+    """``text`` made to fit a panel ``width_inches`` wide at ``fontsize`` points: wrapped at spaces,
+    ``/``, ``_`` or anywhere onto at most ``lines`` lines, the last shortened with an ellipsis.
+    ``$`` is escaped so that matplotlib shows it as typed (no mathtext). For panel titles that must
+    not run into their neighbours, e.g. ``ax.set_title(fit_text(layer_name, 1.25, 7, lines=2))``."""
+    import textwrap
+
+    limit = max(4, int(width_inches * 72 / (fontsize * 0.6)))
+    text = " ".join(str(text).split())
+    wrapped = textwrap.wrap(text, limit, break_on_hyphens=False) or [""]
+    if len(wrapped) > lines:
+        rest = " ".join(wrapped[lines - 1:])
+        wrapped = wrapped[:lines - 1] + [rest[: limit - 1] + "\u2026"]
+    return "\n".join(wrapped).replace("$", r"\$")
+
+
+def _bars(ax, values, features, feature_names, *, max_features: int) -> None:
+    """Horizontal bars of a tabular attribution ``[F]``: the largest magnitudes, red for evidence
+    for the class and blue against it, each labelled with the feature's name (and value)."""
+    values = np.nan_to_num(np.asarray(values, dtype=np.float64).reshape(-1))
+    order = np.argsort(-np.abs(values), kind="stable")[:max_features][::-1]
+    labels = []
+    for i in order:
+        name = str(feature_names[i]) if feature_names is not None and i < len(feature_names) else f"x{i}"
+        name = fit_text(name, 0.75, 6)  # the name is shortened, never the value
+        if features is not None:
+            name += f" = {float(np.asarray(features).reshape(-1)[i]):.3g}"
+        labels.append(name)
+    shown = values[order]
+    ax.barh(np.arange(order.size), shown, color=np.where(shown >= 0, "#c0392b", "#2e6db4"), height=0.7)
+    ax.axvline(0.0, color="0.3", linewidth=0.6)
+    ax.set_yticks(np.arange(order.size), labels, fontsize=6)
+    ax.tick_params(axis="x", labelsize=5.5, length=2, pad=1)
+    ax.tick_params(axis="y", length=0, pad=2)
+    limit = float(np.abs(shown).max()) if shown.size else 0.0
+    ax.set_xlim(-limit * 1.05 - 1e-12, limit * 1.05 + 1e-12)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _panel_rows(items, max_columns: int) -> list[list[tuple]]:
+    """The (explanation, k) panels of one input, in rows: one row per method (wrapped after
+    ``max_columns``) when some method explains several classes, else every method side by side."""
+    if max(np.asarray(e.maps).shape[1] for e in items) == 1:
+        groups = [[(e, 0) for e in items]]
+    else:
+        groups = [[(e, k) for k in range(np.asarray(e.maps).shape[1])] for e in items]
+    return [group[i:i + max_columns] for group in groups for i in range(0, len(group), max_columns)]
 
 
 def grid(
@@ -300,78 +390,230 @@ def grid(
     score_name: str | None = None,
     panel_inches: float = 1.9,
     dpi: int = 150,
+    max_columns: int = 5,
+    feature_names: Sequence[str] | None = None,
+    max_features: int = 12,
 ):
-    """A labelled figure: one row per input, the image then one panel per (method, class).
+    """A labelled figure of the maps of one or several methods on the same inputs.
 
     ``explanation``: an :class:`~saliency_kit.Explanation` or a list of them (several methods on
-    the same inputs). ``originals``: the images as loaded (uint8 ``[B, H, W, 3]`` or a list of
-    arrays of any sizes), or ``None`` to leave out the image column. Panels are titled with the
-    class name (from ``class_names``, else ``"class i"``) and the score the map explains; the top
-    row also names the method; ``score_name`` (e.g. ``"logit"``) says what the score is.
-    Pixel-level maps are shown as heatmaps; the coarse CAM maps
-    (Grad-CAM, Grad-CAM++) are laid over the image when ``overlay_cams`` is true. Sequence maps
-    ``[T]`` show as strips and ``[T, F]`` as matrices. Returns a bare
-    :class:`matplotlib.figure.Figure` (no pyplot state); save it with :func:`save_png`.
+    the same inputs). ``originals``: the inputs as loaded (uint8 images ``[B, H, W, 3]`` or a list
+    of arrays of any sizes; sequences ``[B, T, F]``; tabular rows ``[B, F]``), or ``None`` to leave
+    out the input column.
+
+    Layout: each input gets a block of rows. When every method explains one class the block is one
+    row -- the input, then one panel per method; otherwise each method gets its own row of classes.
+    A row holds at most ``max_columns`` panels and wraps after that; one-row blocks small enough
+    are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs);
+    blocks stacked one per line form columns, and their method names head the first line only. Each panel is titled with its
+    method (bold) and below that the class name (from ``class_names``, else ``"class i"``) and the
+    score the map explains, ``score_name`` (e.g. ``"logit"``) saying what the score is; long
+    names are shortened so that titles never run into each other. ``row_labels`` name the inputs.
+
+    Panels: every image panel has the input's aspect ratio -- pixel-level maps are scaled to the
+    image's size as shown, and the coarse CAM maps are laid over the image when ``overlay_cams``
+    is true. Sequence maps ``[T]`` show as strips and ``[T, F]`` as matrices. Tabular
+    explanations (attributions ``[B, K, F]``) show one bar per feature, the ``max_features``
+    largest in magnitude, named by ``feature_names`` (else ``x0``, ``x1``, ...) with the input's
+    value when ``originals`` are given. Returns a bare :class:`matplotlib.figure.Figure` (no
+    pyplot state); save it with :func:`save_png`.
     """
     from matplotlib.figure import Figure
 
     items = _explanations(explanation)
-    n_rows = np.asarray(items[0].maps).shape[0]
-    show_originals = originals is not None
-    if show_originals and len(originals) != n_rows:
-        raise ValueError(f"grid() got {len(originals)} originals for {n_rows} explained inputs")
-    if row_labels is not None and len(row_labels) != n_rows:
-        raise ValueError(f"grid() got {len(row_labels)} row labels for {n_rows} inputs")
-    columns = [(e, k) for e in items for k in range(np.asarray(e.maps).shape[1])]
-    n_cols = len(columns) + int(show_originals)
+    n_inputs = np.asarray(items[0].maps).shape[0]
+    if originals is not None and len(originals) != n_inputs:
+        raise ValueError(f"grid() needs one original per explained input ({n_inputs}); "
+                         f"received {len(originals)} originals.")
+    if row_labels is not None and len(row_labels) != n_inputs:
+        raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
+    if int(max_columns) < 1:
+        raise ValueError(f"max_columns must be at least 1; received {max_columns!r}.")
+    options = dict(sign=sign, clip_percentile=clip_percentile, cmap=cmap)
+    tabular = any(_is_tabular(e) for e in items)
+    show_input = originals is not None and not tabular  # tabular values are written on the bars
+    layout = _panel_rows(items, int(max_columns))
+    block_width = max(len(row) for row in layout) + int(show_input)
+    # Inputs with a single short row each sit side by side, as many as max_columns allows.
+    per_line = max(1, (int(max_columns) + int(show_input)) // block_width) if len(layout) == 1 else 1
+    per_line = min(per_line, n_inputs)
+    n_cols = block_width * per_line
+    n_rows = len(layout) * -(-n_inputs // per_line)
 
-    fig = Figure(figsize=(panel_inches * n_cols, panel_inches * 1.12 * n_rows), dpi=dpi,
-                 layout="constrained")
+    shown = None
+    if originals is not None and _is_image(originals[0]):
+        shown = [_display_image(o, max_side=max(64, int(panel_inches * dpi))) for o in originals]
+    aspect = 1.0
+    if tabular:
+        features = max(np.shape(e.attributions)[-1] for e in items if _is_tabular(e))
+        aspect = max(0.8, (0.14 * min(max_features, features) + 0.25) / panel_inches)
+    elif shown is not None:
+        aspect = float(np.clip(shown[0].shape[0] / shown[0].shape[1], 0.3, 3.0))
+    elif np.asarray(items[0].maps).ndim == 4:
+        height, width = np.asarray(items[0].maps).shape[2:]
+        aspect = float(np.clip(height / width, 0.3, 3.0))
+    title_inches = 0.55  # a bold method header, then two lines: the class name and the score
+    fig = Figure(figsize=(panel_inches * n_cols, (panel_inches * aspect + title_inches) * n_rows),
+                 dpi=dpi, layout="constrained")
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
-    for row in range(n_rows):
-        col = 0
-        if show_originals:
-            ax = axes[row, 0]
-            _show_original(ax, originals[row])
-            _style(ax)
-            ax.set_title(" ", fontsize=8, pad=3)  # keeps the header at the height of the others
-            if row == 0:
-                _column_header(ax, "Input")
-            col = 1
-        if row_labels is not None:
-            axes[row, 0].set_ylabel(str(row_labels[row]), fontsize=8)
-        for e, k in columns:
-            ax = axes[row, col]
-            col += 1
-            map_ = np.asarray(e.maps[row, k])
-            cam = e.method in CAM_METHODS
-            options = dict(sign=sign, clip_percentile=clip_percentile, cmap=cmap)
-            if map_.ndim == 1:  # a sequence strip
-                ax.imshow(heatmap(map_, **options), aspect="auto", interpolation="nearest")
-            elif cam and overlay_cams and show_originals and np.asarray(originals[row]).ndim == 3:
-                ax.imshow(overlay(originals[row], map_, alpha=alpha, **options))
+    for ax in axes.flat:
+        ax.set_axis_off()
+
+    # One input per line, methods in columns: the method names head the first line only.
+    headers_once = len(layout) == 1 and per_line == 1
+    for i in range(n_inputs):
+        first, left = (i // per_line) * len(layout), (i % per_line) * block_width
+        headed = i == 0 or not headers_once
+        if show_input:
+            ax = axes[first, left]
+            ax.set_axis_on()
+            if shown is not None:
+                ax.imshow(shown[i])
             else:
-                image_like = show_originals and np.asarray(originals[row]).ndim == 3
-                square = map_.shape[0] == map_.shape[1]
-                ax.imshow(heatmap(map_, **options), aspect="equal" if image_like or square else "auto")
+                _show_original(ax, originals[i])
             _style(ax)
-            target = int(np.asarray(e.targets)[row, k])
-            score = float(np.asarray(e.scores)[row, k])
-            shown = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
-            label = f"{_class_label(class_names, target)}  {shown}"
-            ax.set_title(label, fontsize=8, pad=3)
-            if row == 0:
-                _column_header(ax, METHOD_TITLES.get(e.method, str(e.method)))
+            ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
+            if row_labels is not None or headed:
+                _column_header(ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input",
+                                            panel_inches, 8.5))
+        elif row_labels is not None:
+            axes[first, left].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
+        for r, row in enumerate(layout):
+            for c, (e, k) in enumerate(row):
+                ax = axes[first + r, left + c + int(show_input)]
+                ax.set_axis_on()
+                _draw_panel(ax, e, i, k, originals, shown, options, overlay_cams=overlay_cams, alpha=alpha,
+                            feature_names=feature_names, max_features=max_features)
+                target = int(np.asarray(e.targets)[i, k])
+                score = float(np.asarray(e.scores)[i, k])
+                value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
+                label = fit_text(_class_label(class_names, target), panel_inches, _TITLE_POINTS)
+                ax.set_title(f"{label}\n{value}", fontsize=_TITLE_POINTS, pad=3)
+                if headed:
+                    _column_header(ax, fit_text(method_title(e.method), panel_inches, 8.5))
+                if row_labels is not None and not show_input and c == 0 and r > 0:
+                    ax.set_ylabel(" ", fontsize=8)
     return fig
 
 
+def _first_inputs(e, n: int):
+    """``e`` restricted to its first ``n`` inputs (the arrays a grid reads), for display."""
+    import dataclasses
+
+    if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e):
+        return e
+    rows = {name: getattr(e, name)[:n] for name in ("attributions", "maps", "targets", "scores")}
+    return dataclasses.replace(e, **rows)
+
+
+def explanation_png(explanation, originals=None, class_names=None, *, max_inputs: int = 8, **grid_options) -> bytes:
+    """PNG bytes of :func:`grid` for an Explanation (or a list of them) -- what Jupyter shows.
+
+    At most ``max_inputs`` inputs are drawn (the first ones), so that displaying the explanation
+    of a large batch stays quick. Without ``originals`` the grid has no input column.
+    """
+    items = [_first_inputs(e, max_inputs) for e in _explanations(explanation)]
+    if originals is not None:
+        originals = originals[:max_inputs]
+    figure = grid(items if isinstance(explanation, (list, tuple)) else items[0], originals, class_names,
+                  **{"dpi": 100, **grid_options})
+    return png_bytes(figure)
+
+
+def _in_notebook() -> bool:
+    import sys
+
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _interactive_backend() -> bool:
+    import matplotlib
+
+    backend = matplotlib.get_backend().lower()
+    try:
+        from matplotlib.backends import BackendFilter, backend_registry
+
+        return backend in backend_registry.list_builtin(BackendFilter.INTERACTIVE)
+    except ImportError:  # matplotlib < 3.9
+        return backend not in {"agg", "pdf", "ps", "svg", "pgf", "cairo", "template"} and "inline" not in backend
+
+
+def show(explanation, originals=None, class_names=None, *, path=None, block=None, **grid_options) -> None:
+    """Show the :func:`grid` of ``explanation`` from a script or a notebook.
+
+    Where it goes: in a Jupyter kernel, inline in the notebook; with an interactive matplotlib
+    backend (a desktop session: TkAgg, QtAgg, macosx, ...), in a window (``pyplot.show(block=block)``);
+    with no display (the ``Agg`` backend of servers and CI), nowhere -- a ``UserWarning`` says so,
+    unless ``path`` is given. ``path``: also write the grid there as a PNG (atomically), whatever
+    the display. ``grid_options`` are those of :func:`grid`. Returns None, like ``pyplot.show``
+    (so that a notebook does not draw it twice); :func:`grid` returns the Figure itself.
+    """
+    figure = grid(explanation, originals, class_names, **grid_options)
+    if path is not None:
+        save_png(figure, path)
+    if _in_notebook():
+        from IPython.display import Image, display
+
+        display(Image(data=png_bytes(figure)))
+    elif _interactive_backend():
+        from matplotlib import pyplot
+        from PIL import Image
+
+        picture = np.asarray(Image.open(io.BytesIO(png_bytes(figure))))
+        height, width = picture.shape[:2]
+        window = pyplot.figure(figsize=(width / figure.dpi, height / figure.dpi), dpi=figure.dpi)
+        axes = window.add_axes((0, 0, 1, 1))
+        axes.imshow(picture)
+        axes.set_axis_off()
+        pyplot.show(block=block)
+    elif path is None:
+        import warnings
+
+        import matplotlib
+
+        warnings.warn(f"render.show(): matplotlib backend {matplotlib.get_backend()!r} has no display; nothing "
+                      f"was shown. Pass path='grid.png' to save the grid, or use grid() and save_png().",
+                      UserWarning, stacklevel=2)
+
+
+_TITLE_POINTS = 7.5  # panel titles: two lines of this size, under a header of 8.5 points
+
+
 def _column_header(ax, text: str) -> None:
-    """A bold header above the axes' title (plain text: no mathtext surprises with '-' or '_')."""
+    """A bold header above the axes' two-line title (plain text: no mathtext surprises with '-' or '_')."""
     from matplotlib.transforms import ScaledTranslation
 
-    shift = ScaledTranslation(0, 13 / 72, ax.figure.dpi_scale_trans)
+    shift = ScaledTranslation(0, (3 + 2 * _TITLE_POINTS * 1.25 + 1) / 72, ax.figure.dpi_scale_trans)
     ax.text(0.5, 1.0, text, transform=ax.transAxes + shift, ha="center", va="bottom",
-            fontsize=9, fontweight="bold", clip_on=False)
+            fontsize=8.5, fontweight="bold", clip_on=False)
+
+
+def method_title(method: str) -> str:
+    """A method's short display title (``"Grad-CAM"``)."""
+    return method_display(method)[0]
+
+
+def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features):
+    """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap."""
+    if _is_tabular(e):
+        features = None if originals is None else originals[i]
+        _bars(ax, np.asarray(e.attributions)[i, k], features, feature_names, max_features=max_features)
+        return
+    map_ = np.asarray(e.maps[i, k])
+    if map_.ndim == 1:  # a sequence strip
+        ax.imshow(heatmap(map_, **options), aspect="auto", interpolation="nearest")
+    elif shown is not None and map_.ndim == 2:
+        if method_display(e.method)[1] and overlay_cams:
+            ax.imshow(overlay(shown[i], map_, alpha=alpha, **options))
+        else:  # scaled at its own resolution, then shown at the image's size and aspect
+            unit = normalize(map_, sign=options["sign"], clip_percentile=options["clip_percentile"])
+            ax.imshow(_colorize(_resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"]))
+    else:
+        square = map_.ndim == 2 and map_.shape[0] == map_.shape[1]
+        image_like = originals is None and np.asarray(e.maps).ndim == 4
+        ax.imshow(heatmap(map_, **options), aspect="equal" if image_like or square else "auto")
+    _style(ax)
 
 
 # --------------------------------------------------------------------------------------------

@@ -124,6 +124,17 @@ def test_overlay_blends_the_resized_heatmap_over_the_image():
     assert np.abs(got.astype(int) - expected).max() <= 1
 
 
+def test_overlay_scales_a_16_bit_image_to_8_bits_instead_of_clipping():
+    ramp = np.linspace(0, 65535, 8 * 8).reshape(8, 8).astype(np.uint16)
+    image = np.repeat(ramp[..., None], 3, axis=-1)
+    got = render.overlay(image, np.zeros((2, 2)), alpha=0.0)
+    expected = np.round(ramp.astype(np.float64) / 257.0)  # 65535 -> 255, 257 -> 1
+    assert (got[..., 0] == expected).all() and got.max() == 255 and got.min() == 0
+    assert len(np.unique(got)) > 50  # not clipped: most of the ramp is distinct grey levels
+    pillow_i16 = render.overlay(image.astype(np.int32), np.zeros((2, 2)), alpha=0.0)  # Pillow's "I;16"
+    assert (pillow_i16 == got).all()
+
+
 def test_overlay_accepts_grey_and_rgba_images():
     assert render.overlay(np.zeros((8, 8), np.uint8), np.ones((4, 4))).shape == (8, 8, 3)
     assert render.overlay(np.zeros((8, 8, 4), np.uint8), np.ones((4, 4))).shape == (8, 8, 3)
@@ -138,7 +149,32 @@ def _no_pyplot_figures():
     return _pylab_helpers.Gcf.get_num_fig_managers() == 0
 
 
-def test_grid_layout_titles_and_no_pyplot_state(tmp_path):
+def _boxes(fig):
+    """Pixel boxes of every title, header and tick label after drawing, with their text."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = [t for ax in fig.axes if ax.axison for t in [ax.title, *ax.texts, *ax.get_yticklabels()]
+             if t.get_text().strip()]
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+
+
+def _assert_no_overlap(fig):
+    boxes = _boxes(fig)
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            assert not box_a.overlaps(box_b), f"{a!r} runs into {b!r}"
+    return boxes
+
+
+def _panels(fig):
+    """(axes, displayed array) of every axes that shows a picture."""
+    return [(ax, ax.get_images()[0].get_array()) for ax in fig.axes if ax.get_images()]
+
+
+def test_grid_lays_methods_by_classes_in_rows_with_every_title(tmp_path):
     rng = np.random.default_rng(1)
     originals = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
     guided = explanation("guided_backprop", rng.normal(size=(2, 2, 16, 16)), [[1, 0], [2, 1]],
@@ -148,27 +184,168 @@ def test_grid_layout_titles_and_no_pyplot_state(tmp_path):
     from matplotlib.figure import Figure
 
     assert isinstance(fig, Figure)
-    assert len(fig.axes) == 2 * (1 + 2 + 1)
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles[1] == "square  7.25" and titles[2] == "circle  1.5" and titles[3] == "square  7.25"
-    assert titles[5] == "triangle  3" and titles[6] == "square  -2"
-    headers = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert headers == ["Input", "Guided Backprop", "Guided Backprop", "Grad-CAM"]
+    # Two inputs x (a guided row with two classes, a Grad-CAM row with one): 4 rows of input + 2.
+    assert len(fig.axes) == 4 * 3
+    shown = [(ax.get_title(), [t.get_text() for t in ax.texts]) for ax in fig.axes if ax.axison]
+    assert shown == [(" \n ", ["a"]), ("square\n7.25", ["Guided Backprop"]), ("circle\n1.5", ["Guided Backprop"]),
+                     ("square\n7.25", ["Grad-CAM"]),
+                     (" \n ", ["b"]), ("triangle\n3", ["Guided Backprop"]), ("square\n-2", ["Guided Backprop"]),
+                     ("triangle\n3", ["Grad-CAM"])]
+    _assert_no_overlap(fig)
     path = render.save_png(fig, tmp_path / "grid.png")
     with Image.open(path) as png:
         png.load()
-        assert png.size[0] > png.size[1] > 100
+        assert png.size[1] > png.size[0] > 100  # 4 rows of 3: taller than wide
     assert _no_pyplot_figures()
+
+
+@pytest.mark.parametrize("methods, classes, shape", [(1, 1, (1, 2)), (4, 1, (1, 5)), (4, 3, (4, 4)), (1, 12, (3, 6))])
+def test_grids_of_1_4_and_12_panels_fit_keep_the_input_aspect_and_titles_apart(tmp_path, methods, classes, shape):
+    rng = np.random.default_rng(2)
+    photo = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)  # 4:3, explained at 32 x 32
+    names = ["gradient", "gradcam", "integrated_gradients", "smoothgrad"][:methods]
+    items = [explanation(name, rng.random((1, classes, 32, 32)), [list(range(classes))],
+                         [list(rng.normal(size=classes))]) for name in names]
+    long_names = [f"a rather long class name number {i} (Canis familiaris)" for i in range(classes)]
+    fig = render.grid(items, [photo], long_names, score_name="logit")
+    rows, cols = shape
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (rows, cols)
+    boxes = _assert_no_overlap(fig)  # draws the figure: axes boxes are final after this
+    panels = _panels(fig)
+    assert len(panels) == 1 + methods * classes
+    for ax, array in panels:  # every panel, heatmap or overlay, has the photo's aspect
+        assert array.shape[0] / array.shape[1] == pytest.approx(0.75, abs=0.02)
+        box = ax.get_window_extent()
+        assert box.height / box.width == pytest.approx(0.75, abs=0.03)
+    for text, box in boxes:
+        assert box.width <= fig.axes[1].get_window_extent().width * 1.02, text
+    width, height = fig.get_size_inches()
+    assert width <= 6 * 1.9 + 0.01  # rows wrap instead of growing without end
+    render.save_png(fig, tmp_path / f"grid-{methods}x{classes}.png")
+
+
+def test_inputs_with_one_map_each_sit_side_by_side():
+    rng = np.random.default_rng(7)
+    photos = rng.integers(0, 256, (4, 20, 20, 3), dtype=np.uint8)
+    e = explanation("gradient", rng.random((4, 1, 20, 20)), [[0]] * 4, [[1.0], [2.0], [3.0], [4.0]])
+    fig = render.grid(e, photos, row_labels=["p", "q", "r", "s"])
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 6)
+    shown = [(ax.get_title(), [t.get_text() for t in ax.texts]) for ax in fig.axes if ax.axison]
+    assert shown == [(" \n ", ["p"]), ("class 0\n1", ["Gradient"]), (" \n ", ["q"]), ("class 0\n2", ["Gradient"]),
+                     (" \n ", ["r"]), ("class 0\n3", ["Gradient"]), (" \n ", ["s"]), ("class 0\n4", ["Gradient"])]
+    pictures = [np.asarray(a) for _, a in _panels(fig)]
+    assert all((p == photo).all() for p, photo in zip(pictures[::2], photos))  # each input beside its map
+    _assert_no_overlap(fig)
+
+
+def test_inputs_stacked_one_per_line_have_method_headers_once():
+    rng = np.random.default_rng(9)
+    photos = rng.integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
+    items = [explanation(m, rng.random((3, 1, 20, 30)), [[0]] * 3, [[1.0]] * 3)
+             for m in ("gradient", "smoothgrad", "integrated_gradients", "gradcam")]
+    fig = render.grid(items, photos)
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 5)
+    headers = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert headers[:5] == [["Input"], ["Gradient"], ["SmoothGrad"], ["Integrated Gradients"], ["Grad-CAM"]]
+    assert headers[5:] == [[]] * 10
+    assert [ax.get_title() for ax in fig.axes][5:10] == [" \n ", "class 0\n1", "class 0\n1", "class 0\n1", "class 0\n1"]
+    labelled = render.grid(items, photos, row_labels=["x", "y", "z"])
+    assert [[t.get_text() for t in ax.texts] for ax in labelled.axes][5::5] == [["y"], ["z"]]
+    _assert_no_overlap(fig)
+
+
+def test_a_heatmap_panel_is_the_map_resized_to_the_image_as_shown():
+    rng = np.random.default_rng(3)
+    photo = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
+    map_ = rng.random((12, 12)).astype(np.float32)
+    fig = render.grid(explanation("gradient", map_[None, None], [[0]], [[1.0]]), [photo])
+    (_, picture), (_, heat) = _panels(fig)
+    assert picture.shape == (60, 90, 3) and (np.asarray(picture) == photo).all()
+    unit = np.clip(map_ / np.percentile(map_, 99), 0, 1).astype(np.float32)
+    resized = np.clip(np.asarray(Image.fromarray(unit, mode="F").resize((90, 60), Image.Resampling.BILINEAR)), 0, 1)
+    expected = matplotlib.colormaps["inferno"](resized, bytes=True)[..., :3].astype(int)
+    assert np.abs(np.asarray(heat).astype(int) - expected).max() <= 1
+
+
+def test_tabular_explanations_get_bars_per_feature(tmp_path):
+    rng = np.random.default_rng(4)
+    attributions = rng.normal(size=(2, 2, 15)).astype(np.float32)
+    features = rng.normal(size=(2, 15))
+    e = explanation("gradient_x_input", attributions, [[0, 2], [1, 0]], [[1.0, 0.5], [2.0, -1.0]])
+    e.maps = attributions.sum(-1)  # the engine's maps of a flat input: one number per target
+    names = [f"feature {i}" for i in range(15)]
+    fig = render.grid(e, features, ["low", "mid", "high"], feature_names=names, max_features=6)
+    drawn = [ax for ax in fig.axes if ax.patches]
+    assert len(drawn) == 4 and not _panels(fig)  # bars, no image column
+    for ax, (i, k) in zip(drawn, [(0, 0), (0, 1), (1, 0), (1, 1)]):
+        values = attributions[i, k]
+        top = sorted(range(15), key=lambda f: -abs(values[f]))[:6]  # largest magnitudes first
+        heights = [p.get_width() for p in ax.patches]
+        assert heights == pytest.approx([values[f] for f in reversed(top)])
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == [f"feature {f} = {features[i, f]:.3g}" for f in reversed(top)]
+        colours = [matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches]
+        assert colours == ["#c0392b" if values[f] >= 0 else "#2e6db4" for f in reversed(top)]
+    assert fig.axes[0].get_title() == "low\n1"
+    _assert_no_overlap(fig)
+    render.save_png(fig, tmp_path / "tabular.png")
 
 
 def test_grid_without_class_names_and_with_sequences(tmp_path):
     seq = explanation("gradient", np.random.default_rng(2).normal(size=(3, 1, 40)), [[0], [1], [0]],
                       [[1.0], [2.0], [3.0]])
+    seq.attributions = np.zeros((3, 1, 40, 4), np.float32)
     fig = render.grid(seq, np.random.default_rng(3).normal(size=(3, 40, 4)))
-    assert fig.axes[1].get_title() == "class 0  1"
+    assert fig.axes[1].get_title() == "class 0\n1"
     render.save_png(fig, tmp_path / "seq.png")
     with pytest.raises(ValueError, match="originals"):
         render.grid(seq, np.zeros((2, 40, 4)))
+
+
+def test_fit_text_wraps_and_shortens_within_the_width():
+    assert render.fit_text("conv", 1.0, 8) == "conv"
+    two = render.fit_text("block5_conv3 re-initialised with a long layer name", 1.25, 7, lines=2)
+    lines = two.split("\n")
+    assert len(lines) == 2 and lines[1].endswith("\u2026")
+    assert all(len(line) <= int(1.25 * 72 / (7 * 0.6)) for line in lines)
+    assert render.fit_text("costs $5", 3, 8) == r"costs \$5"  # shown as typed, not as mathtext
+
+
+# ------------------------------------------------------------------------------ display
+def test_an_explanation_shows_itself_as_a_png_grid():
+    import io
+
+    from saliency_kit.explanation import Explanation
+
+    rng = np.random.default_rng(5)
+    maps = rng.random((12, 2, 16, 24)).astype(np.float32)
+    e = Explanation(attributions=maps, maps=maps, targets=np.zeros((12, 2), np.int64),
+                    scores=np.ones((12, 2), np.float32), method="gradient")
+    bare = Image.open(io.BytesIO(e._repr_png_()))
+    assert bare.format == "PNG" and bare.size[0] > 100
+    shown = e.with_originals(rng.integers(0, 256, (12, 32, 48, 3), dtype=np.uint8), ["cat", "dog"])
+    assert shown.maps is e.maps and "_display" not in e.__dict__
+    with_input = Image.open(io.BytesIO(shown._repr_png_()))
+    assert with_input.size[0] > bare.size[0]  # the input column was added
+    # Only the first 8 inputs are drawn: the height is 8 rows' worth, not 12.
+    eight = Image.open(io.BytesIO(render.explanation_png(e, max_inputs=8)))
+    four = Image.open(io.BytesIO(render.explanation_png(e, max_inputs=4)))
+    assert eight.size == bare.size and 1.8 < eight.size[1] / four.size[1] < 2.2
+    assert np.asarray(bare.convert("L")).std() > 10  # a picture, not a blank page
+
+
+def test_show_saves_and_warns_without_a_display(tmp_path):
+    import warnings
+
+    e = explanation("gradcam", np.random.default_rng(6).random((1, 1, 8, 8)), [[0]], [[1.0]])
+    with pytest.warns(UserWarning, match="no display"):
+        assert render.show(e, np.zeros((1, 8, 8, 3), np.uint8)) is None
+    assert _no_pyplot_figures()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        render.show(e, path=tmp_path / "shown.png")
+    with Image.open(tmp_path / "shown.png") as png:
+        assert png.format == "PNG"
 
 
 # ------------------------------------------------------------------------------ files
@@ -217,3 +394,14 @@ def test_a_colormap_object_works_like_its_name():
     m = np.random.default_rng(4).normal(size=(9, 7))
     np.testing.assert_array_equal(render.heatmap(m, cmap=matplotlib.colormaps["viridis"]),
                                   render.heatmap(m, cmap="viridis"))
+
+
+def test_grid_takes_any_object_with_maps_targets_scores_and_method():
+    """The command line hands grid() light rows (no attributions): drawn from their maps."""
+    import types
+
+    rng = np.random.default_rng(8)
+    row = types.SimpleNamespace(method="gradcam", maps=rng.random((1, 2, 8, 8)), targets=np.array([[0, 1]]),
+                                scores=np.array([[1.0, 0.5]]))
+    fig = render.grid([row], rng.integers(0, 256, (1, 16, 24, 3), dtype=np.uint8), ["a", "b"])
+    assert len(_panels(fig)) == 3 and [ax.get_title() for ax in fig.axes if ax.axison][1:] == ["a\n1", "b\n0.5"]

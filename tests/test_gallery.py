@@ -1,0 +1,315 @@
+"""The static gallery: what it reads from a manifest, and what a real headless Chromium shows.
+
+The browser tests load ``index.html`` from disk in Debian's Chromium through Selenium and check
+what the page shows: every image loads, filters narrow the cards, sorting orders them by score,
+and paging walks 2,500 images. They are skipped, with the reason, only where no Chromium or
+chromedriver is installed (``apt-get install chromium chromium-driver``; ``pip install selenium``).
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from saliency_kit import gallery
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HOSTILE = ['quote " and \' here', "</script><script>window.hacked=1</script>", "<b>bold</b> & co",
+           "ünïcødé 猫 🐈", "100% #hash ?query"]
+
+
+def _png(path: pathlib.Path, colour=(200, 40, 40), size=(48, 32)) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((size[1], size[0], 3), colour, np.uint8)).save(path)
+
+
+def _line(image, method, cls, name, score, kind, file, outputs=2):
+    return {"image": image, "status": "ok", "method": method, "class": cls, "class_name": name,
+            "score": score, "kind": kind, "file": file, "outputs": outputs}
+
+
+def _write_manifest(path: pathlib.Path, records, *, cut_off: str = "") -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.write(cut_off)
+
+
+# ----------------------------------------------------------------------------- data, no browser
+def test_data_groups_outputs_by_image_and_survives_resume_shards_and_damage(tmp_path):
+    for name in ("a/gc-overlay.png", "a/gc-heatmap.png", "b/gb-overlay.png", "c/gb-overlay.png"):
+        _png(tmp_path / name)
+    first = [_line("a.png", "gradcam", 3, "cat", 2.5, "overlay", "a/gc-overlay.png"),
+             _line("a.png", "gradcam", 3, "cat", 2.5, "heatmap", "a/gc-heatmap.png"),
+             {"image": "bad.png", "status": "failed", "error": "cannot identify image file"},
+             _line("b.png", "guided_backprop", 1, "dog", -1.0, "overlay", "b/gb-overlay.png"),
+             _line("gone.png", "gradcam", 3, "cat", 9.0, "overlay", "gone/gc-overlay.png"),
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png"),
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "heatmap", "link/outside.png"),
+             _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png"),
+             _line("odd.png", "gradcam", [3], "cat", "high", "overlay", ["not", "a", "name"]),
+             _line("a.png", "gradcam", 3, "cat", 2.5, "thumbnail", "a/gc-overlay.png"),  # a kind not shown
+             "not an object", ["nor", "this"]]
+    _write_manifest(tmp_path / "manifest.jsonl", first + first[:2],  # a resume repeats two lines
+                    cut_off='{"image": "c.png", "status": "ok", "meth')  # killed mid-line
+    _write_manifest(tmp_path / "manifest.shard-2-of-2.jsonl",
+                    [_line("c.png", "guided_backprop", 1, "dog", 0.5, "overlay", "c/gb-overlay.png")])
+    (tmp_path.parent / "outside.png").write_bytes(b"a file, but outside the output folder")
+    (tmp_path / "link").symlink_to(tmp_path.parent)  # a folder link that leads out
+    data = gallery.gallery_data(tmp_path)
+    assert [i["image"] for i in data["images"]] == ["a.png", "b.png", "c.png"]
+    (a_out,) = data["images"][0]["outputs"]
+    assert a_out == {"method": "gradcam", "class": 3, "class_name": "cat", "score": 2.5,
+                     "overlay": "a/gc-overlay.png", "heatmap": "a/gc-heatmap.png"}
+    assert data["failed"] == [{"image": "bad.png", "error": "cannot identify image file"}]
+    assert data["missing"] == 5  # gone.png's file, three paths that leave (or go round) the folder, a list
+    assert [m["name"] for m in data["methods"]] == ["gradcam", "guided_backprop"]
+    assert [m["title"] for m in data["methods"]] == ["Grad-CAM", "Guided Backprop"]
+    assert data["classes"] == ["cat", "dog"]
+
+
+def test_hostile_names_are_data_never_markup(tmp_path):
+    records = []
+    for i, name in enumerate(HOSTILE):
+        _png(tmp_path / f"f{i}.png")
+        records.append(_line(name + ".png", "gradcam", i, name, float(i), "overlay", f"f{i}.png", 1))
+    _write_manifest(tmp_path / "manifest.jsonl", records)
+    page = gallery.write_gallery(tmp_path, title='run <1> & "2"').read_text(encoding="utf-8")
+    assert page.count("</script>") == 2  # the data block's and the code's, nothing from the data
+    assert "<b>bold" not in page and "<1>" not in page
+    assert "<title>run &lt;1&gt; &amp; &quot;2&quot;</title>" in page
+    block = page.split('id="gallery-data">', 1)[1].split("</script>", 1)[0]
+    assert [image for image, _, _ in json.loads(block)["images"]] == [n + ".png" for n in HOSTILE]
+
+
+def test_write_gallery_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(ValueError, match="received"):
+        gallery.write_gallery(tmp_path / "nope")
+
+
+def test_an_empty_run_still_gets_a_page(tmp_path):
+    path = gallery.write_gallery(tmp_path)
+    assert path == tmp_path / "index.html" and "gallery-data" in path.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- the browser
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        browser = shutil.which(name)
+        if browser:
+            break
+    else:
+        return None, "no Chromium installed (apt-get install chromium chromium-driver)"
+    driver = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
+    if driver is None:
+        return None, "no chromedriver installed (apt-get install chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return None, "selenium is not installed (pip install -e '.[test]')"
+    return (browser, driver), ""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    found, reason = _chromium()
+    if found is None:
+        print(f"\nSKIPPING the gallery browser tests: {reason}")
+        pytest.skip(f"gallery browser tests need a real Chromium: {reason}")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = found[0]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1280,900"):
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="gallery-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(found[1]), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(driver, path: pathlib.Path) -> None:
+    driver.get(path.resolve().as_uri())
+    _wait(driver, "return document.readyState === 'complete'")
+
+
+def _wait(driver, script: str, timeout: float = 20.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script))
+
+
+def _cards(driver) -> list[dict]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('.card')).map(c => ({image: c.dataset.image,"
+        " score: c.dataset.score === '' ? null : +c.dataset.score, title: c.querySelector('h2').textContent,"
+        " classes: Array.from(c.querySelectorAll('figcaption b')).map(b => b.textContent),"
+        " methods: Array.from(c.querySelectorAll('th')).map(t => t.textContent)}))")
+
+
+def _type(driver, element_id: str, text: str) -> None:
+    box = driver.find_element("id", element_id)
+    box.clear()
+    if text:
+        box.send_keys(text)
+    else:  # clear() sends no input event
+        driver.execute_script("arguments[0].dispatchEvent(new Event('input'))", box)
+
+
+def _select(driver, element_id: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", element_id)).select_by_value(value)
+
+
+def _all_images_loaded(driver) -> list[int]:
+    driver.execute_script("document.querySelectorAll('img').forEach(i => i.loading = 'eager')")
+    _wait(driver, "return Array.from(document.images).every(i => i.complete)")
+    return driver.execute_script("return Array.from(document.images).map(i => i.naturalWidth)")
+
+
+@pytest.fixture(scope="module")
+def batch_run(tmp_path_factory):
+    """A real ``saliency batch`` run on the shipped ``shapes`` model: the manifest and files it writes."""
+    root = tmp_path_factory.mktemp("batch")
+    images = root / "in"
+    for i, name in enumerate(["disc.png", "bar.png", "sub dir/tall box.png", "ünï.png"]):
+        picture = np.full((64, 64, 3), 25, np.uint8)
+        yy, xx = np.mgrid[:64, :64]
+        if i % 2 == 0:
+            picture[(yy - 30 - i) ** 2 + (xx - 32) ** 2 < 180] = (230, 210, 60)
+        else:
+            picture[12 + i:50, 20:40 + i] = (60, 200, 230)
+        (images / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(picture).save(images / name)
+    out = root / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(images), "--out", str(out),
+                           "--method", "guided_backprop", "--method", "gradcam", "--target", "top2"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_page_of_a_resumed_run_shows_the_whole_run(batch_run, tmp_path):
+    """A run resumed with one more image: the rebuilt page has every image, each once."""
+    out = tmp_path / "out"
+    shutil.copytree(batch_run, out)
+    shutil.copytree(batch_run.parent / "in", tmp_path / "in")
+    _png(tmp_path / "in" / "late arrival.png", colour=(240, 240, 30), size=(64, 64))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out", str(out),
+                           "--method", "guided_backprop", "--method", "gradcam", "--target", "top2", "--resume"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    before = gallery.gallery_data(batch_run)
+    after = gallery.gallery_data(out)
+    assert sorted(i["image"] for i in after["images"]) == sorted([i["image"] for i in before["images"]] + ["late arrival.png"])
+    assert all(len(i["outputs"]) == 4 for i in after["images"])  # 2 methods x 2 classes, none doubled
+    assert after["missing"] == 0 and after["failed"] == []
+
+
+def test_a_real_batch_run_shows_every_image_and_filters_and_sorts(browser, batch_run):
+    path = gallery.write_gallery(batch_run)
+    records = [json.loads(line) for line in (batch_run / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+    _open(browser, path)
+    cards = _cards(browser)
+    assert sorted(c["image"] for c in cards) == sorted({r["image"] for r in records})
+    widths = _all_images_loaded(browser)
+    assert len(widths) == len({r["file"] for r in records if r["kind"] == "overlay"}) and min(widths) > 0
+    assert set(cards[0]["methods"]) == {"Guided Backprop", "Grad-CAM"}
+
+    # Sorted by score, highest first: each card's score is its best, in descending order.
+    best = {}
+    for r in records:
+        best[r["image"]] = max(best.get(r["image"], -np.inf), r["score"])
+    assert [c["score"] for c in cards] == pytest.approx(sorted(best.values(), reverse=True))
+    assert [c["image"] for c in cards] == sorted(best, key=lambda i: -best[i])
+    _select(browser, "sort", "score-asc")
+    assert [c["image"] for c in _cards(browser)] == sorted(best, key=lambda i: best[i])
+
+    # A class filter narrows to the images that have that class, and to its panels only.
+    name = records[0]["class_name"]
+    having = {r["image"] for r in records if r["class_name"] == name}
+    _type(browser, "class-filter", name)
+    narrowed = _cards(browser)
+    assert {c["image"] for c in narrowed} == having and set(sum((c["classes"] for c in narrowed), [])) == {name}
+    shot = batch_run / "gallery-filtered.png"
+    browser.save_screenshot(str(shot))
+    _type(browser, "class-filter", "")
+    # Unticking a method removes its row from every card.
+    browser.find_element("css selector", "#methods input[value='gradcam']").click()
+    assert all(c["methods"] == ["Guided Backprop"] for c in _cards(browser))
+    browser.find_element("css selector", "#methods input[value='gradcam']").click()
+    # Heatmaps instead of overlays: other files, all loading.
+    _select(browser, "show", "heatmap")
+    sources = browser.execute_script("return Array.from(document.images).map(i => i.getAttribute('src'))")
+    assert sources and all(s.endswith("-heatmap.png") for s in sources)
+    assert min(_all_images_loaded(browser)) > 0
+    _select(browser, "show", "overlay")
+    _select(browser, "sort", "score-desc")
+    browser.save_screenshot(str(batch_run / "gallery.png"))
+    with Image.open(batch_run / "gallery.png") as picture, Image.open(shot) as filtered:
+        assert picture.size[0] > 600 and filtered.size == picture.size
+    print(f"\ngallery screenshots: {batch_run / 'gallery.png'} and {shot}")
+
+
+def test_paging_walks_2500_images_with_hostile_names(browser, tmp_path):
+    rng = np.random.default_rng(0)
+    _png(tmp_path / "base.png", size=(40, 30))
+    records, scores = [], {}
+    for i in range(2500):
+        image = f"{HOSTILE[i % len(HOSTILE)]} {i:04d}.png"
+        for method in ("gradient", "gradcam"):
+            file = f"img{i:04d}/{method} #%?\"<&ü-overlay.png"  # URL-special characters
+            (tmp_path / file).parent.mkdir(exist_ok=True)
+            os.link(tmp_path / "base.png", tmp_path / file)
+            score = float(rng.normal())
+            scores[image] = max(scores.get(image, -np.inf), score)
+            records.append(_line(image, method, i % 7, f"class {i % 7} <{i % 7}>", score, "overlay", file))
+    _write_manifest(tmp_path / "manifest.jsonl", records)
+    _open(browser, gallery.write_gallery(tmp_path, page_size=40))
+    ranked = sorted(scores, key=lambda i: (-scores[i], int(i[-8:-4])))
+    assert browser.find_element("id", "page-info").text == "page 1 of 63"
+    assert [c["image"] for c in _cards(browser)] == ranked[:40]
+    assert [c["title"] for c in _cards(browser)] == ranked[:40]  # text as is: quotes, tags, emoji
+    assert browser.execute_script("return window.hacked === undefined")
+    browser.find_element("id", "next").click()
+    assert [c["image"] for c in _cards(browser)] == ranked[40:80]
+    assert browser.find_element("id", "page-info").text == "page 2 of 63"
+    for _ in range(70):  # past the end: the button stops at the last page
+        if not browser.find_element("id", "next").is_enabled():
+            break
+        browser.find_element("id", "next").click()
+    assert browser.find_element("id", "page-info").text == "page 63 of 63"
+    assert [c["image"] for c in _cards(browser)] == ranked[2480:]
+    assert min(_all_images_loaded(browser)) > 0
+    # A filter narrows the whole run and starts again at page 1.
+    _type(browser, "class-filter", "class 3 <3>")
+    expected = [i for i in ranked if int(i[-8:-4]) % 7 == 3]
+    assert browser.find_element("id", "page-info").text == f"page 1 of {-(-len(expected) // 40)}"
+    assert [c["image"] for c in _cards(browser)] == expected[:40]
+    _type(browser, "image-filter", HOSTILE[1] + " 0001")
+    assert _cards(browser) == []  # image 1 is of class 1: both filters apply
+    assert browser.find_element("css selector", "#cards .none").text == "No image matches these filters."
+    _type(browser, "class-filter", "")
+    (card,) = _cards(browser)
+    assert card["title"] == HOSTILE[1] + " 0001.png" and card["classes"] == ["class 1 <1>"] * 2
+    _select(browser, "page-size", "200")
+    _type(browser, "image-filter", "")
+    assert browser.find_element("id", "page-info").text == "page 1 of 13"
+    assert len(_cards(browser)) == 200
+    browser.save_screenshot(str(tmp_path / "gallery-2500.png"))
