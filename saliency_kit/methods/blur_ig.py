@@ -1,0 +1,139 @@
+"""Blur integrated gradients (Xu, Venugopalan and Sundararajan, CVPR 2020).
+
+Integrated gradients along the path of Gaussian blurs ``x(σ) = G_σ * x`` from the input
+(``σ = 0``) to its blur at ``σ_max``; the attribution is the path integral, with the sign that
+makes it the contribution of the detail the blur removes:
+
+    a = − ∫_0^{σ_max} ∂x(σ)/∂σ ⊙ ∂s/∂x|_{x(σ)} dσ
+      ≈ − Σ_{i < steps} (σ_{i+1} − σ_i) · (x(σ_i + g) − x(σ_i)) / g ⊙ ∂s/∂x|_{x(σ_i)}
+
+with ``σ_i = i σ_max / steps`` (or ``σ_max √(i / steps)`` with ``sqrt=True``) and ``g =
+grad_step`` the finite-difference step of the blur's derivative. ``G_σ`` blurs over the spatial
+axes only (H and W of images ``[B, H, W, C]``; T of sequences ``[B, T, F]``), with zero padding
+and the kernel truncated at 4σ: exactly ``scipy.ndimage.gaussian_filter(x, (σ, σ, 0),
+mode="constant")``. Each blur is two small matrix products ``G_H x G_Wᵀ``; the difference of
+two blurs is computed from the difference of their matrices (no cancellation in float32).
+
+Anchor: PAIR's ``saliency.core.BlurIG``. It multiplies a whole batch of steps by the σ-increment
+of the batch's *last* step, which is only right when increments are equal: with ``sqrt=True``
+and ``batch_size > 1`` its result differs from the formula above (this module follows the
+formula; tests compare with PAIR at ``batch_size=1`` there). With ``sqrt=True`` PAIR spaces the
+widths as ``√(i σ_max / steps)``, so its widest blur is ``√σ_max``, not ``σ_max``; here ``σ_max``
+is always the widest blur (PAIR's ``max_sigma=σ²`` gives this module's ``max_sigma=σ``).
+Map: signed sum over the last axis.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from ._base import Method, Request, Result, check_positive_int, reduce_map, register
+from ._kernels import target_scores, weighted_gradients
+
+DEFAULTS = {"steps": 50, "max_sigma": 50.0, "grad_step": 0.01, "sqrt": False}
+TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default: the kernel ends at 4σ
+
+
+def gaussian_matrix(size: int, sigma: float) -> np.ndarray:
+    """``[size, size]`` float64 ``G`` with ``G @ v`` = ``gaussian_filter1d(v, sigma, mode="constant")``."""
+    if sigma <= 1e-15:
+        return np.eye(size)
+    radius = int(TRUNCATE * sigma + 0.5)
+    offsets = np.arange(-radius, radius + 1)
+    kernel = np.exp(-0.5 * (offsets / sigma) ** 2)
+    kernel /= kernel.sum()
+    i, j = np.indices((size, size))
+    distance = j - i
+    return np.where(np.abs(distance) <= radius, kernel[np.clip(distance + radius, 0, 2 * radius)], 0.0)
+
+
+def sigmas(steps: int, max_sigma: float, sqrt: bool) -> np.ndarray:
+    """``[steps + 1]`` blur widths from 0 to ``max_sigma``."""
+    fractions = np.arange(steps + 1) / steps
+    return max_sigma * np.sqrt(fractions) if sqrt else max_sigma * fractions
+
+
+@functools.lru_cache(maxsize=16)
+def _path_matrices(size: int, steps: int, max_sigma: float, grad_step: float, sqrt: bool):
+    """``(G [steps, size, size], D [steps, size, size])`` float64: the blur at each ``σ_i`` and
+    ``D = (G(σ_i + g) − G(σ_i)) / g``."""
+    widths = sigmas(steps, max_sigma, sqrt)[:-1]
+    blur = np.stack([gaussian_matrix(size, s) for s in widths])
+    ahead = np.stack([gaussian_matrix(size, s + grad_step) for s in widths])
+    return blur, (ahead - blur) / grad_step
+
+
+def _settings(request: Request, options: dict):
+    steps = check_positive_int("steps", options["steps"])
+    for name in ("max_sigma", "grad_step"):
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a positive number (pixels); received {value!r}.")
+    if not isinstance(options["sqrt"], (bool, np.bool_)):
+        raise ValueError(f"sqrt must be True or False; received {options['sqrt']!r}.")
+    if request.inputs.ndim not in (3, 4):
+        raise ValueError(
+            "blur_ig blurs over spatial axes: it needs images [B, H, W, C] or sequences [B, T, F]; "
+            f"received shape {request.inputs.shape}."
+        )
+    return steps, float(options["max_sigma"]), float(options["grad_step"]), bool(options["sqrt"])
+
+
+def check(request: Request, **options) -> None:
+    _settings(request, options)
+
+
+def _apply(x, mats):
+    """``x [n, *spatial, C]`` blurred by one matrix per spatial axis ``[m, L, L]`` -> ``[n, m, ...]``."""
+    if len(mats) == 1:
+        return tf.einsum("mat,ntc->nmac", mats[0], x)
+    height, width = mats
+    rows = tf.einsum("mah,nhwc->nmawc", height, x)
+    return tf.einsum("mbw,nmawc->nmabc", width, rows)
+
+
+def compute(request: Request, **options) -> Result:
+    steps, max_sigma, grad_step, sqrt = _settings(request, options)
+    spatial = request.inputs.shape[1:-1]
+    increments = np.diff(sigmas(steps, max_sigma, sqrt))
+    constants = [tf.constant(increments)]
+    for size in spatial:
+        constants.extend(tf.constant(m) for m in _path_matrices(size, steps, max_sigma, grad_step, sqrt))
+    axes = len(spatial)
+
+    def block(x, index, t, extra, increments, *mats):
+        i = tf.minimum(t, steps - 1)  # padded points are dropped by the kernel
+        blur = [tf.cast(tf.gather(mats[2 * a], i), x.dtype) for a in range(axes)]
+        change = [tf.cast(tf.gather(mats[2 * a + 1], i), x.dtype) for a in range(axes)]
+        points = _apply(x, blur)
+        if axes == 1:
+            derivative = _apply(x, change)
+        else:  # (G_H + g D_H) x (G_W + g D_W)ᵀ − G_H x G_Wᵀ, divided by g
+            derivative = (
+                _apply(x, [change[0], blur[1]])
+                + _apply(x, [blur[0], change[1]])
+                + grad_step * _apply(x, change)
+            )
+        step = tf.reshape(tf.cast(tf.gather(increments, i), x.dtype), [1, -1] + [1] * (axes + 1))
+        return points, -step * derivative
+
+    key = ("blur_ig", steps, max_sigma, grad_step, sqrt)
+    attributions = weighted_gradients(request, key, steps, block, tuple(constants))
+    resolved = {**options, "steps": steps, "max_sigma": max_sigma, "grad_step": grad_step, "sqrt": sqrt}
+    return Result(attributions, reduce_map(attributions, "sum"), target_scores(request), resolved)
+
+
+register(
+    Method(
+        "blur_ig",
+        "integrated gradients along a path of Gaussian blurs (Xu et al. 2020); map: sum over the last axis",
+        compute,
+        defaults=dict(DEFAULTS),
+        check=check,
+    )
+)
+
+__all__ = ["gaussian_matrix", "sigmas"]
