@@ -16,6 +16,7 @@ depend on ``batch_size``.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Callable
 
@@ -75,7 +76,7 @@ def weighted_gradients(
     const_specs = [tf.TensorSpec(np.shape(c), tf.as_dtype(np.asarray(c).dtype)) for c in constants]
     extra_spec = [] if extra is None else [tf.TensorSpec([n, *extra.shape[1:]], tf.as_dtype(extra.dtype))]
 
-    def build():
+    def _build_kernel():
         def kernel(x, columns, index, *rest):
             engine._traced()
             more, consts = (rest[0], rest[1:]) if extra is not None else (None, rest)
@@ -106,8 +107,9 @@ def weighted_gradients(
         return tf.function(kernel, input_signature=signature)
 
     full_key = ("weighted_gradients", engine._view_key(request.score, request.score_fn, None), key,
-                steps, shape, dtype.name, n, group, m, extra is not None)
-    kernel = engine._compiled(model, full_key, build)
+                steps, shape, dtype.name, n, group, m, _layout_of(constants),
+                None if extra is None else (extra.shape[1:], extra.dtype.name))
+    kernel = engine._compiled(model, full_key, _build_kernel)
     out = np.zeros((B, K, *shape), np.float32)
     for start, stop, k0, k1, x, columns, index in _chunks(request, n, group):
         args = [x, columns, index]
@@ -151,7 +153,7 @@ def masked_scores(
     blocks = math.ceil(count / m)
     const_specs = [tf.TensorSpec(np.shape(c), tf.as_dtype(np.asarray(c).dtype)) for c in constants]
 
-    def build():
+    def _build_kernel():
         def kernel(x, columns, index, *consts):
             engine._traced()
             state = prepare(x, index, *consts)
@@ -187,14 +189,28 @@ def masked_scores(
         return tf.function(kernel, input_signature=signature)
 
     full_key = ("masked_scores", engine._view_key(request.score, request.score_fn, None), key, count,
-                softmax, shape, dtype.name, n, group, m)
-    kernel = engine._compiled(model, full_key, build)
+                softmax, shape, dtype.name, n, group, m, _layout_of(constants))
+    kernel = engine._compiled(model, full_key, _build_kernel)
     out = np.zeros((B, K, *map_shape), np.float32)
     for start, stop, k0, k1, x, columns, index in _chunks(request, n, group):
         engine._stats["calls"] += 1
         a = kernel(x, columns, index, *constants)
         out[start:stop, k0:k1] = np.asarray(a, np.float32)[: stop - start, : k1 - k0]
     return out
+
+
+def input_keys(seed: int, inputs: np.ndarray) -> list:
+    """One generator seed per input, from ``seed`` and the input's own bytes: random draws keyed
+    this way do not depend on the input's position in a batch, nor on ``batch_size``."""
+    return [
+        [int(seed), int.from_bytes(hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest(), "little")]
+        for x in inputs
+    ]
+
+
+def _layout_of(constants) -> tuple:
+    """The shapes and dtypes of kernel arguments, for cache keys."""
+    return tuple((tuple(np.shape(c)), tf.as_dtype(np.asarray(c).dtype).name) for c in constants)
 
 
 def target_scores(request: Request) -> np.ndarray:
