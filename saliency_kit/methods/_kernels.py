@@ -132,6 +132,7 @@ def masked_scores(
     *,
     softmax: bool = False,
     map_shape: tuple,
+    out_shape: tuple | None = None,
 ) -> np.ndarray:
     """``[B, K, *map_shape]``: ``finish(Σ_{t < count} f(s_k(x ⊙ M_t)) · W_t, state)``.
 
@@ -139,7 +140,8 @@ def masked_scores(
     activations); ``masks(state, x, t [m], *constants) -> (M [n, m, *input-broadcastable],
     W [n, m, *map_shape])`` gives the masks that multiply the input and what each score weighs;
     ``f`` is the identity, or the softmax over the score vector when ``softmax``. Forward
-    passes only. ``finish(total [n, K, *map_shape], state) -> [n, K, *map_shape]``.
+    passes only. ``finish(total [n, K, *map_shape], state) -> [n, K, *out_shape]`` (default
+    ``out_shape = map_shape``).
     """
     model, inputs, targets = request.model, request.inputs, request.targets
     engine.check_batch_size(request.batch_size)
@@ -191,7 +193,7 @@ def masked_scores(
     full_key = ("masked_scores", engine._view_key(request.score, request.score_fn, None), key, count,
                 softmax, shape, dtype.name, n, group, m, _layout_of(constants))
     kernel = engine._compiled(model, full_key, _build_kernel)
-    out = np.zeros((B, K, *map_shape), np.float32)
+    out = np.zeros((B, K, *(map_shape if out_shape is None else out_shape)), np.float32)
     for start, stop, k0, k1, x, columns, index in _chunks(request, n, group):
         engine._stats["calls"] += 1
         a = kernel(x, columns, index, *constants)
