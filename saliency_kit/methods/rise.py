@@ -98,7 +98,6 @@ register(
         "the map is the saliency itself",
         compute,
         defaults=dict(DEFAULTS),
-        cam=True,
         warn_zero=False,
         check=check,
     )
