@@ -20,7 +20,7 @@ from __future__ import annotations
 # importing a module registers its methods; this order is the order of names() and describe()
 from . import gradients  # noqa: F401,I001
 from . import integrated_gradients, smoothgrad, cam, occlusion  # noqa: F401,I001
-from . import smoothgrad_variants, expected_gradients, blur_ig, scorecam, layercam, rise, xrai  # noqa: F401,I001
+from . import smoothgrad_variants, expected_gradients, blur_ig, guided_ig, scorecam, layercam, rise, xrai  # noqa: F401,I001
 from ._base import REGISTRY, Method, Request, Result
 
 __all__ = ["Method", "Request", "Result", "describe", "get", "names"]
