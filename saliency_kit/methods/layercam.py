@@ -41,12 +41,17 @@ def _build_layercam_kernel(view, layer, relu, n, group, shape, dtype):
                 f"layer {layer!r} has a {len(activations.shape)}-D output {tuple(activations.shape)}; "
                 "LayerCAM needs a 4-D [batch, height, width, channels] layer."
             )
-        g = engine._differentiate(tape, scores, activations, vectorise=engine._vectorise_classes(view.model))
+        if activations.dtype == scores.dtype or group == 1:
+            g = engine._differentiate(tape, scores, activations, vectorise=engine._vectorise_classes(view.model))
+        else:  # mixed precision: batch_jacobian's loop cannot hold float16 gradients of float32 scores
+            pick = [tf.broadcast_to(tf.one_hot(k, group, dtype=scores.dtype), [n, group]) for k in range(group)]
+            g = tf.stack([tape.gradient(scores, activations, output_gradients=p) for p in pick], axis=1)
+        g, activations = tf.cast(g, tf.float32), tf.cast(activations, tf.float32)  # mixed precision
         maps = tf.reduce_sum(tf.nn.relu(g) * activations[:, None], axis=-1)  # [n, K, h, w]
         if relu:
             maps = tf.nn.relu(maps)
         h, w = maps.shape[2], maps.shape[3]
-        flat = tf.reshape(tf.cast(maps, tf.float32), [n * group, h, w, 1])
+        flat = tf.reshape(maps, [n * group, h, w, 1])
         if (h, w) != (height, width):
             flat = tf.image.resize(flat, (height, width), method="bilinear")
         return tf.reshape(flat, [n, group, height, width]), scores
