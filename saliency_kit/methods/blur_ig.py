@@ -25,15 +25,12 @@ Map: signed sum over the last axis.
 from __future__ import annotations
 
 import functools
-import math
+import numbers
 
 import numpy as np
-import tensorflow as tf
 
-from ._base import Method, Request, Result, check_positive_int, reduce_map, register
-from ._kernels import target_scores, weighted_gradients
+from .base import Option, register
 
-DEFAULTS = {"steps": 50, "max_sigma": 50.0, "grad_step": 0.01, "sqrt": False}
 TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default: the kernel ends at 4σ
 
 
@@ -57,7 +54,7 @@ def sigmas(steps: int, max_sigma: float, sqrt: bool) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _path_matrices(size: int, steps: int, max_sigma: float, grad_step: float, sqrt: bool):
+def path_matrices(size: int, steps: int, max_sigma: float, grad_step: float, sqrt: bool):
     """``(G [steps, size, size], D [steps, size, size])`` float64: the blur at each ``σ_i`` and
     ``D = (G(σ_i + g) − G(σ_i)) / g``."""
     widths = sigmas(steps, max_sigma, sqrt)[:-1]
@@ -66,74 +63,69 @@ def _path_matrices(size: int, steps: int, max_sigma: float, grad_step: float, sq
     return blur, (ahead - blur) / grad_step
 
 
-def _settings(request: Request, options: dict):
-    steps = check_positive_int("steps", options["steps"])
+def prepare(request, options: dict) -> dict:
+    if options["steps"] < 1:
+        raise ValueError(f"steps must be a positive int; received {options['steps']!r}.")
     for name in ("max_sigma", "grad_step"):
         value = options[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0 < value < math.inf:
+        if not (isinstance(value, numbers.Real) and 0 < value < np.inf):
             raise ValueError(f"{name} must be a positive number (pixels); received {value!r}.")
-    if not isinstance(options["sqrt"], (bool, np.bool_)):
-        raise ValueError(f"sqrt must be True or False; received {options['sqrt']!r}.")
     if request.inputs.ndim not in (3, 4):
         raise ValueError(
             "blur_ig blurs over spatial axes: it needs images [B, H, W, C] or sequences [B, T, F]; "
             f"received shape {request.inputs.shape}."
         )
-    return steps, float(options["max_sigma"]), float(options["grad_step"]), bool(options["sqrt"])
-
-
-def check(request: Request, **options) -> None:
-    _settings(request, options)
+    return {**options, "max_sigma": float(options["max_sigma"]), "grad_step": float(options["grad_step"])}
 
 
 def _apply(x, mats):
     """``x [n, *spatial, C]`` blurred by one matrix per spatial axis ``[m, L, L]`` -> ``[n, m, ...]``."""
+    from keras import ops
+
     if len(mats) == 1:
-        return tf.einsum("mat,ntc->nmac", mats[0], x)
-    height, width = mats
-    rows = tf.einsum("mah,nhwc->nmawc", height, x)
-    return tf.einsum("mbw,nmawc->nmabc", width, rows)
+        return ops.einsum("mat,ntc->nmac", mats[0], x)
+    rows = ops.einsum("mah,nhwc->nmawc", mats[0], x)
+    return ops.einsum("mbw,nmawc->nmabc", mats[1], rows)
 
 
-def compute(request: Request, **options) -> Result:
-    steps, max_sigma, grad_step, sqrt = _settings(request, options)
-    spatial = request.inputs.shape[1:-1]
-    increments = np.diff(sigmas(steps, max_sigma, sqrt))
-    constants = [tf.constant(increments)]
-    for size in spatial:
-        constants.extend(tf.constant(m) for m in _path_matrices(size, steps, max_sigma, grad_step, sqrt))
-    axes = len(spatial)
-
-    def block(x, index, t, extra, increments, *mats):
-        i = tf.minimum(t, steps - 1)  # padded points are dropped by the kernel
-        blur = [tf.cast(tf.gather(mats[2 * a], i), x.dtype) for a in range(axes)]
-        change = [tf.cast(tf.gather(mats[2 * a + 1], i), x.dtype) for a in range(axes)]
-        points = _apply(x, blur)
-        if axes == 1:
-            derivative = _apply(x, change)
-        else:  # (G_H + g D_H) x (G_W + g D_W)ᵀ − G_H x G_Wᵀ, divided by g
-            derivative = (
-                _apply(x, [change[0], blur[1]])
-                + _apply(x, [blur[0], change[1]])
-                + grad_step * _apply(x, change)
-            )
-        step = tf.reshape(tf.cast(tf.gather(increments, i), x.dtype), [1, -1] + [1] * (axes + 1))
-        return points, -step * derivative
-
-    key = ("blur_ig", steps, max_sigma, grad_step, sqrt)
-    attributions = weighted_gradients(request, key, steps, block, tuple(constants))
-    resolved = {**options, "steps": steps, "max_sigma": max_sigma, "grad_step": grad_step, "sqrt": sqrt}
-    return Result(attributions, reduce_map(attributions, "sum"), target_scores(request), resolved)
-
-
-register(
-    Method(
-        "blur_ig",
-        "integrated gradients along a path of Gaussian blurs (Xu et al. 2020); map: sum over the last axis",
-        compute,
-        defaults=dict(DEFAULTS),
-        check=check,
-    )
+@register(
+    "blur_ig",
+    title="Blur IG",
+    summary="integrated gradients along a path of Gaussian blurs (Xu et al. 2020); map: sum over the last axis",
+    options=[
+        Option("steps", 50, help="points on the blur path"),
+        Option("max_sigma", 50.0, help="the widest blur, in pixels"),
+        Option("grad_step", 0.01, help="σ step of the blur's finite-difference derivative"),
+        Option("sqrt", False, help="space the blur widths evenly in σ² rather than σ"),
+    ],
+    reduce="sum",
+    signed=True,
+    prepare=prepare,
+    cost=lambda options: options["steps"],
 )
+def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
+    from keras import ops
 
-__all__ = ["gaussian_matrix", "sigmas"]
+    x = ctx.inputs
+    dtype = x.dtype
+    spatial = ctx.shape[:-1]
+    matrices = [path_matrices(size, steps, max_sigma, grad_step, sqrt) for size in spatial]
+    increments = np.diff(sigmas(steps, max_sigma, sqrt))
+    ones = [1] * len(ctx.shape)
+
+    def along_path(i):  # steps i [m] -> Δσ_i · ∂x/∂σ ⊙ ∂s/∂x at x(σ_i): [n, m, K, *input]
+        blur = [ops.cast(ops.take(g, i, axis=0), dtype) for g, _ in matrices]
+        change = [ops.cast(ops.take(d, i, axis=0), dtype) for _, d in matrices]
+        points = _apply(x, blur)
+        if len(spatial) == 1:
+            derivative = _apply(x, change)
+        else:  # ((G_H + g D_H) x (G_W + g D_W)ᵀ − G_H x G_Wᵀ) / g, without cancellation
+            derivative = (_apply(x, [change[0], blur[1]]) + _apply(x, [blur[0], change[1]])
+                          + grad_step * _apply(x, change))
+        step = ops.reshape(ops.cast(ops.take(increments, i), dtype), [1, -1, *ones])
+        return (step * derivative)[:, :, None] * ctx.gradients(points)
+
+    return -ctx.sum(steps, along_path)
+
+
+__all__ = ["gaussian_matrix", "sigmas", "path_matrices"]

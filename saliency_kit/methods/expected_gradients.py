@@ -7,24 +7,22 @@ itself replaced by one random point per draw:
       ≈ (1 / S) Σ_{s < S} (x − x′_s) ⊙ ∂s/∂x |_{x′_s + α_s (x − x′_s)}
 
 with ``x′_s`` drawn uniformly from ``baselines`` ``[N, ...]`` and ``α_s`` uniform on [0, 1).
-The draws of an input come from a generator keyed by the seed and the input's own bytes, so a
-seed fixes the result whatever ``batch_size`` is and wherever the input sits in a batch. In expectation the attributions sum to
+The draws of an input come from a stateless generator keyed by the seed and a fingerprint of the
+input's own bytes, so a seed fixes the result whatever ``batch_size`` is and wherever the input
+sits in a batch (two equal inputs get the same draws). In expectation the attributions sum to
 ``s(x) − E[s(x′)]``. Captum's ``GradientShap`` also adds Gaussian noise to the input
 (``stdevs``, 0 by default); there is none here. Map: signed sum over the last axis.
 """
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
-from ._base import Method, Request, Result, check_positive_int, reduce_map, register
-from ._kernels import input_keys, target_scores, weighted_gradients
-
-DEFAULTS = {"samples": 50, "baselines": None, "seed": None}
+from .base import Option, register
 
 
-def _settings(request: Request, options: dict):
-    samples = check_positive_int("samples", options["samples"])
+def prepare(request, options: dict) -> dict:
+    if options["samples"] < 1:
+        raise ValueError(f"samples must be a positive int; received {options['samples']!r}.")
     baselines = options["baselines"]
     shape = request.inputs.shape[1:]
     if baselines is None:
@@ -35,7 +33,7 @@ def _settings(request: Request, options: dict):
     try:
         array = np.asarray(baselines, dtype=request.inputs.dtype)
     except (TypeError, ValueError):
-        raise ValueError(f"baselines must be an array [N, ...] of numbers; received {type(baselines).__name__}.") from None
+        raise TypeError(f"baselines must be an array [N, ...] of numbers; received {type(baselines).__name__}.") from None
     if array.ndim == len(shape):  # one baseline
         array = array[None]
     if array.shape[1:] != shape or len(array) == 0:
@@ -43,56 +41,58 @@ def _settings(request: Request, options: dict):
             f"baselines must have shape [N, {', '.join(map(str, shape))}] like the inputs; received {array.shape}."
         )
     if not np.all(np.isfinite(array)):
-        raise ValueError("baselines contain NaN or infinite values.")
+        raise ValueError("baselines must be finite; received NaN or infinite values.")
     seed = options["seed"]
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31))
-    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an int or None; received {seed!r}.")
-    return samples, array, int(seed)
+    return {**options, "baselines": np.ascontiguousarray(array), "seed": int(seed)}
 
 
-def check(request: Request, **options) -> None:
-    _settings(request, options)
+def draws(inputs, seed, samples: int, count: int):
+    """``(baseline indices [n, samples] int32, α [n, samples])`` of each input ``[n, ...]``:
+    uniform draws from a stateless generator keyed by ``(seed, fingerprint of the input)``."""
+    import tensorflow as tf
 
-
-def draws(key: list, samples: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(baseline indices [samples] int32, α [samples] float64)`` for one input's ``key``
-    (:func:`~saliency_kit.methods._kernels.input_keys`)."""
-    rng = np.random.default_rng(key)
-    return rng.integers(count, size=samples).astype(np.int32), rng.uniform(0.0, 1.0, size=samples)
-
-
-def compute(request: Request, **options) -> Result:
-    samples, baselines, seed = _settings(request, options)
-    picks = [draws(key, samples, len(baselines)) for key in input_keys(seed, request.inputs)]
-    # per input: [samples] baseline indices and [samples] alphas, packed as float64 columns
-    extra = np.stack([np.stack([p[0].astype(np.float64), p[1]], axis=-1) for p in picks])
-    rank = request.inputs.ndim - 1
-
-    def block(x, index, t, extra, baselines):
-        i = tf.minimum(t, samples - 1)
-        chosen = tf.gather(extra, i, axis=1)  # [n, m, 2]
-        reference = tf.gather(baselines, tf.cast(chosen[..., 0], tf.int32))  # [n, m, ...]
-        alpha = tf.reshape(tf.cast(chosen[..., 1], x.dtype), [*chosen.shape[:2]] + [1] * rank)
-        delta = x[:, None] - reference
-        return reference + alpha * delta, delta / samples
-
-    key = ("expected_gradients", samples)
-    attributions = weighted_gradients(request, key, samples, block, (baselines,), extra=extra)
-    resolved = {**options, "samples": samples, "seed": seed}
-    return Result(attributions, reduce_map(attributions, "sum"), target_scores(request), resolved)
-
-
-register(
-    Method(
-        "expected_gradients",
-        "integrated gradients over random baselines and random path points (Erion et al. 2021; "
-        "GradientSHAP); needs baselines=[N, ...]; map: sum over the last axis",
-        compute,
-        defaults=dict(DEFAULTS),
-        check=check,
+    keys = tf.bitcast(tf.fingerprint(inputs), tf.int64)  # [n]: one key per input's bytes
+    seed = tf.cast(seed, tf.int64)
+    u = tf.map_fn(
+        lambda key: tf.random.stateless_uniform([samples, 2], seed=tf.stack([seed, key]), dtype=tf.float64),
+        keys, fn_output_signature=tf.TensorSpec([samples, 2], tf.float64),
     )
+    which = tf.minimum(tf.cast(tf.floor(u[..., 0] * count), tf.int32), count - 1)
+    return which, u[..., 1]
+
+
+@register(
+    "expected_gradients",
+    title="Expected Gradients",
+    summary="integrated gradients over random baselines and random path points (Erion et al. 2021; "
+            "GradientSHAP); needs baselines=[N, ...]; map: sum over the last axis",
+    options=[
+        Option("samples", 50, help="random (baseline, path point) draws per input"),
+        Option("baselines", None, type=float, array=True, help="reference inputs [N, ...] (required)"),
+        Option("seed", None, type=int, help="random seed, for repeatable maps"),
+    ],
+    reduce="sum",
+    signed=True,
+    noisy=True,
+    prepare=prepare,
+    cost=lambda options: options["samples"],
 )
+def expected_gradients(ctx, samples, baselines, seed):
+    from keras import ops
+
+    x = ctx.inputs
+    which, alpha = draws(x, seed, samples, baselines.shape[0])  # [n, samples] each
+    ones = [1] * len(ctx.shape)
+
+    def draw(i):  # draws i [m] -> (x − x′) ⊙ ∂s/∂x at x′ + α (x − x′): [n, m, K, *input]
+        reference = ops.take(baselines, ops.take(which, i, axis=1), axis=0)  # [n, m, *input]
+        a = ops.reshape(ops.cast(ops.take(alpha, i, axis=1), x.dtype), [x.shape[0], -1, *ones])
+        delta = x[:, None] - reference
+        return delta[:, :, None] * ctx.gradients(reference + a * delta)
+
+    return ctx.sum(samples, draw) / samples
+
 
 __all__ = ["draws"]

@@ -20,7 +20,9 @@ With ``α_t = t / steps`` and the straight-line position ``x(α) = x′ + α (x 
 ``max_dist=0`` is integrated gradients with a left Riemann sum. The quantile is NumPy's
 ``"lower"`` one over all features. Each of the K classes of an input follows its own path; all
 paths of a chunk run together in one compiled function, one forward and backward pass per step.
-The path bookkeeping runs in float64, as PAIR's. Map: signed sum over the last axis.
+The path bookkeeping runs in float64, as PAIR's; its data-dependent inner loop is a
+``tf.while_loop`` here (the engine offers no general loop primitive). Map: signed sum over the
+last axis.
 
 Anchor: PAIR's ``saliency.core.GuidedIG`` (``guided_ig_impl``); same path and attributions. PAIR
 loops forever if no feature is left to move before the target is met (possible only through
@@ -29,39 +31,58 @@ rounding); here that row's step ends.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
-import tensorflow as tf
 
-from .. import engine
-from ._base import Method, Request, Result, check_positive_int, reduce_map, register
-from ._kernels import target_scores
-from .integrated_gradients import _baseline
+from .base import Option, register
+from .integrated_gradients import baseline_array
 
-DEFAULTS = {"steps": 50, "baseline": 0.0, "fraction": 0.25, "max_dist": 0.02}
 EPSILON = 1e-9  # PAIR's tolerance for "the target is met"
 
 
-def _settings(request: Request, options: dict):
-    steps = check_positive_int("steps", options["steps"])
+def prepare(request, options: dict) -> dict:
+    if options["steps"] < 1:
+        raise ValueError(f"steps must be a positive int; received {options['steps']!r}.")
     for name, low_open in (("fraction", True), ("max_dist", False)):
         value = options[name]
-        bad = isinstance(value, bool) or not isinstance(value, (int, float, np.floating))
-        if bad or not ((0 < value <= 1) if low_open else (0 <= value <= 1)):
+        if not (isinstance(value, numbers.Real) and ((0 < value <= 1) if low_open else (0 <= value <= 1))):
             interval = "(0, 1]" if low_open else "[0, 1]"
             raise ValueError(f"{name} must be a number in {interval}; received {value!r}.")
-    return steps, _baseline(request, options["baseline"]), float(options["fraction"]), float(options["max_dist"])
+    return {**options, "baseline": baseline_array(options["baseline"], request.inputs),
+            "fraction": float(options["fraction"]), "max_dist": float(options["max_dist"])}
 
 
-def check(request: Request, **options) -> None:
-    _settings(request, options)
+@register(
+    "guided_ig",
+    title="Guided IG",
+    summary="guided integrated gradients (Kapishnikov et al. 2021): an adaptive path moving the features of "
+            "smallest gradient first; map: sum over the last axis",
+    options=[
+        Option("steps", 50, help="steps of the adaptive path"),
+        Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
+        Option("fraction", 0.25, help="fraction of the features moved at each inner step"),
+        Option("max_dist", 0.02, help="how far (in α) a feature may lead or lag the straight line"),
+    ],
+    reduce="sum",
+    signed=True,
+    prepare=prepare,
+    cost=lambda options: 1,  # one point per input and target at a time, steps run in a loop
+)
+def guided_ig(ctx, steps, baseline, fraction, max_dist):
+    import tensorflow as tf
 
-
-def _build_guided_ig_kernel(view, steps, fraction, max_dist, n, group, shape, dtype):
+    x = ctx.inputs
+    n, group, shape = x.shape[0], ctx.num_targets, ctx.shape
     rows = n * group
     features = int(np.prod(shape))
     quantile_index = int(math.floor((features - 1) * fraction))  # NumPy's "lower" quantile
     f64 = tf.float64
+    end = tf.cast(tf.reshape(tf.repeat(x[:, None], group, axis=1), [rows, *shape]), f64)
+    start = tf.broadcast_to(tf.cast(baseline, f64), [rows, *shape])
+    span = end - start
+    moving = tf.not_equal(span, 0.0)
+    inf = tf.constant(np.inf, f64)
 
     def flat_l1(v):
         return tf.reduce_sum(tf.abs(tf.reshape(v, [rows, -1])), axis=1)
@@ -69,92 +90,40 @@ def _build_guided_ig_kernel(view, steps, fraction, max_dist, n, group, shape, dt
     def per_row(v):  # [rows] -> [rows, 1, ..., 1]
         return tf.reshape(v, [rows] + [1] * len(shape))
 
-    def kernel(x, targets, baseline):
-        engine._traced()
-        end = tf.cast(tf.reshape(tf.repeat(x[:, None], group, axis=1), [rows, *shape]), f64)
-        start = tf.broadcast_to(tf.cast(baseline, f64), [rows, *shape])
-        classes = tf.reshape(targets, [rows, 1])
-        span = end - start
-        moving = tf.not_equal(span, 0.0)
-        total = flat_l1(span)
+    total = flat_l1(span)
 
-        def position(alpha):
-            return start + span * alpha
+    def step(t, z, attributions):
+        g = ctx.gradients_per_target(tf.reshape(tf.cast(z, x.dtype), [n, group, *shape]))
+        g = tf.cast(tf.reshape(g, [rows, *shape]), f64)
+        alpha = tf.cast(t + 1, f64) / steps
+        alpha_min, alpha_max = tf.maximum(alpha - max_dist, 0.0), tf.minimum(alpha + max_dist, 1.0)
+        low, high = start + span * alpha_min, start + span * alpha_max
+        target = total * (1.0 - alpha)
 
-        def step(t, z, attributions):
-            _, g = engine._gradient_at(view, tf.cast(z, dtype), classes)
-            g = tf.cast(g[:, 0], f64)
-            alpha = tf.cast(t + 1, f64) / steps
-            alpha_min, alpha_max = tf.maximum(alpha - max_dist, 0.0), tf.minimum(alpha + max_dist, 1.0)
-            low, high = position(alpha_min), position(alpha_max)
-            target = total * (1.0 - alpha)
+        def inner(active, z, attributions):
+            old = z
+            position = tf.where(moving, (z - start) / tf.where(moving, span, 1.0), alpha_max)
+            z = tf.where(per_row(active) & (position < alpha_min), low, z)  # laggards catch up
+            current = flat_l1(z - end)
+            met = tf.abs(target - current) <= tf.maximum(EPSILON * tf.maximum(tf.abs(target), tf.abs(current)), EPSILON)
+            magnitude = tf.where(tf.equal(z, high), inf, tf.abs(g))  # features at x(α_max) are done
+            threshold = tf.sort(tf.reshape(magnitude, [rows, -1]), axis=1)[:, quantile_index]
+            chosen = (magnitude <= per_row(threshold)) & tf.math.is_finite(magnitude)
+            room = flat_l1((z - high) * tf.cast(chosen, f64))
+            gamma = tf.where(room > 0, (current - target) / tf.where(room > 0, room, 1.0), inf)
+            moves = active & ~met & (room > 0)
+            jump = tf.where(per_row(gamma > 1.0), high, z + (high - z) * per_row(tf.minimum(gamma, 1.0)))
+            z = tf.where(per_row(moves) & chosen, jump, z)
+            attributions = attributions + tf.where(per_row(active), (z - old) * g, 0.0)
+            return active & moves & (gamma > 1.0), z, attributions
 
-            def inner(active, z, attributions):
-                old = z
-                where_alpha = tf.where(moving, (z - start) / tf.where(moving, span, 1.0), alpha_max)
-                z = tf.where(per_row(active) & (where_alpha < alpha_min), low, z)
-                current = flat_l1(z - end)
-                met = tf.abs(target - current) <= tf.maximum(EPSILON * tf.maximum(tf.abs(target), tf.abs(current)), EPSILON)
-                magnitude = tf.where(tf.equal(z, high), tf.constant(np.inf, f64), tf.abs(g))
-                flat = tf.reshape(magnitude, [rows, -1])
-                threshold = tf.sort(flat, axis=1)[:, quantile_index]
-                chosen = (magnitude <= per_row(threshold)) & tf.math.is_finite(magnitude)
-                room = tf.reduce_sum(tf.reshape(tf.abs(z - high) * tf.cast(chosen, f64), [rows, -1]), axis=1)
-                gamma = tf.where(room > 0, (current - target) / tf.where(room > 0, room, 1.0), np.inf)
-                moves = active & ~met & (room > 0)
-                jump = tf.where(per_row(gamma > 1.0), high, z + (high - z) * per_row(tf.minimum(gamma, 1.0)))
-                z = tf.where(per_row(moves) & chosen, jump, z)
-                attributions = attributions + tf.where(per_row(active), (z - old) * g, 0.0)
-                return active & moves & (gamma > 1.0), z, attributions
-
-            active = tf.ones([rows], tf.bool)
-            _, z, attributions = tf.while_loop(
-                lambda active, z, a: tf.reduce_any(active), inner, (active, z, attributions)
-            )
-            return t + 1, z, attributions
-
-        zero = tf.zeros([rows, *shape], f64)
-        _, _, attributions = tf.while_loop(
-            lambda t, z, a: t < steps, step, (tf.constant(0), start, zero), parallel_iterations=1
+        _, z, attributions = tf.while_loop(
+            lambda active, z, a: tf.reduce_any(active), inner, (tf.ones([rows], tf.bool), z, attributions)
         )
-        return tf.cast(tf.reshape(attributions, [n, group, *shape]), tf.float32)
+        return t + 1, z, attributions
 
-    signature = [tf.TensorSpec([n, *shape], dtype), tf.TensorSpec([n, group], tf.int32), tf.TensorSpec(shape, dtype)]
-    return tf.function(kernel, input_signature=signature)
-
-
-def compute(request: Request, **options) -> Result:
-    steps, baseline, fraction, max_dist = _settings(request, options)
-    inputs, targets = request.inputs, request.targets
-    view = engine.score_view(request.model, request.score, request.score_fn)
-    shape, dtype = inputs.shape[1:], inputs.dtype
-    B, K = targets.shape
-    group = min(K, request.batch_size)
-    n = engine._bucket(B, max(1, request.batch_size // group))
-    key = ("guided_ig", engine._view_key(request.score, request.score_fn, None), steps, fraction, max_dist,
-           shape, dtype.name, n, group)
-    kernel = engine._compiled(
-        request.model, key, lambda: _build_guided_ig_kernel(view, steps, fraction, max_dist, n, group, shape, dtype)
+    _, _, attributions = tf.while_loop(
+        lambda t, z, a: t < steps, step, (tf.constant(0), start, tf.zeros([rows, *shape], f64)),
+        parallel_iterations=1,
     )
-    attributions = np.zeros((B, K, *shape), np.float32)
-    for start in range(0, B, n):
-        stop = min(start + n, B)
-        x = engine._pad(inputs[start:stop], n)
-        for k0, k1, columns in engine._class_groups(targets[start:stop], group):
-            engine._stats["calls"] += 1
-            a = kernel(x, engine._pad(columns, n).astype(np.int32), baseline)
-            attributions[start:stop, k0:k1] = np.asarray(a)[: stop - start, : k1 - k0]
-    resolved = {**options, "steps": steps, "fraction": fraction, "max_dist": max_dist}
-    return Result(attributions, reduce_map(attributions, "sum"), target_scores(request), resolved)
-
-
-register(
-    Method(
-        "guided_ig",
-        "guided integrated gradients (Kapishnikov et al. 2021): an adaptive path moving the features of "
-        "smallest gradient first; map: sum over the last axis",
-        compute,
-        defaults=dict(DEFAULTS),
-        check=check,
-    )
-)
+    return tf.reshape(attributions, [n, group, *shape])

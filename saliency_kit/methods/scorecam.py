@@ -23,95 +23,61 @@ Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]``.
 """
 from __future__ import annotations
 
-import numpy as np
-import tensorflow as tf
+import numbers
 
-from . import cam
-from ._base import Method, Request, Result, register
-from ._kernels import masked_scores, target_scores
+from . import gradcam
+from .base import Option, register
 
-DEFAULTS = {"layer": None, "max_channels": None}
 EPSILON = 1e-7  # Keras' backend epsilon, as tf-keras-vis
+ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count is known only when traced)
 
 
-def _settings(request: Request, options: dict):
-    cam.check(request, layer=options["layer"])
-    layer = cam._layer(request, options["layer"])
+def prepare(request, options: dict) -> dict:
     limit = options["max_channels"]
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+    if limit is not None and not (isinstance(limit, numbers.Integral) and limit >= 1):
         raise ValueError(f"max_channels must be a positive int or None (every channel); received {limit!r}.")
-    return layer, None if limit is None else int(limit)
+    return gradcam.prepare(request, options)
 
 
-def check(request: Request, **options) -> None:
-    _settings(request, options)
-
-
-def _channels(model, request: Request, layer: str) -> tuple:
-    """``(h, w, C)`` of the layer's activations (one forward pass of one input)."""
-    from .. import engine
-
-    view = engine.score_view(model, request.score, request.score_fn)
-    _, activations = view(tf.constant(request.inputs[:1]), tap=layer)
-    if len(activations.shape) != 4:
-        raise ValueError(
-            f"layer {layer!r} has a {len(activations.shape)}-D output {tuple(activations.shape)}; "
-            "Score-CAM needs a 4-D [batch, height, width, channels] layer."
-        )
-    return tuple(int(d) for d in activations.shape[1:])
-
-
-def compute(request: Request, **options) -> Result:
-    from .. import engine
-
-    layer, limit = _settings(request, options)
-    h, w, channels = _channels(request.model, request, layer)
-    count = channels if limit is None else min(limit, channels)
-    height, width = request.inputs.shape[1:3]
-    view = engine.score_view(request.model, request.score, request.score_fn)
-
-    def prepare(x, index):
-        _, activations = view(x, tap=layer)
-        activations = tf.cast(activations, tf.float32)  # [n, h, w, C]
-        if count < channels:  # Faster-ScoreCAM: each input's channels of largest spread
-            spread = tf.math.reduce_std(activations, axis=(1, 2))  # [n, C]
-            keep = tf.math.top_k(spread, count).indices
-            activations = tf.gather(activations, keep, axis=3, batch_dims=1)
-        return activations
-
-    def masks(activations, x, t):
-        chosen = tf.gather(activations, tf.minimum(t, count - 1), axis=3)  # [n, h, w, m]
-        up = tf.image.resize(chosen, (height, width), method="bilinear") if (h, w) != (height, width) else chosen
-        low = tf.reduce_min(up, axis=(1, 2), keepdims=True)
-        high = tf.reduce_max(up, axis=(1, 2), keepdims=True)
-        normalised = (up - low) / (high - low + EPSILON)
-        mask = tf.transpose(normalised, [0, 3, 1, 2])[..., None]  # [n, m, H, W, 1]
-        return mask, tf.transpose(chosen, [0, 3, 1, 2])  # weighs A_c [n, m, h, w]
-
-    def finish(total, activations):
-        maps = tf.nn.relu(total)  # [n, K, h, w]
-        if (h, w) == (height, width):
-            return maps
-        n, k = maps.shape[0], maps.shape[1]
-        flat = tf.image.resize(tf.reshape(maps, [n * k, h, w, 1]), (height, width), method="bilinear")
-        return tf.reshape(flat, [n, k, height, width])
-
-    key = ("scorecam", layer, count)
-    maps = masked_scores(request, key, count, prepare, masks, finish, softmax=True, map_shape=(h, w),
-                         out_shape=(height, width))
-    resolved = {**options, "layer": layer, "max_channels": limit}
-    return Result(maps, maps, target_scores(request), resolved, layer=layer)
-
-
-register(
-    Method(
-        "scorecam",
-        "Score-CAM (Wang et al. 2020): channels weighted by the class probability of the input masked by "
-        "each; max_channels=N for Faster-ScoreCAM; the map is the CAM itself",
-        compute,
-        defaults=dict(DEFAULTS),
-        cam=True,
-        warn_zero=False,
-        check=check,
-    )
+@register(
+    "scorecam",
+    title="Score-CAM",
+    summary="Score-CAM (Wang et al. 2020): channels weighted by the class probability of the input masked by "
+            "each; max_channels=N for Faster-ScoreCAM; the map is the CAM itself",
+    options=[
+        gradcam.OPTIONS[0],
+        Option("max_channels", None, type=int,
+               help="Faster-ScoreCAM: only each input's N channels of largest spread (default: every channel)"),
+    ],
+    reduce="none",
+    cam=True,
+    prepare=prepare,
+    cost=lambda options: options["max_channels"] or ASSUMED_CHANNELS,
 )
+def scorecam(ctx, layer, max_channels):
+    from keras import ops
+
+    activations, _ = ctx.layer(layer)  # [n, h, w, C]
+    gradcam._check_rank(activations, layer)
+    activations = ops.cast(activations, "float32")
+    channels = activations.shape[-1]
+    count = channels if max_channels is None else min(max_channels, channels)
+    if count < channels:  # Faster-ScoreCAM: each input's channels of largest spread
+        spread = ops.std(activations, axis=(1, 2))  # [n, C]
+        keep = ops.top_k(spread, count)[1]
+        activations = ops.take_along_axis(activations, keep[:, None, None, :], axis=3)
+    maps = ops.transpose(activations, [0, 3, 1, 2])  # [n, count, h, w]
+    x = ctx.inputs
+    size = ctx.shape[:2]
+
+    def channel(i):  # channels i [m] -> w_c^k · A_c: [n, m, K, h, w]
+        chosen = ops.take(maps, i, axis=1)  # [n, m, h, w]
+        up = ctx.resize(chosen, size)  # [n, m, H, W]
+        low = ops.min(up, axis=(2, 3), keepdims=True)
+        high = ops.max(up, axis=(2, 3), keepdims=True)
+        masks = (up - low) / (high - low + EPSILON)
+        probabilities = ops.softmax(ctx.values(x[:, None] * ops.cast(masks, x.dtype)[..., None]), axis=-1)
+        weights = ops.take_along_axis(probabilities, ops.cast(ctx.targets[:, None, :], "int32"), axis=2)  # [n, m, K]
+        return weights[..., None, None] * chosen[:, :, None]
+
+    return ctx.resize(ops.relu(ctx.sum(count, channel)), size)

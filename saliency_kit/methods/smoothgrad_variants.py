@@ -10,22 +10,22 @@ but not ``aggregate``, which the name fixes. Map: as the base method.
 from __future__ import annotations
 
 from . import smoothgrad
-from ._base import Request, Result, register
+from .base import _REGISTRY, register
 
-DEFAULTS = {k: v for k, v in smoothgrad.DEFAULTS.items() if k != "aggregate"}
-
-
-def _shortcut(name: str, aggregate: str, summary: str):
-    def compute(request: Request, **options) -> Result:
-        result = smoothgrad.compute(request, **options, aggregate=aggregate)
-        result.options.pop("aggregate", None)
-        return result
-
-    def check(request: Request, **options) -> None:
-        smoothgrad.check(request, **options, aggregate=aggregate)
-
-    register(smoothgrad._SmoothGradMethod(name, summary, compute, defaults=dict(DEFAULTS), check=check))
+# smoothgrad is registered (the built-ins import in order); reading the registry directly keeps
+# get() from loading plugins in the middle of the built-ins
+OPTIONS = [option for option in _REGISTRY["smoothgrad"].options if option.name != "aggregate"]
 
 
-_shortcut("squaregrad", "square", "SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method")
-_shortcut("vargrad", "variance", "SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method")
+def _shortcut(name: str, title: str, aggregate: str, summary: str):
+    def compute(ctx, **options):
+        return smoothgrad.smoothgrad(ctx, aggregate=aggregate, **options)
+
+    register(name, title=title, summary=summary, options=OPTIONS, extends="base", noisy=True,
+             prepare=smoothgrad.prepare, cost=smoothgrad.cost)(compute)
+
+
+_shortcut("squaregrad", "SquareGrad", "square",
+          "SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method")
+_shortcut("vargrad", "VarGrad", "variance",
+          "SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method")

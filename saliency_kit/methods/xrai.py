@@ -19,6 +19,9 @@ to 224×224, ``skimage.segmentation.felzenszwalb`` at scales 50, 100, 150, 250, 
 radius 5. Or give ``segments``: a list of boolean ``[H, W]`` masks (for a single input), or one
 such list per input.
 
+The base method runs in the engine's compiled kernel; segmentation and ranking are NumPy
+(scikit-image), run from the kernel through ``tf.numpy_function`` per chunk of inputs.
+
 Speed: the gains are kept as running sums per region and updated only by the pixels each step
 adds, so a whole ranking costs one pass over (regions × pixels) rather than one per step; the
 dilation works inside each region's bounding box. Same order and map as PAIR's ``XRAI`` given
@@ -29,11 +32,12 @@ here ``base`` runs with its own options (integrated gradients: ``baseline=0.0`` 
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ._base import REGISTRY, Method, Request, Result, check_choice, register
+from .base import Option, get, names, register
 
-DEFAULTS = {"base": "integrated_gradients", "segments": None, "area_threshold": 1.0}
 SCALES = (50, 100, 150, 250, 500, 1200)
 SIGMA = 0.8
 MIN_SIZE = 150
@@ -124,86 +128,110 @@ def rank_regions(attributions: np.ndarray, segments, area_threshold: float = 1.0
 
 
 # the method ------------------------------------------------------------------------------------
-def _segments_per_input(request: Request, segments) -> list | None:
-    """``None`` (compute them), or one list of boolean ``[H, W]`` masks per input."""
+def segments_array(request, segments) -> np.ndarray | None:
+    """``None`` (Felzenszwalb, computed per input), or the given masks as one boolean array
+    ``[B, R, H, W]`` (inputs with fewer regions padded with empty masks, which XRAI never picks)."""
     if segments is None:
         return None
-    size = request.inputs.shape[1:3]
+    size = tuple(request.inputs.shape[1:3])
     batch = len(request.inputs)
-    if not isinstance(segments, (list, tuple)) or not segments:
-        raise ValueError(
+    if isinstance(segments, np.ndarray) and segments.ndim == 4:
+        lists = list(segments)
+    elif isinstance(segments, (list, tuple)) and segments:
+        nested = isinstance(segments[0], (list, tuple)) or np.ndim(segments[0]) == 3
+        lists = list(segments) if nested else [segments]
+    else:
+        raise TypeError(
             "segments must be None, a list of boolean [H, W] masks, or one such list per input; "
             f"received {type(segments).__name__}."
         )
-    nested = isinstance(segments[0], (list, tuple)) or np.ndim(segments[0]) == 3
-    lists = list(segments) if nested else [segments]
     if len(lists) != batch:
         raise ValueError(
             f"segments must give one list of masks per input ({batch}); received {len(lists)} "
-            f"{'lists' if nested else 'list (one list is for a single input)'}."
+            f"{'lists' if len(lists) != 1 else 'list'} (one list is for a single input)."
         )
-    checked = []
+    arrays = []
     for masks in lists:
         array = np.asarray(masks)
         if array.ndim != 3 or array.shape[1:] != size or len(array) == 0:
             raise ValueError(
                 f"each input's segments must be boolean masks [H, W] = {list(size)}; received an array of shape {array.shape}."
             )
-        checked.append(array.astype(bool))
-    return checked
+        arrays.append(array.astype(bool))
+    most = max(len(a) for a in arrays)
+    padded = np.zeros((batch, most, *size), bool)
+    for b, array in enumerate(arrays):
+        padded[b, : len(array)] = array
+    return padded
 
 
-def _settings(request: Request, options: dict):
+def _base(name):
+    method = get(name)
+    if method.cam or method.extends is not None or name == "xrai":
+        usable = [m for m in names() if not get(m).cam and get(m).extends is None and m != "xrai"]
+        raise ValueError(f"base must be a pixel method ({', '.join(usable)}); received {name!r}.")
+    return method
+
+
+def prepare(request, options: dict) -> dict:
     if request.inputs.ndim != 4:
         raise ValueError(f"xrai needs image inputs [B, H, W, C]; received shape {request.inputs.shape}.")
-    pixel_methods = tuple(name for name, m in REGISTRY.items() if not m.cam and name != "xrai")
-    base = check_choice("base", options["base"], pixel_methods)
-    base_options = REGISTRY[base].options({k: v for k, v in options.items() if k not in DEFAULTS})
+    base = _base(options["base"])
     threshold = options["area_threshold"]
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or not 0 < threshold <= 1:
+    if not (isinstance(threshold, numbers.Real) and 0 < threshold <= 1):
         raise ValueError(f"area_threshold must be a fraction of the image in (0, 1]; received {threshold!r}.")
-    return base, base_options, float(threshold), _segments_per_input(request, options["segments"])
+    resolved = {**options, "area_threshold": float(threshold), "segments": segments_array(request, options["segments"])}
+    own = {option.name for option in base.options}
+    if base.prepare is not None:
+        resolved.update(base.prepare(request, {k: v for k, v in resolved.items() if k in own}))
+    return resolved
 
 
-def check(request: Request, **options) -> None:
-    base, base_options, _, _ = _settings(request, options)
-    REGISTRY[base].validate(request, base_options)
-
-
-def compute(request: Request, **options) -> Result:
-    base, base_options, threshold, segments = _settings(request, options)
-    underlying = REGISTRY[base].compute(request, **base_options)
-    per_pixel = underlying.attributions
-    if per_pixel.ndim == 5:  # [B, K, H, W, C]: the channel maximum, as PAIR
-        per_pixel = per_pixel.max(axis=-1)
-    maps = np.zeros(per_pixel.shape[:4], np.float32)
-    for b in range(len(request.inputs)):
-        regions = felzenszwalb_segments(request.inputs[b]) if segments is None else segments[b]
+def _rank_chunk(images, per_pixel, regions, threshold, given):
+    """NumPy: XRAI maps ``[n, K, H, W]`` of a chunk (segmenting each image unless ``given``)."""
+    out = np.zeros(per_pixel.shape, np.float32)
+    for b in range(len(images)):
+        masks = list(regions[b]) if given else felzenszwalb_segments(images[b])
         for k in range(per_pixel.shape[1]):
-            maps[b, k] = rank_regions(per_pixel[b, k], regions, threshold)[0]
-    resolved = {**options, **underlying.options, "base": base, "area_threshold": threshold}
-    resolved.pop("segments", None)
-    resolved["segments"] = "felzenszwalb" if segments is None else "given"
-    return Result(maps, maps, underlying.scores, resolved)
+            out[b, k] = rank_regions(per_pixel[b, k], masks, threshold)[0]
+    return out
 
 
-class _XraiMethod(Method):
-    def options(self, given: dict, extra_allowed: tuple = ()) -> dict:
-        base = given.get("base", DEFAULTS["base"])
-        extra = tuple(REGISTRY[base].defaults) if base in REGISTRY else ()
-        return super().options(given, extra_allowed=extra)
+def cost(options: dict) -> int:
+    base = get(options["base"])
+    return base.cost(options) if base.cost else 1
 
 
-register(
-    _XraiMethod(
-        "xrai",
-        "XRAI (Kapishnikov et al. 2019): image regions ranked by the density of a base method's attributions; "
-        "the map gives each pixel its region's gain",
-        compute,
-        defaults=dict(DEFAULTS),
-        warn_zero=False,
-        check=check,
-    )
+@register(
+    "xrai",
+    title="XRAI",
+    summary="XRAI (Kapishnikov et al. 2019): image regions ranked by the density of a base method's attributions; "
+            "the map gives each pixel its region's gain",
+    options=[
+        Option("base", "integrated_gradients", help="the per-pixel attributions ranked (any non-CAM method)"),
+        Option("segments", None, type=str, array=True,
+               help="None: Felzenszwalb at 6 scales; or boolean [H, W] masks (per input)"),
+        Option("area_threshold", 1.0, help="stop once this fraction of the image is covered"),
+    ],
+    reduce="none",
+    extends="base",
+    warn_zero=False,
+    prepare=prepare,
+    cost=cost,
 )
+def xrai(ctx, base, segments, area_threshold, **base_options):
+    import tensorflow as tf
+
+    a = get(base).compute(ctx, **base_options)
+    a = a["attributions"] if isinstance(a, dict) else a
+    per_pixel = tf.reduce_max(a, axis=-1) if len(a.shape) == 5 else a  # [n, K, H, W]: channel max, as PAIR
+    given = segments is not None
+    regions = tf.gather(segments, ctx.index) if given else tf.zeros([0], tf.bool)
+    maps = tf.numpy_function(
+        lambda images, values, masks: _rank_chunk(images, values, masks, area_threshold, given),
+        [ctx.inputs, tf.cast(per_pixel, tf.float64), regions], tf.float32, stateful=False,
+    )
+    return tf.reshape(maps, per_pixel.shape)
+
 
 __all__ = ["felzenszwalb_segments", "rank_regions"]

@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILTINS = [
     "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
     "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
+    "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
+    "layercam", "rise",
 ]
 
 

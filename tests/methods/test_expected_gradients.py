@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit.methods._kernels import input_keys
 from saliency_kit.methods.expected_gradients import draws
 
 keras = pytest.importorskip("keras")
@@ -30,8 +29,9 @@ def test_matches_a_plain_monte_carlo_reference():
     rng = np.random.default_rng(0)
     x, refs = rng.normal(size=(2, 6, 6, 2)), rng.normal(size=(5, 6, 6, 2))
     got = sk.explain(model, x, "expected_gradients", targets=[[1, 3], [0, 2]], samples=7, baselines=refs, seed=11)
+    picks, alphas = (np.asarray(d) for d in draws(tf.constant(x), 11, 7, 5))
     for b in range(2):
-        which, alpha = draws(input_keys(11, x[b : b + 1].astype("float64"))[0], 7, 5)
+        which, alpha = picks[b], alphas[b]
         for k, cls in enumerate(got.targets[b]):
             delta = x[b] - refs[which]
             points = refs[which] + alpha[:, None, None, None] * delta

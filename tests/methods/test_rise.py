@@ -45,7 +45,7 @@ def test_matches_a_numpy_reference_with_skimage_masks():
     x = rng.uniform(0, 1, (2, 12, 12, 1)).astype("float32")
     count, cells, p = 40, 3, 0.4
     got = sk.explain(model, x, "rise", targets=[[0, 1], [1, 0]], masks=count, cells=cells, p=p, seed=7, batch_size=9)
-    grids, offsets = mask_draws(7, count, cells, p, (4, 4))
+    grids, offsets = (np.asarray(a) for a in mask_draws(7, count, cells, p, (4, 4)))
     masks = np.stack([
         skimage.transform.resize(g, (16, 16), order=1, mode="edge", anti_aliasing=False)[r : r + 12, c : c + 12]
         for g, (r, c) in zip(grids, offsets)
