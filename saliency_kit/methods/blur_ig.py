@@ -24,7 +24,6 @@ Map: signed sum over the last axis.
 """
 from __future__ import annotations
 
-import functools
 import numbers
 
 import numpy as np
@@ -53,14 +52,38 @@ def sigmas(steps: int, max_sigma: float, sqrt: bool) -> np.ndarray:
     return max_sigma * np.sqrt(fractions) if sqrt else max_sigma * fractions
 
 
-@functools.lru_cache(maxsize=16)
-def path_matrices(size: int, steps: int, max_sigma: float, grad_step: float, sqrt: bool):
-    """``(G [steps, size, size], D [steps, size, size])`` float64: the blur at each ``σ_i`` and
-    ``D = (G(σ_i + g) − G(σ_i)) / g``."""
-    widths = sigmas(steps, max_sigma, sqrt)[:-1]
-    blur = np.stack([gaussian_matrix(size, s) for s in widths])
-    ahead = np.stack([gaussian_matrix(size, s + grad_step) for s in widths])
-    return blur, (ahead - blur) / grad_step
+def gaussian_matrices(size: int, widths):
+    """``[m, size, size]`` float64: :func:`gaussian_matrix` for each of ``widths`` ``[m]`` (a
+    tensor), built in the compiled function (no large constants in its graph)."""
+    from keras import ops
+
+    widths = ops.cast(widths, "float64")
+    distance = ops.cast(ops.arange(size)[None, :] - ops.arange(size)[:, None], "float64")  # j − i
+    radius = ops.floor(TRUNCATE * widths + 0.5)[:, None, None]  # [m, 1, 1]
+    safe = ops.maximum(widths, 1e-15)[:, None, None]
+    inside = ops.cast(ops.abs(distance)[None] <= radius, "float64")
+    weights = ops.exp(-0.5 * ops.square(distance[None] / safe)) * inside
+    # the kernel's own sum over its 2r + 1 taps (not over a row, which the zero padding cuts)
+    taps = ops.cast(ops.arange(-(size - 1), size), "float64")  # every offset a row can hold…
+    reach = ops.maximum(radius[:, :, 0], 0.0)
+    wide = ops.exp(-0.5 * ops.square(taps[None] / safe[:, :, 0])) * ops.cast(ops.abs(taps)[None] <= reach, "float64")
+    far = ops.maximum(reach[:, 0] - (size - 1), 0.0)  # …and the taps beyond it, summed in closed form below
+    total = ops.sum(wide, axis=1) + _tail(widths, size, far)
+    blur = weights / total[:, None, None]
+    identity = ops.cast(ops.eye(size), "float64")[None]
+    return ops.where((widths <= 1e-15)[:, None, None], identity, blur)
+
+
+def _tail(widths, size, far):
+    """Σ of the Gaussian taps at offsets ``|d| ≥ size`` within the radius (they fall outside
+    every row but count in the kernel's normalisation): ``2 Σ_{d=size}^{size+far−1} e^{−d²/2σ²}``."""
+    from keras import ops
+
+    longest = 4096  # radius ≤ 4·σ_max + 1: enough for σ ≤ 1000 pixels
+    offsets = ops.cast(ops.arange(longest), "float64")[None] + float(size)
+    safe = ops.maximum(widths, 1e-15)[:, None]
+    keep = ops.cast(offsets < float(size) + far[:, None], "float64")
+    return 2.0 * ops.sum(ops.exp(-0.5 * ops.square(offsets / safe)) * keep, axis=1)
 
 
 def prepare(request, options: dict) -> dict:
@@ -109,13 +132,16 @@ def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
     x = ctx.inputs
     dtype = x.dtype
     spatial = ctx.shape[:-1]
-    matrices = [path_matrices(size, steps, max_sigma, grad_step, sqrt) for size in spatial]
-    increments = np.diff(sigmas(steps, max_sigma, sqrt))
+    widths = sigmas(steps, max_sigma, sqrt)
+    increments = np.diff(widths)
     ones = [1] * len(ctx.shape)
 
     def along_path(i):  # steps i [m] -> Δσ_i · ∂x/∂σ ⊙ ∂s/∂x at x(σ_i): [n, m, K, *input]
-        blur = [ops.cast(ops.take(g, i, axis=0), dtype) for g, _ in matrices]
-        change = [ops.cast(ops.take(d, i, axis=0), dtype) for _, d in matrices]
+        here = ops.take(widths[:-1], i)
+        blur64 = [gaussian_matrices(size, here) for size in spatial]
+        ahead64 = [gaussian_matrices(size, here + grad_step) for size in spatial]
+        blur = [ops.cast(g, dtype) for g in blur64]
+        change = [ops.cast((a - g) / grad_step, dtype) for a, g in zip(ahead64, blur64)]
         points = _apply(x, blur)
         if len(spatial) == 1:
             derivative = _apply(x, change)
@@ -128,4 +154,4 @@ def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
     return -ctx.sum(steps, along_path)
 
 
-__all__ = ["gaussian_matrix", "sigmas", "path_matrices"]
+__all__ = ["gaussian_matrix", "gaussian_matrices", "sigmas"]

@@ -89,3 +89,13 @@ def test_refuses_tabular_inputs():
         sk.explain(model, np.zeros((2, 5), "float32"), "blur_ig", targets=0)
     with pytest.raises(ValueError, match="max_sigma must be a positive number"):
         sk.explain(model, np.zeros((2, 5), "float32"), "blur_ig", targets=0, max_sigma=-1.0)
+
+
+@pytest.mark.parametrize("size", [7, 30])
+def test_compiled_blur_matrices_equal_the_numpy_ones(size):
+    from saliency_kit.methods.blur_ig import gaussian_matrices
+
+    widths = np.array([0.0, 0.004, 0.2, 1.3, 5.0, 9.99, 50.0])
+    got = np.asarray(gaussian_matrices(size, tf.constant(widths)))
+    for w, matrix in zip(widths, got):
+        np.testing.assert_allclose(matrix, gaussian_matrix(size, w), rtol=1e-12, atol=1e-15)
