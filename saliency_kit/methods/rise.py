@@ -77,6 +77,7 @@ def smooth_masks(grids, offsets, height: int, width: int, cell_size: tuple):
         Option("seed", None, type=int, help="random seed, for repeatable maps"),
     ],
     reduce="none",
+    cam=True,  # attributions are [B, K, H, W] maps, shown like CAMs
     noisy=True,
     warn_zero=False,
     prepare=prepare,

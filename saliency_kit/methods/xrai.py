@@ -214,6 +214,7 @@ def cost(options: dict) -> int:
         Option("area_threshold", 1.0, help="stop once this fraction of the image is covered"),
     ],
     reduce="none",
+    cam=True,  # attributions are [B, K, H, W] region maps, shown like CAMs
     extends="base",
     warn_zero=False,
     prepare=prepare,
