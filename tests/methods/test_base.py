@@ -32,6 +32,11 @@ def gradient_power(ctx, power):
     return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
 
 
+@register("int_steps", summary="a method sharing integrated gradients' int option 'steps'", options={"steps": 3})
+def int_steps(ctx, steps):
+    return ctx.gradients(ctx.inputs) * steps
+
+
 def test_an_outside_method_works_with_explain(linear_image):
     model, x, w = linear_image
     expl = sk.explain(model, x, "gradient_power", [[0, 2]] * len(x), power=3.0)
@@ -80,8 +85,7 @@ def test_an_option_named_like_a_command_line_flag_is_refused(reserved):
 def test_one_option_name_with_two_types_is_refused():
     with pytest.raises(ValueError, match="'steps' is declared int by method 'integrated_gradients'"):
         register("float_steps", summary="x", options={"steps": 0.5})(lambda ctx, steps: ctx.inputs)
-    # the same name with the same type is shared (one --steps flag serves both)
-    register("int_steps", summary="x", options={"steps": 3})(lambda ctx, steps: ctx.gradients(ctx.inputs))
+    # the same name with the same type is shared (one --steps flag serves both): int_steps above
     assert methods.get("int_steps").option("steps").type is int
 
 
