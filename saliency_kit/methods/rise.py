@@ -27,6 +27,9 @@ from .base import Option, register
 
 
 def prepare(request, options: dict) -> dict:
+    if request.channel_axis == 0:
+        raise ValueError("rise works on channels-last inputs; received a channels-first model "
+                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
     if request.inputs.ndim != 4:
         raise ValueError(f"rise needs image inputs [B, H, W, C]; received shape {request.inputs.shape}.")
     for name in ("masks", "cells"):

@@ -60,6 +60,8 @@ def scorecam(ctx, layer, max_channels):
     activations, _ = ctx.layer(layer)  # [n, h, w, C]
     gradcam._check_rank(activations, layer)
     activations = ops.cast(activations, "float32")
+    if ctx.channel_axis == 0:  # a channels-first layer [n, C, h, w]
+        activations = ops.transpose(activations, [0, 2, 3, 1])
     channels = activations.shape[-1]
     count = channels if max_channels is None else min(max_channels, channels)
     if count < channels:  # Faster-ScoreCAM: each input's channels of largest spread
@@ -68,7 +70,8 @@ def scorecam(ctx, layer, max_channels):
         activations = ops.take_along_axis(activations, keep[:, None, None, :], axis=3)
     maps = ops.transpose(activations, [0, 3, 1, 2])  # [n, count, h, w]
     x = ctx.inputs
-    size = ctx.shape[:2]
+    size = ctx.image_size
+    color = 2 if ctx.channel_axis == 0 else -1  # where the input's channels go in [n, m, ...]
 
     def channel(i):  # channels i [m] -> w_c^k · A_c: [n, m, K, h, w]
         chosen = ops.take(maps, i, axis=1)  # [n, m, h, w]
@@ -76,7 +79,7 @@ def scorecam(ctx, layer, max_channels):
         low = ops.min(up, axis=(2, 3), keepdims=True)
         high = ops.max(up, axis=(2, 3), keepdims=True)
         masks = (up - low) / (high - low + EPSILON)
-        probabilities = ops.softmax(ctx.values(x[:, None] * ops.cast(masks, x.dtype)[..., None]), axis=-1)
+        probabilities = ops.softmax(ctx.values(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color)), axis=-1)
         weights = ops.take_along_axis(probabilities, ops.cast(ctx.targets[:, None, :], "int32"), axis=2)  # [n, m, K]
         return weights[..., None, None] * chosen[:, :, None]
 

@@ -174,6 +174,9 @@ def _base(name):
 
 
 def prepare(request, options: dict) -> dict:
+    if request.channel_axis == 0:
+        raise ValueError("xrai works on channels-last inputs; received a channels-first model "
+                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
     if request.inputs.ndim != 4:
         raise ValueError(f"xrai needs image inputs [B, H, W, C]; received shape {request.inputs.shape}.")
     base = _base(options["base"])

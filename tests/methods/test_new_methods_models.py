@@ -91,3 +91,30 @@ def test_subclassed_and_mixed_precision(method):
         got = sk.explain(model, x, method, targets=[[0, 3], [1, 2]], **options_for(method, x))
         assert got.attributions.dtype == np.float32 and np.isfinite(got.attributions).all()
         assert np.abs(got.attributions).max() > 0
+
+
+def channels_first_model():
+    inputs = keras.Input((3, 12, 12))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu", data_format="channels_first", name="conv")(inputs)
+    h = keras.layers.GlobalAveragePooling2D(data_format="channels_first")(h)
+    return keras.Model(inputs, keras.layers.Dense(3)(h))
+
+
+@pytest.mark.parametrize("method", ["blur_ig", "rise", "xrai"])
+def test_channels_first_is_refused_where_not_supported(method):
+    x = np.zeros((1, 3, 12, 12), "float32")
+    with pytest.raises(ValueError, match=f"{method} works on channels-last inputs; received a channels-first model"):
+        sk.explain(channels_first_model(), x, method, targets=0)
+
+
+@pytest.mark.parametrize("method", ["scorecam", "layercam"])
+def test_cams_on_channels_first_equal_channels_last(method):
+    first = channels_first_model()
+    inputs = keras.Input((12, 12, 3))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="conv")(inputs)
+    last = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(h)))
+    last.set_weights(first.get_weights())
+    x = np.random.default_rng(0).uniform(0, 1, (2, 12, 12, 3)).astype("float32")
+    a = sk.explain(last, x, method, targets=[[0, 2], [1, 0]], layer="conv").attributions
+    b = sk.explain(first, np.moveaxis(x, -1, 1), method, targets=[[0, 2], [1, 0]], layer="conv").attributions
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
