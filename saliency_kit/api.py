@@ -6,6 +6,7 @@ through the engine and builds the :class:`~saliency_kit.Explanation`.
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import numpy as np
@@ -53,10 +54,15 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     return targets_module.resolve(spec, scores, len(x), columns)
 
 
+def _scalar(value) -> bool:
+    """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
+    return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
 def _recorded(given: dict, prepared: dict) -> dict:
     """The options an Explanation records: prepared values, but scalars the user gave stay scalars."""
     return {
-        name: given[name] if isinstance(value, np.ndarray) and name in given and np.ndim(given[name]) == 0 else value
+        name: given[name] if isinstance(value, np.ndarray) and name in given and _scalar(given[name]) else value
         for name, value in prepared.items()
     }
 

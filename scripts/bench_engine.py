@@ -1,6 +1,7 @@
 """Benchmark the attribution engine against the raw compiled forward+backward pass.
 
     python scripts/bench_engine.py [--samples N] [--steps N] [--repeats R] [--quick]
+                                   [--channels C] [--masks N] [--new-methods-only]
 
 On ResNet50 (``weights=None``, so nothing is downloaded), batch 8, 224×224, it times each
 method and divides by the time of a plain compiled ``tf.function`` that computes the same batch's
@@ -100,6 +101,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed rounds (default 2)")
     parser.add_argument("--quick", action="store_true", help="a 112×112 ResNet50 for a fast smoke run")
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--channels", type=int, default=16, help="Score-CAM channels (max_channels, default 16)")
+    parser.add_argument("--masks", type=int, default=16, help="RISE masks (default 16)")
+    parser.add_argument("--new-methods-only", action="store_true", help="only the rows of the new methods")
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
@@ -127,6 +131,9 @@ def main() -> None:
 
     classes = tf.constant(targets, tf.int32)
     xt = tf.constant(x)
+    if args.new_methods_only:
+        bench_new_methods(model, x, targets, raw, reps, args.steps, args.channels, args.masks)
+        return
 
     def explain(method, **options):
         return lambda: sk.explain(model, x, method, targets, batch_size=8, **options)
@@ -166,6 +173,8 @@ def main() -> None:
         ratio_text = "" if ratio is None else f"{ratio:.2f}"
         print(f"| {name} | {seconds:.3f} | {ratio_text} | {target} |")
 
+    bench_new_methods(model, x, targets, raw, reps, n_steps, args.channels, args.masks)
+
     low, high = _memory(20), _memory(200)
     growth = (high["peak_mb"] - high["before_mb"], low["peak_mb"] - low["before_mb"])
     print("\nSmoothGrad peak memory, small CNN (16 inputs 64×64×3, batch_size 20), one subprocess each\n")
@@ -174,6 +183,70 @@ def main() -> None:
     for m, g in ((low, growth[1]), (high, growth[0])):
         print(f"| {m['samples']} | {m['before_mb']:.0f} | {m['peak_mb']:.0f} | {g:.0f} |")
     print(f"\npeak RSS at 200 / at 20 samples: {high['peak_mb'] / low['peak_mb']:.3f} (target within 1.20)")
+
+
+# new methods (issue 12) ------------------------------------------------------------------------
+def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: int, masks: int) -> None:
+    """Rows for Blur IG, Guided IG, Score-CAM, RISE (ratios to the plain compiled passes) and XRAI
+    side by side with PAIR's on one image given the same base attributions.
+
+    * blur_ig, guided_ig with n steps: time / (forward+backward) / n, target ≤ 1.2;
+    * scorecam with C channels (``max_channels=C``): time / (compiled forward of the batch) / C,
+      target ≤ 1.1; rise with N masks: time / forward / N, target ≤ 1.1;
+    * xrai (segments + ranking) / PAIR's ``XRAI.GetMask(base_attribution=...)``: target ≤ 0.5.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    import saliency_kit as sk
+    from saliency_kit.methods.xrai import felzenszwalb_segments, rank_regions
+
+    xt, classes = tf.constant(x), tf.constant(targets, tf.int32)
+
+    @tf.function(input_signature=[tf.TensorSpec(x.shape, tf.float32)])
+    def forward(inputs):
+        return model(inputs, training=False)
+
+    def explain(method, **options):
+        return lambda: sk.explain(model, x, method, targets, batch_size=8, **options)
+
+    image = x[0].astype(np.float64)
+    attribution = np.random.default_rng(1).normal(size=image.shape)
+
+    def ours_xrai():
+        return rank_regions(attribution.max(axis=-1), felzenszwalb_segments(image))[0]
+
+    def pair_xrai():
+        from saliency.core import XRAI
+        return XRAI().GetMask(image, None, base_attribution=attribution)
+
+    runs = {
+        "raw": lambda: raw(xt, classes).numpy(),
+        "forward": lambda: forward(xt).numpy(),
+        "blur_ig": explain("blur_ig", steps=steps),
+        "guided_ig": explain("guided_ig", steps=steps),
+        "scorecam": explain("scorecam", max_channels=channels),
+        "rise": explain("rise", masks=masks, seed=0),
+        "xrai": ours_xrai,
+        "pair_xrai": pair_xrai,
+    }
+    best = _best_times(runs, reps)
+    rows = [
+        ("raw compiled forward+backward, batch 8", best["raw"], 1.0, "–"),
+        ("raw compiled forward, batch 8", best["forward"], 1.0, "–"),
+        (f"blur_ig, {steps} steps (ratio to forward+backward / n)", best["blur_ig"], best["blur_ig"] / best["raw"] / steps, "≤ 1.20"),
+        (f"guided_ig, {steps} steps (ratio to forward+backward / n)", best["guided_ig"], best["guided_ig"] / best["raw"] / steps, "≤ 1.20"),
+        (f"scorecam, {channels} channels (ratio to forward / channels)", best["scorecam"], best["scorecam"] / best["forward"] / channels, "≤ 1.10"),
+        (f"rise, {masks} masks (ratio to forward / masks)", best["rise"], best["rise"] / best["forward"] / masks, "≤ 1.10"),
+        ("xrai on one image, segments + ranking (ratio to PAIR's XRAI)", best["xrai"], best["xrai"] / best["pair_xrai"], "≤ 0.50"),
+        ("PAIR's XRAI.GetMask, same base attributions", best["pair_xrai"], None, ""),
+    ]
+    print("\nNew methods, same model and batch\n")
+    print("| measurement | seconds | ratio | target |")
+    print("|---|---:|---:|---|")
+    for name, seconds, ratio, target in rows:
+        ratio_text = "" if ratio is None else f"{ratio:.2f}"
+        print(f"| {name} | {seconds:.3f} | {ratio_text} | {target} |")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,19 @@ from saliency_kit.evaluate import deletion_insertion, pointing_game, randomizati
 ALL_METHODS = (
     "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
     "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
+    # issue 12
+    "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
+    "layercam", "rise",
 )
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)
 OPTIONS = {
     "smoothgrad": {"seed": 0},
+    "squaregrad": {"seed": 0},
+    "vargrad": {"seed": 0},
+    "rise": {"seed": 0},
+    "expected_gradients": {"seed": 0},  # + baselines: 16 shapes images of another seed (main)
 }
+BASELINE_SEED = 11
 FIGURE_METHODS = ("gradient", "guided_backprop", "integrated_gradients", "gradcam")
 DATA_SEED = 3
 
@@ -116,6 +124,7 @@ def main(argv=None) -> int:
     accuracy = float((np.argmax(model.predict(x, verbose=0), axis=1) == labels).mean())
     print(f"shapes model: accuracy {accuracy:.1%} on {len(labels)} fresh images (seed {DATA_SEED})", file=sys.stderr)
 
+    OPTIONS["expected_gradients"]["baselines"] = spec.preprocess(shapes.make_dataset(16, seed=BASELINE_SEED)[0])
     rows = []
     for method in args.methods:
         start = time.perf_counter()

@@ -18,6 +18,14 @@ SMALL = {
     "integrated_gradients": {"steps": 8},
     "smoothgrad": {"samples": 6, "seed": 3},
     "occlusion": {"window": 4, "stride": 4},
+    "squaregrad": {"samples": 4, "seed": 3},
+    "vargrad": {"samples": 4, "seed": 3},
+    "expected_gradients": {"samples": 4, "seed": 3,
+                           "baselines": np.random.default_rng(7).uniform(-1, 1, (2, 12, 12, 3)).astype("float32")},
+    "blur_ig": {"steps": 4, "max_sigma": 3.0},
+    "guided_ig": {"steps": 4},
+    "xrai": {"steps": 4},
+    "rise": {"masks": 16, "cells": 3, "seed": 3},
 }
 VARIANTS = [
     ("integrated_gradients", {"steps": 5, "rule": "gausslegendre", "baseline": 0.5}),
@@ -83,7 +91,7 @@ def test_batch_and_batch_size_invariance(cnn, method, options):
     reference = sk.explain(model, x, method, targets, batch_size=64, **options)
     chunked = sk.explain(model, x, method, targets, batch_size=3, **options)
     np.testing.assert_allclose(chunked.attributions, reference.attributions, rtol=1e-4, atol=1e-5)
-    if method != "smoothgrad":  # noise is drawn per (seed, input index, sample): not per input alone
+    if method not in ("smoothgrad", "squaregrad", "vargrad"):  # noise per (seed, input index, sample)
         alone = sk.explain(model, x[1:2], method, targets[1:2], batch_size=1, **options)
         np.testing.assert_allclose(alone.attributions, reference.attributions[1:2], rtol=1e-4, atol=1e-5)
     # two targets give two different maps
@@ -238,8 +246,10 @@ def test_tabular_inputs():
                               keras.layers.Dense(3, activation="sigmoid")])
     x = np.random.default_rng(3).normal(size=(4, 7)).astype("float32")
     for method, options in CASES:
-        if methods.get(method).cam or method == "guided_gradcam":
+        if methods.get(method).cam or method in ("guided_gradcam", "blur_ig"):  # blur_ig blurs spatial axes
             continue
+        if method == "expected_gradients":
+            options = {**options, "baselines": np.zeros((2, 7), "float32")}
         expl = sk.explain(model, x, method, "top2", **options)
         assert expl.attributions.shape == (4, 2, 7) and expl.maps.shape == (4, 2)
 

@@ -9,6 +9,9 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
 
 * ``ctx.gradients(points, rule=None)`` — ``∂s_k/∂z`` of the target scores at ``points``;
 * ``ctx.scores(points, rule=None)`` — the target scores, forward only;
+* ``ctx.values(points, rule=None)`` — the whole score vector, forward only;
+* ``ctx.gradients_per_target(points)`` — one point per input and target, each differentiated
+  for its own target only;
 * ``ctx.layer(path)`` — a layer's activations and the gradients of the scores with respect to
   them;
 * ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
@@ -315,6 +318,23 @@ class Context:
         if self._top and points is self.inputs:
             self.memo["scores"] = scores
         return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
+
+    def values(self, points, rule=None):
+        """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
+        forward only (Score-CAM's softmax over every class)."""
+        rows, _, lead = self._rows(points)
+        values = tf.cast(self._views(rule)(rows), tf.float32)
+        return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
+
+    def gradients_per_target(self, points, rule=None):
+        """``points [n, K, *input]``, one point per input and target -> ``[n, K, *input]``: row
+        ``(b, k)`` is ``∂s_k/∂z`` at ``z = points[b, k]`` only (paths that differ per class,
+        Guided IG), one backward pass per row."""
+        n, K = self.inputs.shape[0], self.num_targets
+        rows = tf.reshape(points, [n * K, *self.shape])
+        targets = tf.reshape(self.targets, [n * K, 1])
+        _, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
+        return tf.reshape(grads, [n, K, *self.shape])
 
     def layer(self, path: str, rule=None):
         """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""

@@ -13,6 +13,14 @@ gradcam                :mod:`.gradcam`                 the CAM itself
 gradcam_plus_plus      :mod:`.gradcam`                 the CAM itself
 guided_gradcam         :mod:`.gradcam`                 max |a|
 occlusion              :mod:`.occlusion`               mean
+squaregrad, vargrad    :mod:`.smoothgrad_variants`     as its base method
+expected_gradients     :mod:`.expected_gradients`      sum
+blur_ig                :mod:`.blur_ig`                 sum
+guided_ig              :mod:`.guided_ig`               sum
+xrai                   :mod:`.xrai`                    the region-gain map itself
+scorecam               :mod:`.scorecam`                the CAM itself
+layercam               :mod:`.layercam`                the CAM itself
+rise                   :mod:`.rise`                    the saliency itself
 =====================  ==============================  ======================================
 
 A method is declared with :func:`register` (see :mod:`.base`); methods from outside the package

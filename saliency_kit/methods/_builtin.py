@@ -1,2 +1,4 @@
 """The built-in methods, imported in this order (the order of ``names()`` and ``saliency methods``)."""
 from . import gradient, integrated_gradients, smoothgrad, gradcam, occlusion, lrp, deeplift  # noqa: F401,I001
+from . import smoothgrad_variants, expected_gradients, blur_ig, guided_ig, xrai  # noqa: F401,I001
+from . import scorecam, layercam, rise  # noqa: F401,I001

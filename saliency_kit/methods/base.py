@@ -154,8 +154,9 @@ class Method:
         return {option.name: option.default for option in self.options}
 
     def reduction(self, options: dict) -> str:
-        """How maps are made with ``options``: an extending method reduces like its base."""
-        if self.extends is not None:
+        """How maps are made with ``options``: an extending method reduces like its base, unless
+        it declares ``reduce="none"`` (its attributions are maps already: XRAI)."""
+        if self.extends is not None and self.reduce != "none":
             return get(options.get(self.extends, self.defaults[self.extends])).reduce
         return self.reduce
 

@@ -22,6 +22,8 @@ BUILTINS = [
     "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
     "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
     "lrp", "deeplift",
+    "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
+    "layercam", "rise",
 ]
 
 

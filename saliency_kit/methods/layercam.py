@@ -1,0 +1,45 @@
+"""LayerCAM (Jiang et al., IEEE TIP 2021).
+
+Grad-CAM with one weight per *position* rather than per channel: each activation is weighted by
+the positive part of its own gradient,
+
+    L^k = up( relu( Σ_c relu(∂s_k/∂A_c) ⊙ A_c ) )
+
+so the map keeps the layer's own resolution of detail, and works on early layers where a
+channel-averaged gradient blurs away. ``relu=False`` keeps the map's sign (the outer relu).
+``up`` is bilinear resizing to the input's ``H×W``, as Grad-CAM here. K classes share one forward
+pass. Attributions are the maps ``[B, K, H, W]``.
+
+Anchor: tf-keras-vis ``Layercam``, which upsamples with ``scipy.ndimage.zoom(order=1)``
+(corner-aligned; here half-pixel, as ``tf.image.resize`` and Grad-CAM) and normalises each map
+to [0, 1] (here it is left as computed). On a layer of the input's own size the unnormalised
+maps agree.
+"""
+from __future__ import annotations
+
+from . import gradcam
+from .base import register
+
+
+@register(
+    "layercam",
+    title="LayerCAM",
+    summary="LayerCAM (Jiang et al. 2021): activations × their positive gradients, summed over channels; "
+            "works on early layers; the map is the CAM itself",
+    options=gradcam.OPTIONS,
+    reduce="none",
+    cam=True,
+    prepare=gradcam.prepare,
+)
+def layercam(ctx, layer, relu):
+    from keras import ops
+
+    activations, g = ctx.layer(layer)  # [n, h, w, c], [n, K, h, w, c]
+    gradcam._check_rank(activations, layer)
+    g, activations = ops.cast(g, "float32"), ops.cast(activations, "float32")
+    if ctx.channel_axis == 0:  # a channels-first layer: [n, C, h, w], [n, K, C, h, w]
+        activations, g = ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
+    maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, h, w]
+    if relu:
+        maps = ops.relu(maps)
+    return ctx.resize(maps, ctx.image_size)
