@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "machines can share a folder; each writes manifest.shard-I-of-N.jsonl")
     batch.add_argument("--resume", action="store_true",
                        help="continue an earlier run into the same --out: skip complete images")
+    _add_ray_options(batch)
     batch.set_defaults(handler=cmd_batch)
 
     models = commands.add_parser("models", parents=[common], help="list the named models")
@@ -477,6 +478,7 @@ def _top_line(outputs: np.ndarray, class_names, probabilities: bool, k: int = 5)
 def cmd_batch(args) -> int:
     from . import batch
 
+    _check_ray_args(args)
     if not os.path.isdir(args.input_dir):
         raise UsageError(f"INPUT_DIR {args.input_dir!r} is not a folder")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -509,13 +511,16 @@ def cmd_batch(args) -> int:
     print(f"saliency batch: {len(mine)} images{shard} under {args.input_dir}"
           + (f", {len(skip)} already complete" if skip else ""), file=sys.stderr, flush=True)
 
-    summary = batch.run(
-        input_dir=args.input_dir, out_dir=args.out, relative_paths=mine, folders=folders,
-        model=model, spec=spec, methods=plan,
-        targets_for=targets_argument(specs, model, args.batch_size), explain=explain_or_usage_error,
-        batch_size=args.batch_size, formats=_formats(args), manifest=manifest, skip=skip,
-        recorded=batch.recorded_keys(records),
-    )
+    if args.ray is not None:
+        summary = _run_ray(args, mine, folders, plan, specs, manifest, skip, records)
+    else:
+        summary = batch.run(
+            input_dir=args.input_dir, out_dir=args.out, relative_paths=mine, folders=folders,
+            model=model, spec=spec, methods=plan,
+            targets_for=targets_argument(specs, model, args.batch_size), explain=explain_or_usage_error,
+            batch_size=args.batch_size, formats=_formats(args), manifest=manifest, skip=skip,
+            recorded=batch.recorded_keys(records),
+        )
     rate = summary.explained / summary.seconds if summary.seconds > 0 else 0.0
     print(f"saliency batch: {summary.explained} images explained, {summary.skipped} already complete, "
           f"{len(summary.failures)} failed; {summary.files} files written in {summary.seconds:.1f} s "
@@ -525,6 +530,72 @@ def cmd_batch(args) -> int:
     if len(summary.failures) > 20:
         print(f"  ... and {len(summary.failures) - 20} more (see the manifest)")
     return 1 if summary.failures else 0
+
+
+# ------------------------------------------------------------------- batch --ray (Ray Data)
+def _add_ray_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Ray (needs the extra: pip install \"saliency_kit[ray]\")")
+    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="compute on Ray Data actors: no ADDRESS starts a local Ray instance (all "
+                            "cores); 'auto' or ray://HOST:PORT joins a cluster (--out must be shared)")
+    group.add_argument("--workers", type=_positive_int, metavar="N",
+                       help="--ray: actors, each loading the model once (default: one per CPU, or per "
+                            "--gpus-per-worker GPUs)")
+    group.add_argument("--gpus-per-worker", type=_gpus, default=0, metavar="G",
+                       help="--ray: GPUs Ray gives each actor (default 0)")
+    group.add_argument("--batch-images", type=_positive_int, metavar="N",
+                       help="--ray: images per actor call (default: --batch-size, the local run's batches)")
+
+
+def _gpus(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs such as 1 or 0.5, got {text!r}") from None
+    if not (np.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs >= 0, got {text!r}")
+    return value
+
+
+def _check_ray_args(args) -> None:
+    """--workers, --gpus-per-worker and --batch-images only with --ray; Ray Data installed."""
+    if args.ray is None:
+        given = [flag for flag, value in (("--workers", args.workers), ("--batch-images", args.batch_images),
+                                           ("--gpus-per-worker", args.gpus_per_worker or None)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} only applies with --ray")
+        return
+    from .ray_runner import RayUnavailable, import_ray
+
+    try:
+        import_ray()
+    except RayUnavailable as error:
+        raise UsageError(str(error)) from None
+    if args.ray and not re.fullmatch(r"auto|ray://\S+|[\w.-]+:\d+", args.ray):
+        raise UsageError(f"--ray ADDRESS must be auto, ray://HOST:PORT or HOST:PORT (or nothing, for a "
+                         f"local Ray instance); received {args.ray!r}")
+
+
+def _run_ray(args, mine, folders, plan, specs, manifest, skip, records):
+    import functools
+
+    from . import batch, ray_runner
+
+    try:
+        return ray_runner.run(
+            input_dir=args.input_dir, out_dir=args.out, relative_paths=mine, folders=folders,
+            model=ray_runner.ModelSource.from_args(args.model, args.weights, args.unsafe), methods=plan,
+            targets_for_model=functools.partial(_targets_for_model, specs, args.batch_size),
+            explain=explain_or_usage_error, batch_size=args.batch_size, formats=_formats(args),
+            manifest=manifest, skip=skip, recorded=batch.recorded_keys(records),
+            address=args.ray or None, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+            batch_images=args.batch_images)
+    except ray_runner.OutputNotShared as error:
+        raise UsageError(str(error)) from None
+
+
+def _targets_for_model(specs, batch_size: int, model):
+    return targets_argument(specs, model, batch_size)
 
 
 def _check_settings(args, plan, path: str) -> None:

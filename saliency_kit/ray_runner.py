@@ -1,0 +1,357 @@
+"""``saliency batch --ray``: the batch pipeline's outputs, computed by Ray Data actors.
+
+    saliency batch images/ --out /shared/maps --ray              # a local Ray instance, all cores
+    saliency batch images/ --out /shared/maps --ray auto --workers 8 --gpus-per-worker 1
+
+Data flows one way, as in the local run (:mod:`saliency_kit.batch`)::
+
+    driver: list files, skip complete ones (--resume), split the rest into chunks of
+            --batch-images images, one Ray Data row per chunk
+      --(Ray Data map_batches, an ActorPoolStrategy pool of --workers actors)-->
+    actor:  load the model once (in its constructor), then per chunk: decode, explain (one
+            compiled function reused), render and write each file atomically
+      --(the chunk's result: its images' outputs or errors)-->
+    driver: one manifest append + fsync per chunk, the progress bar
+
+The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
+actor does exactly what the local loop does with a batch, through the same functions, so the files
+and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
+
+Crash safety. Only the driver writes the manifest, once per chunk it receives: if Ray retries a
+chunk (its actor died: Ray Data restarts the actor and resubmits the chunk), the retry rewrites the
+same files through the same atomic renames, and the driver records a chunk only once. A chunk
+starts by deleting the ``.partial`` leftovers of its images' earlier attempts. If the driver dies,
+``--resume`` redoes exactly the images whose manifest lines are missing.
+
+Shared storage. Actors write into ``--out`` themselves, so every node running an actor must see
+``--out`` (and ``INPUT_DIR``) at the same path, e.g. an NFS mount. The driver writes a probe file
+into ``--out`` and refuses to start (exit 2) if a node cannot read it; an actor started later on
+a new node checks it too before it writes anything.
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import dataclasses
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from . import batch, render
+
+#: How to get the extra that provides Ray Data (printed when it is missing).
+INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
+PROBE_PREFIX = ".saliency-ray-probe-"
+#: Smallest object store Ray accepts is 75 MiB; the chunks' results are small (file names, scores).
+LOCAL_OBJECT_STORE_BYTES = 128 * 2**20
+
+
+class RayUnavailable(ImportError):
+    """``ray[data]`` is not installed."""
+
+
+class OutputNotShared(RuntimeError):
+    """A Ray node cannot see ``--out`` (or ``INPUT_DIR``): its outputs would be lost."""
+
+
+def import_ray():
+    """``ray`` and ``ray.data``, or :class:`RayUnavailable` saying how to install them."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the part this runner needs
+    except ImportError as error:
+        raise RayUnavailable(f"--ray needs Ray Data, which is not installed: {INSTALL_HINT}; "
+                             f"received ImportError: {error}.") from None
+    return ray
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What each actor passes to :func:`saliency_kit.load_model` (a name or an absolute path)."""
+
+    model: str
+    weights: str | None = None
+    unsafe: bool = False
+
+    @classmethod
+    def from_args(cls, model: str, weights: str | None = None, unsafe: bool = False) -> ModelSource:
+        """Model and weights files as absolute paths, so that actors started elsewhere find them."""
+        def absolute(value):
+            return os.path.abspath(value) if value is not None and os.path.exists(value) else value
+
+        return cls(absolute(model), absolute(weights), bool(unsafe))
+
+    def load(self):
+        import saliency_kit as sk
+
+        kwargs = {"unsafe": True} if self.unsafe else {}
+        if self.weights is not None:
+            kwargs["weights"] = self.weights
+        return sk.load_model(self.model, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Everything an actor needs, sent once to each actor (plain data and importable functions)."""
+
+    input_dir: str  # absolute
+    input_label: str  # INPUT_DIR as given to the driver, for messages (those of the local run)
+    out_dir: str  # absolute
+    probe: str  # file name of the driver's probe in out_dir
+    token: str  # its contents
+    model: ModelSource
+    methods: tuple  # ((name, options), ...)
+    targets_for_model: Callable  # model -> targets_for(inputs) (see batch.run)
+    explain: Callable | None  # as batch.run's ``explain``; None: sk.explain
+    batch_size: int
+    formats: tuple
+
+
+def check_visible(job: Job) -> str:
+    """Raise :class:`OutputNotShared` unless this process sees the driver's probe in ``--out`` and
+    ``INPUT_DIR``; returns this node's name for messages."""
+    import socket
+
+    node = socket.gethostname()
+    probe = os.path.join(job.out_dir, job.probe)
+    try:
+        with open(probe, encoding="utf-8") as handle:
+            seen = handle.read()
+    except OSError:
+        seen = None
+    if seen != job.token:
+        raise OutputNotShared(
+            f"--out {job.out_dir!r} is not shared with Ray node {node!r}: it cannot read the probe file "
+            f"{probe!r} the driver wrote there; use a folder every node mounts at the same path "
+            f"(e.g. NFS); received {'no such file' if seen is None else 'another run’s probe'}.")
+    if not os.path.isdir(job.input_dir):
+        raise OutputNotShared(f"INPUT_DIR {job.input_dir!r} is not visible on Ray node {node!r}; use a "
+                              f"folder every node mounts at the same path; received no such folder.")
+    return node
+
+
+class ChunkExplainer:
+    """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
+
+    A call receives rows ``{"chunk": index, "paths": JSON [[image, its output folder], ...]}`` and returns
+    ``{"chunk": index, "results": JSON [[image, [output fields...] or error message], ...]}``.
+    """
+
+    def __init__(self, job: Job):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        check_visible(job)
+        self.job = job
+        self.model, self.spec = job.model.load()
+        self.targets_for = job.targets_for_model(self.model)
+        if job.explain is None:
+            def explain(model, inputs, method, targets, batch_size, options):
+                import saliency_kit as sk
+
+                return sk.explain(model, inputs, method, targets, batch_size=batch_size, **options)
+
+            self.explain = explain
+        else:
+            self.explain = job.explain
+
+    def __call__(self, rows: dict) -> dict:
+        results = [json.dumps(self.explain_chunk(json.loads(paths)), ensure_ascii=False)
+                   for paths in rows["paths"]]
+        return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
+
+    def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
+        """What the local loop does with one batch (see :func:`saliency_kit.batch.run`)."""
+        from .images import load_image
+
+        job = self.job
+        folders = dict(chunk)
+        for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write
+            batch.remove_partials(os.path.join(job.out_dir, folder))
+        good, inputs, originals, done = [], [], [], []
+        for path in folders:
+            file = os.path.join(job.input_dir, path)
+            try:
+                item, original = load_image(file, self.spec)
+            except Exception as error:  # noqa: BLE001 - any unreadable file is reported, not fatal
+                # named as the driver names it, so that the message is the local run's
+                message = batch._one_line(error).replace(file, os.path.join(job.input_label, path))
+                done.append((path, message))
+                continue
+            good.append(path)
+            inputs.append(item)
+            originals.append(original)
+        if good:
+            stacked = np.stack(inputs)
+            targets = self.targets_for(stacked)
+            explained = [(name, self.explain(self.model, stacked, name, targets, job.batch_size, options))
+                         for name, options in job.methods]
+            items = []
+            for row, path in enumerate(good):
+                per_method = [(name, e.maps[row], e.targets[row], e.scores[row],
+                               e.attributions[row] if "npz" in job.formats else None) for name, e in explained]
+                items.append((path, folders[path], originals[row], per_method))
+            written = batch._write_batch(job.out_dir, items, self.spec.class_names, job.formats)
+            done.extend((path, outputs if isinstance(outputs, str) else [dataclasses.asdict(o) for o in outputs])
+                        for path, outputs in written)
+        return done
+
+
+def _decode_results(text: str) -> list:
+    """A chunk's results as :func:`saliency_kit.batch._write_batch` returns them."""
+    return [(path, outputs if isinstance(outputs, str) else [batch.Output(**o) for o in outputs])
+            for path, outputs in json.loads(text)]
+
+
+def connect(address: str | None, *, num_cpus: int | None = None):
+    """Join the cluster at ``address`` (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``), or start a
+    local Ray instance when ``address`` is None. Returns ``(ray, started)``: whether this call
+    started (and the caller must shut down) Ray. An already initialised Ray is used as it is."""
+    import logging
+
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray, False
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
+             "configure_logging": True}
+    env = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
+                        "MPLBACKEND": "Agg"}}
+    if address is None:
+        ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env, **quiet)
+    else:
+        quiet.pop("include_dashboard")
+        ray.init(address=address, runtime_env=env, **quiet)
+    return ray, True
+
+
+def check_nodes(ray, job: Job) -> None:
+    """Run :func:`check_visible` once on every alive node; raise the first node's refusal."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    check = ray.remote(num_cpus=0, max_retries=0)(check_visible)
+    pending = [check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+               .remote(job) for node in ray.nodes() if node.get("Alive")]
+    for ref in pending:
+        try:
+            ray.get(ref)
+        except Exception as error:  # noqa: BLE001 - unwrapped below
+            raise _original(error) from None
+
+
+def _original(error: BaseException) -> BaseException:
+    """The user-code exception inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    seen = set()
+    while id(error) not in seen:
+        seen.add(id(error))
+        inner = getattr(error, "cause", None) or error.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        error = inner
+    return error
+
+
+def run(
+    *,
+    input_dir: str,
+    out_dir: str,
+    relative_paths: Sequence[str],
+    folders: dict[str, str],
+    model: ModelSource,
+    methods: Sequence[tuple[str, dict]],
+    targets_for_model: Callable,
+    batch_size: int,
+    formats: Sequence[str],
+    manifest: batch.Manifest,
+    skip: set[str] = frozenset(),
+    recorded: set[tuple[str, str]] = frozenset(),
+    explain=None,
+    address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float = 0,
+    batch_images: int | None = None,
+    num_cpus: int | None = None,
+    progress_stream=None,
+) -> batch.Summary:
+    """:func:`saliency_kit.batch.run` on Ray: the same files and manifest lines, computed by actors.
+
+    Arguments as :func:`saliency_kit.batch.run`, except ``model`` (a :class:`ModelSource` each
+    actor loads) and ``targets_for_model(model) -> targets_for``. ``address``: see :func:`connect`
+    (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
+    cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and ``gpus_per_worker`` GPUs
+    from Ray's scheduler. ``batch_images``: images per chunk (default ``batch_size``, which gives
+    the local run's batches exactly).
+    """
+    batch_images = batch_images or batch_size
+    todo = [path for path in relative_paths if path not in skip]
+    summary = batch.Summary(total=len(relative_paths), skipped=len(relative_paths) - len(todo))
+    if not todo:
+        return summary
+    chunks = [todo[i:i + batch_images] for i in range(0, len(todo), batch_images)]
+    out_abs = os.path.abspath(out_dir)
+    token = secrets.token_hex(16)
+    probe = PROBE_PREFIX + token[:12]
+    render.write_atomic(os.path.join(out_abs, probe), token.encode())
+    job = Job(input_dir=os.path.abspath(input_dir), input_label=input_dir, out_dir=out_abs, probe=probe, token=token, model=model,
+              methods=tuple((name, dict(options)) for name, options in methods),
+              targets_for_model=targets_for_model, explain=explain, batch_size=batch_size,
+              formats=tuple(formats))
+    ray, started = connect(address, num_cpus=num_cpus)
+    try:
+        check_nodes(ray, job)
+        size = workers or _default_workers(ray, gpus_per_worker)
+        dataset = _dataset(ray, [[(path, folders[path]) for path in chunk] for chunk in chunks], job, size,
+                           gpus_per_worker)
+        progress = batch.Progress(len(todo), stream=progress_stream)
+        start = time.monotonic()
+        received = set()
+        try:
+            for row in dataset.iter_rows():
+                index = int(row["chunk"])
+                if index in received:  # a retried chunk delivered twice: recorded once
+                    continue
+                received.add(index)
+                job_done = futures.Future()
+                job_done.set_result(_decode_results(row["results"]))
+                batch._finish((job_done, []), manifest, summary, progress, recorded)
+        except Exception as error:  # noqa: BLE001 - re-raised as the actors' own exception
+            raise _original(error) from None
+        finally:
+            progress.close()
+        summary.seconds = time.monotonic() - start
+    finally:
+        with_suppressed_errors(os.remove, os.path.join(out_abs, probe))
+        if started:
+            ray.shutdown()
+    return summary
+
+
+def with_suppressed_errors(function, *args) -> None:
+    try:
+        function(*args)
+    except OSError:
+        pass
+
+
+def _default_workers(ray, gpus_per_worker: float) -> int:
+    resources = ray.cluster_resources()
+    if gpus_per_worker:
+        return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
+    return max(1, int(resources.get("CPU", 1)))
+
+
+def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
+    import logging
+
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # only the project's lines on stderr
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the driver shows its own
+    context.print_on_execution_start = False
+    rows = [{"chunk": i, "paths": json.dumps(chunk, ensure_ascii=False)} for i, chunk in enumerate(chunks)]
+    # One chunk per block, so that one task is one chunk: a retry redoes only the chunk that failed.
+    dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
+    return dataset.map_batches(
+        ChunkExplainer, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1, num_gpus=gpus_per_worker or None,
+    )
