@@ -92,8 +92,7 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
                                          f"the limit of {limit} (a decompression bomb?); raise "
                                          "max_pixels if you trust the file")
                 image.load()  # decode now, so truncated/corrupt data fails here, inside the try
-                image = ImageOps.exif_transpose(image)
-                return to_rgb(image)
+                image = ImageOps.exif_transpose(image)  # a copy: still valid once the file is closed
     except ImageLoadError:
         raise
     except UnidentifiedImageError:
@@ -110,6 +109,12 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
         else:
             reason = f"corrupt or unsupported image data ({type(e).__name__}: {reason})"
         raise ImageLoadError(path, reason) from None
+    # Outside the try: only Pillow's reading of the file (above) can mean a corrupt image; a
+    # mistake in this package's own conversion must surface as itself, not as "corrupt data".
+    try:
+        return to_rgb(image)
+    except ValueError as e:  # Pillow: "conversion from MODE to RGB not supported"
+        raise ImageLoadError(path, f"unsupported colour mode {image.mode!r} ({e})") from None
 
 
 def _resize(rgb: np.ndarray, size) -> np.ndarray:

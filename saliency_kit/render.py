@@ -19,12 +19,10 @@ colormap's zero colour. Nothing here ever produces NaN.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -344,75 +342,9 @@ def _column_header(ax, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Files
+# Files (atomic writing lives in saliency_kit.files; re-exported here for existing callers)
 
-
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux allows (no race with threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()
-
-
-def _usual_permissions(fd: int) -> None:
-    """mkstemp makes files private (0600); give the file what ``open()`` would (0666 - umask)."""
-    if hasattr(os, "fchmod"):
-        os.fchmod(fd, 0o666 & ~_UMASK)
-
-
-def _temporary_beside(path: str) -> tuple[int, str]:
-    """A new hidden ``.NAME.*.partial`` file in ``path``'s folder (made if missing)."""
-    directory = os.path.dirname(path) or "."
-    prefix = f".{os.path.basename(path)}."
-    try:
-        return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=".partial")
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-        return tempfile.mkstemp(dir=directory, prefix=prefix, suffix=".partial")
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
-
-    A process killed at any moment leaves either the old file or the complete new one, never a
-    half-written ``path`` (at worst a hidden ``.NAME.*.partial`` file, which callers may delete).
-    ``durable=True`` also flushes the contents to disk (``fsync``) before the rename, so that they
-    survive a power cut too.
-    """
-    path = os.fspath(path)
-    fd, temp = _temporary_beside(path)
-    try:
-        _usual_permissions(fd)
-        os.close(fd)
-        yield temp
-        if durable:
-            with open(temp, "rb+") as handle:
-                os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
-
-
-def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> str:
-    """Write ``data`` to ``path`` through a temporary file and a rename (see :func:`atomic_path`)."""
-    path = os.fspath(path)
-    with atomic_path(path, durable=durable) as temp:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-    return path
+from .files import atomic_path, write_atomic  # noqa: E402
 
 
 def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:

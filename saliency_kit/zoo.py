@@ -219,6 +219,35 @@ def _resolve(value: str, base: Path | None):
     return path if path.is_absolute() or base is None else Path(base) / path
 
 
+def resolved_file(value: str, source):
+    """A context manager giving a real file path for a config's file value (``"package:NAME"`` or
+    a path relative to the config ``source``)."""
+    return resources.as_file(_resolve(value, Path(str(source)).parent))
+
+
+def read_class_names(text: str, where) -> list:
+    """Class names from the text of a class-names file: one name per line, in index order.
+
+    A blank line or a name given twice would shift or merge classes silently, so each is a
+    ``ValueError`` naming the line. Trailing blank lines at the end of the file are allowed.
+    """
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    names, first_line = [], {}
+    for number, line in enumerate(lines, start=1):
+        name = line.strip()
+        if not name:
+            raise ValueError(f"class names file {where}, line {number}: a blank line; every line up to the "
+                             f"last must name one class (class {number - 1}); received an empty line.")
+        if name in first_line:
+            raise ValueError(f"class names file {where}, line {number}: class name {name!r} is already on line "
+                             f"{first_line[name]}; class names must be distinct; received it twice.")
+        first_line[name] = number
+        names.append(name)
+    return names
+
+
 def _read_classes(value, base) -> list | None:
     if value is None:
         return None
@@ -229,7 +258,7 @@ def _read_classes(value, base) -> list | None:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise FileNotFoundError(f"class names file {path} cannot be read: {e}") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    return read_class_names(text, path)
 
 
 def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpec:
@@ -293,6 +322,15 @@ def get_spec(name_or_path) -> ModelSpec:
     return _spec_from_config(_read_toml(source), source)
 
 
+def sidecar_spec(path) -> ModelSpec:
+    """The spec of a model file from its sidecar config ``NAME.keras.toml`` (if any), without
+    loading the model (so ``input_size``/``class_names`` may still be None)."""
+    path = Path(os.fspath(path))
+    sidecar = path.with_name(path.name + ".toml")
+    config = _read_toml(sidecar) if sidecar.is_file() else {}
+    return _spec_from_config(config, sidecar if config else path, allowed=_SIDECAR_KEYS)
+
+
 # -------------------------------------------------------------------------------- the loader
 def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
     """Load a named model, a ``.toml`` config, or a ``.keras``/``.h5`` model file.
@@ -311,9 +349,7 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
     if path is None:
         raise TypeError(f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}")
     if path.suffix.lower() in MODEL_SUFFIXES:
-        sidecar = path.with_name(path.name + ".toml")
-        config = _read_toml(sidecar) if sidecar.is_file() else {}
-        spec = _spec_from_config(config, sidecar if config else path, allowed=_SIDECAR_KEYS)
+        spec = sidecar_spec(path)
         model = _load_model_file(path, weights, unsafe)
     else:
         spec = get_spec(name_or_path)

@@ -10,23 +10,31 @@ similarities of every step, per method, as returned by ``sk.evaluate.randomizati
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-from collections.abc import Sequence
 
 import numpy as np
 
-DEFAULT_METHODS = ("gradient", "guided_backprop", "gradcam")
+from . import options as opt
+from .options import UsageError
+
 MAX_STEP_COLUMNS = 16  # a figure for a 100-layer model shows this many steps, evenly spaced
 
 
-def add_parser(subparsers) -> None:
-    """Add the ``sanity`` subcommand to ``subparsers`` (an ``argparse`` sub-parser action)."""
-    from .cli import add_model_options
+def default_methods() -> list[str]:
+    """From the declarations: the first plain gradient-like method (no options, unsigned), the
+    command line's default method, and the first CAM method."""
+    from .. import methods
 
-    parser = subparsers.add_parser(
-        "sanity",
+    declared = [methods.get(name) for name in methods.names()]
+    plain = next((m.name for m in declared if not m.options and not m.cam and not m.signed), None)
+    cam = next((m.name for m in declared if m.cam), None)
+    return list(dict.fromkeys(name for name in (plain, opt.DEFAULT_METHOD, cam) if name))
+
+
+def add_parser(subcommands, common) -> None:
+    """Add the ``sanity`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
+    parser = subcommands.add_parser(
+        "sanity", parents=[common],
         help="model-randomisation sanity check of saliency methods (figure + JSON)",
         description=(
             "Re-initialise the model's weighted layers (from the output down) and show how each "
@@ -34,50 +42,55 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("image", metavar="IMAGE", help="an image file")
-    add_model_options(parser)
+    opt.add_model_options(parser)
     parser.add_argument(
-        "--method", action="append", dest="methods", metavar="M",
-        help=f"a method to check (repeatable; default: {', '.join(DEFAULT_METHODS)})",
+        "--method", action="append", metavar="M",
+        help="a method to check (repeatable; default: a plain gradient, guided backprop and a CAM method)",
     )
-    parser.add_argument("--target", default="top1", metavar="T", help="topK, a class index or a class name (default: top1)")
-    parser.add_argument("--out", default="saliency_out", metavar="DIR", help="output directory (default: saliency_out)")
+    parser.add_argument("--target", default=opt.DEFAULT_TARGET, metavar="T",
+                        help="topK (any case), a class index or a class name, as for explain (default: top1)")
+    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
+                        help=f"output directory (default: {opt.DEFAULT_OUT})")
     parser.add_argument("--mode", choices=("cascading", "independent"), default="cascading",
                         help="re-initialise layers cumulatively from the output (default) or one at a time")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the re-initialisation (default: 0)")
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show the full traceback of an error")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
-    from .cli import UsageError, load_model_from_args
-    from .images import load_images
-    from .methods import names as method_names
-    from .render import save_png
+    from ..files import write_json
+    from ..images import ImageLoadError, load_images
+    from ..render import save_png
+    from .explain import with_model_defaults
 
-    methods = list(dict.fromkeys(args.methods or DEFAULT_METHODS))
-    unknown = [m for m in methods if m not in method_names()]
-    if unknown:
-        raise UsageError(f"unknown method {unknown[0]!r}; choose from: {', '.join(method_names())}")
-    model, spec = load_model_from_args(args)
+    if not os.path.isfile(args.image):
+        raise UsageError(f"no such file: {args.image}")
+    args.method = list(dict.fromkeys(args.method or default_methods()))
+    plan = opt.method_plan(args)
+    spec = opt.model_spec(args)
+    if spec is not None and spec.class_names:
+        opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
+    model, spec = opt.load_model_from_args(args)
+    print(opt.describe_model(args, model, spec), flush=True)
+    (kind, value), = opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
+    target = f"top{value}" if kind == "top" else value
+    plan = with_model_defaults(plan, model, spec)
     try:
-        targets = parse_target(args.target, spec.class_names)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    inputs, originals = load_images([args.image], spec)
-    batch_size = getattr(args, "batch_size", None) or 32
-    result = check_methods(
-        model, inputs, methods, targets,
-        mode=args.mode, seed=args.seed, batch_size=batch_size,
-    )
+        inputs, originals = load_images([args.image], spec)
+    except ImageLoadError as error:
+        raise UsageError(opt.message(error)) from error
+    result = {}
+    for method, options in plan:
+        result.update(check_methods(model, inputs, [method], target, mode=args.mode, seed=args.seed,
+                                    batch_size=args.batch_size, **options))
     stem = os.path.splitext(os.path.basename(args.image))[0]
     png = os.path.join(args.out, f"sanity_{stem}.png")
     fig = sanity_figure(originals[0], result, class_names=spec.class_names)
     save_png(fig, png, dpi=100)
     report = {
         "image": os.path.abspath(args.image),
-        "model": getattr(spec, "name", None),
+        "model": spec.name,
         "mode": args.mode,
         "seed": args.seed,
         "methods": {m: r["steps"] for m, r in result.items()},
@@ -93,29 +106,13 @@ def run(args) -> int:
     return 0
 
 
-def parse_target(text: str, class_names: Sequence[str] | None):
-    """``"top1"`` stays as it is; a class index or a class name becomes that index."""
-    if text.startswith("top"):
-        return text
-    names = list(class_names or [])
-    if text.lstrip("-").isdigit():
-        index = int(text)
-        if names and not 0 <= index < len(names):
-            raise ValueError(f"--target {index} is not a class index of this model (0..{len(names) - 1})")
-        return index
-    if text in names:
-        return names.index(text)
-    raise ValueError(f"--target must be topK, a class index or a class name; {text!r} is none of "
-                     f"those (classes: {', '.join(names) if names else 'unnamed'})")
-
-
 def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", seed=0, **options) -> dict:
     """Run the randomisation test for each method; keep the magnitude maps of the first input.
 
     Returns ``{method: {"maps": [S+1, H, W] (original first), "layers": [S] paths,
     "steps": [S] dicts as randomization_test returns, "target": int, "score": float}}``.
     """
-    from .evaluate import compare_maps, comparison_maps, iter_randomization
+    from ..evaluate import compare_maps, comparison_maps, iter_randomization
 
     result = {}
     for method in methods:
@@ -160,7 +157,8 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
     """
     from matplotlib.figure import Figure
 
-    from .render import METHOD_TITLES, heatmap
+    from .. import methods as registry
+    from ..render import heatmap
 
     methods = list(result)
     n_steps = max(len(r["layers"]) for r in result.values())
@@ -191,7 +189,7 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
                 continue
             ax.imshow(picture, interpolation="nearest")
             ax.set_title(title if rho is None else f"{title}\n\u03c1={rho:.2f}", fontsize=7)
-        axes[row, 0].set_ylabel(f"{METHOD_TITLES.get(method, method)}\n({target})", fontsize=8)
+        axes[row, 0].set_ylabel(f"{_title(registry, method)}\n({target})", fontsize=8)
     mode = result[methods[0]].get("mode", "cascading")
     fig.suptitle(
         f"{mode.capitalize()} randomisation: re-initialised layer \u2192 map (\u03c1 = Spearman |map| vs original)",
@@ -200,23 +198,8 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
     return fig
 
 
-def write_json(data, path: str) -> str:
-    """Write ``data`` as indented JSON atomically; NaN becomes ``null``."""
-    from .render import atomic_path
-
-    def clean(value):
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v) for v in value]
-        if isinstance(value, (float, np.floating)):
-            return None if not np.isfinite(value) else float(value)
-        if isinstance(value, np.integer):
-            return int(value)
-        return value
-
-    with atomic_path(path) as temp:
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(clean(data), handle, indent=2)
-            handle.write("\n")
-    return path
+def _title(registry, method: str) -> str:
+    try:
+        return registry.get(method).title
+    except ValueError:
+        return method

@@ -1,0 +1,36 @@
+# Two commands on a fresh clone; each sets itself up on first use.
+#   make run    explain the example shapes with the shipped model (writes saliency_out/)
+#   make test   run the test suite
+# The virtual environment (.venv) is created and the package installed into it the first time,
+# and again whenever pyproject.toml changes. `make clean` removes it.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+READY  := $(VENV)/.installed
+IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
+
+.PHONY: run test browser clean
+
+run: $(READY)
+	$(BIN)/saliency explain $(IMAGES)
+
+test: $(READY) browser
+	$(BIN)/python -m pytest -q
+
+$(READY): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test]"
+	touch $(READY)
+
+# The gallery's test drives a real headless Chromium. Installed from the system packages when
+# missing and we are root (as in CI); otherwise that one test says why it is skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "note: no chromium here (and not root): the gallery's browser test will be skipped"; fi
+
+clean:
+	rm -rf $(VENV)

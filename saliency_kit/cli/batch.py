@@ -1,0 +1,108 @@
+"""``saliency batch INPUT_DIR --out DIR``: explain every image under a folder (see
+:mod:`saliency_kit.pipeline` for the pipeline, the manifest, settings and resume)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import outputs, pipeline
+from . import options as opt
+from .explain import add_explain_options, check_before_loading, with_model_defaults
+from .options import UsageError
+
+
+def add_parser(subcommands, common) -> None:
+    parser = subcommands.add_parser(
+        "batch", parents=[common], help="explain every image under a folder",
+        description="Explain every image under INPUT_DIR (recursively). Outputs mirror the input "
+                    "folders under --out; manifest.jsonl gets one line per file written and one "
+                    "per unreadable input. Files are written atomically; a killed run can be "
+                    "continued with --resume.")
+    parser.add_argument("input_dir", metavar="INPUT_DIR")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    add_explain_options(parser)
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="take only shard I of N (0 <= I < N): a fixed split by file path, so N "
+                             "machines can share a folder; each writes manifest.shard-I-of-N.jsonl")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an earlier run into the same --out: skip complete images "
+                             "(refused if the model, its weights or config, or the options changed)")
+    parser.set_defaults(handler=run)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    import argparse
+
+    try:
+        return pipeline.parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
+
+
+def settings(args, plan, looks, fingerprint) -> dict:
+    """What ``settings.json`` records: everything that changes the files a run writes."""
+    return {"model": fingerprint, "methods": [[name, options] for name, options in plan],
+            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format,
+            "look": opt.look_settings(looks)}
+
+
+def run(args) -> int:
+    if not os.path.isdir(args.input_dir):
+        raise UsageError(f"INPUT_DIR {args.input_dir!r} is not a folder")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out!r} exists and is not a folder")
+    try:
+        plan_ = pipeline.plan_run(args.input_dir, args.out, shard=args.shard, resume=args.resume)
+    except (FileNotFoundError, pipeline.RunRefused) as error:
+        raise UsageError(opt.message(error)) from error
+    methods, _ = check_before_loading(args)
+    looks = opt.looks(args, methods)
+    try:
+        fingerprint = pipeline.model_fingerprint(args.model, args.weights)
+        pipeline.check_settings(args.out, settings(args, methods, looks, fingerprint))
+    except (FileNotFoundError, ValueError) as error:  # RunRefused is a ValueError
+        raise UsageError(opt.message(error)) from error
+
+    shard = f" (shard {args.shard[0]}/{args.shard[1]} of {len(plan_.everything)})" if args.shard else ""
+    print(f"saliency batch: {len(plan_.mine)} images{shard} under {args.input_dir}"
+          + (f", {len(plan_.skip)} already complete" if plan_.skip else ""), file=sys.stderr, flush=True)
+    if _nothing_left(args, plan_):
+        return 1 if plan_.failed_before else 0
+
+    model, spec = opt.load_model_from_args(args)
+    print(opt.describe_model(args, model, spec), flush=True)
+    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+    methods = with_model_defaults(methods, model, spec)
+    summary = pipeline.run(
+        input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
+        targets_for=opt.targets_for(parsed, model, args.batch_size), looks=looks,
+        batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
+    )
+    _report(summary, plan_.manifest.path)
+    return 1 if summary.failures else 0
+
+
+def _nothing_left(args, plan_) -> bool:
+    """A resume whose work left is at most files that failed before and still cannot be read
+    finishes here, without loading the model."""
+    todo = plan_.todo
+    if not args.resume or (todo and set(todo) - set(plan_.failed_before)):
+        return False
+    unreadable = pipeline.still_unreadable(args.input_dir, todo)
+    if set(unreadable) != set(todo):
+        return False
+    summary = pipeline.Summary(total=len(plan_.mine), skipped=len(plan_.skip),
+                               failures=sorted(unreadable.items()))
+    _report(summary, plan_.manifest.path)
+    return True
+
+
+def _report(summary, manifest_path: str) -> None:
+    rate = summary.explained / summary.seconds if summary.seconds > 0 else 0.0
+    print(f"saliency batch: {summary.explained} images explained, {summary.skipped} already complete, "
+          f"{len(summary.failures)} failed; {summary.files} files written in {summary.seconds:.1f} s "
+          f"({rate:.1f} images/s); manifest: {manifest_path}")
+    for path, text in summary.failures[:20]:
+        print(f"  failed: {text}" if path in text else f"  failed: {path}: {text}")
+    if len(summary.failures) > 20:
+        print(f"  ... and {len(summary.failures) - 20} more (see the manifest)")

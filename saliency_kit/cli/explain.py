@@ -1,0 +1,172 @@
+"""``saliency explain IMAGE...``: explain a few images; per image, method and class a heatmap and an
+overlay PNG (and/or an NPZ), one grid PNG per image, and ``manifest.jsonl`` in --out listing them
+as ``saliency batch`` does."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from .. import outputs
+from . import options as opt
+from .options import UsageError
+
+
+def add_parser(subcommands, common) -> None:
+    parser = subcommands.add_parser(
+        "explain", parents=[common], help="explain one or more images",
+        description="Explain images: per image, method and class a heatmap and an overlay PNG, plus "
+                    "one grid PNG per image; manifest.jsonl in --out lists every file.")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+    add_explain_options(parser)
+    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
+                        help=f"output folder (default: {opt.DEFAULT_OUT})")
+    parser.set_defaults(handler=run)
+
+
+def add_explain_options(parser) -> None:
+    """The options ``explain`` and ``batch`` share."""
+    opt.add_model_options(parser)
+    opt.add_method_options(parser)
+    opt.add_render_options(parser)
+
+
+def check_before_loading(args):
+    """What can be checked without TensorFlow: methods and their options, and the targets when
+    the model's config names its classes. Returns ``(plan, spec or None)``."""
+    plan = opt.method_plan(args)
+    spec = opt.model_spec(args)
+    if spec is not None and spec.class_names:
+        opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+    return plan, spec
+
+
+def with_model_defaults(plan, model, spec) -> list[tuple[str, dict]]:
+    """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take
+    one; a --layer the model lacks is a usage error naming the closest layers."""
+    from .. import methods
+
+    completed = []
+    for name, options in plan:
+        accepted = methods.get(name).accepted(options)
+        if "layer" in accepted:
+            if options.get("layer") is not None:
+                check_layer(model, options["layer"])
+            elif spec.gradcam_layer:
+                options = {**options, "layer": spec.gradcam_layer}
+        completed.append((name, options))
+    return completed
+
+
+def check_layer(model, name: str) -> None:
+    from ..targets import find_layer, layer_paths
+
+    try:
+        find_layer(model, name)
+    except ValueError as error:
+        paths = [path for path, _ in layer_paths(model)]
+        hint = opt.did_you_mean(name, paths + [p.split("/")[-1] for p in paths])
+        raise UsageError(f"--layer {name!r}: no such layer in model {model.name!r}{hint}"
+                         if "not in model" in str(error) else f"--layer: {opt.message(error)}") from error
+
+
+def run(args) -> int:
+    missing = [path for path in args.images if not os.path.isfile(path)]
+    if missing:
+        raise UsageError(f"no such file: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    plan, _ = check_before_loading(args)
+    formats = outputs.FORMATS[args.format]
+    looks = opt.looks(args, plan)
+
+    model, spec = opt.load_model_from_args(args)
+    print(opt.describe_model(args, model, spec), flush=True)
+    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+    plan = with_model_defaults(plan, model, spec)
+
+    from ..images import ImageLoadError, load_image
+
+    paths, inputs, originals, failures = [], [], [], []
+    for path in args.images:
+        try:
+            item, original = load_image(path, spec)
+        except ImageLoadError as error:  # reported, skipped, exit status 1
+            failures.append((path, opt.message(error)))
+            print(f"saliency explain: skipped {path}: {error.reason}", file=sys.stderr)
+            continue
+        paths.append(path)
+        inputs.append(item)
+        originals.append(original)
+    if not paths:
+        print(f"saliency explain: none of the {len(args.images)} images could be read", file=sys.stderr)
+        return 1
+    for note in opt.model_notes(args, spec, model, [o.shape[:2] for o in originals]):
+        print(note, file=sys.stderr)
+
+    import saliency_kit as sk
+
+    batch = np.stack(inputs)
+    logits = opt.model_scores(model, batch, args.batch_size)
+    targets = opt.targets_array(parsed, logits, len(batch))
+    explanations = [sk.explain(model, batch, name, targets, batch_size=args.batch_size, **options)
+                    for name, options in plan]
+    shown, label = _shown_scores(model, batch, logits, args.batch_size)
+
+    folders = outputs.explain_dirs(paths)
+    manifest = outputs.Manifest(os.path.join(args.out, outputs.MANIFEST))
+    lines = []
+    for row, path in enumerate(paths):
+        print(f"{path}: {label}: " + _top(shown[row], spec.class_names))
+        results = outputs.per_image(explanations, row, looks, "npz" in formats)
+        written = outputs.write_image_outputs(args.out, folders[path], originals[row], results,
+                                              spec.class_names, formats)
+        lines += outputs.manifest_lines(path, written)
+        files = [os.path.join(args.out, w.file) for w in written]
+        if "png" in formats:
+            files.append(_write_grid(args, explanations, row, path, originals[row], spec, folders[path], looks))
+        for file in files:
+            print(f"  wrote {file}")
+    manifest.replace_images(lines + [outputs.failure_line(path, error) for path, error in failures])
+    if failures:
+        print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _shown_scores(model, batch, logits, batch_size) -> tuple[np.ndarray, str]:
+    """What the header lists: the model's probabilities when its outputs are a softmax, otherwise
+    the logits the maps explain -- and words that say which."""
+    values = opt.model_scores(model, batch, batch_size, score="output")
+    if values.size and values.min() >= 0 and values.max() <= 1 and np.allclose(values.sum(axis=-1), 1.0, atol=1e-3):
+        return values, "top probabilities"
+    return logits, "top scores (logits)"
+
+
+def _top(values: np.ndarray, class_names, k: int = 5) -> str:
+    order = np.argsort(-values, kind="stable")[: min(k, values.size)]
+    return ", ".join(f"{outputs.class_name_of(class_names, int(i))} {values[i]:.3f}" for i in order)
+
+
+class _Row:
+    """Row ``row`` of an Explanation as :func:`saliency_kit.render.grid` reads it, each class once
+    (``--target top1 --target circle`` may name the same class twice)."""
+
+    def __init__(self, explanation, row: int):
+        targets = np.asarray(explanation.targets[row])
+        first = sorted({int(t): k for k, t in reversed(list(enumerate(targets.tolist())))}.values())
+        self.method = explanation.method
+        self.maps = np.asarray(explanation.maps[row])[first][np.newaxis]
+        self.targets = targets[first][np.newaxis]
+        self.scores = np.asarray(explanation.scores[row])[first][np.newaxis]
+
+
+def _write_grid(args, explanations, row, path, original, spec, folder, looks) -> str:
+    from .. import render
+
+    signs = {look.sign for look in looks.values()}
+    figure = render.grid([_Row(e, row) for e in explanations], [original], spec.class_names,
+                         sign=signs.pop() if len(signs) == 1 else "abs", cmap=args.cmap,
+                         clip_percentile=args.clip_percentile, alpha=args.alpha,
+                         row_labels=[os.path.basename(path)], score_name="logit")
+    return render.save_png(figure, os.path.join(args.out, folder, "grid.png"))
+

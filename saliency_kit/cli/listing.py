@@ -1,0 +1,34 @@
+"""``saliency models`` and ``saliency methods``: what is available, one line each, without
+importing TensorFlow (the method declarations and model configs are plain data)."""
+from __future__ import annotations
+
+
+def add_parser(subcommands, common) -> None:
+    models = subcommands.add_parser("models", parents=[common], help="list the named models")
+    models.set_defaults(handler=list_models)
+    methods = subcommands.add_parser("methods", parents=[common], help="list the attribution methods")
+    methods.set_defaults(handler=list_methods)
+
+
+def list_models(args) -> int:
+    from .. import zoo
+
+    names = [str(name) for name in zoo.list_models()]
+    width = max((len(name) for name in names), default=0)
+    for name in names:
+        try:
+            description = zoo.get_spec(name).description or ""
+        except (ValueError, FileNotFoundError) as error:  # a broken config is listed, with its problem
+            description = f"(config error: {' '.join(str(error).split())})"
+        print(f"{name:<{width}}  {description}".rstrip())
+    return 0
+
+
+def list_methods(args) -> int:
+    from .. import methods
+
+    entries = methods.describe()
+    width = max(len(name) for name, _ in entries)
+    for name, summary in entries:
+        print(f"{name:<{width}}  {summary}")
+    return 0

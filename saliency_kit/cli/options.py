@@ -1,0 +1,339 @@
+"""Options shared by the subcommands: the model, what to explain (methods, their options, targets),
+how maps are drawn, and the error every problem with them becomes (:class:`UsageError`).
+
+Every option a method declares (:mod:`saliency_kit.methods`) is a flag: option ``x_y`` is
+``--x-y``, typed from the declaration, and one flag serves every method declaring that option.
+Reading the declarations imports neither TensorFlow nor Keras, so building the parser and
+checking methods, their options and (for named models) class names is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import methods as method_registry
+from ..outputs import FORMATS, SIGNS, Look
+
+DEFAULT_MODEL = "shapes"
+DEFAULT_METHOD = "guided_backprop"
+DEFAULT_TARGET = "top1"
+DEFAULT_OUT = "saliency_out"
+OPTION_DEST = "method_option_"  # argparse dest prefix of a method option's flag
+
+
+class UsageError(Exception):
+    """A problem with what was asked (exit status 2), reported as one line."""
+
+
+def message(error: BaseException) -> str:
+    """An exception's message on one line (a KeyError without its quotes)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(str(text).split()) or type(error).__name__
+
+
+def did_you_mean(name: str, known: Sequence[str], *, n: int = 3) -> str:
+    """`` (did you mean 'a', 'b'?)`` with the closest few of ``known`` (case-insensitive), or ``""``."""
+    lowered = {str(k).lower(): str(k) for k in known}
+    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)
+    return f" (did you mean {', '.join(repr(lowered[c]) for c in close)}?)" if close else ""
+
+
+# ------------------------------------------------------------------------------ value types
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number; received {text!r}.") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number; received {text!r}.")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number; received {text!r}.") from None
+
+
+def _real(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 0.5; received {text!r}.") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number; received {text!r}.")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _real(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1; received {text!r}.")
+    return value
+
+
+def _percentile(text: str) -> float:
+    value = _real(text)
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentile in (0, 100]; received {text!r}.")
+    return value
+
+
+def _colormap(text: str) -> str:
+    from matplotlib import colormaps  # no TensorFlow; matplotlib's registry only
+
+    if text not in colormaps:
+        hint = did_you_mean(text, list(colormaps))
+        raise argparse.ArgumentTypeError(f"not a matplotlib colormap{hint}; received {text!r}.")
+    return text
+
+
+_FLAG_TYPES = {int: _whole, float: _real, str: str}
+
+
+# ------------------------------------------------------------------------------ the model
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --weights, --unsafe, --batch-size (used by every command that runs a model)."""
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME|PATH",
+                       help=f"a model name from 'saliency models', a .toml config or a .keras/.h5 file "
+                            f"(default: {DEFAULT_MODEL}, a small network trained on 64x64 shapes)")
+    group.add_argument("--weights", default=None, metavar="W",
+                       help="'imagenet' (Keras' cache), 'random', or a weights file (default: the model's own)")
+    group.add_argument("--unsafe", action="store_true",
+                       help="allow a .keras file to run arbitrary code when loaded (only for files you trust)")
+    group.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
+                       help="most model evaluations per compiled call, and images per batch (default: 32)")
+
+
+def model_spec(args):
+    """The model's spec from its config alone (no TensorFlow): ``None`` for a model file without a
+    sidecar config naming its classes. Problems -> :class:`UsageError`."""
+    from .. import zoo
+
+    path = str(args.model)
+    try:
+        if path.lower().endswith(zoo.MODEL_SUFFIXES):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"model file {path} does not exist")
+            return zoo.sidecar_spec(path)
+        return zoo.get_spec(path)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(message(error)) from error
+
+
+def load_model_from_args(args) -> tuple:
+    """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
+    (:mod:`.startup`); problems -> :class:`UsageError`."""
+    from .startup import BackendError, import_tensorflow
+
+    try:
+        import_tensorflow(debug=getattr(args, "debug", False))
+    except BackendError as error:
+        raise UsageError(message(error)) from error
+    import saliency_kit as sk
+
+    kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
+    if getattr(args, "weights", None) is not None:
+        kwargs["weights"] = args.weights
+    try:
+        return sk.load_model(args.model, **kwargs)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        # WeightsUnavailableError (no cached weights, no network) is a FileNotFoundError whose
+        # message already says where the file is expected and what to do.
+        raise UsageError(message(error)) from error
+
+
+def describe_model(args, model, spec) -> str:
+    """The first line of a command's output: which model explains, and what its scores are."""
+    where = f" ({args.model})" if str(args.model) != spec.name else ""
+    weights = f", weights {args.weights}" if args.weights else ""
+    size = "x".join(map(str, spec.input_size))
+    return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names)} classes"
+
+
+def model_notes(args, spec, model, image_sizes: Sequence[tuple[int, int]]) -> list[str]:
+    """One-line notes about silent defaults that may not be what the user wants."""
+    notes = []
+    if str(args.model) == DEFAULT_MODEL and any(tuple(size) != tuple(spec.input_size) for size in image_sizes):
+        notes.append(f"note: the default model '{DEFAULT_MODEL}' knows only {spec.input_size[0]}x"
+                     f"{spec.input_size[1]} pictures of five shapes; --model picks a real network "
+                     f"(see 'saliency models')")
+    path = str(args.model)
+    from .. import zoo
+
+    if path.lower().endswith(zoo.MODEL_SUFFIXES) and not os.path.isfile(path + ".toml") \
+            and len(spec.class_names) == 1000:
+        notes.append(f"note: {os.path.basename(path)} has 1,000 outputs and no sidecar config, so its "
+                     f"classes are shown as numbers; if it is an ImageNet model, write {path}.toml with "
+                     f"classes = \"package:imagenet_classes.txt\"")
+    return notes
+
+
+# ------------------------------------------------------------------------- methods, options
+def option_flags() -> dict[str, tuple]:
+    """``{option name: (Option, [methods declaring it])}`` over every registered method."""
+    flags: dict[str, tuple] = {}
+    for name in method_registry.names():
+        for option in method_registry.get(name).options:
+            flags.setdefault(option.name, (option, []))[1].append(name)
+    return flags
+
+
+def add_method_options(parser: argparse.ArgumentParser) -> None:
+    """--method, and one flag per declared method option."""
+    group = parser.add_argument_group("what to explain")
+    group.add_argument("--method", action="append", metavar="M",
+                       help=f"an attribution method from 'saliency methods'; repeat for several "
+                            f"(default: {DEFAULT_METHOD})")
+    group.add_argument("--target", action="append", metavar="T",
+                       help="topK (the K best classes, any case), a class index or a class name "
+                            f"(any case); repeat for several (default: {DEFAULT_TARGET})")
+    group = parser.add_argument_group("method options (each used only by the methods that take it)")
+    for name, (option, takers) in option_flags().items():
+        default = "the method's choice" if option.default is None else repr(option.default)
+        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')} (default: {default})"
+        kwargs = {"dest": OPTION_DEST + name, "default": None, "help": text.replace("%", "%%")}
+        if option.type is bool:
+            group.add_argument(option.flag, action=argparse.BooleanOptionalAction, **kwargs)
+        else:
+            group.add_argument(option.flag, type=_FLAG_TYPES[option.type], choices=option.choices,
+                               metavar=_metavar(option), **kwargs)
+
+
+def _metavar(option) -> str | None:
+    if option.choices is not None:
+        return None
+    return {int: "N", float: "F", str: "TEXT"}[option.type]
+
+
+def method_plan(args) -> list[tuple[str, dict]]:
+    """``[(method, options)]`` from --method and the option flags, each checked against the
+    declarations. Unknown methods, flags no chosen method takes, and values of the wrong type
+    or outside their choices are usage errors. No TensorFlow."""
+    chosen = list(dict.fromkeys(args.method or [DEFAULT_METHOD]))
+    known = method_registry.names()
+    for name in chosen:
+        if name not in known:
+            raise UsageError(f"unknown method {name!r}{did_you_mean(name, known)}; choose from: "
+                             f"{', '.join(known)}")
+    given = {key[len(OPTION_DEST):]: value for key, value in vars(args).items()
+             if key.startswith(OPTION_DEST) and value is not None}
+    plan, used = [], set()
+    for name in chosen:
+        method = method_registry.get(name)
+        accepted = method.accepted({k: v for k, v in given.items() if k == method.extends})
+        options = {k: v for k, v in given.items() if k in accepted}
+        used |= set(options)
+        try:
+            method.check_options(options)
+        except (TypeError, ValueError) as error:
+            raise UsageError(message(error)) from error
+        plan.append((name, options))
+    for option in sorted(set(given) - used):
+        takers = option_flags()[option][1]
+        flag = "--" + option.replace("_", "-")
+        raise UsageError(f"{flag} only applies to {', '.join(takers)}, which is not among the chosen "
+                         f"methods ({', '.join(chosen)})")
+    return plan
+
+
+# ------------------------------------------------------------------------------- targets
+def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int) -> list[tuple[str, int]]:
+    """--target values -> ``[("top", K) | ("class", index)]``, each read by the package's one target
+    parser (:func:`saliency_kit.targets.parse_targets`, the one ``sk.explain`` uses); bad values
+    are usage errors (the parser's message names the closest class names)."""
+    from ..targets import parse_targets as parse_one
+
+    parsed = []
+    for text in texts or [DEFAULT_TARGET]:
+        try:
+            spec = parse_one(text, 1, n_classes, class_names=class_names)
+        except ValueError as error:
+            raise UsageError(f"--target {text!r}: {message(error)}") from error
+        if spec.kind == "top":
+            parsed.append(("top", int(spec.k)))
+        else:
+            parsed.append(("class", int(np.asarray(spec.classes).reshape(-1)[0])))
+    return parsed
+
+
+def targets_array(parsed: Sequence[tuple[str, int]], scores: np.ndarray | None, count: int) -> np.ndarray:
+    """int ``[B, K]``: for each input the classes the parsed targets name, topK from ``scores``
+    (``[B, C]``, best first, ties in class order as ``sk.explain`` orders them)."""
+    columns = []
+    order = None if scores is None else np.argsort(-scores, axis=-1, kind="stable")
+    for kind, value in parsed:
+        columns.append(order[:, :value] if kind == "top" else np.full((count, 1), value))
+    return np.concatenate(columns, axis=1).astype(np.int64)
+
+
+def needs_scores(parsed) -> bool:
+    return any(kind == "top" for kind, _ in parsed)
+
+
+def targets_for(parsed, model, batch_size: int):
+    """A function ``inputs -> int [B, K]`` for one batch: the forward pass runs in the engine, only
+    when a topK target needs it, and once per batch whatever the number of methods."""
+    def resolve(inputs):
+        scores = model_scores(model, inputs, batch_size) if needs_scores(parsed) else None
+        return targets_array(parsed, scores, len(inputs))
+
+    return resolve
+
+
+def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np.ndarray:
+    """The model's scores ``[B, C]`` for ``inputs``, from the engine's compiled forward pass:
+    ``score="logits"`` the values ``sk.explain`` ranks and explains, ``"output"`` the outputs."""
+    from .. import engine
+
+    return engine.all_scores(model, inputs, score=score, batch_size=batch_size)
+
+
+# ------------------------------------------------------------------------------ rendering
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--format", choices=sorted(FORMATS), default="png",
+                       help="what to write per image, method and class: png = a heatmap PNG and an "
+                            "overlay PNG (plus a grid PNG per image with explain); npz = one NumPy .npz "
+                            "file holding the map, the attributions, class and score; both = the PNGs "
+                            "and the .npz (default: png)")
+    group.add_argument("--sign", choices=SIGNS, default=None,
+                       help="which part of a map to draw: abs (magnitude), positive (evidence for the "
+                            "class), negative (against), all (both, diverging colours around zero) "
+                            "(default: all for signed methods such as integrated_gradients, else abs)")
+    group.add_argument("--cmap", type=_colormap, default=None, metavar="NAME",
+                       help="a matplotlib colormap (default: inferno for abs, RdBu_r for all)")
+    group.add_argument("--alpha", type=_fraction, default=0.5, metavar="F",
+                       help="opacity of the heatmap in overlays, 0 to 1 (default: 0.5)")
+    group.add_argument("--clip-percentile", type=_percentile, default=99.0, metavar="P",
+                       help="maps are scaled so this percentile of |map| is full colour (default: 99)")
+
+
+def looks(args, plan) -> dict[str, Look]:
+    """How each method's maps are drawn: the rendering flags, the sign defaulting to the method's
+    declaration (signed methods diverging)."""
+    result = {}
+    for name, _ in plan:
+        sign = args.sign or ("all" if method_registry.get(name).signed else "abs")
+        result[name] = Look(sign=sign, cmap=args.cmap, alpha=args.alpha, clip_percentile=args.clip_percentile)
+    return result
+
+
+def look_settings(table: dict[str, Look]) -> dict:
+    return {name: vars(look).copy() for name, look in table.items()}
+
+
+def warn(command: str, text: str) -> None:
+    print(f"saliency {command}: {text}", file=sys.stderr)
+
+
+__all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
+           "np"]
