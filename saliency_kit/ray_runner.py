@@ -3,7 +3,7 @@
     saliency batch images/ --out /shared/maps --ray              # a local Ray instance, all cores
     saliency batch images/ --out /shared/maps --ray auto --workers 8 --gpus-per-worker 1
 
-Data flows one way, as in the local run (:mod:`saliency_kit.batch`)::
+Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
 
     driver: list files, skip complete ones (--resume), split the rest into chunks of
             --batch-images images, one Ray Data row per chunk
@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import dataclasses
+import functools
 import json
 import os
 import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import batch, render
+from . import outputs, pipeline
+from .files import remove_partials, write_atomic
 
 #: How to get the extra that provides Ray Data (printed when it is missing).
 INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
@@ -104,8 +107,8 @@ class Job:
     token: str  # its contents
     model: ModelSource
     methods: tuple  # ((name, options), ...)
-    targets_for_model: Callable  # model -> targets_for(inputs) (see batch.run)
-    explain: Callable | None  # as batch.run's ``explain``; None: sk.explain
+    targets_for_model: Callable  # model -> targets_for(inputs) (see pipeline.run)
+    looks: dict  # method -> outputs.Look
     batch_size: int
     formats: tuple
 
@@ -113,8 +116,6 @@ class Job:
 def check_visible(job: Job) -> str:
     """Raise :class:`OutputNotShared` unless this process sees the driver's probe in ``--out`` and
     ``INPUT_DIR``; returns this node's name for messages."""
-    import socket
-
     node = socket.gethostname()
     probe = os.path.join(job.out_dir, job.probe)
     try:
@@ -136,8 +137,8 @@ def check_visible(job: Job) -> str:
 class ChunkExplainer:
     """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
 
-    A call receives rows ``{"chunk": index, "paths": JSON [[image, its output folder], ...]}`` and returns
-    ``{"chunk": index, "results": JSON [[image, [output fields...] or error message], ...]}``.
+    A call receives rows ``{"chunk": index, "images": JSON [[image, its output folder], ...]}`` and
+    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}``.
     """
 
     def __init__(self, job: Job):
@@ -147,62 +148,49 @@ class ChunkExplainer:
         self.job = job
         self.model, self.spec = job.model.load()
         self.targets_for = job.targets_for_model(self.model)
-        if job.explain is None:
-            def explain(model, inputs, method, targets, batch_size, options):
-                import saliency_kit as sk
-
-                return sk.explain(model, inputs, method, targets, batch_size=batch_size, **options)
-
-            self.explain = explain
-        else:
-            self.explain = job.explain
 
     def __call__(self, rows: dict) -> dict:
-        results = [json.dumps(self.explain_chunk(json.loads(paths)), ensure_ascii=False)
-                   for paths in rows["paths"]]
+        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False)
+                   for images in rows["images"]]
         return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
 
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
-        """What the local loop does with one batch (see :func:`saliency_kit.batch.run`)."""
-        from .images import load_image
+        """What the local loop does with one batch (:func:`saliency_kit.pipeline.run`), through
+        the same functions: ``[(image, [Output fields] or error message)]``."""
+        from .images import ImageLoadError, load_image
 
         job = self.job
         folders = dict(chunk)
         for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write
-            batch.remove_partials(os.path.join(job.out_dir, folder))
+            remove_partials(os.path.join(job.out_dir, folder))
         good, inputs, originals, done = [], [], [], []
         for path in folders:
             file = os.path.join(job.input_dir, path)
             try:
                 item, original = load_image(file, self.spec)
-            except Exception as error:  # noqa: BLE001 - any unreadable file is reported, not fatal
+            except ImageLoadError as error:  # an unreadable file is reported, not fatal
                 # named as the driver names it, so that the message is the local run's
-                message = batch._one_line(error).replace(file, os.path.join(job.input_label, path))
-                done.append((path, message))
+                done.append((path, pipeline.one_line(error).replace(file, os.path.join(job.input_label, path))))
                 continue
             good.append(path)
             inputs.append(item)
             originals.append(original)
         if good:
-            stacked = np.stack(inputs)
-            targets = self.targets_for(stacked)
-            explained = [(name, self.explain(self.model, stacked, name, targets, job.batch_size, options))
-                         for name, options in job.methods]
-            items = []
-            for row, path in enumerate(good):
-                per_method = [(name, e.maps[row], e.targets[row], e.scores[row],
-                               e.attributions[row] if "npz" in job.formats else None) for name, e in explained]
-                items.append((path, folders[path], originals[row], per_method))
-            written = batch._write_batch(job.out_dir, items, self.spec.class_names, job.formats)
-            done.extend((path, outputs if isinstance(outputs, str) else [dataclasses.asdict(o) for o in outputs])
-                        for path, outputs in written)
+            explanations = pipeline.explain_batch(self.model, np.stack(inputs), job.methods, self.targets_for,
+                                                  job.batch_size)
+            items = [(path, folders[path], originals[row],
+                      outputs.per_image(explanations, row, job.looks, "npz" in job.formats))
+                     for row, path in enumerate(good)]
+            del explanations
+            for path, written in pipeline._write_batch(job.out_dir, items, self.spec.class_names, job.formats):
+                done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
         return done
 
 
 def _decode_results(text: str) -> list:
-    """A chunk's results as :func:`saliency_kit.batch._write_batch` returns them."""
-    return [(path, outputs if isinstance(outputs, str) else [batch.Output(**o) for o in outputs])
-            for path, outputs in json.loads(text)]
+    """A chunk's results as :func:`saliency_kit.pipeline._write_batch` returns them."""
+    return [(path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
+            for path, written in json.loads(text)]
 
 
 def connect(address: str | None, *, num_cpus: int | None = None):
@@ -256,75 +244,94 @@ def run(
     *,
     input_dir: str,
     out_dir: str,
-    relative_paths: Sequence[str],
-    folders: dict[str, str],
+    plan: pipeline.Plan,
     model: ModelSource,
     methods: Sequence[tuple[str, dict]],
     targets_for_model: Callable,
+    looks: dict,
     batch_size: int,
     formats: Sequence[str],
-    manifest: batch.Manifest,
-    skip: set[str] = frozenset(),
-    recorded: set[tuple[str, str]] = frozenset(),
-    explain=None,
     address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float = 0,
     batch_images: int | None = None,
     num_cpus: int | None = None,
     progress_stream=None,
-) -> batch.Summary:
-    """:func:`saliency_kit.batch.run` on Ray: the same files and manifest lines, computed by actors.
+) -> pipeline.Summary:
+    """:func:`saliency_kit.pipeline.run` on Ray Data: the same files and manifest lines, computed
+    by a pool of actors.
 
-    Arguments as :func:`saliency_kit.batch.run`, except ``model`` (a :class:`ModelSource` each
-    actor loads) and ``targets_for_model(model) -> targets_for``. ``address``: see :func:`connect`
+    Arguments as :func:`saliency_kit.pipeline.run`, except ``model`` (a :class:`ModelSource` each
+    actor loads) and ``targets_for_model(model) -> targets_for``, a function Ray can send to the
+    actors (module-level, or a ``functools.partial`` of one). ``address``: see :func:`connect`
     (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
     cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and ``gpus_per_worker`` GPUs
-    from Ray's scheduler. ``batch_images``: images per chunk (default ``batch_size``, which gives
-    the local run's batches exactly).
+    from Ray's scheduler. ``batch_images``: images per actor call (default ``batch_size``: the
+    local run's batches exactly). Raises :class:`OutputNotShared` if a node cannot see ``out_dir``.
     """
     batch_images = batch_images or batch_size
-    todo = [path for path in relative_paths if path not in skip]
-    summary = batch.Summary(total=len(relative_paths), skipped=len(relative_paths) - len(todo))
+    todo = plan.todo
+    summary = pipeline.Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     if not todo:
         return summary
-    chunks = [todo[i:i + batch_images] for i in range(0, len(todo), batch_images)]
+    chunks = [[(path, plan.folders[path]) for path in todo[i:i + batch_images]]
+              for i in range(0, len(todo), batch_images)]
     out_abs = os.path.abspath(out_dir)
-    token = secrets.token_hex(16)
+    os.makedirs(out_abs, exist_ok=True)
+    remove_stale_probes(out_abs)
+    token = f"{secrets.token_hex(16)} {socket.gethostname()} {os.getpid()}"
     probe = PROBE_PREFIX + token[:12]
-    render.write_atomic(os.path.join(out_abs, probe), token.encode())
-    job = Job(input_dir=os.path.abspath(input_dir), input_label=input_dir, out_dir=out_abs, probe=probe, token=token, model=model,
-              methods=tuple((name, dict(options)) for name, options in methods),
-              targets_for_model=targets_for_model, explain=explain, batch_size=batch_size,
+    write_atomic(os.path.join(out_abs, probe), token.encode())
+    job = Job(input_dir=os.path.abspath(input_dir), input_label=input_dir, out_dir=out_abs, probe=probe,
+              token=token, model=model, methods=tuple((name, dict(options)) for name, options in methods),
+              targets_for_model=targets_for_model, looks=dict(looks), batch_size=batch_size,
               formats=tuple(formats))
-    ray, started = connect(address, num_cpus=num_cpus)
     try:
-        check_nodes(ray, job)
-        size = workers or _default_workers(ray, gpus_per_worker)
-        dataset = _dataset(ray, [[(path, folders[path]) for path in chunk] for chunk in chunks], job, size,
-                           gpus_per_worker)
-        progress = batch.Progress(len(todo), stream=progress_stream)
-        start = time.monotonic()
-        received = set()
+        ray, started = connect(address, num_cpus=num_cpus)
         try:
-            for row in dataset.iter_rows():
-                index = int(row["chunk"])
-                if index in received:  # a retried chunk delivered twice: recorded once
-                    continue
-                received.add(index)
-                job_done = futures.Future()
-                job_done.set_result(_decode_results(row["results"]))
-                batch._finish((job_done, []), manifest, summary, progress, recorded)
-        except Exception as error:  # noqa: BLE001 - re-raised as the actors' own exception
-            raise _original(error) from None
+            check_nodes(ray, job)
+            size = workers or _default_workers(ray, gpus_per_worker)
+            dataset = _dataset(ray, chunks, job, size, gpus_per_worker)
+            progress = pipeline.Progress(len(todo), stream=progress_stream)
+            start = time.monotonic()
+            received = set()
+            try:
+                for row in dataset.iter_rows():
+                    index = int(row["chunk"])
+                    if index in received:  # a chunk delivered twice is recorded once
+                        continue
+                    received.add(index)
+                    written = futures.Future()
+                    written.set_result(_decode_results(row["results"]))
+                    pipeline._finish((written, []), plan, summary, progress)
+            except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped
+                raise _original(error) from None
+            finally:
+                progress.close()
+            summary.seconds = time.monotonic() - start
         finally:
-            progress.close()
-        summary.seconds = time.monotonic() - start
+            if started:
+                ray.shutdown()
     finally:
         with_suppressed_errors(os.remove, os.path.join(out_abs, probe))
-        if started:
-            ray.shutdown()
     return summary
+
+
+def remove_stale_probes(out_dir: str) -> None:
+    """Delete the probe files of drivers on this machine that are gone (killed before their cleanup)."""
+    host = socket.gethostname()
+    for name in os.listdir(out_dir):
+        if not name.startswith(PROBE_PREFIX):
+            continue
+        path = os.path.join(out_dir, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                _, probe_host, pid = handle.read().split()
+            os.kill(int(pid), 0) if probe_host == host else None
+        except ProcessLookupError:
+            with_suppressed_errors(os.remove, path)
+        except (OSError, ValueError):  # unreadable, or a live process of another user: leave it
+            pass
 
 
 def with_suppressed_errors(function, *args) -> None:
@@ -348,10 +355,22 @@ def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the driver shows its own
     context.print_on_execution_start = False
-    rows = [{"chunk": i, "paths": json.dumps(chunk, ensure_ascii=False)} for i, chunk in enumerate(chunks)]
+    rows = [{"chunk": i, "images": json.dumps(chunk, ensure_ascii=False)} for i, chunk in enumerate(chunks)]
     # One chunk per block, so that one task is one chunk: a retry redoes only the chunk that failed.
     dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
     return dataset.map_batches(
         ChunkExplainer, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1, num_gpus=gpus_per_worker or None,
     )
+
+
+def targets(parsed: Sequence[tuple[str, int]], batch_size: int) -> Callable:
+    """``targets_for_model`` for parsed ``--target`` values (``[("top", 1)]``, ``[("class", 3)]``):
+    what the command line resolves locally, in a form Ray can send to the actors."""
+    return functools.partial(_targets_for, tuple(parsed), batch_size)
+
+
+def _targets_for(parsed, batch_size: int, model):
+    from .cli.options import targets_for
+
+    return targets_for(parsed, model, batch_size)

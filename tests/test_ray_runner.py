@@ -1,0 +1,204 @@
+"""``saliency batch --ray`` (saliency_kit.ray_runner) on a real local Ray instance.
+
+One Ray instance (2 CPUs, small object store) serves the module and is shut down at its end. The
+reference is the local pipeline's run on the same images: the Ray run must write the same files,
+byte for byte, and the same manifest lines (order aside), also when an actor is killed mid-run and
+when the driver is killed and the run resumed. Skipped where the ``ray`` extra is not installed.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
+pytest.importorskip("ray.data")
+
+from saliency_kit import outputs, pipeline, ray_runner  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METHODS = [("guided_backprop", {}), ("smoothgrad", {"samples": 4, "seed": 7})]
+LOOKS = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
+TARGETS = [("top", 1)]
+BATCH = 4
+ACTOR_CLASS = "MapWorker(MapBatches(ChunkExplainer))"
+
+
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")  # never start a stray instance after shutdown
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance for the module (the runner joins it instead of starting its own), with
+    the dashboard, which serves Ray's state API (``ray.util.state``)."""
+    ray.init(num_cpus=2, include_dashboard=True, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
+             logging_level="ERROR", log_to_driver=False,
+             runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg",
+                                       "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}})
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """40 shapes images in 4 folders, plus an empty file and a file that is not an image."""
+    from PIL import Image
+
+    from saliency_kit.shapes import make_dataset
+
+    root = tmp_path_factory.mktemp("ray_in")
+    pictures, _, labels = make_dataset(40, seed=3)
+    for i, (picture, label) in enumerate(zip(pictures, labels)):
+        (root / f"part{i % 4}").mkdir(exist_ok=True)
+        Image.fromarray(picture).save(root / f"part{i % 4}" / f"img{i:03d}_{label}.png")
+    (root / "part1" / "empty.png").write_bytes(b"")
+    (root / "part2" / "broken.jpg").write_bytes(b"this is not a JPEG")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def local_run(images, tmp_path_factory):
+    """The local pipeline's run (the reference): ``out`` folder."""
+    import saliency_kit as sk
+
+    out = str(tmp_path_factory.mktemp("local_out"))
+    plan = pipeline.plan_run(images, out, shard=None, resume=False)
+    model, spec = sk.load_model("shapes")
+    summary = pipeline.run(input_dir=images, out_dir=out, plan=plan, model=model, spec=spec, methods=METHODS,
+                           targets_for=ray_runner.targets(TARGETS, BATCH)(model), looks=LOOKS,
+                           batch_size=BATCH, formats=("png",), write_processes=0)
+    assert summary.explained == 40 and len(summary.failures) == 2
+    return out
+
+
+def ray_run(images, out, *, resume=False, **options):
+    plan = pipeline.plan_run(images, out, shard=None, resume=resume)
+    return ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
+                          methods=METHODS, targets_for_model=ray_runner.targets(TARGETS, BATCH), looks=LOOKS,
+                          batch_size=BATCH, formats=("png",), workers=2, **options)
+
+
+def files_of(out):
+    """{relative path: bytes} of every file under ``out`` but the manifest."""
+    found = {}
+    for directory, _, names in os.walk(out):
+        for name in names:
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, out)
+            if relative != outputs.MANIFEST:
+                with open(path, "rb") as handle:
+                    found[relative] = handle.read()
+    return found
+
+
+def manifest_lines(out):
+    with open(os.path.join(out, outputs.MANIFEST), encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def assert_same_run(out, reference):
+    """Same files, byte for byte (no partial or probe files left), same manifest lines, each once."""
+    mine, theirs = files_of(out), files_of(reference)
+    assert sorted(mine) == sorted(theirs)
+    assert [f for f in mine if mine[f] != theirs[f]] == []
+    lines = [json.dumps(line, sort_keys=True) for line in manifest_lines(out)]
+    assert len(lines) == len(set(lines))  # nothing recorded twice
+    assert sorted(lines) == sorted(json.dumps(line, sort_keys=True) for line in manifest_lines(reference))
+
+
+def test_ray_run_writes_the_local_runs_files_and_manifest(cluster, images, local_run, tmp_path):
+    out = str(tmp_path / "out")
+    summary = ray_run(images, out)
+    assert (summary.explained, summary.files, len(summary.failures)) == (40, 160, 2)
+    assert sorted(summary.failures) == sorted(
+        (r["image"], r["error"]) for r in manifest_lines(local_run) if r["status"] == "failed")
+    assert_same_run(out, local_run)
+    # The seeded SmoothGrad maps differ from image to image (the comparison above means something).
+    heatmaps = [v for k, v in files_of(out).items() if k.endswith("heatmap.png") and "smoothgrad" in k]
+    assert len(set(heatmaps)) == 40
+
+
+def _chunks_recorded(out) -> int:
+    try:
+        return len({line["image"] for line in manifest_lines(out)})
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _explainer_pids():
+    from ray.util.state import list_actors
+
+    return [a.pid for a in list_actors(filters=[("class_name", "=", ACTOR_CLASS), ("state", "=", "ALIVE")],
+                                       detail=True) if a.pid]
+
+
+def test_a_killed_actor_is_replaced_and_every_output_is_written_once(cluster, images, local_run, tmp_path):
+    out = str(tmp_path / "out")
+    result, failure = {}, []
+
+    def drive():
+        try:
+            result["summary"] = ray_run(images, out)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            failure.append(error)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    deadline = time.monotonic() + 90
+    while _chunks_recorded(out) < BATCH and time.monotonic() < deadline and driver.is_alive():
+        time.sleep(0.05)  # until the actors are working: one chunk is recorded
+    pids = _explainer_pids()
+    assert pids, "no explainer actor alive"
+    os.kill(pids[0], signal.SIGKILL)
+    killed_at = _chunks_recorded(out)
+    driver.join(120)
+    assert not driver.is_alive() and not failure, failure
+    assert killed_at < 42  # the actor was killed before the end of the run
+    assert result["summary"].explained == 40
+    assert_same_run(out, local_run)
+
+
+DRIVER = """
+import sys
+from saliency_kit import outputs, pipeline, ray_runner
+images, out, address = sys.argv[1:4]
+plan = pipeline.plan_run(images, out, shard=None, resume=False)
+looks = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
+ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
+               methods=%r, targets_for_model=ray_runner.targets(%r, %d), looks=looks,
+               batch_size=%d, formats=("png",), workers=2, address=address)
+""" % (METHODS, TARGETS, BATCH, BATCH)
+
+
+def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, images, local_run, tmp_path):
+    out = str(tmp_path / "out")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, images, out, cluster], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while _chunks_recorded(out) < 2 * BATCH and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert driver.returncode == -signal.SIGKILL, driver.stderr.read().decode()[-2000:]
+    driver.stderr.close()
+
+    records = outputs.Manifest(os.path.join(out, outputs.MANIFEST)).read()
+    complete = outputs.complete_images(records, out)
+    assert 0 < len(complete) < 40
+    stamps = {f: os.stat(os.path.join(out, f)).st_mtime_ns for r in records if r["image"] in complete
+              for f in [r["file"]]}
+    time.sleep(0.05)
+    summary = ray_run(images, out, resume=True)
+    assert summary.skipped == len(complete)
+    assert summary.explained == 40 - len(complete)
+    # Nothing complete was written again.
+    assert {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in stamps} == stamps
+    assert_same_run(out, local_run)
