@@ -364,13 +364,27 @@ def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
     )
 
 
-def targets(parsed: Sequence[tuple[str, int]], batch_size: int) -> Callable:
-    """``targets_for_model`` for parsed ``--target`` values (``[("top", 1)]``, ``[("class", 3)]``):
-    what the command line resolves locally, in a form Ray can send to the actors."""
-    return functools.partial(_targets_for, tuple(parsed), batch_size)
+def targets(target_spec, batch_size: int) -> Callable:
+    """``targets_for_model`` for the command line's parsed ``--target`` values: what
+    :func:`saliency_kit.cli.options.targets_for` resolves locally, in a form Ray can send."""
+    return functools.partial(_targets_for, target_spec, batch_size)
 
 
-def _targets_for(parsed, batch_size: int, model):
+def _targets_for(target_spec, batch_size: int, model):
     from .cli.options import targets_for
 
-    return targets_for(parsed, model, batch_size)
+    return targets_for(target_spec, model, batch_size)
+
+
+def fixed_targets(value) -> Callable:
+    """``targets_for_model`` giving every batch the same ``targets`` argument of ``sk.explain``
+    (``"top1"``, a class index, ...), which the engine resolves."""
+    return functools.partial(_fixed_targets, value)
+
+
+def _fixed_targets(value, model):
+    return functools.partial(_same, value)
+
+
+def _same(value, inputs):
+    return value

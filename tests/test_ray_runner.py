@@ -24,7 +24,7 @@ from saliency_kit import outputs, pipeline, ray_runner  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = [("guided_backprop", {}), ("smoothgrad", {"samples": 4, "seed": 7})]
 LOOKS = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
-TARGETS = [("top", 1)]
+TARGETS = "top1"  # resolved by the engine, per batch
 BATCH = 4
 ACTOR_CLASS = "MapWorker(MapBatches(ChunkExplainer))"
 
@@ -72,7 +72,7 @@ def local_run(images, tmp_path_factory):
     plan = pipeline.plan_run(images, out, shard=None, resume=False)
     model, spec = sk.load_model("shapes")
     summary = pipeline.run(input_dir=images, out_dir=out, plan=plan, model=model, spec=spec, methods=METHODS,
-                           targets_for=ray_runner.targets(TARGETS, BATCH)(model), looks=LOOKS,
+                           targets_for=ray_runner.fixed_targets(TARGETS)(model), looks=LOOKS,
                            batch_size=BATCH, formats=("png",), write_processes=0)
     assert summary.explained == 40 and len(summary.failures) == 2
     return out
@@ -81,7 +81,7 @@ def local_run(images, tmp_path_factory):
 def ray_run(images, out, *, resume=False, **options):
     plan = pipeline.plan_run(images, out, shard=None, resume=resume)
     return ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
-                          methods=METHODS, targets_for_model=ray_runner.targets(TARGETS, BATCH), looks=LOOKS,
+                          methods=METHODS, targets_for_model=ray_runner.fixed_targets(TARGETS), looks=LOOKS,
                           batch_size=BATCH, formats=("png",), workers=2, **options)
 
 
@@ -172,9 +172,9 @@ images, out, address = sys.argv[1:4]
 plan = pipeline.plan_run(images, out, shard=None, resume=False)
 looks = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
 ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
-               methods=%r, targets_for_model=ray_runner.targets(%r, %d), looks=looks,
+               methods=%r, targets_for_model=ray_runner.fixed_targets(%r), looks=looks,
                batch_size=%d, formats=("png",), workers=2, address=address)
-""" % (METHODS, TARGETS, BATCH, BATCH)
+""" % (METHODS, TARGETS, BATCH)
 
 
 def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, images, local_run, tmp_path):

@@ -43,9 +43,9 @@ def _shard(text: str) -> tuple[int, int]:
 
 def settings(args, plan, looks, fingerprint) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
-    return {"model": fingerprint, "methods": [[name, options] for name, options in plan],
-            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format,
-            "look": opt.look_settings(looks)}
+    return {"model": fingerprint,
+            "methods": [[name, options, vars(looks[name]).copy()] for name, options in plan],
+            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format}
 
 
 def run(args) -> int:
@@ -74,18 +74,27 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
-    methods = with_model_defaults(methods, model, spec)
+    target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
+    methods = with_model_defaults(methods, spec)
+    opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     if args.ray is not None:
-        summary = ray_options.run(args, plan_, methods, parsed, looks)
+        summary = ray_options.run(args, plan_, methods, target_spec, looks)
     else:
         summary = pipeline.run(
             input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-            targets_for=opt.targets_for(parsed, model, args.batch_size), looks=looks,
+            targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
             batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
         )
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
+
+
+def _sample(model, spec):
+    """A blank input of the model's size, for the checks before work."""
+    import numpy as np
+
+    channels = model.input_shape[-1] if isinstance(model.input_shape, tuple) else 3
+    return np.zeros((1, *spec.input_size, channels or 3), np.float32)
 
 
 def _nothing_left(args, plan_) -> bool:

@@ -38,37 +38,20 @@ def check_before_loading(args):
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
     if spec is not None and spec.class_names:
-        opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
+        opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     return plan, spec
 
 
-def with_model_defaults(plan, model, spec) -> list[tuple[str, dict]]:
-    """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take
-    one; a --layer the model lacks is a usage error naming the closest layers."""
+def with_model_defaults(plan, spec) -> list[tuple[str, dict]]:
+    """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take one."""
     from .. import methods
 
     completed = []
     for name, options in plan:
-        accepted = methods.get(name).accepted(options)
-        if "layer" in accepted:
-            if options.get("layer") is not None:
-                check_layer(model, options["layer"])
-            elif spec.gradcam_layer:
-                options = {**options, "layer": spec.gradcam_layer}
+        if "layer" in methods.get(name).accepted(options) and options.get("layer") is None and spec.gradcam_layer:
+            options = {**options, "layer": spec.gradcam_layer}
         completed.append((name, options))
     return completed
-
-
-def check_layer(model, name: str) -> None:
-    from ..targets import find_layer, layer_paths
-
-    try:
-        find_layer(model, name)
-    except ValueError as error:
-        paths = [path for path, _ in layer_paths(model)]
-        hint = opt.did_you_mean(name, paths + [p.split("/")[-1] for p in paths])
-        raise UsageError(f"--layer {name!r}: no such layer in model {model.name!r}{hint}"
-                         if "not in model" in str(error) else f"--layer: {opt.message(error)}") from error
 
 
 def run(args) -> int:
@@ -81,8 +64,8 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    parsed = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
-    plan = with_model_defaults(plan, model, spec)
+    target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
+    plan = with_model_defaults(plan, spec)
 
     from ..images import ImageLoadError, load_image
 
@@ -102,12 +85,13 @@ def run(args) -> int:
         return 1
     for note in opt.model_notes(args, spec, model, [o.shape[:2] for o in originals]):
         print(note, file=sys.stderr)
+    opt.preflight(model, spec, np.stack(inputs[:1]), plan, args.batch_size)
 
     import saliency_kit as sk
 
     batch = np.stack(inputs)
     logits = opt.model_scores(model, batch, args.batch_size)
-    targets = opt.targets_array(parsed, logits, len(batch))
+    targets = _resolve(target_spec, logits)  # the logits ``sk.explain`` ranks topK by
     explanations = [sk.explain(model, batch, name, targets, batch_size=args.batch_size, **options)
                     for name, options in plan]
     shown, label = _shown_scores(model, batch, logits, args.batch_size)
@@ -131,6 +115,12 @@ def run(args) -> int:
         print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
         return 1
     return 0
+
+
+def _resolve(spec, scores):
+    from ..targets import resolve
+
+    return resolve(spec, scores)
 
 
 def _shown_scores(model, batch, logits, batch_size) -> tuple[np.ndarray, str]:

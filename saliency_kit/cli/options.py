@@ -129,15 +129,20 @@ def model_spec(args):
         raise UsageError(message(error)) from error
 
 
-def load_model_from_args(args) -> tuple:
-    """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
-    (:mod:`.startup`); problems -> :class:`UsageError`."""
+def start_tensorflow(debug: bool) -> None:
+    """Import TensorFlow quietly (see :mod:`.startup`); another Keras backend is a usage error."""
     from .startup import BackendError, import_tensorflow
 
     try:
-        import_tensorflow(debug=getattr(args, "debug", False))
+        import_tensorflow(debug)
     except BackendError as error:
         raise UsageError(message(error)) from error
+
+
+def load_model_from_args(args) -> tuple:
+    """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
+    (:mod:`.startup`); problems -> :class:`UsageError`."""
+    start_tensorflow(getattr(args, "debug", False))
     import saliency_kit as sk
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
@@ -245,46 +250,68 @@ def method_plan(args) -> list[tuple[str, dict]]:
     return plan
 
 
-# ------------------------------------------------------------------------------- targets
-def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int) -> list[tuple[str, int]]:
-    """--target values -> ``[("top", K) | ("class", index)]``, each read by the package's one target
-    parser (:func:`saliency_kit.targets.parse_targets`, the one ``sk.explain`` uses); bad values
-    are usage errors (the parser's message names the closest class names)."""
-    from ..targets import parse_targets as parse_one
+def preflight(model, spec, sample, plan, batch_size: int) -> None:
+    """Check each method's option values against the model and a sample input before any work,
+    with the method's own checks (its declared ``prepare``, the step ``sk.explain`` takes first):
+    a --layer the model lacks, a noise level below zero, a baseline of the wrong shape. Problems
+    are usage errors; anything raised later, while working, is not."""
+    from .. import engine, methods
 
-    parsed = []
+    for name, options in plan:
+        if options.get("layer") is not None:
+            check_layer(model, options["layer"])
+        method = methods.get(name)
+        try:
+            values = method.check_options(options)
+            if method.prepare is not None:
+                x = engine.check_inputs(model, sample)
+                request = methods.Request(model, x, None, "logits", batch_size,
+                                          default_layer=getattr(spec, "gradcam_layer", None))
+                method.prepare(request, values)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{name}: {message(error)}") from error
+
+
+def check_layer(model, name: str) -> None:
+    """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
+    from ..targets import find_layer, layer_paths
+
+    try:
+        find_layer(model, name)
+    except ValueError as error:
+        paths = [path for path, _ in layer_paths(model)]
+        if not any(path == name or path.split("/")[-1] == name for path in paths):
+            hint = did_you_mean(name, paths + sorted({p.split("/")[-1] for p in paths}))
+            raise UsageError(f"--layer {name!r}: model {model.name!r} has no such layer{hint}") from error
+        raise UsageError(f"--layer {name!r}: {message(error)}") from error
+
+
+# ------------------------------------------------------------------------------- targets
+def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, debug: bool = False):
+    """--target values -> one target spec, each value read by the package's one target parser
+    (:func:`saliency_kit.targets.parse_string`, as ``sk.explain`` reads a target string); bad
+    values are usage errors (the parser names the closest class names)."""
+    start_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
+    from .. import targets
+
+    specs = []
     for text in texts or [DEFAULT_TARGET]:
         try:
-            spec = parse_one(text, 1, n_classes, class_names=class_names)
-        except ValueError as error:
+            specs.append(targets.parse_string(text, n_classes, class_names))
+        except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
-        if spec.kind == "top":
-            parsed.append(("top", int(spec.k)))
-        else:
-            parsed.append(("class", int(np.asarray(spec.classes).reshape(-1)[0])))
-    return parsed
+    return targets.combine(specs)
 
 
-def targets_array(parsed: Sequence[tuple[str, int]], scores: np.ndarray | None, count: int) -> np.ndarray:
-    """int ``[B, K]``: for each input the classes the parsed targets name, topK from ``scores``
-    (``[B, C]``, best first, ties in class order as ``sk.explain`` orders them)."""
-    columns = []
-    order = None if scores is None else np.argsort(-scores, axis=-1, kind="stable")
-    for kind, value in parsed:
-        columns.append(order[:, :value] if kind == "top" else np.full((count, 1), value))
-    return np.concatenate(columns, axis=1).astype(np.int64)
-
-
-def needs_scores(parsed) -> bool:
-    return any(kind == "top" for kind, _ in parsed)
-
-
-def targets_for(parsed, model, batch_size: int):
+def targets_for(spec, model, batch_size: int):
     """A function ``inputs -> int [B, K]`` for one batch: the forward pass runs in the engine, only
     when a topK target needs it, and once per batch whatever the number of methods."""
+    from .. import targets
+
     def resolve(inputs):
-        scores = model_scores(model, inputs, batch_size) if needs_scores(parsed) else None
-        return targets_array(parsed, scores, len(inputs))
+        if spec.needs_scores:
+            return targets.resolve(spec, model_scores(model, inputs, batch_size))
+        return targets.resolve(spec, num_inputs=len(inputs))
 
     return resolve
 
@@ -327,13 +354,9 @@ def looks(args, plan) -> dict[str, Look]:
     return result
 
 
-def look_settings(table: dict[str, Look]) -> dict:
-    return {name: vars(look).copy() for name, look in table.items()}
-
-
 def warn(command: str, text: str) -> None:
     print(f"saliency {command}: {text}", file=sys.stderr)
 
 
 __all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
-           "np"]
+           "targets_for", "model_scores", "looks", "did_you_mean"]

@@ -57,13 +57,13 @@ def check(args) -> None:
         raise UsageError(str(error)) from None
 
 
-def run(args, plan, methods, parsed_targets, looks):
+def run(args, plan, methods, target_spec, looks):
     """The Ray runner with the command's settings; a node that cannot see --out is a usage error."""
     try:
         return ray_runner.run(
             input_dir=args.input_dir, out_dir=args.out, plan=plan,
             model=ray_runner.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
-            methods=methods, targets_for_model=ray_runner.targets(parsed_targets, args.batch_size), looks=looks,
+            methods=methods, targets_for_model=ray_runner.targets(target_spec, args.batch_size), looks=looks,
             batch_size=args.batch_size, formats=outputs.FORMATS[args.format], address=args.ray or None,
             workers=args.workers, gpus_per_worker=args.gpus_per_worker, batch_images=args.batch_images)
     except ray_runner.OutputNotShared as error:

@@ -70,16 +70,18 @@ def run(args) -> int:
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
     if spec is not None and spec.class_names:
-        opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
+        opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    (kind, value), = opt.parse_targets([args.target], spec.class_names, len(spec.class_names))
-    target = f"top{value}" if kind == "top" else value
-    plan = with_model_defaults(plan, model, spec)
+    target_spec = opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
+    (kind, value), = target_spec.parts
+    target = f"top{value}" if kind == "top" else int(value)
+    plan = with_model_defaults(plan, spec)
     try:
         inputs, originals = load_images([args.image], spec)
     except ImageLoadError as error:
         raise UsageError(opt.message(error)) from error
+    opt.preflight(model, spec, inputs, plan, args.batch_size)
     result = {}
     for method, options in plan:
         result.update(check_methods(model, inputs, [method], target, mode=args.mode, seed=args.seed,

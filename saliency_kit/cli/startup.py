@@ -62,6 +62,11 @@ def import_tensorflow(debug: bool = False) -> None:
     kept = [line for line in text.splitlines() if line.strip() and not is_noise(line)]
     if kept:
         print("\n".join(kept), file=sys.stderr)
+    import logging
+
+    import tensorflow as tf
+
+    tf.get_logger().setLevel(logging.ERROR)  # its Python-side notices (e.g. retracing) likewise
 
 
 __all__ = ["import_tensorflow", "is_noise", "BackendError"]
