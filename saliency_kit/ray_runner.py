@@ -134,6 +134,21 @@ def check_visible(job: Job) -> str:
     return node
 
 
+def _use_assigned_cpus() -> None:
+    """TensorFlow's thread pools sized to the CPUs Ray gave this actor, not to the whole machine
+    (actors sharing a node would otherwise each start a thread per core and compete)."""
+    import ray
+    import tensorflow as tf
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    if cpus:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(max(1, int(cpus)))
+            tf.config.threading.set_inter_op_parallelism_threads(max(1, int(cpus)))
+        except RuntimeError:  # TensorFlow already started in this process: keep its pools
+            pass
+
+
 class ChunkExplainer:
     """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
 
@@ -145,6 +160,7 @@ class ChunkExplainer:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         os.environ.setdefault("MPLBACKEND", "Agg")
         check_visible(job)
+        _use_assigned_cpus()
         self.job = job
         self.model, self.spec = job.model.load()
         self.targets_for = job.targets_for_model(self.model)

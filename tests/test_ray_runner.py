@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
