@@ -20,21 +20,21 @@ _NAMES = {
     "GuidedBackprop": "rules",
     "DeconvBackprop": "rules",
     "rewrite": "rewriting",
-    "explain": "attribution",
-    "jacobian": "attribution",
+    "explain": "api",
+    "jacobian": "api",
     "Explanation": "explanation",
     "load_model": "zoo",
     "list_models": "zoo",
     "ModelSpec": "zoo",
     "load_images": "images",
 }
-_SUBMODULES = ("gradients", "layers", "render", "evaluate")
+_SUBMODULES = ("gradients", "layers", "render", "evaluate", "methods")
 
 __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
-    from . import evaluate, gradients, layers, render
-    from .attribution import explain, jacobian
+    from . import evaluate, gradients, layers, methods, render
+    from .api import explain, jacobian
     from .explanation import Explanation
     from .images import load_images
     from .rewriting import rewrite

@@ -114,11 +114,13 @@ def iter_randomization(
     Yields ``(layer_path, explanation, randomized_paths)``: first ``(None, original, [])`` for the
     unchanged clone, then one tuple per step. Arguments as for :func:`randomization_test`.
     """
-    from .attribution import explain
+    from .api import explain
 
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-    if method == "smoothgrad" and method_options.get("seed") is None:
+    from .methods import get as get_method
+
+    if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
         method_options["seed"] = seed
     inputs = np.asarray(inputs)
 

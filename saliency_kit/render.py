@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import numpy as np
@@ -34,21 +34,54 @@ __all__ = ["normalize", "heatmap", "overlay", "grid", "save_png", "png_bytes", "
 #: (near-)white at zero, blue for negative and red for positive evidence.
 DEFAULT_CMAPS = {"abs": "inferno", "positive": "Reds", "negative": "Blues", "all": "RdBu_r"}
 
-#: Methods whose maps are coarse class-activation maps: shown on top of the image in a grid.
-CAM_METHODS = frozenset({"gradcam", "gradcam_plus_plus"})
+class _MethodTitles(Mapping):
+    """``{method name: display title}``, read from the method registry (``Method.title``)."""
 
-METHOD_TITLES = {
-    "gradient": "Gradient",
-    "gradient_x_input": "Gradient \u00d7 Input",
-    "guided_backprop": "Guided Backprop",
-    "deconvnet": "Deconvnet",
-    "integrated_gradients": "Integrated Gradients",
-    "smoothgrad": "SmoothGrad",
-    "gradcam": "Grad-CAM",
-    "gradcam_plus_plus": "Grad-CAM++",
-    "guided_gradcam": "Guided Grad-CAM",
-    "occlusion": "Occlusion",
-}
+    def __getitem__(self, name):
+        from .methods import get
+
+        try:
+            return get(name).title
+        except (ValueError, TypeError):
+            raise KeyError(name) from None
+
+    def __iter__(self):
+        from .methods import names
+
+        return iter(names())
+
+    def __len__(self):
+        from .methods import names
+
+        return len(names())
+
+
+class _CamMethods(Set):
+    """The methods whose maps are coarse class-activation maps (``Method.cam``): shown on top of
+    the image in a grid. Read from the method registry."""
+
+    def __contains__(self, name):
+        from .methods import get
+
+        try:
+            return get(name).cam
+        except (ValueError, TypeError):
+            return False
+
+    def __iter__(self):
+        from .methods import get, names
+
+        return (name for name in names() if get(name).cam)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+#: Methods whose maps are coarse class-activation maps, from the registry.
+CAM_METHODS = _CamMethods()
+
+#: Display title of every method, from the registry.
+METHOD_TITLES = _MethodTitles()
 
 
 # --------------------------------------------------------------------------------------------

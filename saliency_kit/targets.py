@@ -1,11 +1,18 @@
 """Targets and scores: which numbers the attributions explain.
 
-Two jobs live here, both pure bookkeeping with no gradients:
+Two jobs live here, with no model runs and no gradients:
 
-* **Targets** (:func:`resolve_targets`; :func:`parse_targets` then :func:`resolve_spec`): every
-  target form of API.md — an
-  ``int``, a sequence of ``B`` ints, an array ``[B, K]``, ``"topK"`` or a callable — checked
-  *before* any model evaluation and turned into an int array ``[B, K]``.
+* **Targets** — the one parser of target requests, used by ``sk.explain``, the command line and
+  ``saliency sanity`` alike: :func:`parse` (every form of API.md: an ``int``, a sequence of ``B``
+  ints or class names, an array ``[B, K]``, ``"topK"``, a class name, a callable),
+  :func:`parse_string` (one command-line ``--target``), :func:`combine` (several of them) and
+  :func:`resolve` (a spec and, for ``topK``, the scores → int ``[B, K]``). Everything is
+  checked *before* any model evaluation.
+
+  Strings: ``"topK"`` in any case (``"top1"``, ``"TOP5"``); a string of digits is a class
+  index; anything else is a class name, matched case-insensitively (an unknown name gets the
+  closest names in the message). A string of digits that is also the *name* of another class
+  is refused as ambiguous (the message gives the index of the class so named), never guessed.
 * **Scores** (:class:`ScoreView`): a callable ``view(x) -> [n, C]`` giving the values whose
   gradients we take: the logits behind a final softmax/sigmoid (``score="logits"``), the outputs
   as they are (``score="output"``), or ``score_fn(values)`` for a callable target. It can also
@@ -15,6 +22,8 @@ Two jobs live here, both pure bookkeeping with no gradients:
 """
 from __future__ import annotations
 
+import difflib
+import numbers
 import re
 import weakref
 from dataclasses import dataclass
@@ -25,9 +34,11 @@ import numpy as np
 
 __all__ = [
     "TargetSpec",
-    "parse_targets",
-    "resolve_targets",
-    "resolve_spec",
+    "parse",
+    "parse_string",
+    "combine",
+    "resolve",
+    "class_names_of",
     "score_columns",
     "ScoreView",
     "layer_paths",
@@ -43,113 +54,206 @@ _SQUASHERS = ("softmax", "sigmoid")
 # ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TargetSpec:
-    """A checked target request.
+    """A checked target request: ``parts`` in order, each ``("top", K)``, ``("class", index)``
+    (every input) or ``("classes", int array [B, k])``; or ``score_fn`` for a callable target.
 
-    ``kind`` is ``"classes"`` (``classes`` is int ``[B, K]``), ``"top"`` (``k`` classes chosen
-    per input from its scores) or ``"callable"`` (``score_fn(values) -> [B]`` or ``[B, K]``).
+    Resolved by :func:`resolve` to int ``[B, ΣK]``, the columns of the parts side by side.
     """
 
-    kind: str
-    classes: np.ndarray | None = None
-    k: int = 1
+    parts: tuple = ()
     score_fn: Callable | None = None
 
+    @property
+    def kind(self) -> str:
+        """``"callable"``, ``"top"`` (needs the scores), or ``"classes"``."""
+        if self.score_fn is not None:
+            return "callable"
+        return "top" if self.needs_scores else "classes"
 
-def parse_targets(targets, num_inputs: int, num_classes: int | None) -> TargetSpec:
+    @property
+    def needs_scores(self) -> bool:
+        """Whether resolving needs the scores of every class (a ``topK`` part)."""
+        return any(part[0] == "top" for part in self.parts)
+
+
+def class_names_of(class_names) -> list[str] | None:
+    """``class_names`` (a list of str, or a ``ModelSpec``) as a list, or ``None``."""
+    if class_names is None:
+        return None
+    names = getattr(class_names, "class_names", class_names)
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"class_names must be a list of str or a ModelSpec; received {class_names!r}.")
+    return list(names)
+
+
+def _top(text: str, k: int, num_classes: int) -> tuple:
+    if k < 1:
+        raise ValueError(f"targets string must look like 'top1' or 'top5' (K ≥ 1); received {text!r}.")
+    if k > num_classes:
+        raise ValueError(
+            f"targets={text!r} asks for {k} classes but the model has {num_classes}; use top1 ... "
+            f"top{num_classes}; received {text!r}."
+        )
+    return ("top", k)
+
+
+def _check_index(index: int, num_classes: int) -> int:
+    if not 0 <= index < num_classes:
+        raise ValueError(
+            f"target class {index} is out of range: the model has {num_classes} classes, so targets "
+            f"must lie in [0, {num_classes - 1}]; received {index}."
+        )
+    return index
+
+
+def _name_index(text: str, names: Sequence[str] | None) -> int:
+    """The index of the class called ``text`` (exactly, else case-insensitively)."""
+    if names:
+        if text in names:
+            return list(names).index(text)
+        lowered = [n.lower() for n in names]
+        key = text.strip().lower()
+        if lowered.count(key) == 1:
+            return lowered.index(key)
+        if lowered.count(key) > 1:
+            raise ValueError(f"class name {text!r} matches several classes when case is ignored; give its "
+                             f"exact spelling; received {text!r}.")
+        close = difflib.get_close_matches(key, lowered, n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(names[lowered.index(c)]) for c in close)}?" if close else ""
+        sample = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise ValueError(
+            f"targets string must look like 'top1' or 'top5', a class index or a class name "
+            f"(the classes are {sample}).{hint} Received {text!r}."
+        )
+    raise ValueError(
+        "targets string must look like 'top1' or 'top5' or a class index (this model has no class "
+        f"names; pass class_names= to use names); received {text!r}."
+    )
+
+
+def parse_string(text: str, num_classes: int, class_names=None) -> TargetSpec:
+    """One target string (a command-line ``--target``): ``"topK"`` in any case, a class index
+    (digits) or a class name (case-insensitive). ``ValueError`` saying what was expected."""
+    if not isinstance(text, str):
+        raise TypeError(f"a target string must be a str; received {text!r}.")
+    names = class_names_of(class_names)
+    stripped = text.strip()
+    match = re.fullmatch(r"top(\d+)", stripped, flags=re.IGNORECASE)
+    if match:
+        return TargetSpec((_top(text, int(match.group(1)), num_classes),))
+    if re.fullmatch(r"-?\d+", stripped):
+        index = int(stripped)
+        if names and stripped in names and names.index(stripped) != index:
+            raise ValueError(
+                f"target {text!r} is ambiguous: a string of digits is a class index, and {stripped!r} is "
+                f"also the name of class {names.index(stripped)}; give {names.index(stripped)} for that "
+                f"class, or the name of class {index} for class {index}; received {text!r}."
+            )
+        return TargetSpec((("class", _check_index(index, num_classes)),))
+    return TargetSpec((("class", _check_index(_name_index(text, names), num_classes)),))
+
+
+def combine(specs: Sequence[TargetSpec]) -> TargetSpec:
+    """Several specs side by side (``--target top2 --target star``): their columns in order."""
+    parts = tuple(part for spec in specs for part in spec.parts)
+    if any(spec.score_fn is not None for spec in specs) or not parts:
+        raise ValueError(f"combine takes one or more non-callable target specs; received {list(specs)!r}.")
+    return TargetSpec(parts)
+
+
+def parse(targets, num_inputs: int, num_classes: int | None, class_names=None) -> TargetSpec:
     """Check ``targets`` against ``num_inputs`` inputs and ``num_classes`` outputs.
 
-    Raises ``ValueError`` (saying what was expected and what was received) for out-of-range
-    classes, wrong lengths, non-integers, booleans and unknown strings. Nothing is evaluated.
-    ``num_classes`` may be ``None`` only for callable targets (models whose output is not
-    ``[B, C]``).
+    Every form of API.md: an ``int`` (every input), a sequence of ``num_inputs`` ints or class
+    names (one per input), an int array ``[B, K]``, a string (see :func:`parse_string`) or a
+    callable ``score_fn(values) -> [B] or [B, K]``. ``class_names``: a list of str or a
+    ``ModelSpec``. Raises ``TypeError`` for wrong types (booleans, floats, other objects) and
+    ``ValueError`` for wrong values (out of range, wrong length, unknown names), saying what was
+    expected and what was received. Nothing is evaluated. ``num_classes`` may be ``None`` only
+    for callable targets (models whose output is not ``[B, C]``).
     """
     if callable(targets) and not isinstance(targets, (str, bytes)):
-        return TargetSpec("callable", score_fn=targets)
+        return TargetSpec(score_fn=targets)
     if num_classes is None:
         raise ValueError(
             "class targets need a model whose output is [batch, classes]; this model's output "
-            "is not. Pass targets=score_fn, a callable returning a [B] or [B, K] score tensor."
+            "is not. Pass targets=score_fn, a callable returning a [B] or [B, K] score tensor; "
+            f"received {targets!r}."
         )
     if isinstance(targets, str):
-        match = re.fullmatch(r"top(\d+)", targets.strip().lower())
-        if not match or int(match.group(1)) < 1:
-            raise ValueError(
-                f"targets string must look like 'top1' or 'top5'; received {targets!r}."
-            )
-        k = int(match.group(1))
-        if k > num_classes:
-            raise ValueError(
-                f"targets={targets!r} asks for {k} classes but the model has {num_classes}."
-            )
-        return TargetSpec("top", k=k)
+        return parse_string(targets, num_classes, class_names)
     if isinstance(targets, (bool, np.bool_)):
-        raise ValueError(f"targets must be a class index, not a boolean ({targets!r}).")
-    if isinstance(targets, (int, np.integer)):
-        classes = np.full((num_inputs, 1), int(targets), dtype=np.int64)
-    else:
-        try:
-            array = np.asarray(targets)
-        except Exception as err:  # ragged lists and the like
-            raise ValueError(f"targets could not be read as an array: {err}") from None
-        if array.dtype == bool or not (
-            np.issubdtype(array.dtype, np.integer)
-            or (np.issubdtype(array.dtype, np.floating) and np.all(np.mod(array, 1) == 0))
-        ):
-            raise ValueError(
-                f"targets must hold integer class indices; received dtype {array.dtype}."
-            )
-        if array.ndim == 1:
-            array = array[:, None]
-        if array.ndim != 2 or array.shape[0] != num_inputs or array.shape[1] < 1:
-            raise ValueError(
-                f"targets must be an int, 'topK', a callable, a sequence of {num_inputs} ints "
-                f"(one per input) or an array [{num_inputs}, K]; received an array of shape "
-                f"{tuple(np.shape(targets))}."
-            )
-        classes = array.astype(np.int64)
+        raise TypeError(f"targets must be a class index, not a boolean; received {targets!r}.")
+    if isinstance(targets, numbers.Integral):
+        return TargetSpec((("class", _check_index(int(targets), num_classes)),))
+    if isinstance(targets, (numbers.Real, np.floating)):
+        raise TypeError(
+            f"targets must be an int class index (or 'topK', a class name, a sequence, an array or a "
+            f"callable), not a float; received {targets!r}."
+        )
+    if isinstance(targets, (list, tuple)) and targets and all(isinstance(t, str) for t in targets):
+        names = class_names_of(class_names)
+        if len(targets) != num_inputs:
+            raise ValueError(f"targets must name one class per input ({num_inputs}); received {len(targets)} names.")
+        indices = [parse_string(t, num_classes, names).parts[0] for t in targets]
+        if any(kind != "class" for kind, _ in indices):
+            raise ValueError(f"a sequence of targets holds one class per input, not 'topK'; received {targets!r}.")
+        return TargetSpec((("classes", np.array([[i] for _, i in indices], np.int64)),))
+    try:
+        array = np.asarray(targets)
+    except Exception as err:  # ragged lists and the like
+        raise ValueError(f"targets could not be read as an array ({err}); received {targets!r}.") from None
+    if array.dtype == object:
+        raise ValueError(f"targets could not be read as an array of class indices; received {targets!r}.")
+    if array.dtype == bool or not (
+        np.issubdtype(array.dtype, np.integer)
+        or (np.issubdtype(array.dtype, np.floating) and np.all(np.mod(array, 1) == 0))
+    ):
+        raise ValueError(f"targets must hold integer class indices; received dtype {array.dtype}.")
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2 or array.shape[0] != num_inputs or array.shape[1] < 1:
+        raise ValueError(
+            f"targets must be an int, 'topK', a class name, a callable, a sequence of {num_inputs} ints "
+            f"(one per input) or an array [{num_inputs}, K]; received an array of shape "
+            f"{tuple(np.shape(targets))}."
+        )
+    classes = array.astype(np.int64)
     bad = classes[(classes < 0) | (classes >= num_classes)]
     if bad.size:
-        raise ValueError(
-            f"target class {int(bad.flat[0])} is out of range: the model has {num_classes} "
-            f"classes, so targets must lie in [0, {num_classes - 1}]."
-        )
-    return TargetSpec("classes", classes=classes)
+        _check_index(int(bad.flat[0]), num_classes)
+    return TargetSpec((("classes", classes),))
 
 
-def resolve_targets(model, inputs, targets="top1", *, score="logits", batch_size=32) -> np.ndarray:
-    """Any target form of API.md for ``model`` and ``inputs`` as int ``[B, K]``.
-
-    ``"topK"`` costs one batched forward pass; a callable gives its column indices
-    ``arange(K)`` per row. Raises ``ValueError`` like :func:`saliency_kit.explain`.
-    """
-    from . import engine
-
-    x = engine.check_inputs(model, inputs)
-    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    columns = score_columns(model, score_fn)
-    spec = parse_targets(targets, len(x), columns)
-    values = None
-    if spec.kind == "top":
-        values = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    return resolve_spec(spec, values, columns, len(x))
-
-
-def resolve_spec(spec: TargetSpec, all_scores=None, num_columns: int | None = None,
-                 num_inputs: int | None = None) -> np.ndarray:
+def resolve(spec: TargetSpec, scores=None, num_inputs: int | None = None, num_columns: int | None = None) -> np.ndarray:
     """Turn a :class:`TargetSpec` into int ``[B, K]``.
 
-    ``all_scores`` ``[B, C]`` (the scores of every class) is needed for ``"top"`` targets; the
-    K best classes come first, best first. For callable targets the result is the column index
-    of ``score_fn``'s output, ``arange(num_columns)`` on each of ``num_inputs`` rows.
+    ``scores`` ``[B, C]`` (the scores of every class) are needed when the spec has a ``topK``
+    part: the K best classes, best first (ties in class order). ``num_inputs`` gives ``B`` when
+    there are no scores. For a callable spec the result is the column index of ``score_fn``'s
+    output, ``arange(num_columns)`` on each row.
     """
-    if spec.kind == "classes":
-        return spec.classes
-    if spec.kind == "top":
-        scores = np.asarray(all_scores)
+    if scores is not None:
+        num_inputs = len(scores)
+    if spec.score_fn is not None:
+        return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
+    if spec.needs_scores and scores is None:
+        raise ValueError("resolving 'topK' targets needs the scores of every class; received scores=None.")
+    order = None
+    if spec.needs_scores:
         # a stable sort keeps ties in class order, so the choice is reproducible
-        order = np.argsort(-scores.astype(np.float64), axis=1, kind="stable")
-        return order[:, : spec.k].astype(np.int64)
-    return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
+        order = np.argsort(-np.asarray(scores, np.float64), axis=1, kind="stable")
+    columns = []
+    for kind, value in spec.parts:
+        if kind == "top":
+            columns.append(order[:, :value])
+        elif kind == "class":
+            columns.append(np.full((num_inputs, 1), value))
+        else:
+            columns.append(value)
+    return np.concatenate(columns, axis=1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,13 +509,30 @@ class ScoreView:
         return values, activation
 
 
+def _single_output(model):
+    """The symbolic output of a single-output model (a subclassed one: traced from its build
+    shape), or ``None``."""
+    try:
+        outputs = model.outputs
+    except AttributeError:  # a subclassed model has no symbolic outputs
+        outputs = None
+    if outputs is None:
+        config = model.get_build_config() if getattr(model, "built", False) else None
+        shape = (config or {}).get("input_shape")
+        if shape is None:
+            return None
+        spec = model.compute_output_spec(keras.KerasTensor(tuple(shape), dtype=keras.config.floatx()))
+        outputs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    return outputs[0] if len(outputs) == 1 else None
+
+
 def score_columns(model, score_fn: Callable | None = None) -> int | None:
     """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
 
     ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A
     ``score_fn`` is traced symbolically (nothing runs) and must return ``[B]`` or ``[B, K]``.
     """
-    (output,) = model.outputs if len(model.outputs) == 1 else (None,)
+    output = _single_output(model)
     if score_fn is None:
         if output is None or len(output.shape) != 2 or output.shape[-1] is None:
             return None

@@ -12,21 +12,19 @@ import tensorflow as tf
 import saliency_kit as sk
 from saliency_kit import engine, methods
 
-CASES = [
-    ("gradient", {}),
-    ("gradient_x_input", {}),
-    ("guided_backprop", {}),
-    ("deconvnet", {}),
-    ("integrated_gradients", {"steps": 8}),
+# Small settings for the methods that take many evaluations; every registered method is in the
+# table (derived from the registry, a method registered from outside included), plus variants.
+SMALL = {
+    "integrated_gradients": {"steps": 8},
+    "smoothgrad": {"samples": 6, "seed": 3},
+    "occlusion": {"window": 4, "stride": 4},
+}
+VARIANTS = [
     ("integrated_gradients", {"steps": 5, "rule": "gausslegendre", "baseline": 0.5}),
-    ("smoothgrad", {"samples": 6, "seed": 3}),
     ("smoothgrad", {"samples": 5, "seed": 3, "base": "integrated_gradients", "steps": 3, "aggregate": "variance"}),
     ("smoothgrad", {"samples": 3, "seed": 4, "base": "guided_backprop", "aggregate": "square", "noise": 0.3}),
-    ("gradcam", {}),
-    ("gradcam_plus_plus", {}),
-    ("guided_gradcam", {}),
-    ("occlusion", {"window": 4, "stride": 4}),
 ]
+CASES = [(name, SMALL.get(name, {})) for name in methods.names()] + VARIANTS
 IDS = [f"{m}-{i}" for i, (m, _) in enumerate(CASES)]
 
 
@@ -57,7 +55,7 @@ def cnn():
 
 
 def test_every_method_is_in_the_table_and_described():
-    assert {m for m, _ in CASES} == set(methods.names())
+    assert {m for m, _ in CASES} == set(methods.names()) and len(methods.names()) >= 10
     described = dict(methods.describe())
     assert set(described) == set(methods.names()) and all(isinstance(s, str) and s for s in described.values())
 
@@ -72,7 +70,7 @@ def test_shapes_and_fields(cnn, method, options):
     assert expl.attributions.dtype == expl.maps.dtype == expl.scores.dtype == np.float32
     assert expl.targets.shape == (3, 2) and np.issubdtype(expl.targets.dtype, np.integer)
     assert expl.method == method and set(options) <= set(expl.options)
-    assert (expl.layer == "backbone/last_conv") == ("cam" in method)
+    assert (expl.layer == "backbone/last_conv") == ("layer" in methods.get(method).defaults)
     assert (expl.completeness_gap is not None) == (method == "integrated_gradients")
     np.testing.assert_allclose(expl.scores, engine.forward_scores(model, x, expl.targets), atol=1e-5)
     assert np.all(np.isfinite(expl.attributions)) and np.any(expl.attributions != 0)
@@ -121,7 +119,7 @@ def test_work_is_chunked_within_batch_size(cnn):
     assert engine.call_count() - calls == 3  # the path's ends give s(x) and s(x′) for free
     calls = engine.call_count()
     middle = sk.explain(model, x, "integrated_gradients", [[0, 1]] * 3, steps=8, batch_size=16, rule="riemann_middle")
-    assert engine.call_count() - calls == 3 + 2  # plus forward passes at x and at the baseline
+    assert engine.call_count() - calls == 3  # s(x) and s(x′) are forward passes inside the same calls
     np.testing.assert_allclose(trapezoid.scores, middle.scores, atol=1e-5)
     np.testing.assert_allclose(trapezoid.scores - trapezoid.attributions.reshape(3, 2, -1).sum(-1)
                                + trapezoid.completeness_gap,
@@ -300,9 +298,7 @@ def test_the_cache_does_not_keep_models_alive():
         ("smoothgrad", {"noise": -0.1}, "noise"),
         ("smoothgrad", {"aggregate": "max"}, "aggregate"),
         ("smoothgrad", {"base": "gradcam"}, "base"),
-        ("smoothgrad", {"seed": 1.5}, "seed"),
         ("smoothgrad", {"steps": 4}, "no option 'steps'"),
-        ("gradcam", {"layer": 3}, "layer"),
         ("guided_gradcam", {"layer": "dense"}, "4-D"),
         ("occlusion", {"window": (20, 2)}, "does not fit"),
         ("occlusion", {"window": (2, 2, 2, 2)}, "tuple of 2"),
@@ -313,5 +309,22 @@ def test_bad_options_raise_before_any_work(cnn, method, options, message):
     model, x = cnn
     calls = engine.call_count()
     with pytest.raises(ValueError, match=message):
+        sk.explain(model, x, method, "top1", **options)
+    assert engine.call_count() == calls
+
+
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        ("smoothgrad", {"seed": 1.5}, "'seed' must be int or None; received 1.5"),
+        ("gradcam", {"layer": 3}, "'layer' must be str or None; received 3"),
+        ("gradcam", {"relu": "no"}, "'relu' must be bool; received 'no'"),
+        ("integrated_gradients", {"steps": 2.5}, "'steps' must be int; received 2.5"),
+    ],
+)
+def test_options_of_the_wrong_type_are_type_errors_before_any_work(cnn, method, options, message):
+    model, x = cnn
+    calls = engine.call_count()
+    with pytest.raises(TypeError, match=message):
         sk.explain(model, x, method, "top1", **options)
     assert engine.call_count() == calls

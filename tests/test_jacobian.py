@@ -95,7 +95,7 @@ def test_the_vectorised_gpu_path_agrees_with_the_cpu_loop(cnn, monkeypatch, meth
     targets = np.array([[0, 3, 6]] * len(x))
     looped = sk.explain(model, x, method, targets).attributions
     engine.clear_cache()
-    monkeypatch.setattr(engine, "_vectorise_classes", lambda model: True)
+    monkeypatch.setattr(engine.tf, "vectorise_classes", lambda model: True)
     vectorised = sk.explain(model, x, method, targets).attributions
     engine.clear_cache()
     np.testing.assert_allclose(vectorised, looped, rtol=1e-5, atol=1e-6)

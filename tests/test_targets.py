@@ -6,7 +6,8 @@ import tensorflow as tf
 
 import saliency_kit as sk
 from saliency_kit import engine
-from saliency_kit.targets import parse_targets, resolve_spec, resolve_targets, score_columns
+from saliency_kit.api import resolve_targets
+from saliency_kit.targets import parse, resolve, score_columns
 
 B, F, C = 4, 5, 3
 
@@ -33,14 +34,14 @@ def linear():
     ],
 )
 def test_class_targets(targets, expected):
-    spec = parse_targets(targets, B, C)
-    np.testing.assert_array_equal(resolve_spec(spec), expected)
+    spec = parse(targets, B, C)
+    np.testing.assert_array_equal(resolve(spec, num_inputs=B), expected)
 
 
 def test_top_k_is_best_first():
     scores = np.array([[0.1, 0.7, 0.2], [3.0, -1.0, 2.0]])
-    spec = parse_targets("top2", 2, C)
-    np.testing.assert_array_equal(resolve_spec(spec, scores), [[1, 2], [0, 2]])
+    spec = parse("top2", 2, C)
+    np.testing.assert_array_equal(resolve(spec, scores), [[1, 2], [0, 2]])
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,6 @@ def test_top_k_is_best_first():
         (-1, "out of range"),
         ([0, 1], "sequence of 4 ints"),
         ([0, 1, 2, 9], "out of range"),
-        (True, "boolean"),
         ([0.5, 1, 1, 1], "integer"),
         (np.zeros((B, 1, 1), int), "array"),
         (np.zeros((B + 1, 2), int), "array"),
@@ -66,6 +66,14 @@ def test_bad_targets_raise_before_any_work(linear, targets, message):
     with pytest.raises(ValueError, match=message):
         sk.explain(model, x, "gradient", targets)
     assert engine.call_count() == calls  # nothing was evaluated
+
+
+def test_a_boolean_or_float_target_is_a_type_error(linear):
+    model, x = linear
+    with pytest.raises(TypeError, match="not a boolean; received True"):
+        sk.explain(model, x, "gradient", True)
+    with pytest.raises(TypeError, match="not a float; received 2.0"):
+        sk.explain(model, x, "gradient", 2.0)
 
 
 def test_callable_target_shape_is_checked_symbolically(linear):
@@ -94,7 +102,7 @@ def test_top_k_targets_follow_the_model(linear):
     expl = sk.explain(model, x, "gradient", "top3")
     probabilities = model.predict(x, verbose=0)
     np.testing.assert_array_equal(expl.targets, np.argsort(-probabilities, axis=1))
-    np.testing.assert_array_equal(resolve_targets(model, x, "top3"), expl.targets)
+    np.testing.assert_array_equal(resolve_targets(model, engine.check_inputs(model, x), "top3"), expl.targets)
     np.testing.assert_array_equal(resolve_targets(model, x, [2, 1, 0, 2]), [[2], [1], [0], [2]])
     np.testing.assert_array_equal(resolve_targets(model, x, lambda z: z[:, :2]), [[0, 1]] * B)
     w, b = model.get_layer("dense").kernel.numpy(), model.get_layer("dense").bias.numpy()
@@ -178,7 +186,7 @@ def test_bad_score_and_inputs(linear):
         sk.explain(model, x, score="probabilities")
     with pytest.raises(ValueError, match=r"shape \[B, 5\]"):
         sk.explain(model, x[:, :4])
-    with pytest.raises(ValueError, match="floating point"):
+    with pytest.raises(TypeError, match="floating point"):
         sk.explain(model, (x * 100).astype(np.uint8))
     with pytest.raises(ValueError, match="unknown method"):
         sk.explain(model, x, "saliency")

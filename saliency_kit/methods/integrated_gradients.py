@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import engine
-from ._base import Method, Request, Result, check_choice, check_positive_int, reduce_map, register
-from .gradients import RECIPES, Recipe
+from .base import Option, register
 
 RULES = ("riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle", "gausslegendre")
 
@@ -22,8 +20,12 @@ def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
     intervals, weight ``1/steps`` each. Trapezoid: ``steps`` evenly spaced points including both
     ends (``steps ≥ 2``), end weights halved. Gauss–Legendre: the Legendre nodes mapped to [0, 1].
     """
-    check_choice("rule", rule, RULES)
-    steps = check_positive_int("steps", steps)
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))}; received {rule!r}.")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise TypeError(f"steps must be a positive int; received {steps!r}.")
+    if steps < 1:
+        raise ValueError(f"steps must be a positive int; received {steps!r}.")
     if rule == "riemann_trapezoid":
         if steps < 2:
             raise ValueError("rule='riemann_trapezoid' needs steps >= 2; received steps=1.")
@@ -40,52 +42,61 @@ def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
     return alphas, weights
 
 
-def _baseline(request: Request, baseline) -> np.ndarray:
-    shape = request.inputs.shape[1:]
+def baseline_array(baseline, inputs) -> np.ndarray:
+    """``baseline`` broadcast to one input of ``inputs [B, ...]``, in its dtype; finite."""
+    shape = inputs.shape[1:]
     try:
-        value = np.asarray(baseline, dtype=np.float64)
-        value = np.broadcast_to(value, shape)
+        value = np.broadcast_to(np.asarray(baseline, dtype=np.float64), shape)
     except (ValueError, TypeError):
         raise ValueError(
             f"baseline must be a number or an array broadcastable to one input {shape}; "
             f"received {np.shape(baseline)}."
         ) from None
-    return value.astype(request.inputs.dtype)
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"baseline must be finite; received one with NaN or infinite values ({np.ravel(baseline)[:4]}...).")
+    return np.ascontiguousarray(value.astype(inputs.dtype))
 
 
-def recipe(request: Request, options: dict) -> Recipe:
-    alphas, weights = quadrature(options["rule"], options["steps"])
-    plan = engine.GradientPlan(alphas=tuple(alphas), weights=tuple(weights), multiply="path")
-    return Recipe(plan, None, _baseline(request, options["baseline"]), "sum")
+def prepare(request, options: dict) -> dict:
+    quadrature(options["rule"], options["steps"])
+    return {**options, "baseline": baseline_array(options["baseline"], request.inputs)}
 
 
-def compute(request: Request, **options) -> Result:
-    plan = recipe(request, options)
-    attributions, scores, at_baseline = engine.gradients(
-        request.model, request.inputs, request.targets, plan.plan, baseline=plan.baseline, **request.view_args
-    )
-    result = Result(attributions, reduce_map(attributions, plan.reduction), scores, options)
-    if at_baseline is None:  # the rule's points exclude α = 0: one forward pass of the baseline
-        baseline = plan.baseline[None]
-        at_baseline = engine.all_scores(request.model, baseline, **request.view_args)[0][request.targets]
-    change = result.scores - at_baseline
-    total = result.attributions.reshape(*result.attributions.shape[:2], -1).sum(axis=-1, dtype=np.float64)
-    result.completeness_gap = (total - change).astype(np.float32)
-    return result
-
-
-def check(request: Request, **options) -> None:
-    recipe(request, options)
-
-
-register(
-    Method(
-        "integrated_gradients",
-        "(x − baseline) × path-averaged gradient (Sundararajan et al. 2017), with completeness_gap; "
-        "map: sum over the last axis",
-        compute,
-        defaults={"steps": 50, "baseline": 0.0, "rule": "riemann_trapezoid"},
-        check=check,
-    )
+@register(
+    "integrated_gradients",
+    title="Integrated Gradients",
+    summary="(x − baseline) × path-averaged gradient (Sundararajan et al. 2017), with completeness_gap; "
+            "map: sum over the last axis",
+    options=[
+        Option("steps", 50, help="points on the path from the baseline to the input"),
+        Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
+        Option("rule", "riemann_trapezoid", choices=RULES, help="quadrature rule of the path integral"),
+    ],
+    reduce="sum",
+    signed=True,
+    prepare=prepare,
+    cost=lambda options: options["steps"],
 )
-RECIPES["integrated_gradients"] = recipe
+def integrated_gradients(ctx, steps, baseline, rule):
+    from keras import ops
+
+    alphas, weights = quadrature(rule, steps)
+    ends = np.stack([alphas == 1.0, alphas == 0.0], axis=-1).astype(np.float32)  # [steps, 2]
+    x = ctx.inputs
+    delta = x - baseline  # [n, *input]
+    ones = [1] * len(ctx.shape)
+
+    def along_path(i):  # points i of the path [m] -> weighted gradients [n, m, K, *input]
+        a = ops.reshape(ops.cast(ops.take(alphas, i), x.dtype), [1, -1, *ones])
+        w = ops.reshape(ops.cast(ops.take(weights, i), x.dtype), [1, -1, 1, *ones])
+        scores, g = ctx.gradients(baseline + a * delta[:, None], with_scores=True)  # [n, m, K], ...
+        at_ends = scores[..., None] * ops.reshape(ops.take(ends, i, axis=0), [1, -1, 1, 2])
+        return w * g, at_ends  # the scores where α = 1 and α = 0 come free with the path
+
+    path, at_ends = ctx.sum(steps, along_path)
+    attributions = delta[:, None] * path  # [n, K, *input]
+    at_input = at_ends[..., 0] if ends[:, 0].any() else ctx.scores(x)
+    at_baseline = at_ends[..., 1] if ends[:, 1].any() else ctx.scores(baseline + 0 * x)
+    total = ops.sum(ops.reshape(ops.cast(attributions, "float64"), [*attributions.shape[:2], -1]), axis=-1)
+    gap = total - ops.cast(at_input - at_baseline, "float64")  # Σ a − (s(x) − s(x′))
+    return {"attributions": attributions, "completeness_gap": gap, "scores": at_input}

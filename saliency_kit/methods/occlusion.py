@@ -8,7 +8,7 @@ Each element's attribution is the mean score drop over the windows that cover it
 window covers get 0). Defaults: a window of about 1/8 of each slid axis (at least 1), stride half
 the window; tabular: window 1, stride 1. ``window``/``stride`` may be an int (every slid axis),
 a tuple over the slid axes, or a tuple over all axes of one input (to slide over channels too).
-Only forward passes are needed: batched and compiled through ``engine.all_scores``.
+Only forward passes are needed, batched inside the compiled kernel.
 Map: mean over the last axis (for the default windows every channel holds the same value).
 """
 from __future__ import annotations
@@ -17,11 +17,7 @@ import itertools
 
 import numpy as np
 
-from .. import engine
-from ._base import Method, Request, Result, reduce_map, register
-
-DEFAULTS = {"window": None, "stride": None, "value": 0.0}
-
+from .base import Option, register
 
 def _per_axis(name, value, shape, slid, default):
     """``value`` as one size per axis of one input (``len(shape)``)."""
@@ -70,52 +66,63 @@ def windows(shape, window=None, stride=None):
     return [tuple(slice(b, b + w) for b, w in zip(corner, size)) for corner in itertools.product(*starts)]
 
 
-def _fill_and_windows(request: Request, options: dict):
+def _sizes(value):
+    return value if value is None or isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
+
+
+
+def prepare(request, options: dict) -> dict:
     shape = request.inputs.shape[1:]
     try:
         fill = np.broadcast_to(np.asarray(options["value"], dtype=request.inputs.dtype), shape)
     except (ValueError, TypeError):
-        raise ValueError(f"value must be a number or an array broadcastable to {shape}.") from None
-    return fill, windows(shape, options["window"], options["stride"])
+        raise ValueError(
+            f"value must be a number or an array broadcastable to one input {shape}; received {np.shape(options['value'])}."
+        ) from None
+    window, stride = _sizes(options["window"]), _sizes(options["stride"])
+    regions = windows(shape, window, stride)
+    return {**options, "window": window, "stride": stride, "value": np.ascontiguousarray(fill), "windows": len(regions)}
 
 
-def check(request: Request, **options) -> None:
-    _fill_and_windows(request, options)
+@register(
+    "occlusion",
+    title="Occlusion",
+    summary="score drop when a sliding window is replaced by a value (Zeiler & Fergus 2014); "
+            "map: mean over the last axis",
+    options=[
+        Option("window", None, type=int, array=True, help="window size (int, or one per axis); default about 1/8 of each axis"),
+        Option("stride", None, type=int, array=True, help="step between windows; default half the window"),
+        Option("value", 0.0, array=True, help="what a window is replaced by"),
+    ],
+    reduce="mean",
+    signed=True,
+    prepare=prepare,
+    cost=lambda options: options["windows"],
+)
+def occlusion(ctx, window, stride, value, **resolved):
+    from keras import ops
 
-
-def compute(request: Request, **options) -> Result:
-    x, targets = request.inputs, request.targets
-    shape = x.shape[1:]
-    fill, regions = _fill_and_windows(request, options)
-    base = engine.all_scores(request.model, x, **request.view_args)
-    scores = np.take_along_axis(base, targets, axis=1)
-    total = np.zeros((*targets.shape, *shape), np.float64)
-    count = np.zeros(shape, np.float64)
+    shape = ctx.shape
+    regions = windows(shape, window, stride)
+    corners = np.array([[s.start for s in region] for region in regions], np.int32)  # [P, rank]
+    size = [s.stop - s.start for s in regions[0]]
+    count = np.zeros(shape, np.float32)
     for region in regions:
         count[region] += 1
-    per_block = max(1, (4 * request.batch_size) // len(x))
-    for p0 in range(0, len(regions), per_block):
-        block = regions[p0 : p0 + per_block]
-        occluded = np.repeat(x[:, None], len(block), axis=1)  # [B, P, ...]
-        for j, region in enumerate(block):
-            occluded[(slice(None), j, *region)] = fill[region]
-        values = engine.all_scores(request.model, occluded.reshape(-1, *shape), **request.view_args)
-        values = values.reshape(len(x), len(block), -1)
-        drops = scores[:, None] - np.take_along_axis(values, targets[:, None], axis=2)  # [B, P, K]
-        for j, region in enumerate(block):
-            total[(slice(None), slice(None), *region)] += drops[:, j][(...,) + (None,) * len(shape)]
-    attributions = (total / np.maximum(count, 1)).astype(np.float32)
-    resolved = {**options, "windows": len(regions)}
-    return Result(attributions, reduce_map(attributions, "mean"), scores, resolved)
+    x = ctx.inputs
+    scores = ctx.scores(x)  # [n, K]
+    ones = [1] * len(shape)
 
+    def occlude(i):  # windows i, [m] -> score drops spread over each window, [n, m, K, *input]
+        starts = ops.take(corners, i, axis=0)  # [m, rank]
+        inside = None
+        for axis, (length, width) in enumerate(zip(shape, size)):
+            position = ops.reshape(ops.arange(length, dtype="int32"), [1] * (axis + 1) + [length] + [1] * (len(shape) - axis - 1))
+            start = ops.reshape(starts[:, axis], [-1, *ones])
+            here = ops.logical_and(position >= start, position < start + width)
+            inside = here if inside is None else ops.logical_and(inside, here)
+        occluded = ops.where(inside[None], value, x[:, None])  # [n, m, *input]
+        drops = scores[:, None] - ctx.scores(occluded)  # [n, m, K]
+        return ops.reshape(drops, [*drops.shape, *ones]) * ops.cast(inside[None, :, None], drops.dtype)
 
-register(
-    Method(
-        "occlusion",
-        "score drop when a sliding window is replaced by a value (Zeiler & Fergus 2014); "
-        "map: mean over the last axis",
-        compute,
-        dict(DEFAULTS),
-        check=check,
-    )
-)
+    return ctx.sum(len(regions), occlude) / np.maximum(count, 1)

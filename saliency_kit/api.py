@@ -1,0 +1,152 @@
+"""The public entry points: :func:`explain` and :func:`jacobian`.
+
+``explain`` checks everything before any work (method, options, score, batch size, inputs,
+targets), resolves ``"topK"`` targets with one batched forward pass, runs the method's function
+through the engine and builds the :class:`~saliency_kit.Explanation`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from . import engine, methods, targets as targets_module
+from .explanation import Explanation
+
+__all__ = ["explain", "jacobian"]
+
+
+def _check_score(score):
+    if not isinstance(score, str):
+        raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
+    if score not in ("logits", "output"):
+        raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
+
+
+def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
+    flat = attributions.reshape(*attributions.shape[:2], -1)
+    dead = ~np.any(flat != 0, axis=-1)
+    if dead.any():
+        b, k = map(int, np.argwhere(dead)[0])
+        warnings.warn(
+            f"{method}: {int(dead.sum())} of {dead.size} attribution maps are all zero (first: input "
+            f"{b}, target {int(targets[b, k])}). The score may not depend on the input "
+            "(tf.stop_gradient, an unconnected output) or every path to it is inactive.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_names=None) -> np.ndarray:
+    """Any target form of API.md for ``model`` and checked inputs ``x`` as int ``[B, K]``.
+
+    ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
+    indices ``arange(K)`` per row. Raises like :func:`explain`.
+    """
+    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    columns = targets_module.score_columns(model, score_fn)
+    spec = targets_module.parse(targets, len(x), columns, class_names)
+    scores = None
+    if spec.needs_scores:
+        scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
+    return targets_module.resolve(spec, scores, len(x), columns)
+
+
+def _recorded(given: dict, prepared: dict) -> dict:
+    """The options an Explanation records: prepared values, but scalars the user gave stay scalars."""
+    return {
+        name: given[name] if isinstance(value, np.ndarray) and name in given and np.ndim(given[name]) == 0 else value
+        for name, value in prepared.items()
+    }
+
+
+def explain(model, inputs, method="gradient", targets="top1", *, score="logits", batch_size=32,
+            class_names=None, **options) -> Explanation:
+    """Explain ``model``'s scores for ``inputs`` with ``method``.
+
+    Args:
+        model: a single-input Keras model (functional, Sequential, or subclassed and built). It
+            is never changed; it runs with ``training=False``.
+        inputs: array-like ``[B, ...]`` already in the model's input space (images
+            ``[B, H, W, C]``, sequences ``[B, T, F]``, tabular ``[B, F]``), floating point.
+        method: one of :func:`saliency_kit.methods.names` (see that package for each formula and
+            map reduction), a built-in or a registered one.
+        targets: an int (every input), a sequence of ``B`` ints or class names, an int array
+            ``[B, K]``, ``"topK"`` (the K best classes of each input, best first), a class name,
+            or a callable ``score_fn(values) -> [B] or [B, K]`` where ``values`` are what
+            ``score`` selects (logits by default).
+        score: ``"logits"`` — differentiate the values before a final softmax/sigmoid when the
+            model has one (fused in a layer or separate) — or ``"output"``.
+        batch_size: the most model evaluations (inputs × classes × samples × steps) per
+            compiled call. Results do not depend on it.
+        class_names: a list of str or a ``ModelSpec`` (whose ``gradcam_layer`` then is the CAM
+            methods' default layer): targets may be class names.
+        **options: the method's options (``saliency_kit.methods.get(m).options``).
+
+    Returns:
+        an :class:`~saliency_kit.Explanation`.
+
+    Raises:
+        TypeError: wrong types (model, inputs, options, targets).
+        ValueError: unknown method or option, bad values — before any model evaluation.
+    """
+    chosen = methods.get(method)
+    given = dict(options)
+    values = chosen.check_options(given)
+    _check_score(score)
+    batch_size = engine.check_batch_size(batch_size)
+    x = engine.check_inputs(model, inputs)
+    names = targets_module.class_names_of(class_names)
+    request = methods.Request(model, x, None, score, batch_size,
+                              default_layer=getattr(class_names, "gradcam_layer", None))
+    if chosen.prepare is not None:
+        values = chosen.prepare(request, values)
+    resolved = resolve_targets(model, x, targets, score=score, batch_size=batch_size, class_names=names)
+    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
+                     batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1)
+    attributions = out.pop("attributions")
+    scores = out.pop("scores")
+    if chosen.warn_zero:
+        _warn_zero_maps(attributions, resolved, method)
+    return Explanation(
+        attributions=attributions,
+        maps=methods.reduce_map(attributions, chosen.reduction(values)),
+        targets=resolved,
+        scores=scores,
+        method=method,
+        options=_recorded(given, values),
+        layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
+        completeness_gap=out.get("completeness_gap"),
+    )
+
+
+def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:
+    """Per-class gradients ``[B, K, *inputs.shape[1:]]`` (float32): row k is ``∂s_k/∂x``.
+
+    Args:
+        classes: class indices (a sequence of K ints, the same for every input, or an int array
+            ``[B, K]``); default every output class.
+        score: ``"logits"`` or ``"output"``, as in :func:`explain`.
+        rule: ``None``, ``"guided"``, ``"deconv"`` or a ``ModifiedBackprop``: the jacobian
+            through ``sk.rewrite(model, rule)``.
+        batch_size: the most (input × class) gradients per compiled call.
+
+    The forward pass of each chunk of inputs is shared by its classes, so K classes cost far
+    less than K calls.
+    """
+    _check_score(score)
+    batch_size = engine.check_batch_size(batch_size)
+    x = engine.check_inputs(model, inputs)
+    columns = targets_module.score_columns(model)
+    if columns is None:
+        raise ValueError("jacobian needs a model whose output is [batch, classes]; received a model whose output is not.")
+    if classes is None:
+        classes = np.arange(columns)
+    array = np.asarray(classes)
+    if array.ndim == 1:
+        array = np.tile(array, (len(x), 1))
+    elif array.ndim == 0:
+        array = np.full((len(x), 1), array)
+    resolved = targets_module.resolve(targets_module.parse(array, len(x), columns), None, len(x))
+    return engine.gradients(model, x, resolved, score=score, rule=rule, batch_size=batch_size)

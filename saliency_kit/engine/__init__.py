@@ -1,0 +1,322 @@
+"""The attribution engine: the one place that compiles, batches and caches model evaluations.
+
+It knows no method by name. It offers primitives:
+
+* :func:`run` — a method's function ``compute(ctx, **options)`` compiled into one batched kernel
+  per (model, method, options, input shape, chunk layout) and run over chunks of inputs and
+  groups of target classes; inside, the :class:`~saliency_kit.engine.tf.Context` gives batched
+  gradients of the target scores at any points, forward scores, a layer's activations and their
+  gradients, and running sums over blocks (memory stays one chunk whatever samples/steps are);
+* :func:`all_scores` / :func:`forward_scores` — scores without gradients (``"topK"`` targets,
+  deletion curves);
+* :func:`gradients` — the jacobian rows ``∂s_k/∂x`` (``sk.jacobian``);
+* :func:`check_inputs`, :func:`score_view`, :func:`rewritten_model` and the counters
+  :func:`trace_count` / :func:`call_count` (tests use them to prove reuse).
+
+Performance by design: every kernel is a ``tf.function`` with a fixed input signature; the last
+chunk of a batch is padded to the chunk size, so a new batch never retraces; chunk sizes are
+powers of two up to the budget. A compiled call evaluates at most ``batch_size`` model rows
+(inputs × classes × copies): see :mod:`.chunking`. Caches are bounded (:mod:`.cache`). The K
+target scores of an input share its forward pass; their K backward passes run in a loop inside
+the kernel (vectorised with ``pfor`` on a GPU).
+
+Dtypes: the model runs in its own dtype policy (mixed precision included); running sums of
+16-bit values are kept in float32 and results leave as float32 NumPy arrays.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from . import chunking
+from .cache import KERNELS_PER_MODEL, ModelCache, value_key
+from .chunking import check_batch_size
+
+__all__ = [
+    "check_inputs",
+    "check_batch_size",
+    "score_view",
+    "rewritten_model",
+    "run",
+    "gradients",
+    "all_scores",
+    "forward_scores",
+    "trace_count",
+    "call_count",
+    "kernel_count",
+    "clear_cache",
+    "KERNELS_PER_MODEL",
+]
+
+_stats = {"traces": 0, "calls": 0}
+_kernels = ModelCache(KERNELS_PER_MODEL)
+_views = ModelCache(KERNELS_PER_MODEL)
+_rewritten = ModelCache(8)
+
+
+def trace_count() -> int:
+    """How many times the engine has traced (compiled) a kernel since the process started."""
+    return _stats["traces"]
+
+
+def call_count() -> int:
+    """How many compiled kernel calls the engine has made since the process started."""
+    return _stats["calls"]
+
+
+def kernel_count(model=None) -> int:
+    """Compiled kernels kept for ``model`` (or for every model): at most ``KERNELS_PER_MODEL`` each."""
+    return _kernels.count(model)
+
+
+def clear_cache() -> None:
+    """Forget every compiled kernel, score view and rewritten model."""
+    _kernels.clear()
+    _views.clear()
+    _rewritten.clear()
+
+
+def _traced() -> None:
+    _stats["traces"] += 1  # runs only while tracing: the Python body is not re-run by calls
+
+
+# ------------------------------------------------------------------------------------ inputs
+def check_inputs(model, inputs) -> np.ndarray:
+    """``inputs`` as a NumPy array in the model's input dtype, checked against the model.
+
+    ``TypeError`` when ``model`` is not a Keras model or ``inputs`` are not floating point;
+    ``ValueError`` for multi-input or unbuilt models, non-finite inputs and shapes that do not
+    fit the model's input ``[B, ...]``.
+    """
+    from .tf import input_signature
+
+    expected, dtype = input_signature(model)
+    try:
+        array = np.asarray(inputs)
+    except Exception as err:
+        raise TypeError(f"inputs could not be read as an array ({err}); received {type(inputs).__name__}.") from None
+    if not np.issubdtype(array.dtype, np.floating):
+        raise TypeError(
+            f"inputs must be floating point, already preprocessed for the model (expected "
+            f"{dtype}); apply the model's preprocessing first; received dtype {array.dtype}."
+        )
+    if array.ndim != len(expected) or any(
+        e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])
+    ):
+        want = "[B, " + ", ".join("?" if e is None else str(e) for e in expected[1:]) + "]"
+        raise ValueError(f"inputs must have shape {want} for model {model.name!r}; received {array.shape}.")
+    if array.shape[0] == 0:
+        raise ValueError("inputs is empty: expected at least one input along the first axis; received shape "
+                         f"{array.shape}.")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("inputs must be finite; received NaN or infinite values.")
+    return np.ascontiguousarray(array.astype(dtype, copy=False))
+
+
+# ------------------------------------------------------------------------------ model views
+def _rule_key(rule):
+    return value_key(rule)
+
+
+def rewritten_model(model, rule):
+    """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
+
+    A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
+    compiled copy), so training or editing ``model`` later is always seen.
+    """
+    if rule is None:
+        return model
+    from ..rewriting import rewrite
+    from .tf import weight_sync
+
+    def build():
+        copy = rewrite(model, rule)
+        return copy, weight_sync(model, copy)
+
+    from .tf import eagerly
+
+    copy, sync = eagerly(lambda: _rewritten.get(model, (_rule_key(rule), fingerprint(model)), build))
+    eagerly(sync)
+    return copy
+
+
+def score_view(model, score="logits", score_fn=None, rule=None):
+    """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
+    from ..targets import ScoreView
+    from .tf import eagerly
+
+    target_model = rewritten_model(model, rule)
+    key = (score, value_key(score_fn), _rule_key(rule), fingerprint(model))
+    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
+
+
+def fingerprint(model) -> tuple:
+    """A cheap structural fingerprint of ``model``: each layer's class and activation.
+
+    Part of every cache key, so that editing a model between calls (the classic
+    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale.
+    """
+    parts = []
+    stack = [model]
+    while stack:
+        layer = stack.pop()
+        activation = getattr(layer, "activation", None)
+        parts.append((type(layer).__name__, getattr(layer, "name", ""), None if activation is None else _activation_key(activation)))
+        stack.extend(reversed(getattr(layer, "layers", ()) or ()))
+    return tuple(parts)
+
+
+def _activation_key(activation):
+    name = getattr(activation, "__name__", None)
+    return (getattr(activation, "__module__", None), name) if name else id(activation)
+
+
+def _views_of(model, score, score_fn, rules_used: list):
+    """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
+    model_ref = weakref.ref(model)
+
+    def views(rule=None):
+        if rule is not None and not any(_rule_key(rule) == _rule_key(r) for r in rules_used):
+            rules_used.append(rule)
+        return score_view(model_ref(), score, score_fn, rule)
+
+    return views
+
+
+# ------------------------------------------------------------------------------------ kernels
+def _split_options(options: dict):
+    """``(constants key, array names, arrays)``: NumPy arrays become kernel arguments."""
+    arrays = {k: v for k, v in options.items() if isinstance(v, np.ndarray)}
+    constants = {k: v for k, v in options.items() if k not in arrays and k != "seed"}
+    key = tuple(sorted((k, value_key(_tupled(v))) for k, v in constants.items()))
+    names = tuple(sorted(arrays))
+    return key, names, tuple(arrays[k] for k in names)
+
+
+def _tupled(value):
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
+def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
+        score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
+        spatial_axes=None) -> dict:
+    """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
+
+    Args:
+        compute: a method's function (see :mod:`saliency_kit.methods.base`).
+        inputs: ``[B, ...]`` from :func:`check_inputs`.
+        targets: int ``[B, K]`` indexing the score vector.
+        options: the method's prepared options; NumPy arrays among them are passed as tensors,
+            ``seed`` as a tensor; everything else is a constant of the compiled kernel.
+        cost: model evaluations per input and target (sizes the chunks).
+
+    Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``.
+    """
+    from . import tf as backend
+
+    batch_size = check_batch_size(batch_size)
+    B, K = targets.shape
+    shape, dtype = inputs.shape[1:], inputs.dtype
+    layout = chunking.layout(batch_size, B, K, cost)
+    constants, array_names, arrays = _split_options(options)
+    seed = int(options.get("seed") or 0)
+    key = ("run", compute, score, value_key(score_fn), constants,
+           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, spatial_axes, fingerprint(model))
+
+    def build():
+        rules_used: list = []
+        views = _views_of(model, score, score_fn, rules_used)
+        kernel = backend.build_kernel(
+            compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
+            shape, dtype, [backend.array_spec(a) for a in arrays],
+            backend.vectorise_classes(model), spatial_axes, _traced,
+        )
+        return kernel, rules_used
+
+    kernel, rules_used = _kernels.get(model, key, build)
+    for rule in rules_used:
+        rewritten_model(model, rule)  # refresh the rewritten copies' weights
+    n, group = layout.n, layout.group
+    results: dict = {}
+    seed_tensor = np.int64(seed)
+    for start in range(0, B, n):
+        stop = min(start + n, B)
+        x = chunking.pad(inputs[start:stop], n)
+        index = chunking.pad(np.arange(start, stop, dtype=np.int32), n)
+        for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
+            _stats["calls"] += 1
+            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, seed_tensor, *arrays)
+            for name, value in out.items():
+                value = backend.to_numpy(value)
+                if name not in results:
+                    results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
+                results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
+    return results
+
+
+def _jacobian_rows(ctx, rule):
+    return ctx.gradients(ctx.inputs, rule=rule)
+
+
+def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=None, batch_size=32) -> np.ndarray:
+    """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the classes ``targets`` (int ``[B, K]``),
+    through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
+    return run(_jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn,
+               batch_size=batch_size)["attributions"]
+
+
+# ---------------------------------------------------------------------------------- forward
+def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
+    """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
+    from . import tf as backend
+
+    batch_size = check_batch_size(batch_size)
+    inputs = np.asarray(inputs)
+    shape, dtype = inputs.shape[1:], inputs.dtype
+    n = chunking.bucket(len(inputs), batch_size)
+    key = ("values", score, value_key(score_fn), _rule_key(rule), shape, dtype.name, n, fingerprint(model))
+    model_ref = weakref.ref(model)
+    kernel = _kernels.get(
+        model, key,
+        lambda: backend.build_values_kernel(
+            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced),
+    )
+    if rule is not None:
+        rewritten_model(model, rule)
+    out = []
+    for start in range(0, len(inputs), n):
+        stop = min(start + n, len(inputs))
+        _stats["calls"] += 1
+        out.append(backend.to_numpy(kernel(chunking.pad(inputs[start:stop], n)))[: stop - start])
+    return np.concatenate(out, axis=0)
+
+
+def forward_scores(model, inputs, targets, *, score="logits", batch_size=32, score_fn=None) -> np.ndarray:
+    """Scores ``[B, K]`` (float32) of the classes ``targets`` (int ``[B, K]``) for ``inputs``.
+
+    Batched (``batch_size`` inputs per compiled call, the last chunk padded), compiled once per
+    (model, score, input shape, chunk size) and reused: meant for evaluating many perturbed
+    images (deletion/insertion curves). ``inputs`` are checked like ``explain``'s.
+    """
+    from ..targets import score_columns
+
+    inputs = check_inputs(model, inputs)
+    targets = np.asarray(targets)
+    if targets.ndim == 1:
+        targets = targets[:, None]
+    if targets.ndim != 2 or len(targets) != len(inputs) or not np.issubdtype(targets.dtype, np.integer):
+        raise ValueError(
+            f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}."
+        )
+    columns = score_columns(model, score_fn)
+    if columns is None:
+        raise ValueError("forward_scores needs a model whose output is [batch, classes], or a score_fn; "
+                         "received a model whose output is not.")
+    if targets.size and (targets.min() < 0 or targets.max() >= columns):
+        raise ValueError(
+            f"targets must lie in [0, {columns - 1}]; received values from {targets.min()} to {targets.max()}."
+        )
+    values = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
+    return np.take_along_axis(values, targets.astype(np.int64), axis=1)

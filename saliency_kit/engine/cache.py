@@ -1,0 +1,105 @@
+"""Bounded caches of compiled kernels, score views and rewritten models.
+
+Every cache is held per model through a weak reference (a model that is no longer used is
+forgotten with everything compiled for it) and is an LRU of :data:`KERNELS_PER_MODEL` entries
+per model, so a long-running process that explains with a new rule object, a new lambda target
+or a new input size on every call keeps a bounded number of kernels.
+
+Keys are values wherever the value is hashable: a rule by its class and settings, a callable by
+its code, defaults and closure contents. No key is the ``id()`` of an object the cache does not
+keep alive (an ``id`` can be reused once its object is gone, which would hand back a stale
+kernel).
+"""
+from __future__ import annotations
+
+import types
+import weakref
+from collections import OrderedDict
+from typing import Callable
+
+__all__ = ["ModelCache", "KERNELS_PER_MODEL", "value_key"]
+
+#: The most compiled kernels kept per model (least recently used dropped first).
+KERNELS_PER_MODEL = 32
+
+
+class ModelCache:
+    """``get(model, key, build)``: per-model LRU of ``size`` entries, the model held weakly."""
+
+    def __init__(self, size: int = KERNELS_PER_MODEL):
+        self.size = size
+        self._entries: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+
+    def get(self, model, key, build: Callable):
+        try:
+            entries = self._entries.setdefault(model, OrderedDict())
+        except TypeError:  # not weak-referenceable: build every time rather than leak
+            return build()
+        if key in entries:
+            entries.move_to_end(key)
+            return entries[key]
+        value = entries[key] = build()
+        while len(entries) > self.size:
+            entries.popitem(last=False)
+        return value
+
+    def count(self, model=None) -> int:
+        """Entries kept for ``model`` (or for every model)."""
+        if model is not None:
+            return len(self._entries.get(model, ()))
+        return sum(len(entries) for entries in self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def value_key(value, depth: int = 3):
+    """A hashable key equal for equal values.
+
+    Strings, numbers and tuples are themselves; a plain function (a lambda included) is keyed by
+    its code, defaults and closure contents, so a new but identical lambda on every call finds the
+    same kernel; another object by its class and its attributes (``vars``) when they are
+    hashable. Anything else is its own key (the cache then holds it, within its LRU bound).
+    """
+    if value is None or isinstance(value, (str, int, float, bool, bytes)):
+        return value
+    if depth <= 0:
+        return value
+    if isinstance(value, tuple):
+        return tuple(value_key(v, depth - 1) for v in value)
+    if isinstance(value, (types.ModuleType, type)):
+        return value
+    if isinstance(value, list):
+        return ("list", tuple(value_key(v, depth - 1) for v in value))
+    code = getattr(value, "__code__", None)
+    if isinstance(value, types.FunctionType) and code is not None:
+        cells = tuple(cell.cell_contents if _has_contents(cell) else None for cell in (value.__closure__ or ()))
+        used = value.__globals__
+        # the globals it reads are part of what it computes (a module-level k in out[:, k])
+        names = tuple((name, value_key(used[name], depth - 1)) for name in code.co_names if name in used)
+        parts = (code, value_key(value.__defaults__ or (), depth - 1), tuple(value_key(c, depth - 1) for c in cells), names)
+        if all(_hashable(p) for p in parts):
+            return ("function", *parts)
+        return value
+    attributes = getattr(value, "__dict__", None)
+    if attributes is not None and not isinstance(value, type):
+        items = tuple(sorted((k, value_key(v, depth - 1)) for k, v in attributes.items()))
+        if _hashable(items):
+            return ("object", type(value), items)
+    return value
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,64 @@
+"""How work is cut into compiled calls: chunk layout, buckets, padding, class groups (NumPy only).
+
+A compiled call evaluates at most ``batch_size`` model rows (inputs × classes × copies). The
+layout fixes, for a request of ``B`` inputs and ``K`` targets whose method costs ``cost`` model
+evaluations per input and target (samples × steps, windows, ...):
+
+* ``group``: classes per call (``min(K, batch_size)``); more classes loop over class groups;
+* ``n``: inputs per call, a power of two (so the last, padded chunk of any batch reuses the
+  same compiled function);
+* ``budget``: copies of one input the method may evaluate at once (its running sums take
+  blocks of that many points, so memory stays one chunk whatever ``samples``/``steps`` are).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Layout", "layout", "bucket", "pad", "class_groups", "check_batch_size"]
+
+
+class Layout(NamedTuple):
+    n: int  # inputs per compiled call
+    group: int  # target classes per compiled call
+    budget: int  # model rows per input and class available to the method's running sums
+
+
+def check_batch_size(batch_size) -> int:
+    """``batch_size`` as an int: ``TypeError`` unless an int, ``ValueError`` unless positive."""
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(f"batch_size must be a positive int; received {batch_size!r}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int; received {batch_size!r}.")
+    return int(batch_size)
+
+
+def bucket(count: int, cap: int) -> int:
+    """The chunk size for ``count`` items: a power of two, at most ``cap``."""
+    return max(1, min(cap, 1 << max(0, math.ceil(math.log2(max(count, 1))))))
+
+
+def layout(batch_size: int, num_inputs: int, num_classes: int, cost: int = 1) -> Layout:
+    """The :class:`Layout` of a request (see the module docstring)."""
+    group = max(1, min(num_classes, batch_size))
+    rows = max(1, batch_size // group)
+    per_input = max(1, min(int(cost), rows))
+    n = bucket(num_inputs, max(1, rows // per_input))
+    return Layout(n, group, max(1, rows // n))
+
+
+def pad(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` padded along axis 0 to ``size`` rows by repeating its last row."""
+    missing = size - len(array)
+    if missing <= 0:
+        return array
+    return np.concatenate([array, np.repeat(array[-1:], missing, axis=0)], axis=0)
+
+
+def class_groups(targets: np.ndarray, group: int):
+    """Yield ``(k0, k1, columns [B, group])``: targets in groups of ``group`` classes, padded."""
+    for k0 in range(0, targets.shape[1], group):
+        columns = targets[:, k0 : k0 + group]
+        yield k0, k0 + columns.shape[1], pad(columns.T, group).T

@@ -1,0 +1,413 @@
+"""The TensorFlow backend of the engine: every TensorFlow-specific piece lives here.
+
+``tf.function`` kernels, gradient tapes, while loops, the stateless random generator and image
+resizing are here and nowhere else in the engine or the methods; a ``jax.py`` sibling offering
+the same :class:`Context` and kernel builders could be added later.
+
+A method's function runs inside one compiled kernel per (model, method, options, shapes, chunk
+layout); it sees a :class:`Context` whose primitives it combines into its formula:
+
+* ``ctx.gradients(points, rule=None)`` — ``∂s_k/∂z`` of the target scores at ``points``;
+* ``ctx.scores(points, rule=None)`` — the target scores, forward only;
+* ``ctx.layer(path)`` — a layer's activations and the gradients of the scores with respect to
+  them;
+* ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
+  ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
+* ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
+  another method;
+* ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input index, sample), so results do
+  not depend on chunking;
+* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps.
+
+Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
+its moving statistics, weights are never written.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
+
+
+class _OwnKernelsFilter(logging.Filter):
+    """Drop TensorFlow's "frequent retracing" warning for the engine's kernels.
+
+    Each cache entry is its own ``tf.function`` built from the same Python code, which that
+    heuristic mistakes for retracing; real retracing is counted by ``engine.trace_count``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and "kernel" in message)
+
+
+tf.get_logger().addFilter(_OwnKernelsFilter())
+
+_SMALL_FLOATS = ("float16", "bfloat16")
+
+
+# ------------------------------------------------------------------------------------ models
+def input_signature(model) -> tuple[tuple, str]:
+    """``(shape [None, ...], dtype)`` of ``model``'s single input.
+
+    Functional and Sequential models give it through ``model.inputs``; a subclassed model that
+    was built or called gives it through its build shape. ``TypeError`` for anything that is not
+    a Keras model; ``ValueError`` for unbuilt or multi-input models.
+    """
+    if not isinstance(model, keras.Model):
+        kind = "None" if model is None else f"a {type(model).__name__}"
+        raise TypeError(f"model must be a keras.Model (functional, Sequential or subclassed); received {kind}.")
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        inputs = None
+    if inputs:
+        if len(inputs) != 1:
+            raise ValueError(f"saliency_kit explains single-input models; this one has {len(inputs)} inputs; received {model.name!r}.")
+        return tuple(inputs[0].shape), keras.backend.standardize_dtype(inputs[0].dtype)
+    shape = _build_shape(model)
+    if shape is None:
+        raise ValueError(
+            f"model {model.name!r} has no defined input; build it first (give it a keras.Input, "
+            "call it once on a batch, or call model.build(input_shape)); received an unbuilt model."
+        )
+    dtype = keras.backend.standardize_dtype(getattr(model, "input_dtype", None) or keras.config.floatx())
+    return (None, *shape[1:]), dtype
+
+
+def _build_shape(model):
+    """The input shape a built subclassed model was built or first called with, or ``None``."""
+    if not getattr(model, "built", False):
+        return None
+    config = None
+    try:
+        config = model.get_build_config()  # {"input_shape": ...} once built or called
+    except Exception:
+        config = None
+    shape = (config or {}).get("input_shape")
+    if shape is None:
+        shape = getattr(model, "_build_shapes_dict", None)
+        if isinstance(shape, dict) and len(shape) == 1:
+            shape = next(iter(shape.values()))
+        else:
+            return None
+    if isinstance(shape, dict) or (shape and isinstance(shape[0], (list, tuple))):
+        return None  # several inputs
+    return tuple(shape)
+
+
+def _recurrent(model) -> bool:
+    """Whether ``model`` (nested models included) has recurrent layers (while loops)."""
+    for layer in getattr(model, "layers", ()):
+        if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)) or _recurrent(layer):
+            return True
+    return False
+
+
+def vectorise_classes(model) -> bool:
+    """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
+
+    Vectorised on a GPU. On a CPU a loop of K backward passes over the shared forward pass is
+    faster (measured on ResNet50: about 0.6–0.8 of K separate calls, ``pfor`` about 0.9, since
+    a K× larger backward batch runs less efficiently there). Recurrent models always loop:
+    ``pfor`` takes many seconds to convert their while loops.
+    """
+    return bool(tf.config.list_logical_devices("GPU")) and not _recurrent(model)
+
+
+def weight_sync(source, copy):
+    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
+    pairs = list(zip(source.weights, copy.weights))
+    # The rewrite rebuilds the same graph, so its variables come in the same order; names can
+    # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
+    if len(source.weights) != len(copy.weights) or any(
+        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
+    ):
+        raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+
+    @tf.function(autograph=False)
+    def sync():
+        for a, b in pairs:
+            b.value.assign(a.value)
+
+    return sync
+
+
+def eagerly(fn):
+    """``fn()`` run eagerly even while a kernel is being traced (building a view or a rewrite
+    runs the model on probe inputs, which must not land in the kernel's graph)."""
+    with tf.init_scope():
+        return fn()
+
+
+# ------------------------------------------------------------------------------- derivatives
+def _target_scores(values, targets):
+    return tf.gather(values, targets, batch_dims=1)
+
+
+def _differentiate(tape, scores, source, vectorise=False):
+    """``[n, K, *source.shape[1:]]``: ∂scores[:, k]/∂source, rows independent.
+
+    K = 1 is one backward pass; K > 1 runs K backward passes over the one forward pass, either
+    vectorised (``pfor``) or in a ``tf.while_loop``. A score that does not reach ``source``
+    gives zeros. Scores in a 16-bit float (mixed precision) are differentiated in the source's
+    dtype so the loop's outputs agree with its inputs.
+    """
+    zero = tf.UnconnectedGradients.ZERO
+    if scores.shape[1] == 1:
+        return tape.gradient(scores, source, unconnected_gradients=zero)[:, None]
+    if vectorise:
+        try:
+            return tape.batch_jacobian(scores, source, unconnected_gradients=zero)
+        except (ValueError, NotImplementedError, TypeError, tf.errors.OpError):
+            pass  # an op pfor cannot vectorise: loop over the classes instead
+    return tape.batch_jacobian(scores, source, unconnected_gradients=zero, experimental_use_pfor=False)
+
+
+def _gradient_at(view, z, targets, tap=None, vectorise=False):
+    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` (or the tapped layer)."""
+    with tf.GradientTape(persistent=targets.shape[1] > 1, watch_accessed_variables=False) as tape:
+        tape.watch(z)
+        if tap is None:
+            values, source = view(z), z
+        else:
+            values, source = view(z, tap=tap)
+        scores = _target_scores(values, targets)
+        if scores.dtype != source.dtype and scores.dtype.name in _SMALL_FLOATS + ("float32",):
+            # the per-class loop needs one dtype; mixed precision scores are cast inside the tape
+            scores = tf.cast(scores, source.dtype if source.dtype.is_floating else tf.float32)
+    gradients = _differentiate(tape, scores, source, vectorise)
+    return tf.cast(scores, tf.float32), gradients
+
+
+def _accumulator_dtype(dtype):
+    return tf.float32 if dtype.name in _SMALL_FLOATS else dtype
+
+
+# ----------------------------------------------------------------------------------- context
+class Context:
+    """What a method's function sees: one chunk of inputs and targets, and the primitives.
+
+    Attributes:
+        inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
+        targets: int32 ``[n, K]`` the score columns to explain.
+        index: int32 ``[n]`` each input's position in the whole request (keys the noise).
+        seed: int64 scalar, the ``seed`` option (0 when the method has none).
+        budget: model rows per input and class the method may evaluate at once.
+        spatial_axes: the axes of one input that are its height and width (images), else None.
+    """
+
+    def __init__(self, views, inputs, targets, index, seed, budget, vectorise, spatial_axes=None, top=True):
+        self._views = views  # views(rule) -> ScoreView
+        self.inputs = inputs
+        self.targets = targets
+        self.index = index
+        self.seed = seed
+        self.budget = max(1, int(budget))
+        self.spatial_axes = spatial_axes
+        self._vectorise = vectorise
+        self._top = top
+        self.memo: dict = {}
+
+    @property
+    def shape(self) -> tuple:
+        """The shape of one input."""
+        return tuple(self.inputs.shape[1:])
+
+    @property
+    def num_targets(self) -> int:
+        return int(self.targets.shape[1])
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _rows(self, points):
+        """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, targets, lead shape."""
+        rank = len(self.shape)
+        lead = tuple(points.shape[1 : len(points.shape) - rank])
+        copies = int(np.prod(lead)) if lead else 1
+        n = self.inputs.shape[0]
+        rows = tf.reshape(points, [n * copies, *self.shape])
+        targets = self.targets
+        if copies > 1:
+            targets = tf.reshape(tf.repeat(targets[:, None], copies, axis=1), [n * copies, self.num_targets])
+        return rows, targets, lead
+
+    def gradients(self, points, rule=None, with_scores=False):
+        """Gradients of the target scores at ``points``.
+
+        ``points`` ``[n, *lead, *input]`` (``lead`` any extra copy axes, e.g. path points)
+        -> ``[n, *lead, K, *input]``. ``rule`` (``"guided"``, ``"deconv"`` or a
+        ``ModifiedBackprop``) takes them through ``sk.rewrite(model, rule)``.
+        ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
+        at the points come free with their gradients.
+        """
+        rows, targets, lead = self._rows(points)
+        scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
+        if self._top and points is self.inputs:
+            self.memo.setdefault("scores", scores)  # the clean scores come free
+        n, K = self.inputs.shape[0], self.num_targets
+        grads = tf.reshape(grads, [n, *lead, K, *self.shape])
+        if with_scores:
+            return tf.reshape(scores, [n, *lead, K]), grads
+        return grads
+
+    def scores(self, points, rule=None):
+        """Target scores (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``."""
+        if self._top and points is self.inputs and "scores" in self.memo:
+            return self.memo["scores"]
+        rows, targets, lead = self._rows(points)
+        scores = tf.cast(_target_scores(self._views(rule)(rows), targets), tf.float32)
+        if self._top and points is self.inputs:
+            self.memo["scores"] = scores
+        return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
+
+    def layer(self, path: str, rule=None):
+        """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""
+        with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
+            tape.watch(self.inputs)  # records the forward pass, so the activations can be sources
+            values, activations = self._views(rule)(self.inputs, tap=path)
+            scores = _target_scores(values, self.targets)
+            if scores.dtype != activations.dtype:
+                scores = tf.cast(scores, activations.dtype)
+        if self._top:
+            self.memo.setdefault("scores", tf.cast(scores, tf.float32))
+        return activations, _differentiate(tape, scores, activations, self._vectorise)
+
+    # -- running sums ------------------------------------------------------------------------
+    def sum(self, count: int, fn):
+        """``Σ_i fn(i)`` over ``i < count``, in blocks of ``m`` items that fit the chunk.
+
+        ``fn(i)`` gets int32 indices ``[m]`` (padding repeats the last index) and returns a
+        tensor, or a tuple of tensors, each ``[n, m, ...]``; the result is ``[n, ...]`` each.
+        Blocks run one after another in a while loop, adding into running sums (kept in float32
+        for 16-bit values), so memory does not grow with ``count``.
+        """
+        count = int(count)
+        m = min(count, self.budget)
+        blocks = math.ceil(count / m)
+        saved = self.budget
+        structure = []
+
+        def block_sums(b):
+            ids = b * m + tf.range(m)
+            valid = ids < count
+            self.budget = max(1, saved // m)  # what nested sums may use per item
+            try:
+                parts = fn(tf.minimum(ids, count - 1))
+            finally:
+                self.budget = saved
+            structure.append(parts)
+            sums = []
+            for part in tf.nest.flatten(parts):
+                dtype = _accumulator_dtype(part.dtype)
+                mask = tf.reshape(tf.cast(valid, dtype), [1, m] + [1] * (len(part.shape) - 2))
+                sums.append(tf.reduce_sum(tf.cast(part, dtype) * mask, axis=1))
+            return sums
+
+        # the first block is traced outside the loop: it fixes the shapes of the running sums
+        totals = block_sums(0)
+        if blocks > 1:
+            def body(b, totals):
+                return b + 1, [t + s for t, s in zip(totals, block_sums(b))]
+
+            totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
+        return tf.nest.pack_sequence_as(structure[0], totals)
+
+    def at(self, points) -> "Context":
+        """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
+        copy keeping its input's targets and index; results of a method there are
+        ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
+        rows, targets, lead = self._rows(points)
+        copies = int(np.prod(lead)) if lead else 1
+        index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
+        return Context(self._views, rows, targets, index, self.seed, max(1, self.budget // copies),
+                       self._vectorise, self.spatial_axes, top=False)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def normal(self, ids, count: int):
+        """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input.
+
+        Copy ``s`` of input ``b`` draws from a stateless generator keyed by
+        ``(seed, b · count + s)``: the same numbers whatever the chunking.
+        """
+        n, m = self.inputs.shape[0], ids.shape[0]
+        counters = tf.cast(self.index, tf.int64)[:, None] * count + tf.cast(ids, tf.int64)[None]
+        seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
+        dtype = self.inputs.dtype
+        eps = tf.map_fn(
+            lambda s: tf.random.stateless_normal(self.shape, seed=s, dtype=dtype),
+            tf.reshape(seeds, [-1, 2]),
+            fn_output_signature=tf.TensorSpec(self.shape, dtype),
+        )
+        return tf.reshape(eps, [n, m, *self.shape])
+
+    def resize(self, maps, size):
+        """``maps [n, K, h, w]`` upsampled bilinearly to ``[n, K, *size]``."""
+        n, k, h, w = maps.shape
+        if (h, w) == tuple(size):
+            return maps
+        flat = tf.reshape(maps, [n * k, h, w, 1])
+        flat = tf.image.resize(flat, tuple(size), method="bilinear")
+        return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
+
+
+# ----------------------------------------------------------------------------------- kernels
+def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
+                 vectorise: bool, spatial_axes, traced):
+    """The compiled ``kernel(x, targets, index, seed, *arrays) -> dict`` of one method.
+
+    ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
+    ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the
+    method has the scores at the inputs already); the kernel adds the target scores at the
+    inputs otherwise (free when the method took gradients there, else one forward pass).
+    Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
+    ``seed`` arrives as a tensor too.
+    """
+    n, group = layout.n, layout.group
+    views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
+
+    def kernel(x, targets, index, seed, *arrays):
+        traced()
+        ctx = Context(views, x, targets, index, seed, layout.budget, vectorise, spatial_axes)
+        values = dict(options)
+        values.update(zip(array_names, arrays))
+        if "seed" in values:
+            values["seed"] = seed
+        out = compute(ctx, **values)
+        out = dict(out) if isinstance(out, dict) else {"attributions": out}
+        if "scores" not in out:
+            out["scores"] = ctx.scores(x)
+        return {name: tf.cast(value, tf.float32) for name, value in out.items()}
+
+    signature = [
+        tf.TensorSpec([n, *shape], dtype),
+        tf.TensorSpec([n, group], tf.int32),
+        tf.TensorSpec([n], tf.int32),
+        tf.TensorSpec([], tf.int64),
+        *array_specs,
+    ]
+    return tf.function(kernel, input_signature=signature)
+
+
+def build_values_kernel(views, n, shape, dtype, traced):
+    """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
+    views = tf.autograph.experimental.do_not_convert(views)
+
+    def kernel(x):
+        traced()
+        view = views()
+        return tf.cast(view(x), tf.float32)
+
+    return tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)])
+
+
+def array_spec(value: np.ndarray):
+    return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+
+
+def to_numpy(tensor) -> np.ndarray:
+    return np.asarray(tensor)

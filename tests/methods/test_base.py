@@ -1,0 +1,152 @@
+"""Method declarations: the registry, option checking driven by the declarations, methods
+registered from outside the package, entry points, and no TensorFlow for reading declarations."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import saliency_kit as sk
+from saliency_kit import methods
+from saliency_kit.methods import Option, register
+
+REPO = Path(__file__).resolve().parents[2]
+
+BUILTINS = [
+    "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
+    "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
+]
+
+
+# -- a method written outside the package (API.md §2's example) ---------------------------------
+@register("gradient_power", summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")
+def gradient_power(ctx, power):
+    return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
+
+
+def test_an_outside_method_works_with_explain(linear_image):
+    model, x, w = linear_image
+    expl = sk.explain(model, x, "gradient_power", [[0, 2]] * len(x), power=3.0)
+    expected = np.abs(np.broadcast_to(w[[0, 2]], expl.attributions.shape)) ** 3
+    np.testing.assert_allclose(expl.attributions, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(expl.maps, expected.sum(-1), rtol=1e-5, atol=1e-6)  # reduce="sum"
+    assert expl.options == {"power": 3.0} and expl.method == "gradient_power"
+    default = sk.explain(model, x, "gradient_power", 1)
+    np.testing.assert_allclose(default.attributions[:, 0], np.broadcast_to(w[1] ** 2, x.shape), rtol=1e-5, atol=1e-7)
+    assert "gradient_power" in methods.names()
+    assert methods.get("gradient_power").title == "Gradient power"
+    with pytest.raises(TypeError, match="'power' must be float; received 'x'"):
+        sk.explain(model, x, "gradient_power", 1, power="x")
+
+
+def test_an_outside_method_is_a_smoothgrad_base(linear_image):
+    model, x, w = linear_image
+    expl = sk.explain(model, x, "smoothgrad", 1, base="gradient_power", power=1.0, samples=4, seed=0)
+    np.testing.assert_allclose(expl.attributions[:, 0], np.broadcast_to(np.abs(w[1]), x.shape), rtol=1e-5, atol=1e-6)
+    assert methods.get("smoothgrad").reduction(expl.options) == "sum"  # reduced like its base
+
+
+# -- the registry --------------------------------------------------------------------------------
+def test_builtins_come_first_in_a_fixed_order():
+    assert methods.names()[: len(BUILTINS)] == BUILTINS
+    for name in methods.names():
+        method = methods.get(name)
+        assert method.summary and method.title and method.reduce in ("abs_max", "sum", "mean", "none")
+    assert methods.get("gradcam").cam and not methods.get("guided_gradcam").cam
+    assert methods.get("gradcam").title == "Grad-CAM"
+
+
+def test_registering_a_name_twice_is_a_value_error():
+    with pytest.raises(ValueError, match="'gradient' is already registered"):
+        register("gradient", summary="again")(lambda ctx: ctx.gradients(ctx.inputs))
+
+
+@pytest.mark.parametrize("reserved", ["model", "target", "batch_size", "out", "sign", "workers"])
+def test_an_option_named_like_a_command_line_flag_is_refused(reserved):
+    assert reserved in methods.RESERVED_OPTION_NAMES
+    with pytest.raises(ValueError, match="collides with the command line's own"):
+        register(f"uses_{reserved}", summary="x", options={reserved: 1})(lambda ctx, **o: ctx.inputs)
+    assert f"uses_{reserved}" not in methods.names()
+
+
+def test_one_option_name_with_two_types_is_refused():
+    with pytest.raises(ValueError, match="'steps' is declared int by method 'integrated_gradients'"):
+        register("float_steps", summary="x", options={"steps": 0.5})(lambda ctx, steps: ctx.inputs)
+    # the same name with the same type is shared (one --steps flag serves both)
+    register("int_steps", summary="x", options={"steps": 3})(lambda ctx, steps: ctx.gradients(ctx.inputs))
+    assert methods.get("int_steps").option("steps").type is int
+
+
+def test_unknown_methods_and_options_list_the_allowed_ones():
+    with pytest.raises(ValueError, match="did you mean 'gradcam'"):
+        methods.get("gradcan")
+    with pytest.raises(ValueError, match="its options are: baseline, rule, steps; received sample"):
+        methods.get("integrated_gradients").check_options({"sample": 3})
+
+
+def test_options_are_checked_by_their_declared_type():
+    relu = methods.get("gradcam").option("relu")
+    assert relu.type is bool and relu.flag == "--relu"
+    with pytest.raises(TypeError, match="'relu' must be bool; received 'no'"):
+        relu.check("no")
+    assert relu.check(False) is False
+    with pytest.raises(ValueError, match="'aggregate' must be one of 'mean', 'square', 'variance'; received 'max'"):
+        methods.get("smoothgrad").check_options({"aggregate": "max"})
+    with pytest.raises(TypeError, match="'samples' must be int; received True"):
+        methods.get("smoothgrad").check_options({"samples": True})
+    assert Option("max_sigma", 50.0).flag == "--max-sigma" and Option("max_sigma", 50.0).type is float
+    assert Option("steps", 5).check(np.int64(4)) == 4
+    assert Option("noise", 0.1).check(1) == 1  # an int is a fine float
+    with pytest.raises(ValueError, match="give its type"):
+        Option("layer", None)
+    with pytest.raises(TypeError, match="cannot infer a type"):
+        Option("window", (2, 2))
+
+
+# -- reading declarations without TensorFlow; entry points ---------------------------------------
+def _run(code: str, extra_path: str = "") -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (extra_path, str(REPO)) if p)}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_reading_every_declaration_imports_neither_tensorflow_nor_keras():
+    code = """
+        import json, sys
+        from saliency_kit import methods
+        table = [(m.name, m.summary, m.title, m.cam, m.reduce, [(o.name, o.type.__name__, o.default if not
+                 isinstance(o.default, float) else str(o.default), o.help, o.choices) for o in m.options])
+                 for m in map(methods.get, methods.names())]
+        methods.get("smoothgrad").check_options({"samples": 3, "base": "integrated_gradients", "steps": 4})
+        print(json.dumps([len(table), "tensorflow" in sys.modules, "keras" in sys.modules]))
+    """
+    assert json.loads(_run(code)) == [len(BUILTINS), False, False]
+
+
+def test_methods_of_installed_distributions_are_loaded_from_the_entry_point_group(tmp_path):
+    (tmp_path / "outside_plugin.py").write_text(textwrap.dedent("""
+        from saliency_kit.methods import register
+
+        @register("outside_gradient", summary="a plugin's gradient", options={"scale": 2.0})
+        def outside_gradient(ctx, scale):
+            return scale * ctx.gradients(ctx.inputs)
+    """))
+    info = tmp_path / "outside_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[saliency_kit.methods]\noutside = outside_plugin\n")
+    code = """
+        import json, sys
+        from saliency_kit import methods
+        names = methods.names()
+        print(json.dumps([names[-1], names[:3], methods.get("outside_gradient").option("scale").type.__name__,
+                          "tensorflow" in sys.modules]))
+    """
+    assert json.loads(_run(code, str(tmp_path))) == ["outside_gradient", BUILTINS[:3], "float", False]

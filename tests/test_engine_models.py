@@ -1,0 +1,179 @@
+"""The engine on the models people really write: mixed precision with several classes,
+subclassed models, a model edited between calls, channels-first convolutions, and bounded
+kernel caches (a new lambda or rule per call, many input sizes)."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import saliency_kit as sk
+from saliency_kit import engine, methods
+
+SMALL = {"integrated_gradients": {"steps": 4}, "smoothgrad": {"samples": 3, "seed": 1},
+         "occlusion": {"window": 4, "stride": 4}}
+IMAGE_METHODS = [name for name in methods.names() if name in (
+    "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
+    "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion")]
+
+
+def _cnn(name="cnn"):
+    inputs = keras.Input((8, 8, 3))
+    h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    return keras.Model(inputs, keras.layers.Dense(4, activation="softmax", name="dense")(h), name=name)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    keras.utils.set_random_seed(3)
+    full = _cnn()
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        half = _cnn("half")
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    half.set_weights(full.get_weights())
+    x = np.random.default_rng(0).uniform(-1, 1, size=(2, 8, 8, 3)).astype("float32")
+    return full, half, x
+
+
+@pytest.mark.parametrize("method", IMAGE_METHODS)
+def test_mixed_float16_with_three_classes(pair, method):
+    full, half, x = pair
+    targets = [[0, 1, 3]] * 2
+    a = sk.explain(full, x, method, targets, **SMALL.get(method, {}))
+    b = sk.explain(half, x, method, targets, **SMALL.get(method, {}))
+    assert b.attributions.shape == a.attributions.shape and b.attributions.dtype == np.float32
+    assert np.all(np.isfinite(b.attributions))
+    scale = np.abs(a.attributions).max()
+    # noisy copies near a ReLU's kink may switch it in float16 but not in float32
+    np.testing.assert_allclose(b.attributions, a.attributions, atol=(0.1 if method == "smoothgrad" else 0.03) * scale)
+    np.testing.assert_allclose(b.scores, a.scores, atol=0.02 * np.abs(a.scores).max())
+
+
+def test_mixed_float16_jacobian_with_three_classes(pair):
+    full, half, x = pair
+    a = sk.jacobian(full, x, [0, 2, 3])
+    b = sk.jacobian(half, x, [0, 2, 3])
+    assert b.shape == (2, 3, 8, 8, 3)
+    np.testing.assert_allclose(b, a, atol=0.03 * np.abs(a).max())
+
+
+# -- subclassed models ---------------------------------------------------------------------------
+class Subclassed(keras.Model):
+    """dense(relu(conv(x))) written as a subclass: no symbolic inputs or outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = keras.layers.Conv2D(4, 3, name="conv")
+        self.pool = keras.layers.GlobalAveragePooling2D()
+        self.dense = keras.layers.Dense(3, name="dense")
+
+    def call(self, x):
+        return self.dense(self.pool(tf.nn.relu(self.conv(x))))
+
+
+@pytest.fixture(scope="module")
+def subclassed():
+    keras.utils.set_random_seed(5)
+    model = Subclassed()
+    x = np.random.default_rng(1).uniform(-1, 1, size=(2, 8, 8, 3)).astype("float32")
+    model(x[:1])  # built by calling it once
+    twin = _functional_twin(model)
+    return model, twin, x
+
+
+def _functional_twin(model):
+    """The same network as a functional model sharing the subclass's layers (an independent
+    route to the same gradients)."""
+    inputs = keras.Input((8, 8, 3))
+    out = model.dense(model.pool(keras.layers.ReLU()(model.conv(inputs))))
+    return keras.Model(inputs, out)
+
+
+@pytest.mark.parametrize("method", ["gradient", "gradient_x_input", "integrated_gradients", "smoothgrad", "occlusion"])
+def test_a_subclassed_model_explains_like_its_functional_twin(subclassed, method):
+    model, twin, x = subclassed
+    a = sk.explain(model, x, method, [[0, 2]] * 2, **SMALL.get(method, {}))
+    b = sk.explain(twin, x, method, [[0, 2]] * 2, **SMALL.get(method, {}))
+    np.testing.assert_allclose(a.attributions, b.attributions, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
+
+
+def test_a_subclassed_model_jacobian_and_top_k(subclassed):
+    model, twin, x = subclassed
+    np.testing.assert_allclose(sk.jacobian(model, x), sk.jacobian(twin, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(sk.explain(model, x, "gradient", "top2").targets,
+                                  sk.explain(twin, x, "gradient", "top2").targets)
+
+
+@pytest.mark.parametrize("model, message", [(None, "received None"), (lambda x: x, "received a function")])
+def test_a_model_that_is_not_a_keras_model_is_a_type_error(model, message):
+    with pytest.raises(TypeError, match=f"model must be a keras.Model.*{message}"):
+        sk.explain(model, np.zeros((1, 3), "float32"))
+    with pytest.raises(TypeError, match="model must be a keras.Model"):
+        sk.jacobian(model, np.zeros((1, 3), "float32"))
+
+
+def test_an_unbuilt_subclassed_model_is_asked_to_be_built():
+    with pytest.raises(ValueError, match="build it first"):
+        sk.explain(Subclassed(), np.zeros((1, 8, 8, 3), "float32"))
+
+
+# -- a model edited between calls ----------------------------------------------------------------
+def test_editing_the_final_activation_between_calls_is_seen():
+    keras.utils.set_random_seed(8)
+    inputs = keras.Input((5,))
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax", name="dense")(inputs))
+    x = np.random.default_rng(2).normal(size=(2, 5)).astype("float32")
+    w = model.get_layer("dense").kernel.numpy()
+    before = sk.explain(model, x, "gradient", 1, score="output")
+    model.layers[-1].activation = keras.activations.linear
+    after = sk.explain(model, x, "gradient", 1, score="output")
+    np.testing.assert_allclose(after.attributions[:, 0], np.tile(w[:, 1], (2, 1)), atol=1e-6)
+    assert not np.allclose(before.attributions, after.attributions)
+    np.testing.assert_allclose(after.scores[:, 0], x @ w[:, 1] + model.get_layer("dense").bias.numpy()[1], atol=1e-5)
+    logits = sk.explain(model, x, "gradient", 1)  # nothing to strip any more: the same
+    np.testing.assert_allclose(logits.attributions, after.attributions, atol=1e-6)
+
+
+# -- bounded caches ------------------------------------------------------------------------------
+def _column(k):
+    return lambda out: out[:, k]  # a new lambda object on every call
+
+
+COLUMN = 1
+
+
+def test_a_new_lambda_per_call_reuses_one_kernel():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.ones((2, 4), "float32")
+    w = model.layers[-1].kernel.numpy()
+    sk.explain(model, x, "gradient", _column(1))
+    kernels = engine.kernel_count(model)
+    for _ in range(5):
+        sk.explain(model, x, "gradient", _column(1))
+    assert engine.kernel_count(model) == kernels
+    two = sk.explain(model, x, "gradient", _column(2))  # another value in its closure: its own kernel
+    assert engine.kernel_count(model) == kernels + 1
+    np.testing.assert_allclose(two.attributions[:, 0], np.tile(w[:, 2], (2, 1)), atol=1e-6)
+
+
+def test_a_lambda_reading_a_changed_global_is_not_served_a_stale_kernel():
+    global COLUMN
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.ones((2, 4), "float32")
+    w = model.layers[-1].kernel.numpy()
+    try:
+        for COLUMN in (0, 2):
+            expl = sk.explain(model, x, "gradient", lambda out: out[:, COLUMN])
+            np.testing.assert_allclose(expl.attributions[:, 0], np.tile(w[:, COLUMN], (2, 1)), atol=1e-6)
+    finally:
+        COLUMN = 1
+
+
+def test_many_input_sizes_keep_a_bounded_number_of_kernels():
+    model = keras.Sequential([keras.Input((None, 2)), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    for length in range(1, engine.KERNELS_PER_MODEL + 9):
+        sk.explain(model, np.ones((1, length, 2), "float32"), "gradient", 0)
+    assert engine.kernel_count(model) == engine.KERNELS_PER_MODEL
