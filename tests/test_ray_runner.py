@@ -18,12 +18,12 @@ import pytest
 ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("ray.data")
 
-from saliency_kit import outputs, pipeline, ray_runner  # noqa: E402
+from saliency_kit import outputs, ray_runner  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-METHODS = [("guided_backprop", {}), ("smoothgrad", {"samples": 4, "seed": 7})]
-LOOKS = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
-TARGETS = "top1"  # resolved by the engine, per batch
+# guided backprop, and a seeded SmoothGrad (noise drawn per image); small batches: several chunks
+OPTIONS = ["--method", "guided_backprop", "--method", "smoothgrad", "--samples", "4", "--seed", "7",
+           "--batch-size", "4"]
 BATCH = 4
 ACTOR_CLASS = "MapWorker(MapBatches(ChunkExplainer))"
 
@@ -64,24 +64,21 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_run(images, tmp_path_factory):
-    """The local pipeline's run (the reference): ``out`` folder."""
-    import saliency_kit as sk
-
-    out = str(tmp_path_factory.mktemp("local_out"))
-    plan = pipeline.plan_run(images, out, shard=None, resume=False)
-    model, spec = sk.load_model("shapes")
-    summary = pipeline.run(input_dir=images, out_dir=out, plan=plan, model=model, spec=spec, methods=METHODS,
-                           targets_for=ray_runner.fixed_targets(TARGETS)(model), looks=LOOKS,
-                           batch_size=BATCH, formats=("png",), write_processes=0)
-    assert summary.explained == 40 and len(summary.failures) == 2
+    """``saliency batch`` without Ray (the reference): its ``--out`` folder."""
+    out = str(tmp_path_factory.mktemp("local") / "out")
+    assert saliency(["batch", images, "--out", out, *OPTIONS]) == 1  # 1: two files could not be read
     return out
 
 
-def ray_run(images, out, *, resume=False, **options):
-    plan = pipeline.plan_run(images, out, shard=None, resume=resume)
-    return ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
-                          methods=METHODS, targets_for_model=ray_runner.fixed_targets(TARGETS), looks=LOOKS,
-                          batch_size=BATCH, formats=("png",), workers=2, **options)
+def saliency(argv):
+    from saliency_kit.cli import main
+
+    return main(argv)
+
+
+def ray_run(images, out, address, *more):
+    """``saliency batch ... --ray ADDRESS --workers 2`` in this process."""
+    return saliency(["batch", images, "--out", out, *OPTIONS, "--ray", address, "--workers", "2", *more])
 
 
 def files_of(out):
@@ -112,19 +109,19 @@ def assert_same_run(out, reference):
     assert sorted(lines) == sorted(json.dumps(line, sort_keys=True) for line in manifest_lines(reference))
 
 
-def test_ray_run_writes_the_local_runs_files_and_manifest(cluster, images, local_run, tmp_path):
+def test_ray_run_writes_the_local_runs_files_and_manifest(cluster, images, local_run, tmp_path, capsys):
     out = str(tmp_path / "out")
-    summary = ray_run(images, out)
-    assert (summary.explained, summary.files, len(summary.failures)) == (40, 160, 2)
-    assert sorted(summary.failures) == sorted(
-        (r["image"], r["error"]) for r in manifest_lines(local_run) if r["status"] == "failed")
+    assert ray_run(images, out, cluster) == 1
+    printed = capsys.readouterr().out
+    assert "40 images explained, 0 already complete, 2 failed; 160 files written" in printed
     assert_same_run(out, local_run)
+    assert len([line for line in manifest_lines(out) if line["status"] == "failed"]) == 2
     # The seeded SmoothGrad maps differ from image to image (the comparison above means something).
     heatmaps = [v for k, v in files_of(out).items() if k.endswith("heatmap.png") and "smoothgrad" in k]
     assert len(set(heatmaps)) == 40
 
 
-def _chunks_recorded(out) -> int:
+def _images_recorded(out) -> int:
     try:
         return len({line["image"] for line in manifest_lines(out)})
     except (FileNotFoundError, ValueError):
@@ -144,60 +141,49 @@ def test_a_killed_actor_is_replaced_and_every_output_is_written_once(cluster, im
 
     def drive():
         try:
-            result["summary"] = ray_run(images, out)
+            result["status"] = ray_run(images, out, cluster)
         except BaseException as error:  # noqa: BLE001 - reported by the test
             failure.append(error)
 
     driver = threading.Thread(target=drive)
     driver.start()
     deadline = time.monotonic() + 90
-    while _chunks_recorded(out) < BATCH and time.monotonic() < deadline and driver.is_alive():
+    while _images_recorded(out) < BATCH and time.monotonic() < deadline and driver.is_alive():
         time.sleep(0.05)  # until the actors are working: one chunk is recorded
     pids = _explainer_pids()
     assert pids, "no explainer actor alive"
     os.kill(pids[0], signal.SIGKILL)
-    killed_at = _chunks_recorded(out)
+    killed_at = _images_recorded(out)
     driver.join(120)
     assert not driver.is_alive() and not failure, failure
     assert killed_at < 42  # the actor was killed before the end of the run
-    assert result["summary"].explained == 40
+    assert result["status"] == 1  # the two unreadable files
     assert_same_run(out, local_run)
 
 
-DRIVER = """
-import sys
-from saliency_kit import outputs, pipeline, ray_runner
-images, out, address = sys.argv[1:4]
-plan = pipeline.plan_run(images, out, shard=None, resume=False)
-looks = {"guided_backprop": outputs.Look(), "smoothgrad": outputs.Look()}
-ray_runner.run(input_dir=images, out_dir=out, plan=plan, model=ray_runner.ModelSource("shapes"),
-               methods=%r, targets_for_model=ray_runner.fixed_targets(%r), looks=looks,
-               batch_size=%d, formats=("png",), workers=2, address=address)
-""" % (METHODS, TARGETS, BATCH)
-
-
-def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, images, local_run, tmp_path):
+def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, images, local_run, tmp_path, capsys):
     out = str(tmp_path / "out")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, images, out, cluster], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    command = [sys.executable, "-m", "saliency_kit", "batch", images, "--out", out, *OPTIONS,
+               "--ray", cluster, "--workers", "2"]
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as handle:
+        driver = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
-    while _chunks_recorded(out) < 2 * BATCH and time.monotonic() < deadline and driver.poll() is None:
+    while _images_recorded(out) < 2 * BATCH and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.05)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    assert driver.returncode == -signal.SIGKILL, driver.stderr.read().decode()[-2000:]
-    driver.stderr.close()
+    assert driver.returncode == -signal.SIGKILL, log.read_text()[-2000:]
 
     records = outputs.Manifest(os.path.join(out, outputs.MANIFEST)).read()
     complete = outputs.complete_images(records, out)
     assert 0 < len(complete) < 40
     stamps = {f: os.stat(os.path.join(out, f)).st_mtime_ns for r in records if r["image"] in complete
               for f in [r["file"]]}
-    time.sleep(0.05)
-    summary = ray_run(images, out, resume=True)
-    assert summary.skipped == len(complete)
-    assert summary.explained == 40 - len(complete)
+    capsys.readouterr()
+    assert ray_run(images, out, cluster, "--resume") == 1
+    assert f"{40 - len(complete)} images explained, {len(complete)} already complete" in capsys.readouterr().out
     # Nothing complete was written again.
     assert {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in stamps} == stamps
     assert_same_run(out, local_run)
