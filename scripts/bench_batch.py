@@ -120,6 +120,7 @@ def main() -> int:
     parser.add_argument("--ray", action="store_true",
                         help="instead: the Ray runner (--workers actors) against the local run (scripts/bench_ray.py)")
     parser.add_argument("--workers", type=int, default=2, help="--ray: Ray actors (default 2)")
+    parser.add_argument("--timeline", action="store_true", help="--ray: also print when images were recorded")
     parser.add_argument("--ray-part", choices=("local", "ray"), help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

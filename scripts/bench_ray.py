@@ -77,7 +77,9 @@ def part(args) -> None:
     first = recorded[0] if recorded else (start, 0)
     steady = (summary.explained - first[1]) / max(recorded[-1][0] - first[0], 1e-9) if len(recorded) > 1 else 0.0
     at_100 = next((rss for _, done, rss in watch.samples if done >= 100), float("nan"))
-    print(json.dumps({"explained": summary.explained, "wall": wall, "steady": steady,
+    changes = [(round(t - start, 1), done) for i, (t, done, _) in enumerate(watch.samples)
+               if i == 0 or done != watch.samples[i - 1][1]]
+    print(json.dumps({"explained": summary.explained, "wall": wall, "steady": steady, "timeline": changes,
                       "rss_start": rss_start, "rss_100": at_100, "rss_end": rss_mib(),
                       "rss_max": max(rss for _, _, rss in watch.samples)}))
 
@@ -114,4 +116,7 @@ def main(args) -> int:
     print(f"Ray driver RSS : {ray['rss_start']:.0f} MiB at start, {ray['rss_100']:.0f} MiB after 100 images, "
           f"{ray['rss_end']:.0f} MiB at the end (max {ray['rss_max']:.0f}); growth after 100 images "
           f"{100 * (ray['rss_end'] / ray['rss_100'] - 1):+.1f}%")
+    if args.timeline:
+        for which in ("local", "ray"):
+            print(f"{which} timeline (seconds, images recorded):", results[which]["timeline"])
     return 0
