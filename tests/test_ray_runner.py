@@ -5,6 +5,7 @@ reference is the local pipeline's run on the same images: the Ray run must write
 byte for byte, and the same manifest lines (order aside), also when an actor is killed mid-run and
 when the driver is killed and the run resumed. Skipped where the ``ray`` extra is not installed.
 """
+import importlib.util
 import json
 import os
 import signal
@@ -36,8 +37,8 @@ os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")  # never start a stray ins
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray instance for the module (the runner joins it instead of starting its own), with
-    the dashboard, which serves Ray's state API (``ray.util.state``)."""
-    ray.init(num_cpus=2, include_dashboard=True, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
+    the dashboard where installed ("ray[default]"): it serves Ray's state API (``ray.util.state``)."""
+    ray.init(num_cpus=2, include_dashboard=importlib.util.find_spec("aiohttp") is not None, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
              logging_level="ERROR", log_to_driver=False,
              runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg",
                                        "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}})
@@ -138,6 +139,7 @@ def _explainer_pids():
 
 
 def test_a_killed_actor_is_replaced_and_every_output_is_written_once(cluster, images, local_run, tmp_path):
+    pytest.importorskip("aiohttp", reason='Ray\'s state API (finding the actor\'s pid) needs "ray[default]"')
     out = str(tmp_path / "out")
     result, failure = {}, []
 
