@@ -60,3 +60,17 @@ def test_without_ray_installed_the_message_says_how_to_install_it():
                           env={**os.environ, "PYTHONPATH": REPO})
     assert 'pip install "saliency_kit[ray]"' in done.stdout
     assert done.stdout.startswith("--ray needs Ray Data, which is not installed")
+
+
+def test_joining_a_cluster_that_is_not_there_is_a_usage_error(tmp_path):
+    pytest.importorskip("ray.data")
+    from PIL import Image
+
+    (tmp_path / "in").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "in" / "a.png")
+    # Ray looks for a cluster of this machine under RAY_TMPDIR: an empty folder, no cluster.
+    env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": "", "RAY_TMPDIR": str(tmp_path / "ray")}
+    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out",
+                           str(tmp_path / "out"), "--ray", "auto"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "--ray auto: cannot join a Ray cluster there" in done.stderr

@@ -34,11 +34,20 @@ ACTOR_CLASS = "MapWorker(MapBatches(ChunkExplainer))"
 os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")  # never start a stray instance after shutdown
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray instance for the module (the runner joins it instead of starting its own), with
     the dashboard where installed ("ray[default]"): it serves Ray's state API (``ray.util.state``)."""
-    ray.init(num_cpus=2, include_dashboard=importlib.util.find_spec("aiohttp") is not None, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
+    dashboard = importlib.util.find_spec("aiohttp") is not None
+    ray.init(num_cpus=2, include_dashboard=dashboard, dashboard_port=_free_port() if dashboard else None, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
              logging_level="ERROR", log_to_driver=False,
              runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg",
                                        "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}})
@@ -209,3 +218,27 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     together = pipeline.explain_batch(model, inputs, methods, targets_for, BATCH)[0]
     alone = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH)[0]
     np.testing.assert_array_equal(together.maps[1], alone.maps[0])
+
+
+def _job(out, token, input_dir):
+    return ray_runner.Job(input_dir=input_dir, input_label=input_dir, out_dir=out, probe=".probe", token=token,
+                          model=ray_runner.ModelSource("shapes"), methods=(), targets_for_model=None, looks={},
+                          batch_size=BATCH, formats=("png",))
+
+
+def test_a_node_that_cannot_see_out_is_refused(cluster, images, tmp_path):
+    # What a node whose --out is another disk sees: no probe, or another run's probe there.
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ray_runner.OutputNotShared, match="is not shared with Ray node .*received no such file"):
+        ray_runner.check_nodes(ray, _job(str(out), "token host 1", images))
+    (out / ".probe").write_text("another-run host 2")
+    with pytest.raises(ray_runner.OutputNotShared, match="received another run’s probe"):
+        ray_runner.check_nodes(ray, _job(str(out), "token host 1", images))
+    (out / ".probe").write_text("token host 1")
+    ray_runner.check_nodes(ray, _job(str(out), "token host 1", images))  # seen: accepted
+    with pytest.raises(ray_runner.OutputNotShared, match="INPUT_DIR .* is not visible on Ray node"):
+        ray_runner.check_nodes(ray, _job(str(out), "token host 1", str(tmp_path / "elsewhere")))
+    # An actor checks too, before it loads the model or writes anything.
+    with pytest.raises(ray_runner.OutputNotShared):
+        ray_runner.ChunkExplainer(_job(str(tmp_path), "token host 1", images))

@@ -68,3 +68,6 @@ def run(args, plan, methods, target_spec, looks):
             workers=args.workers, gpus_per_worker=args.gpus_per_worker, batch_images=args.batch_images)
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
+    except ConnectionError as error:  # no cluster at that address
+        raise UsageError(f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "
+                         f"--head', or give its address); received {' '.join(str(error).split())}") from None
