@@ -16,6 +16,9 @@ Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
 The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
 actor does exactly what the local loop does with a batch, through the same functions, so the files
 and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
+A resumed run keeps the first run's chunks (without their complete images), so that a seeded
+SmoothGrad, whose noise the engine draws by position in a batch, gives the maps of an
+uninterrupted run.
 
 Crash safety. Only the driver writes the manifest, once per chunk it receives: if Ray retries a
 chunk (its actor died: Ray Data restarts the actor and resubmits the chunk), the retry rewrites the
@@ -290,8 +293,8 @@ def run(
     summary = pipeline.Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     if not todo:
         return summary
-    chunks = [[(path, plan.folders[path]) for path in todo[i:i + batch_images]]
-              for i in range(0, len(todo), batch_images)]
+    chunks = [chunk for chunk in _chunks(plan.mine, set(todo), batch_images) if chunk]
+    chunks = [[(path, plan.folders[path]) for path in chunk] for chunk in chunks]
     out_abs = os.path.abspath(out_dir)
     os.makedirs(out_abs, exist_ok=True)
     remove_stale_probes(out_abs)
@@ -331,6 +334,16 @@ def run(
     finally:
         with_suppressed_errors(os.remove, os.path.join(out_abs, probe))
     return summary
+
+
+def _chunks(mine: Sequence[str], todo: set, size: int) -> list[list[str]]:
+    """The images of ``todo`` in the chunks a fresh run makes of ``mine`` (``size`` images each).
+
+    A chunk is recorded whole (one manifest append), so a resumed run redoes whole chunks of the
+    first run, each image at its first position: seeded noise, which the engine draws by position
+    in a batch, is then that of an uninterrupted run.
+    """
+    return [[path for path in mine[i:i + size] if path in todo] for i in range(0, len(mine), size)]
 
 
 def remove_stale_probes(out_dir: str) -> None:
