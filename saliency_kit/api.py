@@ -97,21 +97,23 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     names = targets_module.class_names_of(class_names)
+    channel_axis = engine.channel_axis(model, x)
     request = methods.Request(model, x, None, score, batch_size,
-                              default_layer=getattr(class_names, "gradcam_layer", None))
+                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
     if chosen.prepare is not None:
         values = chosen.prepare(request, values)
     resolved = resolve_targets(model, x, targets, score=score, batch_size=batch_size, class_names=names)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
-                     batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1)
+                     batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
+                     channel_axis=channel_axis)
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:
         _warn_zero_maps(attributions, resolved, method)
     return Explanation(
         attributions=attributions,
-        maps=methods.reduce_map(attributions, chosen.reduction(values)),
+        maps=methods.reduce_map(attributions, chosen.reduction(values), 2 + channel_axis if channel_axis >= 0 else -1),
         targets=resolved,
         scores=scores,
         method=method,

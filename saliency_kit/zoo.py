@@ -345,6 +345,9 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
     ``description``), defaulting to: name ``"net"``, the model's input size, ``x / 255``
     preprocessing, classes ``"0".."N-1"``, and the last layer with a 4-D output for Grad-CAM.
     """
+    from .keras_backend import require_tensorflow
+
+    require_tensorflow()  # another Keras backend: one clear RuntimeError, not a failure deep inside
     path = Path(os.fspath(name_or_path)) if isinstance(name_or_path, (str, os.PathLike)) else None
     if path is None:
         raise TypeError(f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}")
@@ -445,8 +448,9 @@ def _load_weights_into(model, weights, name: str) -> None:
             model.set_weights(source.get_weights())
         else:
             model.load_weights(path)
-    except Exception as e:  # Keras raises many types here; one clear message is what users need
-        raise ValueError(f"cannot load weights from {path} into {name}: {type(e).__name__}: {e}") from None
+    except (ValueError, OSError, KeyError, TypeError, IndexError) as e:  # what Keras and h5py raise for a
+        # file that does not fit the model; one clear message is what users need (--debug: the cause)
+        raise ValueError(f"cannot load weights from {path} into {name}: {type(e).__name__}: {e}") from e
 
 
 def _load_model_file(path: Path, weights, unsafe: bool):
@@ -508,7 +512,7 @@ def _server_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
             result.append(True)
         except urllib.error.HTTPError:  # the server answered: the network works
             result.append(True)
-        except Exception:
+        except (OSError, ValueError):  # no route, no DNS, a timeout, TLS trouble: offline
             result.append(False)
 
     thread = threading.Thread(target=probe, daemon=True)  # DNS look-ups ignore socket timeouts

@@ -177,3 +177,95 @@ def test_many_input_sizes_keep_a_bounded_number_of_kernels():
     for length in range(1, engine.KERNELS_PER_MODEL + 9):
         sk.explain(model, np.ones((1, length, 2), "float32"), "gradient", 0)
     assert engine.kernel_count(model) == engine.KERNELS_PER_MODEL
+
+
+# -- channels-first ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def channels_first():
+    """x [B, C=2, H=6, W=6] → 1×1 conv (3 channels, channels_first) → global mean → dense: linear,
+    so ∂s_k/∂x[c, h, w] = G[c, k] = Σ_c' W[c, c'] V[c', k] / (H W) at every position."""
+    keras.utils.set_random_seed(12)
+    inputs = keras.Input((2, 6, 6))
+    a = keras.layers.Conv2D(3, 1, use_bias=False, data_format="channels_first", name="conv")(inputs)
+    pooled = keras.layers.GlobalAveragePooling2D(data_format="channels_first")(a)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="dense")(pooled))
+    W = model.get_layer("conv").kernel.numpy()[0, 0]  # [2, 3]
+    V = model.get_layer("dense").kernel.numpy()  # [3, 2]
+    x = np.random.default_rng(7).normal(size=(2, 2, 6, 6)).astype("float32")
+    A = np.einsum("bchw,cd->bdhw", x, W)  # the conv's activations [B, 3, 6, 6]
+    return model, x, W @ V / 36.0, A, V
+
+
+def test_channels_first_maps_reduce_the_channel_axis(channels_first):
+    model, x, G, _, _ = channels_first
+    expl = sk.explain(model, x, "gradient", [[0, 1]] * 2)
+    assert expl.attributions.shape == (2, 2, 2, 6, 6) and expl.maps.shape == (2, 2, 6, 6)
+    expected = np.broadcast_to(G.T[None, :, :, None, None], (2, 2, 2, 6, 6))
+    np.testing.assert_allclose(expl.attributions, expected, atol=1e-6)
+    np.testing.assert_allclose(expl.maps, np.broadcast_to(np.abs(G).max(0)[None, :, None, None], (2, 2, 6, 6)), atol=1e-6)
+    gxi = sk.explain(model, x, "gradient_x_input", 1)
+    np.testing.assert_allclose(gxi.maps[:, 0], np.einsum("bchw,c->bhw", x, G[:, 1]), atol=1e-5)
+
+
+def test_channels_first_gradcam_uses_the_real_spatial_axes(channels_first):
+    model, x, _, A, V = channels_first
+    expl = sk.explain(model, x, "gradcam", [[0, 1]] * 2, layer="conv", relu=False)
+    assert expl.attributions.shape == (2, 2, 6, 6)
+    for k in range(2):  # weights: the spatial mean of ∂s/∂A = V[c', k] / 36
+        np.testing.assert_allclose(expl.maps[:, k], np.einsum("bchw,c->bhw", A, V[:, k] / 36.0), atol=1e-5)
+    plus = sk.explain(model, x, "gradcam_plus_plus", 0, layer="conv")
+    assert plus.attributions.shape == plus.maps.shape == (2, 1, 6, 6)
+
+
+def test_channels_first_occlusion_slides_over_height_and_width(channels_first):
+    model, x, G, _, _ = channels_first
+    expl = sk.explain(model, x, "occlusion", 0, window=(3, 3), stride=3)
+    assert expl.options["windows"] == 4  # 2 × 2 windows over H and W, each spanning both channels
+    for h0 in (0, 3):
+        for w0 in (0, 3):
+            region = (slice(None), slice(None), slice(h0, h0 + 3), slice(w0, w0 + 3))
+            drop = np.einsum("bchw,c->b", x[region], G[:, 0])
+            np.testing.assert_allclose(expl.attributions[(slice(None), 0, *region[1:])],
+                                       np.broadcast_to(drop[:, None, None, None], (2, 2, 3, 3)), atol=1e-5)
+
+
+def test_a_model_mixing_channel_formats_is_refused():
+    inputs = keras.Input((2, 6, 6))
+    a = keras.layers.Conv2D(3, 1, data_format="channels_first")(inputs)
+    b = keras.layers.Conv2D(3, 1, data_format="channels_last")(a)
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(b)))
+    with pytest.raises(ValueError, match="mixes channels_first .* and channels_last"):
+        sk.explain(model, np.zeros((1, 2, 6, 6), "float32"), "gradient", 0)
+
+
+# -- guided backprop through every ReLU op the model runs ----------------------------------------
+class ReluInside(keras.layers.Layer):
+    """A custom layer computing relu(x W) in its own call: no activation a rewrite could see."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 4), initializer="glorot_uniform", name="w")
+
+    def call(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+
+def test_guided_and_deconv_reach_a_relu_inside_a_custom_layer_call():
+    """s = v · relu(W x) with the relu inside a custom layer; guided and deconv by hand."""
+    keras.utils.set_random_seed(21)
+    inputs = keras.Input((3,))
+    hidden = ReluInside(name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1, use_bias=False, name="out")(hidden))
+    W = np.array([[1.0, -2.0, 0.5, 1.5], [0.5, 1.0, -1.0, 2.0], [-1.0, 0.5, 2.0, -0.5]], "float32")
+    v = np.array([[2.0], [-1.0], [1.5], [-3.0]], "float32")
+    model.get_layer("hidden").set_weights([W])
+    model.get_layer("out").set_weights([v])
+    x = np.array([[1.0, 1.0, 1.0], [2.0, -1.0, 0.5]], "float32")
+    active = (x @ W > 0).astype("float32")
+    v = v[:, 0]
+    np.testing.assert_allclose(sk.explain(model, x, "gradient", 0).attributions[:, 0], (active * v) @ W.T, atol=1e-6)
+    np.testing.assert_allclose(sk.explain(model, x, "guided_backprop", 0).attributions[:, 0],
+                               (active * v * (v > 0)) @ W.T, atol=1e-6)
+    np.testing.assert_allclose(sk.explain(model, x, "deconvnet", 0).attributions[:, 0],
+                               np.tile(np.maximum(v, 0) @ W.T, (2, 1)), atol=1e-6)
+    # the model itself is untouched: its plain gradient afterwards
+    np.testing.assert_allclose(sk.jacobian(model, x)[:, 0], (active * v) @ W.T, atol=1e-6)

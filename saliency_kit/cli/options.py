@@ -203,8 +203,9 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
                             f"(any case); repeat for several (default: {DEFAULT_TARGET})")
     group = parser.add_argument_group("method options (each used only by the methods that take it)")
     for name, (option, takers) in option_flags().items():
-        default = "the method's choice" if option.default is None else repr(option.default)
-        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')} (default: {default})"
+        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}"
+        if "default" not in text:
+            text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
         kwargs = {"dest": OPTION_DEST + name, "default": None, "help": text.replace("%", "%%")}
         if option.type is bool:
             group.add_argument(option.flag, action=argparse.BooleanOptionalAction, **kwargs)

@@ -37,6 +37,7 @@ from .chunking import check_batch_size
 __all__ = [
     "check_inputs",
     "check_batch_size",
+    "channel_axis",
     "score_view",
     "rewritten_model",
     "run",
@@ -115,6 +116,14 @@ def check_inputs(model, inputs) -> np.ndarray:
     return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 
+def channel_axis(model, inputs: np.ndarray) -> int:
+    """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first
+    (``ValueError`` for a model mixing both)."""
+    from .tf import channel_axis as detect
+
+    return detect(model, inputs.ndim - 1)
+
+
 # ------------------------------------------------------------------------------ model views
 def _rule_key(rule):
     return value_key(rule)
@@ -169,8 +178,10 @@ def fingerprint(model) -> tuple:
 
 
 def _activation_key(activation):
-    name = getattr(activation, "__name__", None)
-    return (getattr(activation, "__module__", None), name) if name else id(activation)
+    name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
+    if name and name != "<lambda>":
+        return (getattr(activation, "__module__", None), name)
+    return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
 def _views_of(model, score, score_fn, rules_used: list):
@@ -201,7 +212,7 @@ def _tupled(value):
 
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        spatial_axes=None) -> dict:
+        channel_axis: int = -1) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -211,6 +222,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         options: the method's prepared options; NumPy arrays among them are passed as tensors,
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
+        channel_axis: the channel axis of one input (see :func:`channel_axis`).
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``.
     """
@@ -223,7 +235,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
     key = ("run", compute, score, value_key(score_fn), constants,
-           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, spatial_axes, fingerprint(model))
+           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, fingerprint(model))
 
     def build():
         rules_used: list = []
@@ -231,7 +243,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         kernel = backend.build_kernel(
             compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
             shape, dtype, [backend.array_spec(a) for a in arrays],
-            backend.vectorise_classes(model), spatial_axes, _traced,
+            backend.vectorise_classes(model), channel_axis, _traced, backend.op_level_rules(model),
         )
         return kernel, rules_used
 

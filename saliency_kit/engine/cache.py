@@ -12,6 +12,7 @@ kernel).
 """
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 from collections import OrderedDict
@@ -79,6 +80,10 @@ def value_key(value, depth: int = 3):
         return value
     if isinstance(value, list):
         return ("list", tuple(value_key(v, depth - 1) for v in value))
+    if isinstance(value, functools.partial):
+        keywords = tuple(sorted((k, value_key(v, depth - 1)) for k, v in (value.keywords or {}).items()))
+        key = ("partial", value_key(value.func, depth - 1), value_key(value.args, depth - 1), keywords)
+        return key if _hashable(key) else value
     code = getattr(value, "__code__", None)
     if isinstance(value, types.FunctionType) and code is not None:
         cells = tuple(cell.cell_contents if _has_contents(cell) else None for cell in (value.__closure__ or ()))

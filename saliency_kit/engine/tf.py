@@ -101,6 +101,64 @@ def _build_shape(model):
     return tuple(shape)
 
 
+_SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
+
+
+def _sublayers(layer):
+    yield layer
+    for inner in getattr(layer, "layers", None) or ():
+        yield from _sublayers(inner)
+    wrapped = getattr(layer, "layer", None)  # TimeDistributed, Bidirectional and other wrappers
+    if isinstance(wrapped, keras.layers.Layer):
+        yield from _sublayers(wrapped)
+
+
+def channel_axis(model, rank: int) -> int:
+    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+
+    Channels-first when the model's spatial layers (convolutions, pooling, up-sampling, cropping,
+    padding) use ``data_format="channels_first"``. ``ValueError`` when they mix both formats
+    (which axis is spatial cannot be told then). Non-image inputs (rank < 3) are channels-last.
+    """
+    formats = {}
+    for layer in _sublayers(model):
+        kind = type(layer).__name__
+        data_format = getattr(layer, "data_format", None)
+        if data_format in ("channels_first", "channels_last") and any(k in kind for k in _SPATIAL_KINDS):
+            formats.setdefault(data_format, layer.name)
+    if len(formats) > 1:
+        raise ValueError(
+            f"model {model.name!r} mixes channels_first (layer {formats['channels_first']!r}) and "
+            f"channels_last (layer {formats['channels_last']!r}) spatial layers, so its spatial axes "
+            "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
+        )
+    return 0 if "channels_first" in formats and rank >= 2 else -1
+
+
+def _is_composite_relu(layer) -> bool:
+    """Whether ``layer`` computes a ReLU-family activation that is several ops (a ``threshold``,
+    or a ``max_value`` other than 6), of which an op-level rule would see only the ``Relu``."""
+    import functools
+
+    if isinstance(layer, keras.layers.ReLU):
+        max_value = getattr(layer, "max_value", None)
+        return bool(getattr(layer, "threshold", 0.0)) or max_value not in (None, 6.0)
+    activation = getattr(layer, "activation", None)
+    if isinstance(activation, functools.partial):
+        keywords = activation.keywords or {}
+        return bool(keywords.get("threshold", 0.0)) or keywords.get("max_value") not in (None, 6.0)
+    if isinstance(activation, keras.layers.ReLU):
+        return _is_composite_relu(activation)
+    return False
+
+
+def op_level_rules(model) -> bool:
+    """Whether backward rules can be applied to ``model``'s ReLU-family ops directly (the op-level
+    override of :mod:`saliency_kit.model.override`, no model copy), rather than through
+    ``sk.rewrite`` (which handles composite activations at the layer level)."""
+    return not any(_is_composite_relu(layer) for layer in _sublayers(model))
+
+
 def _recurrent(model) -> bool:
     """Whether ``model`` (nested models included) has recurrent layers (while loops)."""
     for layer in getattr(model, "layers", ()):
@@ -185,6 +243,22 @@ def _gradient_at(view, z, targets, tap=None, vectorise=False):
     return tf.cast(scores, tf.float32), gradients
 
 
+def _gradient_by_rule(view, z, targets, rule):
+    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family op
+    the model runs (the op-level override: ``tf.gradients`` of the graph traced in the block)."""
+    from ..model.override import relu_rule
+
+    with relu_rule(rule):
+        scores = _target_scores(view(z), targets)
+        if scores.dtype != z.dtype:
+            scores = tf.cast(scores, z.dtype)
+    columns = []
+    for k in range(targets.shape[1]):  # one backward pass per class over the shared forward pass
+        (g,) = tf.gradients(scores[:, k], [z], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        columns.append(g)
+    return tf.cast(scores, tf.float32), tf.stack(columns, axis=1)
+
+
 def _accumulator_dtype(dtype):
     return tf.float32 if dtype.name in _SMALL_FLOATS else dtype
 
@@ -199,17 +273,20 @@ class Context:
         index: int32 ``[n]`` each input's position in the whole request (keys the noise).
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
-        spatial_axes: the axes of one input that are its height and width (images), else None.
+        channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
+            (channels-first models, see :func:`channel_axis`).
     """
 
-    def __init__(self, views, inputs, targets, index, seed, budget, vectorise, spatial_axes=None, top=True):
+    def __init__(self, views, inputs, targets, index, seed, budget, vectorise, channel_axis=-1, top=True,
+                 op_level=False):
         self._views = views  # views(rule) -> ScoreView
+        self._op_level = op_level
         self.inputs = inputs
         self.targets = targets
         self.index = index
         self.seed = seed
         self.budget = max(1, int(budget))
-        self.spatial_axes = spatial_axes
+        self.channel_axis = channel_axis
         self._vectorise = vectorise
         self._top = top
         self.memo: dict = {}
@@ -218,6 +295,11 @@ class Context:
     def shape(self) -> tuple:
         """The shape of one input."""
         return tuple(self.inputs.shape[1:])
+
+    @property
+    def image_size(self) -> tuple:
+        """``(H, W)`` of an image input, whichever axis holds its channels."""
+        return tuple(self.shape[1:3]) if self.channel_axis == 0 else tuple(self.shape[0:2])
 
     @property
     def num_targets(self) -> int:
@@ -246,7 +328,10 @@ class Context:
         at the points come free with their gradients.
         """
         rows, targets, lead = self._rows(points)
-        scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
+        if rule is not None and self._op_level:
+            scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule)
+        else:
+            scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
         if self._top and points is self.inputs:
             self.memo.setdefault("scores", scores)  # the clean scores come free
         n, K = self.inputs.shape[0], self.num_targets
@@ -325,7 +410,7 @@ class Context:
         copies = int(np.prod(lead)) if lead else 1
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         return Context(self._views, rows, targets, index, self.seed, max(1, self.budget // copies),
-                       self._vectorise, self.spatial_axes, top=False)
+                       self._vectorise, self.channel_axis, top=False, op_level=self._op_level)
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids, count: int):
@@ -357,7 +442,7 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, spatial_axes, traced):
+                 vectorise: bool, channel_axis, traced, op_level: bool = False):
     """The compiled ``kernel(x, targets, index, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -372,7 +457,7 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
 
     def kernel(x, targets, index, seed, *arrays):
         traced()
-        ctx = Context(views, x, targets, index, seed, layout.budget, vectorise, spatial_axes)
+        ctx = Context(views, x, targets, index, seed, layout.budget, vectorise, channel_axis, op_level=op_level)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:

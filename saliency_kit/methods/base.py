@@ -351,7 +351,8 @@ class Request:
     """What :meth:`Method.prepare` sees before any work: the checked call.
 
     ``inputs`` ``[B, ...]`` NumPy in the model's input dtype; ``targets`` int ``[B, K]`` or
-    ``None`` (not yet resolved); ``default_layer`` a model's configured CAM layer, if any.
+    ``None`` (not yet resolved); ``default_layer`` a model's configured CAM layer, if any;
+    ``channel_axis`` the channel axis of one input (``-1``, or ``0`` for channels-first models).
     """
 
     model: object
@@ -360,4 +361,5 @@ class Request:
     score: str = "logits"
     batch_size: int = 32
     default_layer: str | None = None
+    channel_axis: int = -1
     extra: dict = field(default_factory=dict)

@@ -7,6 +7,7 @@ With ``A`` the layer's activations ``[h, w, c]`` and ``g = ∂s/∂A``:
   ``w_c = Σ_hw α · relu(g_c)``, ``α = g² / (2 g² + Σ_hw A_c · g³)``.
 * Guided Grad-CAM: guided-backprop attributions × the upsampled Grad-CAM map.
 
+Channels-first models (``data_format="channels_first"``) work the same on ``[B, C, H, W]``.
 ``layer=None`` picks the model's configured CAM layer (``ModelSpec.gradcam_layer``) or else the
 last layer with a 4-D ``[B, h, w, c]`` output, looking inside nested models; a layer is named by
 its path ``"outer/inner"`` or its bare name. Maps are upsampled bilinearly to the input's
@@ -28,7 +29,8 @@ def prepare(request, options: dict) -> dict:
 
     if request.inputs.ndim != 4:
         raise ValueError(
-            f"CAM methods need image inputs [B, H, W, C]; received shape {request.inputs.shape}."
+            f"CAM methods need image inputs [B, H, W, C] (or [B, C, H, W] for channels-first "
+            f"models); received shape {request.inputs.shape}."
         )
     layer = options["layer"]
     if layer is None:
@@ -49,6 +51,15 @@ def prepare(request, options: dict) -> dict:
     return {**options, "layer": path}
 
 
+def channels_last(ctx, activations, g):
+    """``A [n, h, w, c]`` and ``g [n, K, h, w, c]`` whatever the model's channel axis."""
+    from keras import ops
+
+    if ctx.channel_axis == 0:  # channels-first: [n, c, h, w] and [n, K, c, h, w]
+        return ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
+    return activations, g
+
+
 def cam_map(ctx, weights, activations, relu):
     """``relu(Σ_c weights[n, k, c] · A[n, h, w, c])`` upsampled to the input: ``[n, K, H, W]``."""
     from keras import ops
@@ -56,7 +67,7 @@ def cam_map(ctx, weights, activations, relu):
     maps = ops.einsum("nkc,nhwc->nkhw", weights, activations)
     if relu:
         maps = ops.relu(maps)
-    return ctx.resize(maps, ctx.shape[:2])
+    return ctx.resize(maps, ctx.image_size)
 
 
 def _check_rank(activations, layer):
@@ -73,8 +84,9 @@ def _check_rank(activations, layer):
 def gradcam(ctx, layer, relu):
     from keras import ops
 
-    activations, g = ctx.layer(layer)  # [n, h, w, c], [n, K, h, w, c]
+    activations, g = ctx.layer(layer)
     _check_rank(activations, layer)
+    activations, g = channels_last(ctx, activations, g)  # [n, h, w, c], [n, K, h, w, c]
     return cam_map(ctx, ops.mean(g, axis=(2, 3)), activations, relu)
 
 
@@ -85,6 +97,7 @@ def gradcam_plus_plus(ctx, layer, relu):
 
     activations, g = ctx.layer(layer)
     _check_rank(activations, layer)
+    activations, g = channels_last(ctx, activations, g)
     g2 = ops.square(g)
     total = ops.sum(activations, axis=(1, 2), keepdims=True)[:, None]  # Σ_hw A_c, [n, 1, 1, 1, c]
     alpha = ops.divide_no_nan(g2, 2.0 * g2 + total * g2 * g)
@@ -98,5 +111,6 @@ def guided_gradcam(ctx, layer, relu):
     from keras import ops
 
     cam = gradcam(ctx, layer, relu)  # [n, K, H, W]
-    guided = ctx.gradients(ctx.inputs, rule="guided")  # [n, K, H, W, C]
-    return guided * ops.cast(cam, guided.dtype)[..., None]
+    guided = ctx.gradients(ctx.inputs, rule="guided")  # [n, K, H, W, C] (or [n, K, C, H, W])
+    cam = ops.expand_dims(ops.cast(cam, guided.dtype), 2 if ctx.channel_axis == 0 else -1)
+    return guided * cam

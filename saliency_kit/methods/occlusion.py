@@ -2,8 +2,8 @@
 input is replaced by ``value``.
 
 A window slides over the leading axes of one input — height and width of an image
-``[H, W, C]``, time of a sequence ``[T, F]`` — spanning the whole last axis (channels,
-features); for tabular inputs ``[F]`` it slides over the features, one at a time by default.
+``[H, W, C]`` (``[C, H, W]`` for channels-first models), time of a sequence ``[T, F]`` —
+spanning the whole channel axis (channels, features); for tabular inputs ``[F]`` it slides over the features, one at a time by default.
 Each element's attribution is the mean score drop over the windows that cover it (elements no
 window covers get 0). Defaults: a window of about 1/8 of each slid axis (at least 1), stride half
 the window; tabular: window 1, stride 1. ``window``/``stride`` may be an int (every slid axis),
@@ -42,14 +42,15 @@ def _per_axis(name, value, shape, slid, default):
     return sizes
 
 
-def windows(shape, window=None, stride=None):
+def windows(shape, window=None, stride=None, channel_axis=-1):
     """The occlusion windows of one input of ``shape``: a list of tuples of slices.
 
     Default window: 1 per feature for tabular inputs, else about 1/8 of each slid axis; default
     stride: half the window (at least 1). A last window is added at the far edge of an axis when
     the stride would leave it uncovered.
     """
-    slid = range(len(shape) - 1) if len(shape) > 1 else range(1)
+    channels = channel_axis % len(shape)
+    slid = [a for a in range(len(shape)) if a != channels] if len(shape) > 1 else [0]
     size = _per_axis("window", window, shape, slid, lambda n: 1 if len(shape) == 1 else max(1, round(n / 8)))
     if any(w > n for w, n in zip(size, shape)):
         raise ValueError(f"window {tuple(size)} does not fit in an input of shape {tuple(shape)}.")
@@ -80,7 +81,7 @@ def prepare(request, options: dict) -> dict:
             f"value must be a number or an array broadcastable to one input {shape}; received {np.shape(options['value'])}."
         ) from None
     window, stride = _sizes(options["window"]), _sizes(options["stride"])
-    regions = windows(shape, window, stride)
+    regions = windows(shape, window, stride, request.channel_axis)
     return {**options, "window": window, "stride": stride, "value": np.ascontiguousarray(fill), "windows": len(regions)}
 
 
@@ -103,7 +104,7 @@ def occlusion(ctx, window, stride, value, **resolved):
     from keras import ops
 
     shape = ctx.shape
-    regions = windows(shape, window, stride)
+    regions = windows(shape, window, stride, ctx.channel_axis)
     corners = np.array([[s.start for s in region] for region in regions], np.int32)  # [P, rank]
     size = [s.stop - s.start for s in regions[0]]
     count = np.zeros(shape, np.float32)

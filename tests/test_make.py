@@ -1,0 +1,55 @@
+"""The two commands of a fresh clone: ``make run`` and ``make test`` set themselves up, and CI runs
+exactly ``make test``. Checked with ``make -n`` (what make would run), not by installing."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
+
+
+def planned(target: str, venv: Path) -> list[str]:
+    done = subprocess.run(["make", "-n", "-B", target, f"VENV={venv}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_make_run_sets_up_then_explains_the_example_shapes(tmp_path):
+    venv = tmp_path / "venv"
+    lines = planned("run", venv)
+    assert lines[0] == f"python3 -m venv {venv}"
+    assert any(f"{venv}/bin/python -m pip install" in line and '-e ".[cpu,test]"' in line for line in lines)
+    explain = [line for line in lines if line.startswith(f"{venv}/bin/saliency explain ")]
+    assert len(explain) == 1
+    images = explain[0].split()[2:]
+    expected = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples" / "shapes").glob("*.png")
+                      if not p.name.endswith("_mask.png"))
+    assert sorted(images) == expected and len(expected) == 5
+    assert lines.index(explain[0]) > max(i for i, line in enumerate(lines) if "pip install" in line)
+
+
+def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp_path):
+    venv = tmp_path / "venv"
+    lines = planned("test", venv)
+    assert lines[-1] == f"{venv}/bin/python -m pytest -q"
+    assert any("pip install" in line for line in lines[:-1])
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == "exec make test"
+    assert not [line for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
+
+
+def test_every_subpackage_is_installed():
+    """pyproject lists packages by name: a new subpackage left out of the list would be missing
+    from a (non-editable) install."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "saliency_kit").rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    assert found <= listed, sorted(found - listed)
