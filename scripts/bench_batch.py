@@ -117,7 +117,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files (default: a temporary folder)")
     parser.add_argument("--engine-only", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--ray", action="store_true",
+                        help="instead: the Ray runner (--workers actors) against the local run (scripts/bench_ray.py)")
+    parser.add_argument("--workers", type=int, default=2, help="--ray: Ray actors (default 2)")
+    parser.add_argument("--timeline", action="store_true", help="--ray: also print when images were recorded")
+    parser.add_argument("--ray-part", choices=("local", "ray"), help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ray or args.ray_part:
+        import bench_ray
+
+        return bench_ray.part(args) or 0 if args.ray_part else bench_ray.main(args)
     if args.engine_only:
         engine_only(args)
         return 0

@@ -7,6 +7,7 @@ import sys
 
 from .. import outputs, pipeline
 from . import options as opt
+from . import ray_options
 from .explain import add_explain_options, check_before_loading, with_model_defaults
 from .options import UsageError
 
@@ -27,6 +28,7 @@ def add_parser(subcommands, common) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue an earlier run into the same --out: skip complete images "
                              "(refused if the model, its weights or config, or the options changed)")
+    ray_options.add_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -47,6 +49,7 @@ def settings(args, plan, looks, fingerprint) -> dict:
 
 
 def run(args) -> int:
+    ray_options.check(args)
     if not os.path.isdir(args.input_dir):
         raise UsageError(f"INPUT_DIR {args.input_dir!r} is not a folder")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -74,11 +77,14 @@ def run(args) -> int:
     target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     methods = with_model_defaults(methods, spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
-    summary = pipeline.run(
-        input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-        targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
-        batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
-    )
+    if args.ray is not None:
+        summary = ray_options.run(args, plan_, methods, target_spec, looks)
+    else:
+        summary = pipeline.run(
+            input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
+            targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
+            batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
+        )
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
 

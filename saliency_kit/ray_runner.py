@@ -1,0 +1,419 @@
+"""``saliency batch --ray``: the batch pipeline's outputs, computed by Ray Data actors.
+
+    saliency batch images/ --out /shared/maps --ray              # a local Ray instance, all cores
+    saliency batch images/ --out /shared/maps --ray auto --workers 8 --gpus-per-worker 1
+
+Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
+
+    driver: list files, skip complete ones (--resume), split the rest into chunks of
+            --batch-images images, one Ray Data row per chunk
+      --(Ray Data map_batches, an ActorPoolStrategy pool of --workers actors)-->
+    actor:  load the model once (in its constructor), then per chunk: decode, explain (one
+            compiled function reused), render and write each file atomically
+      --(the chunk's result: its images' outputs or errors)-->
+    driver: one manifest append + fsync per chunk, the progress bar
+
+The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
+actor does exactly what the local loop does with a batch, through the same functions, so the files
+and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
+A resumed run keeps the first run's chunks (without their complete images), so that a seeded
+SmoothGrad, whose noise the engine draws by position in a batch, gives the maps of an
+uninterrupted run.
+
+Crash safety. Only the driver writes the manifest, once per chunk it receives: if Ray retries a
+chunk (its actor died: Ray Data restarts the actor and resubmits the chunk), the retry rewrites the
+same files through the same atomic renames, and the driver records a chunk only once. A chunk
+starts by deleting the ``.partial`` leftovers of its images' earlier attempts. If the driver dies,
+``--resume`` redoes exactly the images whose manifest lines are missing.
+
+Shared storage. Actors write into ``--out`` themselves, so every node running an actor must see
+``--out`` (and ``INPUT_DIR``) at the same path, e.g. an NFS mount. The driver writes a probe file
+into ``--out`` and refuses to start (exit 2) if a node cannot read it; an actor started later on
+a new node checks it too before it writes anything.
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import dataclasses
+import functools
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from . import outputs, pipeline
+from .files import remove_partials, write_atomic
+
+#: How to get the extra that provides Ray Data (printed when it is missing).
+INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
+PROBE_PREFIX = ".saliency-ray-probe-"
+#: Smallest object store Ray accepts is 75 MiB; the chunks' results are small (file names, scores).
+LOCAL_OBJECT_STORE_BYTES = 128 * 2**20
+
+
+class RayUnavailable(ImportError):
+    """``ray[data]`` is not installed."""
+
+
+class OutputNotShared(RuntimeError):
+    """A Ray node cannot see ``--out`` (or ``INPUT_DIR``): its outputs would be lost."""
+
+
+def import_ray():
+    """``ray`` and ``ray.data``, or :class:`RayUnavailable` saying how to install them."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the part this runner needs
+    except ImportError as error:
+        raise RayUnavailable(f"--ray needs Ray Data, which is not installed: {INSTALL_HINT}; "
+                             f"received ImportError: {error}.") from None
+    return ray
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What each actor passes to :func:`saliency_kit.load_model` (a name or an absolute path)."""
+
+    model: str
+    weights: str | None = None
+    unsafe: bool = False
+
+    @classmethod
+    def from_args(cls, model: str, weights: str | None = None, unsafe: bool = False) -> ModelSource:
+        """Model and weights files as absolute paths, so that actors started elsewhere find them."""
+        def absolute(value):
+            return os.path.abspath(value) if value is not None and os.path.exists(value) else value
+
+        return cls(absolute(model), absolute(weights), bool(unsafe))
+
+    def load(self):
+        import saliency_kit as sk
+
+        kwargs = {"unsafe": True} if self.unsafe else {}
+        if self.weights is not None:
+            kwargs["weights"] = self.weights
+        return sk.load_model(self.model, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Everything an actor needs, sent once to each actor (plain data and importable functions)."""
+
+    input_dir: str  # absolute
+    input_label: str  # INPUT_DIR as given to the driver, for messages (those of the local run)
+    out_dir: str  # absolute
+    probe: str  # file name of the driver's probe in out_dir
+    token: str  # its contents
+    model: ModelSource
+    methods: tuple  # ((name, options), ...)
+    targets_for_model: Callable  # model -> targets_for(inputs) (see pipeline.run)
+    looks: dict  # method -> outputs.Look
+    batch_size: int
+    formats: tuple
+
+
+def check_visible(job: Job) -> str:
+    """Raise :class:`OutputNotShared` unless this process sees the driver's probe in ``--out`` and
+    ``INPUT_DIR``; returns this node's name for messages."""
+    node = socket.gethostname()
+    probe = os.path.join(job.out_dir, job.probe)
+    try:
+        with open(probe, encoding="utf-8") as handle:
+            seen = handle.read()
+    except OSError:
+        seen = None
+    if seen != job.token:
+        raise OutputNotShared(
+            f"--out {job.out_dir!r} is not shared with Ray node {node!r}: it cannot read the probe file "
+            f"{probe!r} the driver wrote there; use a folder every node mounts at the same path "
+            f"(e.g. NFS); received {'no such file' if seen is None else 'another run’s probe'}.")
+    if not os.path.isdir(job.input_dir):
+        raise OutputNotShared(f"INPUT_DIR {job.input_dir!r} is not visible on Ray node {node!r}; use a "
+                              f"folder every node mounts at the same path; received no such folder.")
+    return node
+
+
+def _use_assigned_cpus() -> None:
+    """TensorFlow's thread pools sized to the CPUs Ray gave this actor, not to the whole machine
+    (actors sharing a node would otherwise each start a thread per core and compete)."""
+    import ray
+    import tensorflow as tf
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    if cpus:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(max(1, int(cpus)))
+            tf.config.threading.set_inter_op_parallelism_threads(max(1, int(cpus)))
+        except RuntimeError:  # TensorFlow already started in this process: keep its pools
+            pass
+
+
+class ChunkExplainer:
+    """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
+
+    A call receives rows ``{"chunk": index, "images": JSON [[image, its output folder], ...]}`` and
+    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}``.
+    """
+
+    def __init__(self, job: Job):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        check_visible(job)
+        _use_assigned_cpus()
+        self.job = job
+        self.model, self.spec = job.model.load()
+        self.targets_for = job.targets_for_model(self.model)
+
+    def __call__(self, rows: dict) -> dict:
+        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False)
+                   for images in rows["images"]]
+        return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
+
+    def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
+        """What the local loop does with one batch (:func:`saliency_kit.pipeline.run`), through
+        the same functions: ``[(image, [Output fields] or error message)]``."""
+        from .images import ImageLoadError, load_image
+
+        job = self.job
+        folders = dict(chunk)
+        for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write
+            remove_partials(os.path.join(job.out_dir, folder))
+        good, inputs, originals, done = [], [], [], []
+        for path in folders:
+            file = os.path.join(job.input_dir, path)
+            try:
+                item, original = load_image(file, self.spec)
+            except ImageLoadError as error:  # an unreadable file is reported, not fatal
+                # named as the driver names it, so that the message is the local run's
+                done.append((path, pipeline.one_line(error).replace(file, os.path.join(job.input_label, path))))
+                continue
+            good.append(path)
+            inputs.append(item)
+            originals.append(original)
+        if good:
+            explanations = pipeline.explain_batch(self.model, np.stack(inputs), job.methods, self.targets_for,
+                                                  job.batch_size)
+            items = [(path, folders[path], originals[row],
+                      outputs.per_image(explanations, row, job.looks, "npz" in job.formats))
+                     for row, path in enumerate(good)]
+            del explanations
+            for path, written in pipeline._write_batch(job.out_dir, items, self.spec.class_names, job.formats):
+                done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
+        return done
+
+
+def _decode_results(text: str) -> list:
+    """A chunk's results as :func:`saliency_kit.pipeline._write_batch` returns them."""
+    return [(path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
+            for path, written in json.loads(text)]
+
+
+def connect(address: str | None, *, num_cpus: int | None = None):
+    """Join the cluster at ``address`` (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``), or start a
+    local Ray instance when ``address`` is None. Returns ``(ray, started)``: whether this call
+    started (and the caller must shut down) Ray. An already initialised Ray is used as it is."""
+    import logging
+
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray, False
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
+             "configure_logging": True}
+    env = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
+                        "MPLBACKEND": "Agg"}}
+    if address is None:
+        ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env, **quiet)
+    else:
+        quiet.pop("include_dashboard")
+        ray.init(address=address, runtime_env=env, **quiet)
+    return ray, True
+
+
+def check_nodes(ray, job: Job) -> None:
+    """Run :func:`check_visible` once on every alive node; raise the first node's refusal."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    check = ray.remote(num_cpus=0, max_retries=0)(check_visible)
+    pending = [check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+               .remote(job) for node in ray.nodes() if node.get("Alive")]
+    for ref in pending:
+        try:
+            ray.get(ref)
+        except Exception as error:  # noqa: BLE001 - unwrapped below
+            raise _original(error) from None
+
+
+def _original(error: BaseException) -> BaseException:
+    """The user-code exception inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    seen = set()
+    while id(error) not in seen:
+        seen.add(id(error))
+        inner = getattr(error, "cause", None) or error.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        error = inner
+    return error
+
+
+def run(
+    *,
+    input_dir: str,
+    out_dir: str,
+    plan: pipeline.Plan,
+    model: ModelSource,
+    methods: Sequence[tuple[str, dict]],
+    targets_for_model: Callable,
+    looks: dict,
+    batch_size: int,
+    formats: Sequence[str],
+    address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float = 0,
+    batch_images: int | None = None,
+    num_cpus: int | None = None,
+    progress_stream=None,
+) -> pipeline.Summary:
+    """:func:`saliency_kit.pipeline.run` on Ray Data: the same files and manifest lines, computed
+    by a pool of actors.
+
+    Arguments as :func:`saliency_kit.pipeline.run`, except ``model`` (a :class:`ModelSource` each
+    actor loads) and ``targets_for_model(model) -> targets_for``, a function Ray can send to the
+    actors (module-level, or a ``functools.partial`` of one). ``address``: see :func:`connect`
+    (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
+    cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and ``gpus_per_worker`` GPUs
+    from Ray's scheduler. ``batch_images``: images per actor call (default ``batch_size``: the
+    local run's batches exactly). Raises :class:`OutputNotShared` if a node cannot see ``out_dir``.
+    """
+    batch_images = batch_images or batch_size
+    todo = plan.todo
+    summary = pipeline.Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
+    if not todo:
+        return summary
+    chunks = [chunk for chunk in _chunks(plan.mine, set(todo), batch_images) if chunk]
+    chunks = [[(path, plan.folders[path]) for path in chunk] for chunk in chunks]
+    out_abs = os.path.abspath(out_dir)
+    os.makedirs(out_abs, exist_ok=True)
+    remove_stale_probes(out_abs)
+    token = f"{secrets.token_hex(16)} {socket.gethostname()} {os.getpid()}"
+    probe = PROBE_PREFIX + token[:12]
+    write_atomic(os.path.join(out_abs, probe), token.encode())
+    job = Job(input_dir=os.path.abspath(input_dir), input_label=input_dir, out_dir=out_abs, probe=probe,
+              token=token, model=model, methods=tuple((name, dict(options)) for name, options in methods),
+              targets_for_model=targets_for_model, looks=dict(looks), batch_size=batch_size,
+              formats=tuple(formats))
+    try:
+        ray, started = connect(address, num_cpus=num_cpus)
+        try:
+            check_nodes(ray, job)
+            size = workers or _default_workers(ray, gpus_per_worker)
+            dataset = _dataset(ray, chunks, job, size, gpus_per_worker)
+            progress = pipeline.Progress(len(todo), stream=progress_stream)
+            start = time.monotonic()
+            received = set()
+            try:
+                for row in dataset.iter_rows():
+                    index = int(row["chunk"])
+                    if index in received:  # a chunk delivered twice is recorded once
+                        continue
+                    received.add(index)
+                    written = futures.Future()
+                    written.set_result(_decode_results(row["results"]))
+                    pipeline._finish((written, []), plan, summary, progress)
+            except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped
+                raise _original(error) from None
+            finally:
+                progress.close()
+            summary.seconds = time.monotonic() - start
+        finally:
+            if started:
+                ray.shutdown()
+    finally:
+        with_suppressed_errors(os.remove, os.path.join(out_abs, probe))
+    return summary
+
+
+def _chunks(mine: Sequence[str], todo: set, size: int) -> list[list[str]]:
+    """The images of ``todo`` in the chunks a fresh run makes of ``mine`` (``size`` images each).
+
+    A chunk is recorded whole (one manifest append), so a resumed run redoes whole chunks of the
+    first run, each image at its first position: seeded noise, which the engine draws by position
+    in a batch, is then that of an uninterrupted run.
+    """
+    return [[path for path in mine[i:i + size] if path in todo] for i in range(0, len(mine), size)]
+
+
+def remove_stale_probes(out_dir: str) -> None:
+    """Delete the probe files of drivers on this machine that are gone (killed before their cleanup)."""
+    host = socket.gethostname()
+    for name in os.listdir(out_dir):
+        if not name.startswith(PROBE_PREFIX):
+            continue
+        path = os.path.join(out_dir, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                _, probe_host, pid = handle.read().split()
+            os.kill(int(pid), 0) if probe_host == host else None
+        except ProcessLookupError:
+            with_suppressed_errors(os.remove, path)
+        except (OSError, ValueError):  # unreadable, or a live process of another user: leave it
+            pass
+
+
+def with_suppressed_errors(function, *args) -> None:
+    try:
+        function(*args)
+    except OSError:
+        pass
+
+
+def _default_workers(ray, gpus_per_worker: float) -> int:
+    resources = ray.cluster_resources()
+    if gpus_per_worker:
+        return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
+    return max(1, int(resources.get("CPU", 1)))
+
+
+def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
+    import logging
+
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # only the project's lines on stderr
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the driver shows its own
+    context.print_on_execution_start = False
+    rows = [{"chunk": i, "images": json.dumps(chunk, ensure_ascii=False)} for i, chunk in enumerate(chunks)]
+    # One chunk per block, so that one task is one chunk: a retry redoes only the chunk that failed.
+    dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
+    return dataset.map_batches(
+        ChunkExplainer, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1, num_gpus=gpus_per_worker or None,
+    )
+
+
+def targets(target_spec, batch_size: int) -> Callable:
+    """``targets_for_model`` for the command line's parsed ``--target`` values: what
+    :func:`saliency_kit.cli.options.targets_for` resolves locally, in a form Ray can send."""
+    return functools.partial(_targets_for, target_spec, batch_size)
+
+
+def _targets_for(target_spec, batch_size: int, model):
+    from .cli.options import targets_for
+
+    return targets_for(target_spec, model, batch_size)
+
+
+def fixed_targets(value) -> Callable:
+    """``targets_for_model`` giving every batch the same ``targets`` argument of ``sk.explain``
+    (``"top1"``, a class index, ...), which the engine resolves."""
+    return functools.partial(_fixed_targets, value)
+
+
+def _fixed_targets(value, model):
+    return functools.partial(_same, value)
+
+
+def _same(value, inputs):
+    return value
