@@ -8,6 +8,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
+TESTS_READY := $(VENV)/.installed-tests
 IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 
 .PHONY: run test browser clean
@@ -15,21 +16,27 @@ IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 run: $(READY)
 	$(BIN)/saliency explain $(IMAGES)
 
-test: $(READY) browser
+test: $(TESTS_READY) browser
 	$(BIN)/python -m pytest -q
 
+# `make run` installs what the library needs; `make test` adds the test tools, the anchors the
+# methods are checked against, and Ray (with its state API, for the killed-actor test).
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu]"
 	touch $(READY)
+
+$(TESTS_READY): $(READY)
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
+	touch $(TESTS_READY)
 
 # The gallery's test drives a real headless Chromium. Installed from the system packages when
 # missing and we are root (as in CI); otherwise that one test says why it is skipped.
 browser:
-	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	@if { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	else echo "note: no chromium here (and not root): the gallery's browser test will be skipped"; fi
 
 clean:

@@ -42,7 +42,17 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .zoo import ModelSpec, list_models, load_model
 
 
+# Names that load without TensorFlow; every other one first checks that Keras runs on TensorFlow,
+# so another backend (KERAS_BACKEND=jax, torch, numpy) gets one clear error, not an ImportError
+# from deep inside.
+_WITHOUT_TENSORFLOW = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec"}
+
+
 def __getattr__(name: str):
+    if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_TENSORFLOW:
+        from .keras_backend import require_tensorflow
+
+        require_tensorflow()
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     elif name in _SUBMODULES:

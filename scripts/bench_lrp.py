@@ -27,7 +27,6 @@ import numpy as np
 import tensorflow as tf
 
 import saliency_kit as sk
-from saliency_kit import rewriting
 from saliency_kit.deeplift import rewrite_deeplift
 from saliency_kit.lrp import rewrite_lrp
 
@@ -81,14 +80,6 @@ def main():
     model = keras.applications.ResNet50(weights=None, input_shape=(args.size, args.size, 3))
     x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (args.batch, args.size, args.size, 3)).astype("float32"))
     targets = tf.constant(np.arange(args.batch, dtype=np.int32) % 1000)
-
-    if "rewrite_model" not in rewriting.rewrite.__code__.co_names:
-        original = rewriting.rewrite  # before the lead's one-line hookup: the same dispatch here
-
-        def rewrite(m, rule):
-            return rule.rewrite_model(m) if hasattr(rule, "rewrite_model") else original(m, rule)
-
-        rewriting.rewrite = rewrite
 
     variants = {"plain": lambda f=gradient_function(logits_model(model)): f(x, targets)}
     for name in args.composites.split(","):

@@ -123,7 +123,7 @@ def check_complete(out: Path, records, good, bad):
         lines = [r for r in ok if r["image"] == image]
         assert len(lines) == lines[0]["outputs"] > 0
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert on_disk - set(files) == {"settings.json", *(p.name for p in out.glob("manifest*.jsonl"))}
+    assert on_disk - set(files) == {"settings.json", "index.html", *(p.name for p in out.glob("manifest*.jsonl"))}
     assert set(files) <= on_disk
     for name in files:
         assert name.endswith(".png") and decodes(out / name)

@@ -93,8 +93,6 @@ def test_unknown_names_are_refused_before_the_model_loads(argv, needle, tmp_path
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="saliency_kit.targets still holds ScoreView, which imports Keras; "
-                                       "once it moves to saliency_kit.model this passes: remove this mark")
 def test_the_target_parser_does_not_import_tensorflow():
     code, out, err = python("import sys\nimport saliency_kit.targets\nprint('keras' in sys.modules)")
     assert code == 0 and out.strip() == "False", err

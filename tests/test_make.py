@@ -26,7 +26,7 @@ def test_make_run_sets_up_then_explains_the_example_shapes(tmp_path):
     venv = tmp_path / "venv"
     lines = planned("run", venv)
     assert lines[0] == f"python3 -m venv {venv}"
-    assert any(f"{venv}/bin/python -m pip install" in line and '-e ".[cpu,test]"' in line for line in lines)
+    assert any(f"{venv}/bin/python -m pip install" in line and '-e ".[cpu]"' in line for line in lines)
     explain = [line for line in lines if line.startswith(f"{venv}/bin/saliency explain ")]
     assert len(explain) == 1
     images = explain[0].split()[2:]
@@ -40,7 +40,7 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
     venv = tmp_path / "venv"
     lines = planned("test", venv)
     assert lines[-1] == f"{venv}/bin/python -m pytest -q"
-    assert any("pip install" in line for line in lines[:-1])
+    assert any("pip install" in line and '-e ".[cpu,test,ray]"' in line for line in lines[:-1])
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"
     assert not [line for line in ci if "pytest" in line and not line.lstrip().startswith("#")]

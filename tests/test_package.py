@@ -18,6 +18,7 @@ API_NAMES = [
     "rules.Epsilon", "rules.Gamma", "rules.ZPlus", "rules.AlphaBeta", "rules.Flat", "rules.WSquare", "rules.ZBox",
     "rules.Pass", "composites.Composite", "composites.EpsilonPlus", "composites.EpsilonPlusFlat",
     "composites.EpsilonGammaBox", "composites.EpsilonAlpha2Beta1", "composites.EpsilonAlpha2Beta1Flat",
+    "callbacks.SaliencyCallback", "render.show", "gallery.write_gallery",
 ]
 
 
@@ -34,7 +35,8 @@ def test_public_name_resolves(name):
 EXPECTED_ALL = {
     "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "rewrite", "explain", "jacobian",
     "Explanation", "load_model", "list_models", "ModelSpec", "load_images",
-    "gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "__version__",
+    "gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery",
+    "__version__",
 }
 
 
@@ -52,3 +54,18 @@ def test_import_is_lazy():
     code = "import sys, saliency_kit; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_another_keras_backend_is_one_clear_error():
+    """API.md §6: another Keras backend is refused with a message naming it, not an ImportError
+    from deep inside; the declarations (no TensorFlow needed) still load."""
+    code = (
+        "import saliency_kit as sk\n"
+        "print(len(sk.methods.names()) > 10)\n"
+        "try:\n    sk.explain\nexcept RuntimeError as error:\n    print(type(error).__name__, error)\n"
+    )
+    env = {**__import__("os").environ, "KERAS_BACKEND": "jax"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "True"
+    assert lines[1].startswith("BackendError") and "'jax'" in lines[1] and "KERAS_BACKEND" in lines[1]

@@ -7,7 +7,7 @@ import tensorflow as tf
 import keras
 
 import saliency_kit as sk
-from saliency_kit.rewriting import find_relu_activations
+from saliency_kit.model.rewrite import find_relu_activations
 
 
 def input_gradient(model, x, index=0):

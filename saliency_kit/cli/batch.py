@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import outputs, pipeline
+from .. import gallery, outputs, pipeline
 from . import options as opt
 from . import ray_options
 from .explain import add_explain_options, check_before_loading, with_model_defaults
@@ -121,3 +121,5 @@ def _report(summary, manifest_path: str) -> None:
         print(f"  failed: {text}" if path in text else f"  failed: {path}: {text}")
     if len(summary.failures) > 20:
         print(f"  ... and {len(summary.failures) - 20} more (see the manifest)")
+    # the gallery is rebuilt from every manifest in --out (all shards, earlier runs): complete after a resume
+    print(f"saliency batch: gallery {gallery.write_gallery(os.path.dirname(manifest_path) or '.')}")

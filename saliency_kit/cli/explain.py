@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from .. import outputs
+from .. import gallery, outputs
 from . import options as opt
 from .options import UsageError
 
@@ -111,6 +111,7 @@ def run(args) -> int:
         for file in files:
             print(f"  wrote {file}")
     manifest.replace_images(lines + [outputs.failure_line(path, error) for path, error in failures])
+    print(f"  wrote {gallery.write_gallery(args.out)}")
     if failures:
         print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
         return 1
