@@ -96,12 +96,6 @@ class Composite:
                 return rule
         return None
 
-    def rewrite_model(self, model):
-        """``sk.rewrite(model, composite)``: :func:`saliency_kit.lrp.rewrite_lrp` with this composite."""
-        from .lrp import rewrite_lrp
-
-        return rewrite_lrp(model, self)
-
     def __repr__(self) -> str:
         entries = ", ".join(f"{getattr(k, '__name__', k)!s}: {r!r}" for k, r in self.rules)
         return f"{type(self).__name__}({{{entries}}})"

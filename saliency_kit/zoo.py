@@ -366,6 +366,9 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
             raise ValueError(f"config {spec.source} needs 'constructor' or 'model_file'")
     spec = _complete(spec, model)
     _SPECS[model] = spec
+    from .model.layers import configure_cam_layer
+
+    configure_cam_layer(model, spec.gradcam_layer)
     return model, spec
 
 
@@ -411,7 +414,7 @@ def _get_layer(model, path: str, spec=None):
 
 
 # The spec of each model load_model returned, so that explaining that model uses its configured
-# Grad-CAM layer (model.layers.default_cam_layer reads it). Weak keys: the model is not kept alive
+# class names and Grad-CAM layer (model.layers.configure_cam_layer records the latter). Weak keys: the model is not kept alive
 # and not changed.
 _SPECS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

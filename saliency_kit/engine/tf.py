@@ -210,6 +210,15 @@ def _gradient_at(view, z, targets, tap=None, vectorise=False):
     return tf.cast(scores, tf.float32), gradients
 
 
+def _relu_rule(rule) -> bool:
+    """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
+    ``ModifiedBackprop``), which the op-level override applies; LRP composites and DeepLIFT
+    rewrite linear layers too and go through ``sk.rewrite``."""
+    from ..rules import ModifiedBackprop
+
+    return isinstance(rule, (str, ModifiedBackprop))
+
+
 def _gradient_by_rule(view, z, targets, rule):
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family op
     the model runs (the op-level override: ``tf.gradients`` of the graph traced in the block)."""
@@ -292,12 +301,12 @@ class Context:
         -> ``[n, *lead, K, *input]``. ``rule``: ``"guided"``, ``"deconv"`` or a
         ``ModifiedBackprop`` applies to every ReLU-family op the model runs (the op-level
         override), or through ``sk.rewrite(model, rule)`` for composite ReLUs; an LRP composite
-        or DeepLIFT rewrite (anything with ``rewrite_model``) through ``sk.rewrite``.
+        or DeepLIFT rewrite through ``sk.rewrite``.
         ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
         at the points come free with their gradients.
         """
         rows, targets, lead = self._rows(points)
-        if rule is not None and self._op_level and not hasattr(rule, "rewrite_model"):
+        if rule is not None and self._op_level and _relu_rule(rule):
             scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule)
         else:
             scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)

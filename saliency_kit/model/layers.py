@@ -12,6 +12,7 @@ depth.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Iterator
 
 import keras
@@ -26,6 +27,7 @@ __all__ = [
     "layer_paths",
     "find_layer",
     "default_cam_layer",
+    "configure_cam_layer",
     "weighted_layers",
     "is_recurrent",
     "output_rank",
@@ -145,18 +147,33 @@ def layer_at(model, path: str):
     raise ValueError(f"no layer at path {path!r} in model {model.name!r}; received {path!r}.")
 
 
+# The Grad-CAM layer configured for a model (saliency_kit.load_model records its spec's
+# ``gradcam_layer`` here). Weak keys: the model is neither kept alive nor changed.
+_CONFIGURED_CAM_LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def configure_cam_layer(model, path: str | None) -> None:
+    """Make ``path`` the default CAM layer of ``model`` (``None``: forget it)."""
+    if path:
+        _CONFIGURED_CAM_LAYERS[model] = path
+    else:
+        _CONFIGURED_CAM_LAYERS.pop(model, None)
+
+
 def default_cam_layer(model) -> str:
     """The layer CAM methods use when none is given.
 
-    A model returned by :func:`saliency_kit.load_model` uses its spec's ``gradcam_layer``.
+    A model returned by :func:`saliency_kit.load_model` uses its spec's ``gradcam_layer``
+    (recorded with :func:`configure_cam_layer`).
     Otherwise: the last layer (nested models included) with a spatial 4-D output
     ``[B, h, w, c]``.
     """
-    from .. import zoo  # zoo imports nothing heavy; it records the spec of each model it returns
-
-    spec = zoo.spec_of(model)
-    if spec is not None and spec.gradcam_layer:
-        return find_layer(model, spec.gradcam_layer)
+    try:
+        configured = _CONFIGURED_CAM_LAYERS.get(model)
+    except TypeError:  # not weak-referenceable: nothing was configured for it
+        configured = None
+    if configured:
+        return find_layer(model, configured)
     if not is_graph_model(model):
         raise ValueError(
             f"model {model.name!r} is a subclassed keras.Model ({type(model).__name__}): its layers "
