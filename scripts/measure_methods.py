@@ -42,6 +42,8 @@ ALL_METHODS = (
     # issue 12
     "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
     "layercam", "rise",
+    # issue 11
+    "lrp", "deeplift",
 )
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)
 OPTIONS = {
