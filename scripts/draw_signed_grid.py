@@ -18,10 +18,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+import numpy as np
+from PIL import Image
 
-import saliency_kit as sk  # noqa: E402
+import saliency_kit as sk
 
 SHAPES = ("circle", "square", "triangle", "star", "cross")
 METHODS = ("gradient_x_input", "integrated_gradients", "lrp", "deeplift")
