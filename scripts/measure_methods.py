@@ -54,7 +54,7 @@ OPTIONS = {
     "expected_gradients": {"seed": 0},  # + baselines: 16 shapes images of another seed (main)
 }
 BASELINE_SEED = 11
-FIGURE_METHODS = ("gradient", "guided_backprop", "integrated_gradients", "gradcam")
+FIGURE_METHODS = ("gradient", "guided_backprop", "integrated_gradients", "gradcam", "lrp", "deeplift")
 DATA_SEED = 3
 
 
