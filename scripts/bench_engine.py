@@ -1,7 +1,7 @@
 """Benchmark the attribution engine against the raw compiled forward+backward pass.
 
     python scripts/bench_engine.py [--samples N] [--steps N] [--repeats R] [--quick]
-                                   [--channels C] [--masks N] [--new-methods-only]
+                                   [--channels C] [--masks N] [--new-methods-only] [--lrp-only]
 
 On ResNet50 (``weights=None``, so nothing is downloaded), batch 8, 224×224, it times each
 method and divides by the time of a plain compiled ``tf.function`` that computes the same batch's
@@ -11,7 +11,9 @@ forward pass and the gradient of one class score (the least any gradient method 
 * SmoothGrad with n samples: ≤ 1.10·n; integrated gradients with n steps: ≤ 1.10·n;
 * Grad-CAM: ≤ 1.0 (its backward pass stops at the last convolutional block);
 * K = 10 classes through one shared forward pass (``sk.jacobian``) over 10 single-class calls:
-  ≤ 0.75.
+  ≤ 0.75;
+* LRP with the default composite: ≤ 1.3; DeepLIFT (inputs and baselines in one pass): ≤ 2.2;
+* the new methods of issue 12 (see ``bench_new_methods``).
 
 Then the peak memory of SmoothGrad at 20 and at 200 samples on a small CNN, each measured in a
 fresh subprocess (peak resident set size ``VmHWM``; TensorFlow keeps no allocator statistics
@@ -104,6 +106,9 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=16, help="Score-CAM channels (max_channels, default 16)")
     parser.add_argument("--masks", type=int, default=16, help="RISE masks (default 16)")
     parser.add_argument("--new-methods-only", action="store_true", help="only the rows of the new methods")
+    parser.add_argument("--lrp-only", action="store_true", help="only the LRP and DeepLIFT rows")
+    parser.add_argument("--composites", nargs="*", default=[], metavar="NAME",
+                        help="further LRP composites to time beside the default (e.g. epsilon epsilon_gamma_box)")
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
@@ -133,6 +138,9 @@ def main() -> None:
     xt = tf.constant(x)
     if args.new_methods_only:
         bench_new_methods(model, x, targets, raw, reps, args.steps, args.channels, args.masks)
+        return
+    if args.lrp_only:
+        bench_lrp(model, x, targets, raw, reps, args.composites)
         return
 
     def explain(method, **options):
@@ -173,6 +181,7 @@ def main() -> None:
         ratio_text = "" if ratio is None else f"{ratio:.2f}"
         print(f"| {name} | {seconds:.3f} | {ratio_text} | {target} |")
 
+    bench_lrp(model, x, targets, raw, reps, args.composites)
     bench_new_methods(model, x, targets, raw, reps, n_steps, args.channels, args.masks)
 
     low, high = _memory(20), _memory(200)
@@ -183,6 +192,47 @@ def main() -> None:
     for m, g in ((low, growth[1]), (high, growth[0])):
         print(f"| {m['samples']} | {m['before_mb']:.0f} | {m['peak_mb']:.0f} | {g:.0f} |")
     print(f"\npeak RSS at 200 / at 20 samples: {high['peak_mb'] / low['peak_mb']:.3f} (target within 1.20)")
+
+
+# LRP and DeepLIFT (issue 11) -------------------------------------------------------------------
+def bench_lrp(model, x, targets, raw, reps: int, composites=()) -> None:
+    """Rows for ``sk.explain`` with ``lrp`` (the default composite, then each of ``composites``;
+    ZBox bounds: the batch's min and max) and ``deeplift`` (the default baseline 0; each input and
+    its baseline go through one backward pass of the rewritten model, 2B rows), as ratios to the
+    plain compiled forward+backward pass of the same batch.
+
+    * lrp with the default composite: target ≤ 1.3; deeplift: target ≤ 2.2.
+    """
+    import tensorflow as tf
+
+    import saliency_kit as sk
+    from saliency_kit import methods
+
+    xt, classes = tf.constant(x), tf.constant(targets, tf.int32)
+    composite = methods.get("lrp").options[0].default
+
+    def explain(method, **options):
+        return lambda: sk.explain(model, x, method, targets, batch_size=8, **options)
+
+    extra = [name for name in composites if name != composite]
+    runs = {
+        "raw": lambda: raw(xt, classes).numpy(),
+        "lrp": explain("lrp"),
+        "deeplift": explain("deeplift"),
+        **{name: explain("lrp", composite=name, low=float(x.min()), high=float(x.max())) for name in extra},
+    }
+    best = _best_times(runs, reps)
+    rows = [
+        ("raw compiled forward+backward, batch 8", best["raw"], 1.0, "–"),
+        (f"lrp, composite {composite}", best["lrp"], best["lrp"] / best["raw"], "≤ 1.30"),
+        ("deeplift, baseline 0 (2B rows in one pass)", best["deeplift"], best["deeplift"] / best["raw"], "≤ 2.20"),
+        *((f"lrp, composite {name}", best[name], best[name] / best["raw"], "") for name in extra),
+    ]
+    print("\nLRP and DeepLIFT, same model and batch\n")
+    print("| measurement | seconds | ratio | target |")
+    print("|---|---:|---:|---|")
+    for name, seconds, ratio, target in rows:
+        print(f"| {name} | {seconds:.3f} | {ratio:.2f} | {target} |")
 
 
 # new methods (issue 12) ------------------------------------------------------------------------

@@ -42,6 +42,8 @@ ALL_METHODS = (
     # issue 12
     "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
     "layercam", "rise",
+    # issue 11
+    "lrp", "deeplift",
 )
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)
 OPTIONS = {
@@ -52,7 +54,7 @@ OPTIONS = {
     "expected_gradients": {"seed": 0},  # + baselines: 16 shapes images of another seed (main)
 }
 BASELINE_SEED = 11
-FIGURE_METHODS = ("gradient", "guided_backprop", "integrated_gradients", "gradcam")
+FIGURE_METHODS = ("gradient", "guided_backprop", "integrated_gradients", "gradcam", "lrp", "deeplift")
 DATA_SEED = 3
 
 

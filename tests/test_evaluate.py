@@ -378,7 +378,10 @@ def shapes_data():
 
 
 # the issue's thresholds; a small CNN trained on this data reaches about 0.96, 0.95 and 0.78
-POINTING_MINIMUM = {"gradcam": 0.90, "guided_backprop": 0.90, "gradient": 0.70}
+POINTING_MINIMUM = {"gradcam": 0.90, "guided_backprop": 0.90, "gradient": 0.70,
+                    # issue 11 sets none for these; held to the bar of their kin (guided backprop's
+                    # for LRP, the gradient's for DeepLIFT). Measured on seed 3: 98.0 % and 89.5 %
+                    "lrp": 0.90, "deeplift": 0.70}
 
 
 @pytest.mark.parametrize("method", list(POINTING_MINIMUM))
@@ -393,7 +396,7 @@ def test_pointing_game_on_the_shapes_model(shapes_data, method):
     assert hits.mean() >= POINTING_MINIMUM[method], f"{method}: {hits.mean():.1%} of 200 images"
 
 
-@pytest.mark.parametrize("method", ["gradient", "gradcam"])
+@pytest.mark.parametrize("method", ["gradient", "gradcam", "lrp", "deeplift"])
 def test_deletion_and_insertion_on_the_shapes_model(shapes_data, method):
     """Deletion to the blurred image beats a random order; insertion beats deletion.
 
