@@ -25,6 +25,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from .model import keras_private
 from .rules.relu import ReluFamily, relu_family_of_function
 
 __all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
@@ -145,11 +146,6 @@ def _refuse(op, path, why):
     )
 
 
-def _graph(model):
-    if isinstance(model, keras.Sequential):
-        return getattr(model, "_functional", None)
-    return model if hasattr(model, "_nodes_by_depth") else None
-
 
 def _channel_axis(layer) -> int:
     return 1 if getattr(layer, "data_format", "channels_last") == "channels_first" else -1
@@ -158,7 +154,8 @@ def _channel_axis(layer) -> int:
 def _mergeable(producer, bn) -> bool:
     if not isinstance(producer, LINEAR) or not is_linear_activation(getattr(producer, "activation", None)):
         return False
-    if len(producer._outbound_nodes) != 1 or len(producer._inbound_nodes) != 1 or len(bn._inbound_nodes) != 1:
+    if (len(keras_private.outbound_nodes(producer)) != 1 or len(keras_private.inbound_nodes(producer)) != 1
+            or len(keras_private.inbound_nodes(bn)) != 1):
         return False
     rank = len(producer.output.shape)
     axis = bn.axis if isinstance(bn.axis, int) else (bn.axis[0] if len(bn.axis) == 1 else None)
@@ -172,19 +169,20 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
 
     ``ValueError`` for a subclassed model (no graph to rewrite) or a layer no rule covers.
     """
-    graph = _graph(model)
+    graph = keras_private.functional_graph(model)
     if graph is None:
         raise ValueError(
             f"cannot rewrite {model.name!r} ({type(model).__name__}) for LRP/DeepLIFT: it is a subclassed "
             "model without a layer graph. Rebuild it as a functional or Sequential model; received "
             f"{type(model).__name__}."
         )
-    output_ops = {id(t._keras_history.operation) for t in graph.outputs}
+    output_ops = {id(keras_private.producer(t)) for t in graph.outputs}
     reaching = {id(t) for t in graph.inputs} if reads_input else set()
     facts: list[LayerFacts] = []
     by_op: dict[int, LayerFacts] = {}
-    for depth in sorted(graph._nodes_by_depth, reverse=True):
-        for node in graph._nodes_by_depth[depth]:
+    by_depth = keras_private.nodes_by_depth(graph)
+    for depth in sorted(by_depth, reverse=True):
+        for node in by_depth[depth]:
             op = node.operation
             path = f"{prefix}{op.name}"
             from_input = any(id(t) in reaching for t in node.input_tensors) or (
@@ -201,7 +199,7 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
             if kind in ("routing", "affine", "relu") and from_input:
                 reaching.update(id(t) for t in node.output_tensors)
             if kind == "affine" and isinstance(op, keras.layers.BatchNormalization):
-                parents = [t._keras_history.operation for t in node.input_tensors]
+                parents = [keras_private.producer(t) for t in node.input_tensors]
                 if len(parents) == 1 and id(parents[0]) in by_op and _mergeable(parents[0], op):
                     fact.merged_into = by_op[id(parents[0])]
                     by_op[id(parents[0])].absorbs = fact

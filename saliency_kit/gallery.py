@@ -123,8 +123,15 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
             "method": method, "class": target, "class_name": class_name, "score": _number(record.get("score")),
         })
         output[kind] = file
-        methods.setdefault(method, None)
         classes.setdefault(class_name, None)
+    # The page depends on what the manifests say, not on the order their lines were written in
+    # (workers of a sharded or Ray run finish in any order): images by path, failures likewise,
+    # methods in the order the first image shows them.
+    images = {image: images[image] for image in sorted(images)}
+    failed = {image: failed[image] for image in sorted(failed)}
+    for outputs in images.values():
+        for output in outputs.values():
+            methods.setdefault(output["method"], None)
     return {
         "images": [{"image": image, "outputs": list(outputs.values())} for image, outputs in images.items()],
         "methods": [{"name": m, "title": method_title(m)} for m in methods],

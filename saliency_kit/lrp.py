@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from . import canonizers
 from .composites import get as get_composite
+from .model import keras_private
 from .model.copy import check_copy, copy_model
 from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
 from .rules.relu import relu_family_of_function
@@ -206,8 +207,7 @@ class PassLayer(keras.layers.Layer):
     def call(self, x, training=None, mask=None):
         if self.merged:
             return tf.identity(x)
-        y = self.inner(x, training=False) if "training" in getattr(self.inner, "_call_context_args", ()) \
-            else self.inner(x)
+        y = self.inner(x, training=False) if keras_private.call_takes_training(self.inner) else self.inner(x)
         return _pass_gate(x, y, self.to_relevance)
 
     def compute_output_spec(self, x, training=None, mask=None):

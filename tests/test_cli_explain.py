@@ -39,7 +39,8 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
     assert wrote | {"saliency_out/manifest.jsonl"} == on_disk
     records = manifest_records(tmp_path / "saliency_out" / "manifest.jsonl")
     assert {"saliency_out/" + r["file"] for r in records if r["status"] == "ok"} == \
-        {f for f in wrote if not f.endswith("grid.png")}
+        {f for f in wrote if not f.endswith(("grid.png", "index.html"))}
+    assert "saliency_out/index.html" in wrote  # the gallery of the run
     assert [r["image"] for r in records if r["status"] == "failed"] == [str(inputs[2])]
     for row, (path, folder) in enumerate([(inputs[0], Path(good[0]).stem), (big, "big_photo")]):
         top = np.argsort(-probabilities[row])

@@ -111,7 +111,8 @@ def run(args) -> int:
         for file in files:
             print(f"  wrote {file}")
     manifest.replace_images(lines + [outputs.failure_line(path, error) for path, error in failures])
-    print(f"  wrote {gallery.write_gallery(args.out)}")
+    gallery.write_gallery(args.out)
+    print(f"  wrote {os.path.join(args.out, 'index.html')}")
     if failures:
         print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
         return 1

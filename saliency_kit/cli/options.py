@@ -275,7 +275,7 @@ def preflight(model, spec, sample, plan, batch_size: int) -> None:
 
 def check_layer(model, name: str) -> None:
     """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
-    from ..targets import find_layer, layer_paths
+    from ..model.layers import find_layer, layer_paths
 
     try:
         find_layer(model, name)

@@ -23,6 +23,9 @@ __all__ = [
     "first_call_inputs",
     "lambda_output_shape",
     "built_input_shapes",
+    "inbound_nodes",
+    "outbound_nodes",
+    "nodes_by_depth",
 ]
 
 #: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
@@ -35,7 +38,9 @@ REQUIRED = (
     (keras.KerasTensor, "_keras_history", "the operation that produced a functional output"),
     (keras.layers.Layer, "_call_context_args", "whether a layer's call takes `training`"),
     (keras.layers.Layer, "_flatten_layers", "the direct sub-layers of a layer (walker, re-init)"),
-    (keras.layers.Layer, "_inbound_nodes", "the inputs a shared layer was first called on"),
+    (keras.layers.Layer, "_inbound_nodes", "the inputs a shared layer was first called on; how often a "
+     "layer is called (LRP's BatchNorm merge)"),
+    (keras.layers.Layer, "_outbound_nodes", "how many layers read a layer's output (LRP's BatchNorm merge)"),
     (keras.layers.Lambda, "_output_shape", "rebuild a Lambda around the same function (copy.py)"),
     (keras.layers.Layer, "_build_shapes_dict", "the input shape a subclassed model was built with"),
 )
@@ -123,3 +128,20 @@ def built_input_shapes(model):
     if not shapes:
         return None
     return list(shapes.values())
+
+
+def inbound_nodes(layer) -> list:
+    """The calls of ``layer`` in functional graphs (one node per call). Private:
+    ``Layer._inbound_nodes``."""
+    return list(layer._inbound_nodes)
+
+
+def outbound_nodes(layer) -> list:
+    """The calls of other layers on ``layer``'s outputs. Private: ``Layer._outbound_nodes``."""
+    return list(layer._outbound_nodes)
+
+
+def nodes_by_depth(graph) -> dict:
+    """``{depth: [node]}`` of a functional graph (from :func:`functional_graph`), depth 0 at the
+    outputs. Private: ``Functional._nodes_by_depth``."""
+    return graph._nodes_by_depth
