@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from .model import keras_private
-from .rules.relu import ReluFamily, relu_family_of_function
+from .rules.relu import relu_family_of_activation as relu_family_of, relu_family_of_function
 
 __all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
 
@@ -57,25 +57,6 @@ ROUTING = (
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
-
-
-def relu_family_of(op) -> ReluFamily | None:
-    """The ReLU-family activation ``op`` computes (layer, fused or bare op), else ``None``."""
-    if isinstance(op, keras.layers.ReLU):
-        max_value = None if op.max_value is None else float(op.max_value)
-        return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
-    if isinstance(op, keras.layers.LeakyReLU):
-        return ReluFamily(negative_slope=float(op.negative_slope))
-    if isinstance(op, keras.layers.Activation):
-        return relu_family_of_function(op.activation)
-    kind = type(op).__name__
-    if kind == "Relu":
-        return ReluFamily()
-    if kind == "Relu6":
-        return ReluFamily(max_value=6.0)
-    if kind == "LeakyRelu":
-        return ReluFamily(negative_slope=float(op.negative_slope))
-    return None
 
 
 def activation_name(fn) -> str:

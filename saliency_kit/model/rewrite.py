@@ -30,7 +30,7 @@ import collections
 import keras
 import tensorflow as tf
 
-from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_function
+from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_activation, relu_family_of_function
 from . import keras_private
 from .copy import check_copy, copy_model, layer_config, rebuild_layer
 from .layers import is_graph_model, walk
@@ -40,42 +40,20 @@ __all__ = ["rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "R
 
 
 # -- what counts as a ReLU at the layer level -------------------------------------------------------
-def _family_of_layer_instance(layer) -> ReluFamily | None:
-    if isinstance(layer, keras.layers.ReLU):
-        max_value = None if layer.max_value is None else float(layer.max_value)
-        return ReluFamily(float(layer.negative_slope), max_value, float(layer.threshold))
-    if isinstance(layer, keras.layers.LeakyReLU):
-        return ReluFamily(negative_slope=float(layer.negative_slope))
-    return None
-
-
 def _family_of_activation(activation) -> ReluFamily | None:
+    """The ReLU family of a layer's ``activation=`` (a function, a partial, or a ReLU layer)."""
     if isinstance(activation, keras.layers.Layer):
-        return _family_of_layer_instance(activation)
+        return relu_family_of_activation(activation)
     return relu_family_of_function(activation) if callable(activation) else None
 
 
 def relu_family_of_operation(op) -> ReluFamily | None:
     """The ReLU-family activation ``op`` (a layer or a functional-graph operation) computes as a
-    whole, or ``None``."""
-    family = _family_of_layer_instance(op)
-    if family is not None:
+    whole — a stand-alone activation or a layer's fused ``activation=`` — or ``None``."""
+    family = relu_family_of_activation(op)
+    if family is not None or isinstance(op, keras.Model) or not isinstance(op, keras.layers.Layer):
         return family
-    if isinstance(op, keras.Model):
-        return None
-    if isinstance(op, keras.layers.Layer):
-        return _family_of_activation(getattr(op, "activation", None))
-    kind = type(op).__name__  # bare operations recorded in a functional graph (keras.ops.relu(x))
-    if kind == "Relu":
-        return ReluFamily()
-    if kind == "Relu6":
-        return ReluFamily(max_value=6.0)
-    if kind == "LeakyRelu":
-        return ReluFamily(negative_slope=float(op.negative_slope))
-    if kind == "ReLU" and hasattr(op, "threshold"):  # keras.activations.relu(x, ...) symbolically
-        max_value = None if op.max_value is None else float(op.max_value)
-        return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
-    return None
+    return _family_of_activation(getattr(op, "activation", None))
 
 
 def _is_keras_function(fn) -> bool:
@@ -220,7 +198,9 @@ def _nothing_to_rewrite(model):
 def _rewritten_clone(op, bound: ModifiedBackprop):
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
-    if isinstance(op, keras.layers.Layer) and hasattr(op, "activation") and _family_of_layer_instance(op) is None:
+    if isinstance(op, keras.layers.Layer) and hasattr(op, "activation") and not isinstance(
+        op, (keras.layers.ReLU, keras.layers.LeakyReLU)
+    ):
         config = layer_config(op, activation)
         if "activation" not in config:
             raise ValueError(

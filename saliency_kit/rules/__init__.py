@@ -18,6 +18,7 @@ from .relu import (
     ReluFamily,
     _known_relu_functions,
     as_rule,
+    relu_family_of_activation,
     relu_family_of_function,
 )
 

@@ -222,3 +222,33 @@ def relu_family_of_function(fn) -> ReluFamily | None:
     except TypeError:  # unhashable callables cannot be ReLU functions
         return None
     return None
+
+
+def relu_family_of_activation(op) -> ReluFamily | None:
+    """The :class:`ReluFamily` a *stand-alone* activation ``op`` computes, or ``None``.
+
+    Stand-alone activations: a ``keras.layers.ReLU``/``LeakyReLU`` (any arguments, also when
+    passed as another layer's ``activation=``), an ``Activation`` layer, and a bare operation of a
+    functional graph (``keras.ops.relu(x)``, ``keras.activations.relu(x, ...)``). A layer with a
+    fused ``activation=`` is not one (the rewrite and LRP each decide what to do with those).
+    """
+    if isinstance(op, keras.layers.ReLU):
+        max_value = None if op.max_value is None else float(op.max_value)
+        return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
+    if isinstance(op, keras.layers.LeakyReLU):
+        return ReluFamily(negative_slope=float(op.negative_slope))
+    if isinstance(op, keras.layers.Activation):
+        return relu_family_of_function(op.activation) if callable(op.activation) else None
+    if isinstance(op, keras.layers.Layer):
+        return None
+    kind = type(op).__name__  # bare operations recorded in a functional graph
+    if kind == "Relu":
+        return ReluFamily()
+    if kind == "Relu6":
+        return ReluFamily(max_value=6.0)
+    if kind == "LeakyRelu":
+        return ReluFamily(negative_slope=float(op.negative_slope))
+    if kind == "ReLU" and hasattr(op, "threshold"):  # keras.activations.relu(x, ...) symbolically
+        max_value = None if op.max_value is None else float(op.max_value)
+        return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
+    return None
