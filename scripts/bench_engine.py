@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--masks", type=int, default=16, help="RISE masks (default 16)")
     parser.add_argument("--new-methods-only", action="store_true", help="only the rows of the new methods")
     parser.add_argument("--lrp-only", action="store_true", help="only the LRP and DeepLIFT rows")
+    parser.add_argument("--core-only", action="store_true",
+                        help="only the first table (the rows older versions of this script had: compare releases)")
     parser.add_argument("--composites", nargs="*", default=[], metavar="NAME",
                         help="further LRP composites to time beside the default (e.g. epsilon epsilon_gamma_box)")
     args = parser.parse_args()
@@ -181,6 +183,8 @@ def main() -> None:
         ratio_text = "" if ratio is None else f"{ratio:.2f}"
         print(f"| {name} | {seconds:.3f} | {ratio_text} | {target} |")
 
+    if args.core_only:
+        return
     bench_lrp(model, x, targets, raw, reps, args.composites)
     bench_new_methods(model, x, targets, raw, reps, n_steps, args.channels, args.masks)
 
