@@ -147,6 +147,46 @@ def test_seeded_smoothgrad(cnn):
     np.testing.assert_allclose(drawn.attributions, again.attributions, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("name, options", [
+    ("smoothgrad", {"samples": 5, "seed": 2}),
+    ("vargrad", {"samples": 3, "seed": 2, "base": "integrated_gradients", "steps": 3}),
+])
+def test_input_keys_key_the_noise_by_input_not_by_position(cnn, name, options):
+    model, x = cnn  # three inputs
+    keys = [11, 2**31 - 1, 0]
+    together = sk.explain(model, x, name, 0, input_keys=keys, batch_size=8, **options).attributions
+    # Reordered, alone, in another batch size: each input keeps its own noise.
+    order = [2, 0, 1]
+    reordered = sk.explain(model, x[order], name, 0, input_keys=[keys[i] for i in order], batch_size=3, **options)
+    np.testing.assert_allclose(reordered.attributions, together[order], rtol=1e-5, atol=1e-7)
+    alone = sk.explain(model, x[1:2], name, 0, input_keys=keys[1:2], **options).attributions
+    np.testing.assert_allclose(alone[0], together[1], rtol=1e-5, atol=1e-7)
+    # Without keys an input's noise follows its position; keys 0..B-1 are that default.
+    default = sk.explain(model, x, name, 0, batch_size=8, **options).attributions
+    positions = sk.explain(model, x, name, 0, input_keys=np.arange(3), batch_size=8, **options).attributions
+    np.testing.assert_array_equal(default, positions)
+    assert not np.allclose(default[0], together[0])  # another key, other noise
+    shifted = sk.explain(model, x[1:], name, 0, batch_size=8, **options).attributions
+    assert not np.allclose(shifted[0], default[1])
+
+
+def test_bad_input_keys_are_refused_before_any_work(cnn):
+    model, x = cnn
+    calls = engine.call_count()
+    with pytest.raises(ValueError, match=r"one int per input \(3\); received shape \(2,\)"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[1, 2], seed=1)
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*31\); received values from -1"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[-1, 2, 3], seed=1)
+    with pytest.raises(ValueError, match=r"received values from 0 to 2147483648"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[0, 1, 2**31], seed=1)
+    with pytest.raises(TypeError, match="sequence of ints.*received dtype float64"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[0.5, 1.0, 2.0], seed=1)
+    with pytest.raises(TypeError, match="sequence of ints.*received 'abc'"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys="abc", seed=1)
+    assert engine.call_count() == calls
+    assert "input_keys" in methods.RESERVED_OPTION_NAMES  # explain's keyword: no method option may take it
+
+
 def test_model_weights_and_batchnorm_statistics_are_untouched(cnn):
     model, x = cnn
     before = [w.copy() for w in model.get_weights()]  # includes BatchNorm moving statistics

@@ -212,7 +212,7 @@ def _tupled(value):
 
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1) -> dict:
+        channel_axis: int = -1, keys=None) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -223,6 +223,8 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
         channel_axis: the channel axis of one input (see :func:`channel_axis`).
+        keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
+            drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``.
     """
@@ -253,13 +255,15 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     n, group = layout.n, layout.group
     results: dict = {}
     seed_tensor = np.int64(seed)
+    keys = np.arange(B, dtype=np.int64) if keys is None else np.asarray(keys, np.int64)
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
         index = chunking.pad(np.arange(start, stop, dtype=np.int32), n)
+        chunk_keys = chunking.pad(keys[start:stop], n)
         for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
             _stats["calls"] += 1
-            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, seed_tensor, *arrays)
+            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, *arrays)
             for name, value in out.items():
                 value = backend.to_numpy(value)
                 if name not in results:

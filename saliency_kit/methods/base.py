@@ -35,7 +35,7 @@ RESERVED_OPTION_NAMES = frozenset({
     "model", "weights", "unsafe", "method", "target", "targets", "out", "batch_size", "format",
     "shard", "resume", "debug", "sign", "cmap", "alpha", "clip_percentile", "score",
     "class_names", "ray", "workers", "gpus_per_worker", "batch_images", "mode", "help",
-    "inputs", "image", "images", "input_dir",
+    "inputs", "image", "images", "input_dir", "input_keys",
 })
 
 #: How ``maps`` are made from attributions (see :func:`saliency_kit.methods.reduce_map`).
