@@ -54,6 +54,12 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     return targets_module.resolve(spec, scores, len(x), columns)
 
 
+def _differentiated(model, score: str, score_fn) -> str:
+    """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
+    a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
+    return engine.score_view(model, score, score_fn).differentiated
+
+
 def _scalar(value) -> bool:
     """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
     return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
@@ -121,7 +127,10 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
-        an :class:`~saliency_kit.Explanation`.
+        an :class:`~saliency_kit.Explanation`; its ``options`` are the method's options as used
+        (defaults and a drawn seed included) and ``"score"``: what was differentiated,
+        ``"output"`` when ``score="logits"`` could not look behind the model's final
+        softmax/sigmoid.
 
     Raises:
         TypeError: wrong types (model, inputs, options, targets).
@@ -155,7 +164,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         targets=resolved,
         scores=scores,
         method=method,
-        options=_recorded(given, values),
+        options={**_recorded(given, values), "score": _differentiated(model, score, score_fn)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
     )

@@ -378,3 +378,39 @@ def test_options_of_the_wrong_type_are_type_errors_before_any_work(cnn, method, 
     with pytest.raises(TypeError, match=message):
         sk.explain(model, x, method, "top1", **options)
     assert engine.call_count() == calls
+
+
+class _SoftmaxNet(keras.Model):
+    """A subclassed classifier whose softmax is fused in its last layer: its logits are out of reach."""
+
+    def __init__(self):
+        super().__init__(name="softmax_net")
+        self.hidden = keras.layers.Dense(6, activation="tanh", name="hidden")
+        self.head = keras.layers.Dense(3, activation="softmax", name="head")
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+
+
+def test_what_was_differentiated_is_recorded_with_the_explanation():
+    keras.utils.set_random_seed(4)
+    net = _SoftmaxNet()
+    x = np.random.default_rng(1).normal(size=(2, 5)).astype("float32")
+    net(x)
+    with pytest.warns(UserWarning, match="cannot be reached"):
+        expl = sk.explain(net, x, "gradient", 1)
+    assert expl.options["score"] == "output"
+    # and the gradients are indeed of the probabilities (a tape on the model's own output)
+    z = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        probability = net(z)[:, 1]
+    np.testing.assert_allclose(expl.attributions[:, 0], tape.gradient(probability, z).numpy(), rtol=1e-5, atol=1e-7)
+    assert sk.explain(net, x, "gradient", 1, score="output").options["score"] == "output"
+
+    # A functional model whose softmax can be looked behind records the logits.
+    inputs = keras.Input((5,))
+    functional = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(6)(inputs)))
+    assert sk.explain(functional, x, "gradient", 1).options["score"] == "logits"
+    assert sk.explain(functional, x, "smoothgrad", 1, samples=2, seed=0).options["score"] == "logits"
+    assert sk.explain(functional, x, "gradient", 1, score="output").options["score"] == "output"

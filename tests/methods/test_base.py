@@ -44,7 +44,7 @@ def test_an_outside_method_works_with_explain(linear_image):
     expected = np.abs(np.broadcast_to(w[[0, 2]], expl.attributions.shape)) ** 3
     np.testing.assert_allclose(expl.attributions, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(expl.maps, expected.sum(-1), rtol=1e-5, atol=1e-6)  # reduce="sum"
-    assert expl.options == {"power": 3.0} and expl.method == "gradient_power"
+    assert expl.options == {"power": 3.0, "score": "logits"} and expl.method == "gradient_power"
     default = sk.explain(model, x, "gradient_power", 1)
     np.testing.assert_allclose(default.attributions[:, 0], np.broadcast_to(w[1] ** 2, x.shape), rtol=1e-5, atol=1e-7)
     assert "gradient_power" in methods.names()
