@@ -133,7 +133,9 @@ def rewritten_model(model, rule):
     """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
 
     A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
-    compiled copy), so training or editing ``model`` later is always seen.
+    compiled copy), so training or editing ``model`` later is always seen. State outside the
+    variables (a re-adapted ``Normalization``'s statistics) is part of the cache key
+    (:func:`fingerprint`): a change gives a new copy, made by ``copy_state``.
     """
     if rule is None:
         return model
@@ -162,17 +164,24 @@ def score_view(model, score="logits", score_fn=None, rule=None):
 
 
 def fingerprint(model) -> tuple:
-    """A cheap structural fingerprint of ``model``: each layer's class and activation.
+    """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
 
     Part of every cache key, so that editing a model between calls (the classic
-    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale.
+    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale; so is
+    state a compiled kernel would capture as a constant: tensors a layer derives from its
+    variables (``Normalization``'s mean and variance, recomputed by a second ``adapt``). A
+    change of either gives new kernels and new model copies (made by ``copy_state``, which
+    re-derives such state), instead of the values captured when the first ones were traced.
     """
+    from .tf import derived_state
+
     parts = []
     stack = [model]
     while stack:
         layer = stack.pop()
         activation = getattr(layer, "activation", None)
-        parts.append((type(layer).__name__, getattr(layer, "name", ""), None if activation is None else _activation_key(activation)))
+        parts.append((type(layer).__name__, getattr(layer, "name", ""),
+                      None if activation is None else _activation_key(activation), derived_state(layer)))
         stack.extend(reversed(getattr(layer, "layers", ()) or ()))
     return tuple(parts)
 

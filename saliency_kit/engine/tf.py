@@ -163,6 +163,24 @@ def weight_sync(source, copy):
     return sync
 
 
+_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
+
+
+def derived_state(layer) -> tuple:
+    """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
+    (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
+    compiled function captures such tensors as constants, so they key the engine's caches, by
+    value (small per-channel statistics in practice)."""
+    import hashlib
+
+    state = []
+    for name, value in vars(layer).items():
+        if isinstance(value, _EAGER_TENSOR):
+            data = np.ascontiguousarray(value.numpy())
+            state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
+    return tuple(state)
+
+
 def eagerly(fn):
     """``fn()`` run eagerly even while a kernel is being traced (building a view or a rewrite
     runs the model on probe inputs, which must not land in the kernel's graph)."""
