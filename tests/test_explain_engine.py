@@ -32,8 +32,22 @@ VARIANTS = [
     ("smoothgrad", {"samples": 5, "seed": 3, "base": "integrated_gradients", "steps": 3, "aggregate": "variance"}),
     ("smoothgrad", {"samples": 3, "seed": 4, "base": "guided_backprop", "aggregate": "square", "noise": 0.3}),
 ]
-CASES = [(name, SMALL.get(name, {})) for name in methods.names()] + VARIANTS
+OUTSIDE = "outside_power"  # a method registered from outside the package, for this module's tests
+CASES = [(name, SMALL.get(name, {})) for name in methods.names() + [OUTSIDE]] + VARIANTS
 IDS = [f"{m}-{i}" for i, (m, _) in enumerate(CASES)]
+
+
+def outside_power(ctx, power):
+    return tf.abs(ctx.gradients(ctx.inputs)) ** power
+
+
+@pytest.fixture(scope="module", autouse=True)
+def outside_method():
+    """The table covers a method registered from outside; it is unregistered afterwards, so other
+    modules (and the command line's listing) see the registry as it was."""
+    methods.register(OUTSIDE, summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")(outside_power)
+    yield
+    methods.unregister(OUTSIDE)
 
 
 def _classifier():
@@ -64,6 +78,7 @@ def cnn():
 
 def test_every_method_is_in_the_table_and_described():
     assert {m for m, _ in CASES} == set(methods.names()) and len(methods.names()) >= 10
+    assert OUTSIDE in methods.names()
     described = dict(methods.describe())
     assert set(described) == set(methods.names()) and all(isinstance(s, str) and s for s in described.values())
 

@@ -22,6 +22,7 @@ __all__ = [
     "Option",
     "Method",
     "register",
+    "unregister",
     "get",
     "names",
     "describe",
@@ -200,6 +201,7 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 _option_types: dict[str, tuple[type, str]] = {}  # option name -> (type, first method declaring it)
 _state = {"builtins": False, "plugins": False}
+_BUILTIN_NAMES: set[str] = set()
 
 
 def _as_options(options) -> tuple:
@@ -298,6 +300,30 @@ def _ensure_builtins() -> None:
     if not _state["builtins"]:
         _state["builtins"] = True
         from . import _builtin  # noqa: F401  (imports the built-in modules in order)
+
+        _BUILTIN_NAMES.update(_REGISTRY)
+
+
+def unregister(name: str) -> Method:
+    """Remove the method registered as ``name`` from outside the package; returns its declaration.
+
+    For tests and notebooks that register a method for a while (register it in a fixture,
+    unregister it when done), so that the registry, ``names()`` and ``saliency methods`` are
+    as before. ``ValueError`` for an unknown name or a built-in method.
+    """
+    _ensure_builtins()
+    if name in _BUILTIN_NAMES:
+        raise ValueError(f"built-in methods cannot be unregistered; received {name!r}.")
+    if name not in _REGISTRY:
+        raise ValueError(f"no method called {name!r} is registered; received {name!r}.")
+    method = _REGISTRY.pop(name)
+    for option in method.options:  # the flag's type is then set by another declaring method, if any
+        if _option_types.get(option.name, (None, None))[1] == name:
+            del _option_types[option.name]
+            other = next((m for m in _REGISTRY.values() for o in m.options if o.name == option.name), None)
+            if other is not None:
+                _option_types[option.name] = (other.option(option.name).type, other.name)
+    return method
 
 
 def _load_plugins() -> None:
