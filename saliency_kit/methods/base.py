@@ -15,6 +15,7 @@ entry-point group ``saliency_kit.methods``, loaded once, the first time the regi
 from __future__ import annotations
 
 import numbers
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,8 +55,10 @@ class Option:
     ``type`` (``int``, ``float``, ``str`` or ``bool``) is inferred from ``default`` when not
     given; a ``None`` default needs an explicit ``type``. ``choices`` restricts the value.
     ``array=True``: besides a value of ``type``, the method accepts an array (a baseline, a
-    window per axis); such values are checked by the method itself. The command line offers the
-    option as ``--name-with-dashes`` of ``type``.
+    window per axis); such values are checked by the method itself. ``layer=True``: besides a
+    value of ``type`` (a layer's name or path), a ``keras.layers.Layer`` object, which the
+    method's ``prepare`` resolves (to its path). The command line offers the option as
+    ``--name-with-dashes`` of ``type``.
     """
 
     name: str
@@ -64,6 +67,7 @@ class Option:
     help: str = ""
     choices: tuple | None = None
     array: bool = False
+    layer: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -99,6 +103,8 @@ class Option:
             return value
         if self.array and not isinstance(value, (str, bool)) and not _is_scalar(value):
             return value  # an array: the method checks its shape and values
+        if self.layer and _is_keras_layer(value):
+            return value  # a layer object: the method's prepare finds it in the model
         kind = self.type
         if kind is bool:
             ok = isinstance(value, bool) or type(value).__name__ == "bool_"
@@ -110,6 +116,7 @@ class Option:
             ok = isinstance(value, str)
         if not ok:
             extra = " or an array" if self.array else ""
+            extra += " or a keras layer" if self.layer else ""
             extra += " or None" if self.default is None else ""
             raise TypeError(f"{where}option {self.name!r} must be {kind.__name__}{extra}; received {value!r}.")
         if self.choices is not None and value not in self.choices:
@@ -117,6 +124,11 @@ class Option:
                 f"{where}option {self.name!r} must be one of {', '.join(map(repr, self.choices))}; received {value!r}."
             )
         return value
+
+
+def _is_keras_layer(value) -> bool:
+    keras = sys.modules.get("keras")  # a layer object exists only once Keras is imported: never import it here
+    return keras is not None and isinstance(value, keras.layers.Layer)
 
 
 def _is_scalar(value) -> bool:
