@@ -382,7 +382,7 @@ def test_bad_options_raise_before_any_work(cnn, method, options, message):
     "method, options, message",
     [
         ("smoothgrad", {"seed": 1.5}, "'seed' must be int or None; received 1.5"),
-        ("gradcam", {"layer": 3}, "'layer' must be str or None; received 3"),
+        ("gradcam", {"layer": 3}, "'layer' must be str or a keras layer or None; received 3"),
         ("gradcam", {"relu": "no"}, "'relu' must be bool; received 'no'"),
         ("integrated_gradients", {"steps": 2.5}, "'steps' must be int; received 2.5"),
     ],

@@ -313,7 +313,7 @@ def _ensure_builtins() -> None:
         _state["builtins"] = True
         from . import _builtin  # noqa: F401  (imports the built-in modules in order)
 
-        _BUILTIN_NAMES.update(_REGISTRY)
+        _BUILTIN_NAMES.update(_builtin.ORDER)
 
 
 def unregister(name: str) -> Method:
@@ -352,6 +352,15 @@ def _load_plugins() -> None:
 def _registry() -> dict[str, Method]:
     _ensure_builtins()
     _load_plugins()
+    if not _state.get("ordered") and _BUILTIN_NAMES <= set(_REGISTRY):
+        # a method module imported first registers after the others: put the built-ins in order, once
+        from ._builtin import ORDER
+
+        ordered = {name: _REGISTRY[name] for name in ORDER}
+        ordered.update((name, method) for name, method in _REGISTRY.items() if name not in ordered)
+        _REGISTRY.clear()
+        _REGISTRY.update(ordered)
+        _state["ordered"] = True
     return _REGISTRY
 
 
