@@ -54,6 +54,12 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     return targets_module.resolve(spec, scores, len(x), columns)
 
 
+def _differentiated(model, score: str, score_fn) -> str:
+    """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
+    a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
+    return engine.score_view(model, score, score_fn).differentiated
+
+
 def _scalar(value) -> bool:
     """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
     return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
@@ -67,8 +73,33 @@ def _recorded(given: dict, prepared: dict) -> dict:
     }
 
 
+#: Noise keys (``explain(..., input_keys=)``) lie in ``[0, KEY_LIMIT)``.
+KEY_LIMIT = 2**31
+
+
+def check_input_keys(input_keys, count: int) -> np.ndarray | None:
+    """``input_keys`` as int64 ``[count]`` (or ``None``): ``TypeError`` unless integers,
+    ``ValueError`` unless ``count`` of them in ``[0, 2**31)``."""
+    if input_keys is None:
+        return None
+    if isinstance(input_keys, (str, bytes)):
+        raise TypeError(f"input_keys must be a sequence of ints, one per input; received {input_keys!r}.")
+    try:
+        keys = np.asarray(input_keys)
+    except Exception:
+        raise TypeError(f"input_keys must be a sequence of ints, one per input; received "
+                        f"{type(input_keys).__name__}.") from None
+    if keys.size and (not np.issubdtype(keys.dtype, np.integer) or keys.dtype == np.bool_):
+        raise TypeError(f"input_keys must be a sequence of ints, one per input; received dtype {keys.dtype}.")
+    if keys.shape != (count,):
+        raise ValueError(f"input_keys must hold one int per input ({count}); received shape {keys.shape}.")
+    if count and (keys.min() < 0 or keys.max() >= KEY_LIMIT):
+        raise ValueError(f"input_keys must lie in [0, 2**31); received values from {keys.min()} to {keys.max()}.")
+    return keys.astype(np.int64)
+
+
 def explain(model, inputs, method="gradient", targets="top1", *, score="logits", batch_size=32,
-            class_names=None, **options) -> Explanation:
+            class_names=None, input_keys=None, **options) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
     Args:
@@ -88,10 +119,18 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
             compiled call. Results do not depend on it.
         class_names: a list of str or a ``ModelSpec`` (whose ``gradcam_layer`` then is the CAM
             methods' default layer): targets may be class names.
+        input_keys: one int in ``[0, 2**31)`` per input, keying its seeded noise (SmoothGrad's
+            noisy copies and every method drawing noise through ``ctx.normal``): an input with the
+            same key, seed and options gets the same noise whichever call or batch position it
+            is in. Default: the input's position in ``inputs``. ``saliency batch`` passes a hash
+            of each image's path, so its outputs do not depend on how images are batched.
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
-        an :class:`~saliency_kit.Explanation`.
+        an :class:`~saliency_kit.Explanation`; its ``options`` are the method's options as used
+        (defaults and a drawn seed included) and ``"score"``: what was differentiated,
+        ``"output"`` when ``score="logits"`` could not look behind the model's final
+        softmax/sigmoid.
 
     Raises:
         TypeError: wrong types (model, inputs, options, targets).
@@ -103,6 +142,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     _check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
+    keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
     channel_axis = engine.channel_axis(model, x)
     request = methods.Request(model, x, None, score, batch_size,
@@ -113,7 +153,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
                      batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
-                     channel_axis=channel_axis)
+                     channel_axis=channel_axis, keys=keys)
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:
@@ -124,7 +164,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         targets=resolved,
         scores=scores,
         method=method,
-        options=_recorded(given, values),
+        options={**_recorded(given, values), "score": _differentiated(model, score, score_fn)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
     )

@@ -117,7 +117,7 @@ def iter_randomization(
     from .api import explain
 
     if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}; received {mode!r}.")
     from .methods import get as get_method
 
     if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
@@ -127,7 +127,8 @@ def iter_randomization(
     clone = clone_with_weights(model)
     all_layers = weighted_layers(clone)
     if not all_layers:
-        raise ValueError(f"model {model.name!r} has no layer with weights: there is nothing to randomise")
+        raise ValueError(f"model {model.name!r} has no layer with weights: there is nothing to randomise; "
+                         f"received a model without weights.")
     index = {path: i for i, (path, _) in enumerate(all_layers)}
     chosen = _select_layers(all_layers, layers)
 
@@ -151,7 +152,7 @@ def compare_maps(original, randomized) -> dict:
     signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
     signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
     if signed_a.shape != signed_b.shape:
-        raise ValueError(f"explanations differ in shape: {signed_a.shape} vs {signed_b.shape}")
+        raise ValueError(f"explanations must have maps of one shape; received {signed_a.shape} and {signed_b.shape}.")
     return {
         "spearman_abs": float(np.mean([metrics.spearman(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
         "spearman": float(np.mean([metrics.spearman(a, b) for a, b in zip(signed_a, signed_b)])),
@@ -210,7 +211,7 @@ def _select_layers(all_layers, layers):
         if not hits:
             raise ValueError(
                 f"layer {name!r} is not a weighted layer of the model; weighted layers are: "
-                + ", ".join(p for p, _ in all_layers)
+                + ", ".join(p for p, _ in all_layers) + f"; received {name!r}."
             )
         chosen.update(hits)
     return [(p, layer) for p, layer in all_layers if p in chosen]
@@ -325,20 +326,22 @@ def deletion_insertion(
     maps = np.asarray(explanation.maps)
     tgt = np.asarray(explanation.targets)
     if x.ndim != 4:
-        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C], got shape {x.shape}")
+        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {x.shape}.")
     batch, height, width, _ = x.shape
     if maps.ndim != 4 or maps.shape[0] != batch or maps.shape[2:] != (height, width):
         raise ValueError(
-            f"explanation.maps must be [B, K, H, W] = [{batch}, K, {height}, {width}] to match the inputs, "
-            f"got {maps.shape}; pass the inputs the explanation was computed on"
+            f"explanation.maps must be [B, K, H, W] = [{batch}, K, {height}, {width}] to match the inputs "
+            f"(pass the inputs the explanation was computed on); received {maps.shape}."
         )
     if tgt.shape != maps.shape[:2] or not np.issubdtype(tgt.dtype, np.integer) or (tgt < 0).any():
         raise ValueError(
-            f"explanation.targets must be class indices [B, K] = {maps.shape[:2]}, got {tgt.dtype} {tgt.shape}"
-            " (an explanation of a callable target cannot be scored class by class)"
+            f"explanation.targets must be class indices [B, K] = {maps.shape[:2]} (an explanation of a "
+            f"callable target cannot be scored class by class); received {tgt.dtype} {tgt.shape}."
         )
-    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)):
+        raise TypeError(f"steps must be a positive int; received {steps!r}.")
+    if steps < 1:
+        raise ValueError(f"steps must be a positive int; received {steps!r}.")
     n_targets = maps.shape[1]
     n_pixels = height * width
 
@@ -402,14 +405,14 @@ def _baseline(baseline, x, blurred) -> np.ndarray:
             return np.zeros_like(x)
         if baseline == "blur":
             return blurred
-        raise ValueError(f"baseline must be 'zeros', 'blur', a number or an array, got {baseline!r}")
+        raise ValueError(f"baseline must be 'zeros', 'blur', a number or an array; received {baseline!r}.")
     value = np.asarray(baseline, dtype=x.dtype)
     try:
         return np.broadcast_to(value, x.shape)
     except ValueError:
         raise ValueError(
-            f"baseline of shape {value.shape} cannot be broadcast to the inputs' shape {x.shape}; "
-            "give a scalar, one input's shape or the inputs' shape"
+            f"baseline cannot be broadcast to the inputs' shape {x.shape}: give a scalar, one input's "
+            f"shape or the inputs' shape; received shape {value.shape}."
         ) from None
 
 
@@ -432,13 +435,14 @@ def pointing_game(explanation, masks, *, tolerance: float = 0) -> np.ndarray:
     maps = np.asarray(getattr(explanation, "maps", explanation))
     masks = np.asarray(masks)
     if maps.ndim != 4:
-        raise ValueError(f"maps must be [B, K, H, W], got shape {maps.shape}")
+        raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
     if masks.shape != (maps.shape[0], *maps.shape[2:]):
         raise ValueError(
-            f"masks must be bool [B, H, W] = {(maps.shape[0], *maps.shape[2:])} to match the maps, got {masks.shape}"
+            f"masks must be bool [B, H, W] = {(maps.shape[0], *maps.shape[2:])} to match the maps; received shape "
+            f"{masks.shape}."
         )
     if masks.dtype != bool:
-        raise ValueError(f"masks must be boolean (True on the object), got dtype {masks.dtype}")
+        raise TypeError(f"masks must be boolean (True on the object); received dtype {masks.dtype}.")
     hits = np.zeros(maps.shape[:2], dtype=bool)
     for b in range(maps.shape[0]):
         region = metrics.dilate(masks[b], tolerance)

@@ -22,7 +22,9 @@ class Explanation:
         targets: int64 ``[B, K]``, the class (or ``score_fn`` column) of each attribution.
         scores: ``[B, K]``, the score of each target on the input as given (logits by default).
         method: the method's name.
-        options: every option of the method, defaults filled in (and a drawn ``seed`` recorded).
+        options: every option of the method, defaults filled in (and a drawn ``seed`` recorded),
+            and ``"score"``: what was differentiated (``"logits"`` or ``"output"``; ``"output"``
+            also when ``score="logits"`` could not look behind a final softmax/sigmoid).
         layer: the layer path used by the CAM methods (``"outer/inner"`` when nested), else None.
         completeness_gap: integrated gradients only, ``[B, K]``:
             ``Σ attributions − (s(x) − s(baseline))``.

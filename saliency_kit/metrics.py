@@ -33,9 +33,9 @@ def spearman(a, b) -> float:
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
-        raise ValueError(f"spearman: maps must have the same size, got {a.size} and {b.size} values")
+        raise ValueError(f"spearman: maps must have the same size; received {a.size} and {b.size} values.")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("spearman: maps contain NaN or infinite values")
+        raise ValueError("spearman: maps must be finite; received NaN or infinite values.")
     a_const, b_const = np.ptp(a) == 0, np.ptp(b) == 0
     if a_const or b_const:
         return 1.0 if (a_const and b_const and a[0] == b[0]) else 0.0
@@ -86,7 +86,7 @@ def dilate(mask, tolerance: float) -> np.ndarray:
     """
     mask = np.asarray(mask, dtype=bool)
     if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0 pixels, got {tolerance}")
+        raise ValueError(f"tolerance must be >= 0 pixels; received {tolerance}.")
     if tolerance == 0 or not mask.any():
         return mask.copy()
     return ndimage.distance_transform_edt(~mask) <= tolerance

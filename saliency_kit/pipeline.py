@@ -94,6 +94,14 @@ def shard_of(relative_path: str, count: int) -> int:
     return int.from_bytes(digest[:8], "big") % count
 
 
+def image_key(relative_path: str) -> int:
+    """The noise key of an image (``sk.explain(..., input_keys=)``): a 31-bit hash of its path
+    relative to INPUT_DIR, so its seeded noise (SmoothGrad, ...) is the same whichever batch,
+    shard or worker explains it."""
+    digest = hashlib.blake2b(relative_path.encode("utf-8"), digest_size=4, person=b"saliency-noise").digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
 def select_shard(relative_paths: Iterable[str], index: int, count: int) -> list[str]:
     return [path for path in relative_paths if shard_of(path, count) == index]
 
@@ -299,12 +307,15 @@ class Summary:
 
 
 def explain_batch(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]], targets_for: Callable,
-                  batch_size: int) -> list:
-    """One Explanation per method for ``inputs``; the targets are resolved once for all methods."""
+                  batch_size: int, paths: Sequence[str]) -> list:
+    """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
+    the targets are resolved once for all methods; seeded noise is keyed by each path."""
     import saliency_kit as sk
 
     targets = targets_for(inputs)
-    return [sk.explain(model, inputs, name, targets, batch_size=batch_size, **options) for name, options in methods]
+    keys = [image_key(path) for path in paths]
+    return [sk.explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
+            for name, options in methods]
 
 
 def run(
@@ -371,7 +382,7 @@ def run(
 
             items = []
             if good:
-                explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size)
+                explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
                 items = [(path, plan.folders[path], originals[row],
                           out_files.per_image(explanations, row, looks, "npz" in formats))
                          for row, path in enumerate(good)]

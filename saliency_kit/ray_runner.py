@@ -16,9 +16,9 @@ Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
 The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
 actor does exactly what the local loop does with a batch, through the same functions, so the files
 and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
-A resumed run keeps the first run's chunks (without their complete images), so that a seeded
-SmoothGrad, whose noise the engine draws by position in a batch, gives the maps of an
-uninterrupted run.
+Seeded noise (SmoothGrad, ...) is keyed by each image's path (:func:`saliency_kit.pipeline.image_key`),
+so an image's maps do not depend on its chunk, its position there or its worker. A resumed run keeps
+the first run's chunks (without their complete images).
 
 Crash safety. Only the driver writes the manifest, once per chunk it receives: if Ray retries a
 chunk (its actor died: Ray Data restarts the actor and resubmits the chunk), the retry rewrites the
@@ -196,7 +196,7 @@ class ChunkExplainer:
             originals.append(original)
         if good:
             explanations = pipeline.explain_batch(self.model, np.stack(inputs), job.methods, self.targets_for,
-                                                  job.batch_size)
+                                                  job.batch_size, good)
             items = [(path, folders[path], originals[row],
                       outputs.per_image(explanations, row, job.looks, "npz" in job.formats))
                      for row, path in enumerate(good)]
@@ -340,8 +340,7 @@ def _chunks(mine: Sequence[str], todo: set, size: int) -> list[list[str]]:
     """The images of ``todo`` in the chunks a fresh run makes of ``mine`` (``size`` images each).
 
     A chunk is recorded whole (one manifest append), so a resumed run redoes whole chunks of the
-    first run, each image at its first position: seeded noise, which the engine draws by position
-    in a batch, is then that of an uninterrupted run.
+    first run, each image at its first position.
     """
     return [[path for path in mine[i:i + size] if path in todo] for i in range(0, len(mine), size)]
 

@@ -269,3 +269,36 @@ def test_guided_and_deconv_reach_a_relu_inside_a_custom_layer_call():
                                np.tile(np.maximum(v, 0) @ W.T, (2, 1)), atol=1e-6)
     # the model itself is untouched: its plain gradient afterwards
     np.testing.assert_allclose(sk.jacobian(model, x)[:, 0], (active * v) @ W.T, atol=1e-6)
+
+
+def test_a_normalization_adapted_again_between_calls_is_seen():
+    # Normalization keeps its mean and variance as tensors derived from its variables, which a
+    # compiled function captures as constants; a capped ReLU makes guided backprop go through a
+    # rewritten copy of the model. After a second adapt, both must use the new statistics.
+    keras.utils.set_random_seed(2)
+    norm = keras.layers.Normalization(name="norm")
+    norm.adapt(np.random.default_rng(0).normal(2.0, 3.0, size=(64, 4)).astype("float32"))
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(6, name="d1")(norm(inputs))
+    scores = keras.layers.Dense(2, name="d2")(keras.layers.ReLU(max_value=4.0, name="capped")(hidden))
+    model = keras.Model(inputs, scores)
+    x = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
+    W1, b1 = model.get_layer("d1").get_weights()
+    W2, _ = model.get_layer("d2").get_weights()
+
+    def by_hand(guided):  # ∂s_0/∂x through (x − μ)/σ, Dense, ReLU capped at 4, Dense: NumPy
+        mean, variance = (np.asarray(v, np.float64).reshape(-1) for v in (norm.mean, norm.variance))
+        sigma = np.maximum(np.sqrt(variance), keras.backend.epsilon())
+        z = ((x - mean) / sigma) @ W1 + b1
+        upstream = np.maximum(W2[:, 0], 0.0) if guided else W2[:, 0]
+        return (((z > 0) & (z < 4)) * upstream) @ W1.T / sigma
+
+    for method, guided in (("gradient", False), ("guided_backprop", True)):
+        first = sk.explain(model, x, method, 0).attributions[:, 0]
+        np.testing.assert_allclose(first, by_hand(guided), rtol=1e-4, atol=1e-6)
+        norm.adapt(np.random.default_rng(3).normal(-1.0, 0.5, size=(64, 4)).astype("float32"))
+        again = sk.explain(model, x, method, 0)
+        np.testing.assert_allclose(again.attributions[:, 0], by_hand(guided), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(again.scores[:, 0], model.predict(x, verbose=0)[:, 0], rtol=1e-5, atol=1e-5)
+        assert not np.allclose(first, again.attributions[:, 0])
+        norm.adapt(np.random.default_rng(0).normal(2.0, 3.0, size=(64, 4)).astype("float32"))

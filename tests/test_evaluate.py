@@ -108,7 +108,7 @@ def test_pointing_game_ignores_nan_and_rejects_bad_masks():
     np.testing.assert_array_equal(pointing_game(maps, masks), [[True, False]])
     with pytest.raises(ValueError, match=r"\[B, H, W\]"):
         pointing_game(maps, masks[:, :3])
-    with pytest.raises(ValueError, match="boolean"):
+    with pytest.raises(TypeError, match=r"boolean \(True on the object\); received dtype uint8\.$"):
         pointing_game(maps, masks.astype(np.uint8))
     with pytest.raises(ValueError, match=r"\[B, K, H, W\]"):
         pointing_game(maps[0], masks)
@@ -266,8 +266,12 @@ def test_deletion_insertion_baselines_steps_and_errors():
         deletion_insertion(model, x, expl, baseline="mean")
     with pytest.raises(ValueError, match=r"\[B, K, H, W\]"):
         deletion_insertion(model, x, _explanation(np.zeros((1, 1, 3, 3)), [[0]]))
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(ValueError, match=r"steps must be a positive int; received 0\.$"):
         deletion_insertion(model, x, expl, steps=0)
+    with pytest.raises(TypeError, match=r"steps must be a positive int; received 2\.5\.$"):
+        deletion_insertion(model, x, expl, steps=2.5)
+    with pytest.raises(ValueError, match=r"baseline must be .*; received 'mean'\.$"):
+        deletion_insertion(model, x, expl, baseline="mean")
 
 
 # ------------------------------------------------------------------------------------------
@@ -327,7 +331,7 @@ def test_randomization_test_mechanics(small_cnn):
     assert set(result[0]) >= {"layer", "spearman_abs", "spearman", "ssim"}
     for r in result:
         assert -1 <= r["spearman"] <= 1 and -1 <= r["spearman_abs"] <= 1
-    with pytest.raises(ValueError, match="weighted layers are"):
+    with pytest.raises(ValueError, match=r"weighted layers are: .*; received 'nope'\.$"):
         randomization_test(model, inputs, "gradient", layers=["nope"])
     with pytest.raises(ValueError, match="mode"):
         randomization_test(model, inputs, "gradient", mode="sideways")

@@ -32,8 +32,22 @@ VARIANTS = [
     ("smoothgrad", {"samples": 5, "seed": 3, "base": "integrated_gradients", "steps": 3, "aggregate": "variance"}),
     ("smoothgrad", {"samples": 3, "seed": 4, "base": "guided_backprop", "aggregate": "square", "noise": 0.3}),
 ]
-CASES = [(name, SMALL.get(name, {})) for name in methods.names()] + VARIANTS
+OUTSIDE = "outside_power"  # a method registered from outside the package, for this module's tests
+CASES = [(name, SMALL.get(name, {})) for name in methods.names() + [OUTSIDE]] + VARIANTS
 IDS = [f"{m}-{i}" for i, (m, _) in enumerate(CASES)]
+
+
+def outside_power(ctx, power):
+    return tf.abs(ctx.gradients(ctx.inputs)) ** power
+
+
+@pytest.fixture(scope="module", autouse=True)
+def outside_method():
+    """The table covers a method registered from outside; it is unregistered afterwards, so other
+    modules (and the command line's listing) see the registry as it was."""
+    methods.register(OUTSIDE, summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")(outside_power)
+    yield
+    methods.unregister(OUTSIDE)
 
 
 def _classifier():
@@ -64,6 +78,7 @@ def cnn():
 
 def test_every_method_is_in_the_table_and_described():
     assert {m for m, _ in CASES} == set(methods.names()) and len(methods.names()) >= 10
+    assert OUTSIDE in methods.names()
     described = dict(methods.describe())
     assert set(described) == set(methods.names()) and all(isinstance(s, str) and s for s in described.values())
 
@@ -145,6 +160,46 @@ def test_seeded_smoothgrad(cnn):
     drawn = sk.explain(model, x, "smoothgrad", 0, samples=3)
     again = sk.explain(model, x, "smoothgrad", 0, samples=3, seed=drawn.options["seed"])
     np.testing.assert_allclose(drawn.attributions, again.attributions, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("smoothgrad", {"samples": 5, "seed": 2}),
+    ("vargrad", {"samples": 3, "seed": 2, "base": "integrated_gradients", "steps": 3}),
+])
+def test_input_keys_key_the_noise_by_input_not_by_position(cnn, name, options):
+    model, x = cnn  # three inputs
+    keys = [11, 2**31 - 1, 0]
+    together = sk.explain(model, x, name, 0, input_keys=keys, batch_size=8, **options).attributions
+    # Reordered, alone, in another batch size: each input keeps its own noise.
+    order = [2, 0, 1]
+    reordered = sk.explain(model, x[order], name, 0, input_keys=[keys[i] for i in order], batch_size=3, **options)
+    np.testing.assert_allclose(reordered.attributions, together[order], rtol=1e-5, atol=1e-7)
+    alone = sk.explain(model, x[1:2], name, 0, input_keys=keys[1:2], **options).attributions
+    np.testing.assert_allclose(alone[0], together[1], rtol=1e-5, atol=1e-7)
+    # Without keys an input's noise follows its position; keys 0..B-1 are that default.
+    default = sk.explain(model, x, name, 0, batch_size=8, **options).attributions
+    positions = sk.explain(model, x, name, 0, input_keys=np.arange(3), batch_size=8, **options).attributions
+    np.testing.assert_array_equal(default, positions)
+    assert not np.allclose(default[0], together[0])  # another key, other noise
+    shifted = sk.explain(model, x[1:], name, 0, batch_size=8, **options).attributions
+    assert not np.allclose(shifted[0], default[1])
+
+
+def test_bad_input_keys_are_refused_before_any_work(cnn):
+    model, x = cnn
+    calls = engine.call_count()
+    with pytest.raises(ValueError, match=r"one int per input \(3\); received shape \(2,\)"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[1, 2], seed=1)
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*31\); received values from -1"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[-1, 2, 3], seed=1)
+    with pytest.raises(ValueError, match=r"received values from 0 to 2147483648"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[0, 1, 2**31], seed=1)
+    with pytest.raises(TypeError, match="sequence of ints.*received dtype float64"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys=[0.5, 1.0, 2.0], seed=1)
+    with pytest.raises(TypeError, match="sequence of ints.*received 'abc'"):
+        sk.explain(model, x, "smoothgrad", 0, input_keys="abc", seed=1)
+    assert engine.call_count() == calls
+    assert "input_keys" in methods.RESERVED_OPTION_NAMES  # explain's keyword: no method option may take it
 
 
 def test_model_weights_and_batchnorm_statistics_are_untouched(cnn):
@@ -327,7 +382,7 @@ def test_bad_options_raise_before_any_work(cnn, method, options, message):
     "method, options, message",
     [
         ("smoothgrad", {"seed": 1.5}, "'seed' must be int or None; received 1.5"),
-        ("gradcam", {"layer": 3}, "'layer' must be str or None; received 3"),
+        ("gradcam", {"layer": 3}, "'layer' must be str or a keras layer or None; received 3"),
         ("gradcam", {"relu": "no"}, "'relu' must be bool; received 'no'"),
         ("integrated_gradients", {"steps": 2.5}, "'steps' must be int; received 2.5"),
     ],
@@ -338,3 +393,39 @@ def test_options_of_the_wrong_type_are_type_errors_before_any_work(cnn, method, 
     with pytest.raises(TypeError, match=message):
         sk.explain(model, x, method, "top1", **options)
     assert engine.call_count() == calls
+
+
+class _SoftmaxNet(keras.Model):
+    """A subclassed classifier whose softmax is fused in its last layer: its logits are out of reach."""
+
+    def __init__(self):
+        super().__init__(name="softmax_net")
+        self.hidden = keras.layers.Dense(6, activation="tanh", name="hidden")
+        self.head = keras.layers.Dense(3, activation="softmax", name="head")
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+
+
+def test_what_was_differentiated_is_recorded_with_the_explanation():
+    keras.utils.set_random_seed(4)
+    net = _SoftmaxNet()
+    x = np.random.default_rng(1).normal(size=(2, 5)).astype("float32")
+    net(x)
+    with pytest.warns(UserWarning, match="cannot be reached"):
+        expl = sk.explain(net, x, "gradient", 1)
+    assert expl.options["score"] == "output"
+    # and the gradients are indeed of the probabilities (a tape on the model's own output)
+    z = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        probability = net(z)[:, 1]
+    np.testing.assert_allclose(expl.attributions[:, 0], tape.gradient(probability, z).numpy(), rtol=1e-5, atol=1e-7)
+    assert sk.explain(net, x, "gradient", 1, score="output").options["score"] == "output"
+
+    # A functional model whose softmax can be looked behind records the logits.
+    inputs = keras.Input((5,))
+    functional = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(6)(inputs)))
+    assert sk.explain(functional, x, "gradient", 1).options["score"] == "logits"
+    assert sk.explain(functional, x, "smoothgrad", 1, samples=2, seed=0).options["score"] == "logits"
+    assert sk.explain(functional, x, "gradient", 1, score="output").options["score"] == "output"

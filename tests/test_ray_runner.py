@@ -202,9 +202,6 @@ def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, imag
     assert_same_run(out, local_run)
 
 
-@pytest.mark.xfail(strict=True, reason="API.md §6: seeded noise must be keyed by the image; the engine keys it by "
-                                       "the position in the explain call (engine.run: index = arange), so "
-                                       "--batch-images other than --batch-size changes seeded SmoothGrad maps")
 def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     import saliency_kit as sk
     from saliency_kit import pipeline
@@ -215,9 +212,13 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     inputs = np.stack([spec.preprocess(p.astype(np.float32)) for p in pictures])
     methods = [("smoothgrad", {"samples": 4, "seed": 7})]
     targets_for = ray_runner.fixed_targets("top1")(model)
-    together = pipeline.explain_batch(model, inputs, methods, targets_for, BATCH)[0]
-    alone = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH)[0]
+    paths = ["a/first.png", "b/second.png"]
+    together = pipeline.explain_batch(model, inputs, methods, targets_for, BATCH, paths)[0]
+    alone = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH, paths[1:])[0]
     np.testing.assert_array_equal(together.maps[1], alone.maps[0])
+    # The key is the image's path: another path, other noise.
+    moved = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH, ["c/second.png"])[0]
+    assert not np.array_equal(moved.maps[0], alone.maps[0])
 
 
 def _job(out, token, input_dir):

@@ -53,10 +53,10 @@ def nested_model():
     x = keras.layers.Conv2D(8, 3, activation="relu", name="c1")(inp)
     x = keras.layers.Lambda(lambda t: t * 0.5, name="halve")(x)
     x = middle(x)
-    x = keras.ops.relu(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.ops.relu(x)  # an op, not a layer: Keras names it (relu, relu_1, ...); the test reads its name
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dense(16, activation=keras.activations.relu, name="d1")(x)
-    x = keras.layers.Dropout(0.5)(x)
+    x = keras.layers.Dropout(0.5, name="drop")(x)
     out = keras.layers.Dense(5, activation="softmax", name="probs")(x)
     model = keras.Model(inp, out, name="outer")
     # non-trivial BatchNorm statistics, so copying them matters

@@ -133,7 +133,9 @@ def rewritten_model(model, rule):
     """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
 
     A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
-    compiled copy), so training or editing ``model`` later is always seen.
+    compiled copy), so training or editing ``model`` later is always seen. State outside the
+    variables (a re-adapted ``Normalization``'s statistics) is part of the cache key
+    (:func:`fingerprint`): a change gives a new copy, made by ``copy_state``.
     """
     if rule is None:
         return model
@@ -162,17 +164,24 @@ def score_view(model, score="logits", score_fn=None, rule=None):
 
 
 def fingerprint(model) -> tuple:
-    """A cheap structural fingerprint of ``model``: each layer's class and activation.
+    """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
 
     Part of every cache key, so that editing a model between calls (the classic
-    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale.
+    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale; so is
+    state a compiled kernel would capture as a constant: tensors a layer derives from its
+    variables (``Normalization``'s mean and variance, recomputed by a second ``adapt``). A
+    change of either gives new kernels and new model copies (made by ``copy_state``, which
+    re-derives such state), instead of the values captured when the first ones were traced.
     """
+    from .tf import derived_state
+
     parts = []
     stack = [model]
     while stack:
         layer = stack.pop()
         activation = getattr(layer, "activation", None)
-        parts.append((type(layer).__name__, getattr(layer, "name", ""), None if activation is None else _activation_key(activation)))
+        parts.append((type(layer).__name__, getattr(layer, "name", ""),
+                      None if activation is None else _activation_key(activation), derived_state(layer)))
         stack.extend(reversed(getattr(layer, "layers", ()) or ()))
     return tuple(parts)
 
@@ -212,7 +221,7 @@ def _tupled(value):
 
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1) -> dict:
+        channel_axis: int = -1, keys=None) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -223,6 +232,8 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
         channel_axis: the channel axis of one input (see :func:`channel_axis`).
+        keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
+            drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``.
     """
@@ -253,13 +264,15 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     n, group = layout.n, layout.group
     results: dict = {}
     seed_tensor = np.int64(seed)
+    keys = np.arange(B, dtype=np.int64) if keys is None else np.asarray(keys, np.int64)
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
         index = chunking.pad(np.arange(start, stop, dtype=np.int32), n)
+        chunk_keys = chunking.pad(keys[start:stop], n)
         for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
             _stats["calls"] += 1
-            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, seed_tensor, *arrays)
+            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, *arrays)
             for name, value in out.items():
                 value = backend.to_numpy(value)
                 if name not in results:

@@ -18,8 +18,8 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
   ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
 * ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
   another method;
-* ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input index, sample), so results do
-  not depend on chunking;
+* ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
+  not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
 * ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps.
 
 Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
@@ -163,6 +163,24 @@ def weight_sync(source, copy):
     return sync
 
 
+_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
+
+
+def derived_state(layer) -> tuple:
+    """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
+    (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
+    compiled function captures such tensors as constants, so they key the engine's caches, by
+    value (small per-channel statistics in practice)."""
+    import hashlib
+
+    state = []
+    for name, value in vars(layer).items():
+        if isinstance(value, _EAGER_TENSOR):
+            data = np.ascontiguousarray(value.numpy())
+            state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
+    return tuple(state)
+
+
 def eagerly(fn):
     """``fn()`` run eagerly even while a kernel is being traced (building a view or a rewrite
     runs the model on probe inputs, which must not land in the kernel's graph)."""
@@ -246,20 +264,23 @@ class Context:
     Attributes:
         inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
         targets: int32 ``[n, K]`` the score columns to explain.
-        index: int32 ``[n]`` each input's position in the whole request (keys the noise).
+        index: int32 ``[n]`` each input's position in the whole request.
+        keys: int64 ``[n]`` each input's noise key: the ``input_keys`` given to ``explain`` (a
+            hash of an image's path in ``saliency batch``), else its position.
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
             (channels-first models, see :func:`channel_axis`).
     """
 
-    def __init__(self, views, inputs, targets, index, seed, budget, vectorise, channel_axis=-1, top=True,
+    def __init__(self, views, inputs, targets, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
                  op_level=False):
         self._views = views  # views(rule) -> ScoreView
         self._op_level = op_level
         self.inputs = inputs
         self.targets = targets
         self.index = index
+        self.keys = keys
         self.seed = seed
         self.budget = max(1, int(budget))
         self.channel_axis = channel_axis
@@ -399,12 +420,13 @@ class Context:
 
     def at(self, points) -> "Context":
         """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
-        copy keeping its input's targets and index; results of a method there are
+        copy keeping its input's targets, index and key; results of a method there are
         ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
         rows, targets, lead = self._rows(points)
         copies = int(np.prod(lead)) if lead else 1
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
-        return Context(self._views, rows, targets, index, self.seed, max(1, self.budget // copies),
+        keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
+        return Context(self._views, rows, targets, index, keys, self.seed, max(1, self.budget // copies),
                        self._vectorise, self.channel_axis, top=False, op_level=self._op_level)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -412,10 +434,11 @@ class Context:
         """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input.
 
         Copy ``s`` of input ``b`` draws from a stateless generator keyed by
-        ``(seed, b · count + s)``: the same numbers whatever the chunking.
+        ``(seed, keys[b] · count + s)``: the same numbers whatever the chunking, and wherever
+        the input sits when its key is its own (``explain(..., input_keys=)``).
         """
         n, m = self.inputs.shape[0], ids.shape[0]
-        counters = tf.cast(self.index, tf.int64)[:, None] * count + tf.cast(ids, tf.int64)[None]
+        counters = self.keys[:, None] * count + tf.cast(ids, tf.int64)[None]
         seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
         dtype = self.inputs.dtype
         eps = tf.map_fn(
@@ -438,7 +461,7 @@ class Context:
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
                  vectorise: bool, channel_axis, traced, op_level: bool = False):
-    """The compiled ``kernel(x, targets, index, seed, *arrays) -> dict`` of one method.
+    """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
     ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the
@@ -450,9 +473,9 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
 
-    def kernel(x, targets, index, seed, *arrays):
+    def kernel(x, targets, index, keys, seed, *arrays):
         traced()
-        ctx = Context(views, x, targets, index, seed, layout.budget, vectorise, channel_axis, op_level=op_level)
+        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, op_level=op_level)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:
@@ -467,6 +490,7 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
         tf.TensorSpec([n, *shape], dtype),
         tf.TensorSpec([n, group], tf.int32),
         tf.TensorSpec([n], tf.int32),
+        tf.TensorSpec([n], tf.int64),
         tf.TensorSpec([], tf.int64),
         *array_specs,
     ]

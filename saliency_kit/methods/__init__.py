@@ -24,7 +24,7 @@ rise                   :mod:`.rise`                    the saliency itself
 =====================  ==============================  ======================================
 
 A method is declared with :func:`register` (see :mod:`.base`); methods from outside the package
-register the same way, or through the entry-point group ``saliency_kit.methods``. Importing this
+register the same way (and :func:`unregister` removes them again), or through the entry-point group ``saliency_kit.methods``. Importing this
 package does not import TensorFlow or Keras: the built-in modules are imported (in the order
 above) the first time the registry is read.
 """
@@ -41,6 +41,7 @@ from .base import (
     names,
     register,
     titles,
+    unregister,
 )
 from .reduce import reduce_map
 
@@ -56,4 +57,5 @@ __all__ = [
     "reduce_map",
     "register",
     "titles",
+    "unregister",
 ]

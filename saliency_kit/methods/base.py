@@ -15,6 +15,7 @@ entry-point group ``saliency_kit.methods``, loaded once, the first time the regi
 from __future__ import annotations
 
 import numbers
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,6 +23,7 @@ __all__ = [
     "Option",
     "Method",
     "register",
+    "unregister",
     "get",
     "names",
     "describe",
@@ -35,7 +37,7 @@ RESERVED_OPTION_NAMES = frozenset({
     "model", "weights", "unsafe", "method", "target", "targets", "out", "batch_size", "format",
     "shard", "resume", "debug", "sign", "cmap", "alpha", "clip_percentile", "score",
     "class_names", "ray", "workers", "gpus_per_worker", "batch_images", "mode", "help",
-    "inputs", "image", "images", "input_dir",
+    "inputs", "image", "images", "input_dir", "input_keys",
 })
 
 #: How ``maps`` are made from attributions (see :func:`saliency_kit.methods.reduce_map`).
@@ -53,8 +55,10 @@ class Option:
     ``type`` (``int``, ``float``, ``str`` or ``bool``) is inferred from ``default`` when not
     given; a ``None`` default needs an explicit ``type``. ``choices`` restricts the value.
     ``array=True``: besides a value of ``type``, the method accepts an array (a baseline, a
-    window per axis); such values are checked by the method itself. The command line offers the
-    option as ``--name-with-dashes`` of ``type``.
+    window per axis); such values are checked by the method itself. ``layer=True``: besides a
+    value of ``type`` (a layer's name or path), a ``keras.layers.Layer`` object, which the
+    method's ``prepare`` resolves (to its path). The command line offers the option as
+    ``--name-with-dashes`` of ``type``.
     """
 
     name: str
@@ -63,6 +67,7 @@ class Option:
     help: str = ""
     choices: tuple | None = None
     array: bool = False
+    layer: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -98,6 +103,8 @@ class Option:
             return value
         if self.array and not isinstance(value, (str, bool)) and not _is_scalar(value):
             return value  # an array: the method checks its shape and values
+        if self.layer and _is_keras_layer(value):
+            return value  # a layer object: the method's prepare finds it in the model
         kind = self.type
         if kind is bool:
             ok = isinstance(value, bool) or type(value).__name__ == "bool_"
@@ -109,6 +116,7 @@ class Option:
             ok = isinstance(value, str)
         if not ok:
             extra = " or an array" if self.array else ""
+            extra += " or a keras layer" if self.layer else ""
             extra += " or None" if self.default is None else ""
             raise TypeError(f"{where}option {self.name!r} must be {kind.__name__}{extra}; received {value!r}.")
         if self.choices is not None and value not in self.choices:
@@ -116,6 +124,11 @@ class Option:
                 f"{where}option {self.name!r} must be one of {', '.join(map(repr, self.choices))}; received {value!r}."
             )
         return value
+
+
+def _is_keras_layer(value) -> bool:
+    keras = sys.modules.get("keras")  # a layer object exists only once Keras is imported: never import it here
+    return keras is not None and isinstance(value, keras.layers.Layer)
 
 
 def _is_scalar(value) -> bool:
@@ -200,6 +213,7 @@ class Method:
 _REGISTRY: dict[str, Method] = {}
 _option_types: dict[str, tuple[type, str]] = {}  # option name -> (type, first method declaring it)
 _state = {"builtins": False, "plugins": False}
+_BUILTIN_NAMES: set[str] = set()
 
 
 def _as_options(options) -> tuple:
@@ -299,6 +313,30 @@ def _ensure_builtins() -> None:
         _state["builtins"] = True
         from . import _builtin  # noqa: F401  (imports the built-in modules in order)
 
+        _BUILTIN_NAMES.update(_builtin.ORDER)
+
+
+def unregister(name: str) -> Method:
+    """Remove the method registered as ``name`` from outside the package; returns its declaration.
+
+    For tests and notebooks that register a method for a while (register it in a fixture,
+    unregister it when done), so that the registry, ``names()`` and ``saliency methods`` are
+    as before. ``ValueError`` for an unknown name or a built-in method.
+    """
+    _ensure_builtins()
+    if name in _BUILTIN_NAMES:
+        raise ValueError(f"built-in methods cannot be unregistered; received {name!r}.")
+    if name not in _REGISTRY:
+        raise ValueError(f"no method called {name!r} is registered; received {name!r}.")
+    method = _REGISTRY.pop(name)
+    for option in method.options:  # the flag's type is then set by another declaring method, if any
+        if _option_types.get(option.name, (None, None))[1] == name:
+            del _option_types[option.name]
+            other = next((m for m in _REGISTRY.values() for o in m.options if o.name == option.name), None)
+            if other is not None:
+                _option_types[option.name] = (other.option(option.name).type, other.name)
+    return method
+
 
 def _load_plugins() -> None:
     """Import every module named in the entry-point group ``saliency_kit.methods``, once."""
@@ -314,6 +352,15 @@ def _load_plugins() -> None:
 def _registry() -> dict[str, Method]:
     _ensure_builtins()
     _load_plugins()
+    if not _state.get("ordered") and _BUILTIN_NAMES <= set(_REGISTRY):
+        # a method module imported first registers after the others: put the built-ins in order, once
+        from ._builtin import ORDER
+
+        ordered = {name: _REGISTRY[name] for name in ORDER}
+        ordered.update((name, method) for name, method in _REGISTRY.items() if name not in ordered)
+        _REGISTRY.clear()
+        _REGISTRY.update(ordered)
+        _state["ordered"] = True
     return _REGISTRY
 
 

@@ -10,7 +10,7 @@ With ``A`` the layer's activations ``[h, w, c]`` and ``g = ∂s/∂A``:
 Channels-first models (``data_format="channels_first"``) work the same on ``[B, C, H, W]``.
 ``layer=None`` picks the model's configured CAM layer (``ModelSpec.gradcam_layer``) or else the
 last layer with a 4-D ``[B, h, w, c]`` output, looking inside nested models; a layer is named by
-its path ``"outer/inner"`` or its bare name. Maps are upsampled bilinearly to the input's
+its path ``"outer/inner"`` or its bare name, or given as the layer object (recorded as its path). Maps are upsampled bilinearly to the input's
 ``H×W``; the CAM methods' attributions are the maps ``[B, K, H, W]`` themselves.
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from __future__ import annotations
 from .base import Option, register
 
 OPTIONS = [
-    Option("layer", None, type=str, help="the layer (default: the model's configured one, else the last 4-D layer)"),
+    Option("layer", None, type=str, layer=True,
+           help="the layer (default: the model's configured one, else the last 4-D layer)"),
     Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)"),
 ]
 

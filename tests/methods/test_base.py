@@ -28,14 +28,23 @@ BUILTINS = [
 
 
 # -- a method written outside the package (API.md §2's example) ---------------------------------
-@register("gradient_power", summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")
 def gradient_power(ctx, power):
     return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
 
 
-@register("int_steps", summary="a method sharing integrated gradients' int option 'steps'", options={"steps": 3})
 def int_steps(ctx, steps):
     return ctx.gradients(ctx.inputs) * steps
+
+
+@pytest.fixture(scope="module", autouse=True)
+def outside_methods():
+    """Registered for this module's tests only: other modules see the registry as it was."""
+    register("gradient_power", summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")(gradient_power)
+    register("int_steps", summary="a method sharing integrated gradients' int option 'steps'",
+             options={"steps": 3})(int_steps)
+    yield
+    methods.unregister("gradient_power")
+    methods.unregister("int_steps")
 
 
 def test_an_outside_method_works_with_explain(linear_image):
@@ -44,7 +53,7 @@ def test_an_outside_method_works_with_explain(linear_image):
     expected = np.abs(np.broadcast_to(w[[0, 2]], expl.attributions.shape)) ** 3
     np.testing.assert_allclose(expl.attributions, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(expl.maps, expected.sum(-1), rtol=1e-5, atol=1e-6)  # reduce="sum"
-    assert expl.options == {"power": 3.0} and expl.method == "gradient_power"
+    assert expl.options == {"power": 3.0, "score": "logits"} and expl.method == "gradient_power"
     default = sk.explain(model, x, "gradient_power", 1)
     np.testing.assert_allclose(default.attributions[:, 0], np.broadcast_to(w[1] ** 2, x.shape), rtol=1e-5, atol=1e-7)
     assert "gradient_power" in methods.names()
@@ -88,6 +97,22 @@ def test_one_option_name_with_two_types_is_refused():
         register("float_steps", summary="x", options={"steps": 0.5})(lambda ctx, steps: ctx.inputs)
     # the same name with the same type is shared (one --steps flag serves both): int_steps above
     assert methods.get("int_steps").option("steps").type is int
+
+
+def test_a_method_registered_for_a_while_can_be_unregistered():
+    before = methods.names()
+    register("for_a_while", summary="x", options={"wobble": 0.5})(lambda ctx, wobble: ctx.inputs)
+    assert methods.names() == before + ["for_a_while"] and "for_a_while" in dict(methods.describe())
+    removed = methods.unregister("for_a_while")
+    assert removed.name == "for_a_while" and methods.names() == before
+    # its option's type is forgotten with it: another method may now declare 'wobble' an int
+    register("for_a_while", summary="x", options={"wobble": 1})(lambda ctx, wobble: ctx.inputs)
+    methods.unregister("for_a_while")
+    with pytest.raises(ValueError, match="built-in methods cannot be unregistered; received 'gradient'"):
+        methods.unregister("gradient")
+    with pytest.raises(ValueError, match="no method called 'nothing' is registered"):
+        methods.unregister("nothing")
+    assert methods.names() == before
 
 
 def test_unknown_methods_and_options_list_the_allowed_ones():

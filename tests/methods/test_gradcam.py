@@ -41,3 +41,32 @@ def test_guided_gradcam_is_guided_times_cam(tiny_cnn):
     both = sk.explain(model, x, "guided_gradcam", 0)
     np.testing.assert_allclose(both.attributions, guided * cam[..., None], atol=1e-6)
     assert both.attributions.shape == x[:, None].shape and both.layer == "conv"
+
+
+def test_the_layer_may_be_given_as_the_layer_object(tiny_cnn):
+    import keras
+    import pytest
+
+    model, x, A, W = tiny_cnn
+    conv = model.get_layer("conv")
+    for method in ("gradcam", "gradcam_plus_plus", "layercam", "scorecam"):
+        by_object = sk.explain(model, x, method, 1, layer=conv)
+        by_name = sk.explain(model, x, method, 1, layer="conv")
+        assert by_object.layer == "conv" and by_object.options["layer"] == "conv"  # recorded as its path
+        np.testing.assert_array_equal(by_object.attributions, by_name.attributions)
+    cam = np.maximum((A * W[:, 1] / 16.0).sum(-1), 0)
+    np.testing.assert_allclose(sk.explain(model, x, "gradcam", 1, layer=conv).attributions[:, 0], _upsample(cam),
+                               atol=1e-5)
+
+    # a layer nested in an inner model is found by object too, as its path
+    outer_in = keras.Input((8, 8, 2))
+    wrapped = keras.Model(outer_in, model(outer_in), name="wrapper")
+    nested = sk.explain(wrapped, x, "gradcam", 1, layer=conv)
+    assert nested.layer == f"{model.name}/conv"
+    np.testing.assert_allclose(nested.attributions[:, 0], _upsample(cam), atol=1e-5)
+
+    stranger = keras.layers.Conv2D(3, 3, name="stranger")
+    with pytest.raises(ValueError, match="'stranger' is not part of model"):
+        sk.explain(model, x, "gradcam", 1, layer=stranger)
+    with pytest.raises(TypeError, match="option 'layer' must be str or a keras layer or None; received 3"):
+        sk.explain(model, x, "gradcam", 1, layer=3)
