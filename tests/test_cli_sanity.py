@@ -116,3 +116,30 @@ def test_sanity_command_independent_mode_and_usage_errors(shape_png, tmp_path, c
         lines = own_lines(capsys.readouterr().err, "sanity")
         assert len(lines) == 1 and needle.lower() in lines[0].lower(), lines
     assert main(["sanity", str(shape_png.with_name("missing.png")), "--out", str(out)]) == 2
+
+
+def test_sanity_figure_titles_never_overlap_even_with_long_layer_names(tmp_path):
+    """Layer names as long as Keras applications' ('block5_conv3_preact_bn', nested paths) are
+    wrapped to their panel: no two titles' drawn boxes intersect."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from saliency_kit.cli.sanity import sanity_figure
+
+    rng = np.random.default_rng(0)
+    layers = [f"backbone/conv{i}_block{i}_preact_batch_normalization_{i}" for i in range(6)]
+    maps = [rng.random((16, 16)) for _ in range(len(layers) + 1)]
+    result = {
+        method: {"target": 1, "maps": maps, "layers": layers, "mode": "cascading",
+                 "steps": [{"layer": name, "spearman_abs": 0.5} for name in layers]}
+        for method in ("gradient", "guided_backprop")
+    }
+    fig = sanity_figure(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8), result, class_names=["a", "b"])
+    FigureCanvasAgg(fig)
+    fig.savefig(tmp_path / "sanity.png")
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+    assert len(boxes) >= 2 * (len(layers) + 1)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            overlap = min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5
+            assert not overlap, (a, b)

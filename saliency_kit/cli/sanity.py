@@ -160,13 +160,15 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
     from matplotlib.figure import Figure
 
     from .. import methods as registry
-    from ..render import heatmap
+    from ..render import fit_text, heatmap
 
     methods = list(result)
     n_steps = max(len(r["layers"]) for r in result.values())
     cols = _columns(n_steps)
     ncols = 2 + len(cols)
-    fig = Figure(figsize=(panel_inches * ncols, panel_inches * 1.25 * len(methods) + 0.4))
+    # each row: the panel, two lines of title (layer name, wrapped to the panel's width) and ρ
+    fig = Figure(figsize=(panel_inches * ncols, (panel_inches * 1.25 + 0.15) * len(methods) + 0.5),
+                 layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(methods), ncols, squeeze=False))
     for row, method in enumerate(methods):
         r = result[method]
@@ -190,7 +192,8 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
                 ax.set_axis_off()
                 continue
             ax.imshow(picture, interpolation="nearest")
-            ax.set_title(title if rho is None else f"{title}\n\u03c1={rho:.2f}", fontsize=7)
+            label = fit_text(title, panel_inches, 7, lines=2)
+            ax.set_title(label if rho is None else f"{label}\n\u03c1={rho:.2f}", fontsize=7)
         axes[row, 0].set_ylabel(f"{_title(registry, method)}\n({target})", fontsize=8)
     mode = result[methods[0]].get("mode", "cascading")
     fig.suptitle(
