@@ -411,3 +411,13 @@ class Request:
     default_layer: str | None = None
     channel_axis: int = -1
     extra: dict = field(default_factory=dict)
+
+
+def require_channels_last(request: Request, method: str, ranks=(4,), shape_text="image inputs [B, H, W, C]") -> None:
+    """``ValueError`` unless the inputs are channels-last and of one of ``ranks`` (for methods that
+    work on image axes: blurs, masks, regions); ``ranks=None`` checks the channel axis only."""
+    if request.channel_axis == 0:
+        raise ValueError(f"{method} works on channels-last inputs; received a channels-first model "
+                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
+    if ranks is not None and request.inputs.ndim not in ranks:
+        raise ValueError(f"{method} needs {shape_text}; received shape {request.inputs.shape}.")

@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from .base import Option, register
+from .base import Option, register, require_channels_last
 
 TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default: the kernel ends at 4σ
 
@@ -93,9 +93,7 @@ def prepare(request, options: dict) -> dict:
         value = options[name]
         if not (isinstance(value, numbers.Real) and 0 < value < np.inf):
             raise ValueError(f"{name} must be a positive number (pixels); received {value!r}.")
-    if request.channel_axis == 0:
-        raise ValueError("blur_ig works on channels-last inputs; received a channels-first model "
-                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
+    require_channels_last(request, "blur_ig", ranks=None)
     if request.inputs.ndim not in (3, 4):
         raise ValueError(
             "blur_ig blurs over spatial axes: it needs images [B, H, W, C] or sequences [B, T, F]; "

@@ -23,15 +23,11 @@ import numbers
 
 import numpy as np
 
-from .base import Option, register
+from .base import Option, register, require_channels_last
 
 
 def prepare(request, options: dict) -> dict:
-    if request.channel_axis == 0:
-        raise ValueError("rise works on channels-last inputs; received a channels-first model "
-                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
-    if request.inputs.ndim != 4:
-        raise ValueError(f"rise needs image inputs [B, H, W, C]; received shape {request.inputs.shape}.")
+    require_channels_last(request, "rise")
     for name in ("masks", "cells"):
         if options[name] < 1:
             raise ValueError(f"{name} must be a positive int; received {options[name]!r}.")

@@ -36,7 +36,7 @@ import numbers
 
 import numpy as np
 
-from .base import Option, get, names, register
+from .base import Option, get, names, register, require_channels_last
 
 SCALES = (50, 100, 150, 250, 500, 1200)
 SIGMA = 0.8
@@ -174,11 +174,7 @@ def _base(name):
 
 
 def prepare(request, options: dict) -> dict:
-    if request.channel_axis == 0:
-        raise ValueError("xrai works on channels-last inputs; received a channels-first model "
-                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
-    if request.inputs.ndim != 4:
-        raise ValueError(f"xrai needs image inputs [B, H, W, C]; received shape {request.inputs.shape}.")
+    require_channels_last(request, "xrai")
     base = _base(options["base"])
     threshold = options["area_threshold"]
     if not (isinstance(threshold, numbers.Real) and 0 < threshold <= 1):
