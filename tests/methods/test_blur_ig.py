@@ -10,6 +10,8 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 saliency_core = pytest.importorskip("saliency.core")
 
+from pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
+
 
 def tiny_model(dtype="float64", size=12, classes=3):
     inputs = keras.Input((size, size, 2), dtype=dtype)
@@ -18,16 +20,6 @@ def tiny_model(dtype="float64", size=12, classes=3):
     outputs = keras.layers.Dense(classes, dtype=dtype)(h)
     return keras.Model(inputs, outputs)
 
-
-def pair_gradients(model, cls):
-    """PAIR's call_model_function: per-image input gradients of one class, written plainly."""
-    def call(x, call_model_args=None, expected_keys=None):
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            score = model(x)[:, cls]
-        return {saliency_core.INPUT_OUTPUT_GRADIENTS: tape.gradient(score, x).numpy()}
-    return call
 
 
 @pytest.mark.parametrize("sigma", [0.0, 0.3, 1.7, 6.0, 40.0])

@@ -8,6 +8,8 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 saliency_core = pytest.importorskip("saliency.core")
 
+from pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
+
 
 def tiny_model(dtype="float64"):
     inputs = keras.Input((8, 8, 2), dtype=dtype)
@@ -15,15 +17,6 @@ def tiny_model(dtype="float64"):
     h = keras.layers.Flatten(dtype=dtype)(h)
     return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(h))
 
-
-def pair_gradients(model, cls):
-    def call(x, call_model_args=None, expected_keys=None):
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            score = model(x)[:, cls]
-        return {saliency_core.INPUT_OUTPUT_GRADIENTS: tape.gradient(score, x).numpy()}
-    return call
 
 
 class _NumpyWithOldQuantile:
