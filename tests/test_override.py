@@ -41,9 +41,12 @@ def tiny(fn):
 
 # hand-written: h = x W1, y = f(h) W2, score = y[:, 0]; dscore/dy_h = W2[:, 0] for every row
 def derivative(family: ReluFamily, h):
-    lo = family.negative_slope
-    inside = (h > 0) if family.max_value is None else (h > 0) & (h < family.max_value)
-    return np.where(inside, 1.0, np.where(h <= 0, lo, 0.0))
+    """f'(h) of keras.activations.relu(h, negative_slope, max_value, threshold), away from the kinks."""
+    t, lo = family.threshold, family.negative_slope
+    inside = h > t
+    if family.max_value is not None:
+        inside &= h < family.max_value
+    return np.where(inside, 1.0, np.where(h <= t, lo, 0.0))
 
 
 def hand_gradient(rule, family, x=X):
@@ -343,3 +346,101 @@ def test_a_rule_activation_inside_a_block_is_not_counted_twice():
     assert fn.report.ops == []
     dy = np.broadcast_to(W2[:, 0], (len(X), 6))
     np.testing.assert_allclose(got, np.maximum(dy, 0) @ W1.T, rtol=1e-5, atol=1e-5)
+
+
+# -- activations made of several ops, written in a custom call ----------------------------------------
+COMPOSITES = {
+    "relu(max_value=3)": (lambda t: keras.activations.relu(t, max_value=3.0), ReluFamily(max_value=3.0)),
+    "relu(threshold=0.5)": (lambda t: keras.activations.relu(t, threshold=0.5), ReluFamily(threshold=0.5)),
+    "relu(threshold, max_value)": (lambda t: keras.activations.relu(t, threshold=0.5, max_value=3.0),
+                                   ReluFamily(max_value=3.0, threshold=0.5)),
+    "relu(slope, max_value)": (lambda t: keras.activations.relu(t, negative_slope=0.1, max_value=3.0),
+                               ReluFamily(0.1, 3.0)),
+    "relu(slope, threshold)": (lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5),
+                               ReluFamily(0.1, None, 0.5)),
+    "relu(slope, max_value=6)": (lambda t: keras.activations.relu(t, negative_slope=0.2, max_value=6.0),
+                                 ReluFamily(0.2, 6.0)),
+    "relu(slope, threshold, max_value)": (
+        lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5, max_value=3.0), ReluFamily(0.1, 3.0, 0.5)),
+    "keras.layers.ReLU(max_value, threshold)": (keras.layers.ReLU(max_value=3.0, threshold=0.5),
+                                                ReluFamily(max_value=3.0, threshold=0.5)),
+    "tf.minimum(tf.nn.relu)": (lambda t: tf.minimum(tf.nn.relu(t), 3.0), ReluFamily(max_value=3.0)),
+    "tf.clip_by_value(tf.nn.relu)": (lambda t: tf.clip_by_value(tf.nn.relu(t), 0.0, 3.0), ReluFamily(max_value=3.0)),
+    "keras.ops.clip(keras.ops.relu)": (lambda t: keras.ops.clip(keras.ops.relu(t), 0.0, 3.0), ReluFamily(max_value=3.0)),
+    "tf.minimum(3, tf.nn.relu6)": (lambda t: tf.minimum(3.0, tf.nn.relu6(t)), ReluFamily(max_value=3.0)),
+    "tf.where(t > 0.5, t, 0)": (lambda t: tf.where(t > 0.5, t, tf.zeros_like(t)), ReluFamily(threshold=0.5)),
+    "t * cast(t > 0.5)": (lambda t: t * tf.cast(t > 0.5, t.dtype), ReluFamily(threshold=0.5)),
+}
+
+
+def plain_gradient(model, x=X):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        score = model(x)[:, 0]
+    return tape.gradient(score, x).numpy()
+
+
+@pytest.mark.parametrize("name", COMPOSITES)
+def test_an_activation_made_of_several_ops_takes_the_rule_as_a_whole(name):
+    fn, family = COMPOSITES[name]
+    model = tiny(fn)
+    h = X @ W1
+    if family.max_value is not None:
+        assert (h > family.max_value).any(), "the data must reach the ceiling"
+    assert ((h > family.threshold) & (h < (family.max_value or np.inf))).any() and (h < family.threshold).any()
+    # the table's family is what the function computes: its plain gradient is the hand-written one
+    np.testing.assert_allclose(plain_gradient(model), hand_gradient("plain", family), rtol=1e-5, atol=1e-5)
+    for rule in ("guided", "deconv"):
+        got, report = gradient_with(model, rule)
+        expected = hand_gradient(rule, family)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert report.complete and len(report.ops) == 1, report
+        assert report.families[report.ops[0]] == family
+
+
+def test_a_custom_rule_gets_the_whole_composite_activation():
+    seen = {}
+
+    class Record(sk.ModifiedBackprop):
+        def grad(self, x, y, dy):
+            seen["activation"] = self.activation
+            seen["y"], seen["x"] = y, x
+            return dy * tf.cast(x > 1.0, dy.dtype)
+
+    model = tiny(lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5, max_value=3.0))
+
+    @tf.function
+    def grad(x):
+        with relu_rule(Record()):
+            score = model(x)[:, 0]
+        g = tf.gradients(score, x)[0]
+        return g, seen["x"], seen["y"]
+
+    got, x_seen, y_seen = (t.numpy() for t in grad(tf.constant(X)))
+    h = X @ W1
+    assert seen["activation"] == ReluFamily(0.1, 3.0, 0.5)
+    np.testing.assert_allclose(x_seen, h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y_seen, np.asarray(keras.activations.relu(h, 0.1, 3.0, 0.5)), rtol=1e-5, atol=1e-5)
+    expected = (np.broadcast_to(W2[:, 0], h.shape) * (h > 1.0)) @ W1.T
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_relu_whose_output_is_also_used_elsewhere_is_one_relu_not_a_composite():
+    # y = min(r, 3) + 0.1 r with r = relu(h): the ReLU is r; the min is another operation on it
+    model = tiny(lambda t: (lambda r: tf.minimum(r, 3.0) + 0.1 * r)(tf.nn.relu(t)))
+    h = X @ W1
+    dr = np.broadcast_to(W2[:, 0], h.shape) * ((np.maximum(h, 0) < 3.0) + 0.1)
+    for rule, dh in (("guided", np.where((dr > 0) & (h > 0), dr, 0.0)), ("deconv", np.maximum(dr, 0.0))):
+        got, report = gradient_with(model, rule)
+        np.testing.assert_allclose(got, dh @ W1.T, rtol=1e-5, atol=1e-5)
+        assert [report.families[op] for op in report.ops] == [ReluFamily()]
+
+
+def test_a_threshold_that_is_not_a_constant_is_reported_not_guessed():
+    model = tiny(lambda t: tf.where(t > tf.reduce_mean(t), t, tf.zeros_like(t)))
+    _, report = gradient_with(model, "guided")
+    assert not report.complete
+    assert "threshold is not a constant" in report.unsupported[0]
+    with pytest.raises(ValueError, match="threshold is not a constant"):
+        report.check("model 'tiny'")

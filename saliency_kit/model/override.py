@@ -29,10 +29,15 @@ block marks its ops with the attribute TF's own ``gradient_override_map`` sets
 references, kept alive by the graphs that use it, so nothing accumulates per trace.
 
 Composite activations: ``keras.activations.relu`` with a ``threshold``, or with a ``max_value``
-other than 6 (and ``negative_slope`` together with either), is not one op but several (``Relu``
-or ``SelectV2``, then ``Minimum``/``Maximum``); the op-level rule sees only the ``Relu`` inside
-such a composite. :func:`rule_activation` computes a whole activation under a rule instead; model
-rewriting uses it for the activations it can see at the layer level.
+other than 6 (and ``negative_slope`` together with either), is not one op but several
+(``Relu`` or ``SelectV2``, then ``Minimum``/``Maximum``, and for a leaky one ``Neg``, ``Relu``,
+``Mul``, ``Sub``); so are the same activations written by hand (``tf.minimum(tf.nn.relu(x), 3)``,
+``tf.clip_by_value(tf.nn.relu(x), 0, 3)``, ``tf.where(x > t, x, 0)``, ``x * cast(x > t)``). The
+block recognises these patterns (:func:`_match_activation`) and treats each as one activation: its
+last op takes ``rule.grad(x, y, dy)`` for the whole, the ops between pass the gradient through
+unchanged. A pattern whose parameters are not constants cannot be bound to a rule and is reported
+(``report.unsupported``). :func:`rule_activation` computes a whole activation under a rule directly;
+model rewriting uses it for the activations it can see at the layer level.
 
 TensorFlow-private API used here (this module is kept self-contained): ``Operation._set_attr``
 (mark an op; what ``gradient_override_map`` itself does), ``Graph._get_function`` (find the
@@ -48,6 +53,7 @@ import json
 import threading
 import weakref
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import record as _tape_record  # TF-private: see the module docstring
@@ -61,9 +67,13 @@ RELU_OP_TYPES = ("Relu", "Relu6", "LeakyRelu")
 
 _GRADIENT_NAMES = {op_type: f"SaliencyKit{op_type}" for op_type in RELU_OP_TYPES}
 _ACTIVATION_GRADIENT = "SaliencyKitActivation"  # the IdentityN that rule_activation creates
+_COMPOSITE_GRADIENT = "SaliencyKitComposite"  # the last op of an activation made of several ops
+_PASS_GRADIENT = "SaliencyKitPass"  # the ops between: the gradient passes through unchanged
 _OVERRIDE_ATTR = "_gradient_op_type"  # the attribute tf.Graph.gradient_override_map sets
 _RULE_ATTR = "_saliency_kit_rule"
 _FAMILY_ATTR = "_saliency_kit_family"
+_SOURCE_ATTR = "_saliency_kit_source"  # a composite's input tensor, by name
+_MAIN_ATTR = "_saliency_kit_main"  # the input through which the gradient flows back
 
 # nested graphs of control-flow ops, by the attribute names while_v2 / cond_v2 keep them under
 _NESTED_GRAPH_ATTRS = ("_cond_graph", "_body_graph", "_true_graph", "_false_graph")
@@ -121,7 +131,7 @@ def _family_of_op(op) -> ReluFamily:
     if op.type == "Relu6":
         return ReluFamily(max_value=6.0)
     if op.type == "LeakyRelu":
-        return ReluFamily(negative_slope=float(op.get_attr("alpha")))
+        return ReluFamily(negative_slope=_decimal(np.float32(op.get_attr("alpha"))))  # a float attr
     return ReluFamily()
 
 
@@ -138,9 +148,29 @@ def _activation_gradient(op, dy, _unused_dx):
     return None, rule.grad(x, y, dy)
 
 
+def _composite_gradient(op, dy):
+    """The last op of an activation made of several ops: ``rule.grad(x, y, dy)`` for the whole
+    activation, sent down the input that leads back to ``x`` (the ops on the way pass it on)."""
+    family = ReluFamily(**json.loads(op.get_attr(_FAMILY_ATTR).decode()))
+    rule = _rule_of(op).bind(family)
+    x = op.graph.get_tensor_by_name(op.get_attr(_SOURCE_ATTR).decode())
+    grads = [None] * len(op.inputs)
+    grads[op.get_attr(_MAIN_ATTR)] = rule.grad(x, op.outputs[0], dy)
+    return grads
+
+
+def _pass_gradient(op, dy):
+    """An op inside a composite activation: the gradient passes through, down its main input."""
+    grads = [None] * len(op.inputs)
+    grads[op.get_attr(_MAIN_ATTR)] = dy
+    return grads
+
+
 def _register_once():
     functions = {name: _relu_op_gradient for name in _GRADIENT_NAMES.values()}
     functions[_ACTIVATION_GRADIENT] = _activation_gradient
+    functions[_COMPOSITE_GRADIENT] = _composite_gradient
+    functions[_PASS_GRADIENT] = _pass_gradient
     for name, function in functions.items():
         try:
             tf.RegisterGradient(name)(function)
@@ -201,31 +231,256 @@ def _relu_ops_in_function(graph, name, seen) -> int:
     return count
 
 
+# -- activations made of several ops ---------------------------------------------------------------
+class _Unsupported(Exception):
+    """A ReLU-family pattern whose parameters are not constants: no rule can be bound to it."""
+
+
+@dataclasses.dataclass
+class _Activation:
+    """One ReLU-family activation ``y = f(x)`` found in a graph.
+
+    ``path``: ``[(op, main input)]`` from the op computing ``y`` down to the op whose main input is
+    ``x``: the gradient flows along it. ``others``: ops off that path (a threshold's comparison, a
+    leaky activation's negative part) that take no gradient.
+    """
+
+    x: object
+    family: ReluFamily
+    path: list
+    others: list = dataclasses.field(default_factory=list)
+
+    @property
+    def op(self):
+        return self.path[0][0]
+
+    @property
+    def ops(self) -> list:
+        return [op for op, _ in self.path] + self.others
+
+
+#: Op types that can end a ReLU-family activation made of several ops.
+_LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub")
+
+
+def _constant(tensor) -> float | None:
+    """The one value a constant tensor holds (a scalar, an array of one repeated value, ``zeros_like``,
+    ``fill``), else None."""
+    kind = tensor.op.type
+    if kind in ("ZerosLike", "OnesLike"):
+        return 0.0 if kind == "ZerosLike" else 1.0
+    if kind == "Fill":
+        return _constant(tensor.op.inputs[1])
+    value = tf.get_static_value(tensor)
+    if value is None:
+        return None
+    value = np.asarray(value)
+    if value.size == 0 or not np.issubdtype(value.dtype, np.number) or np.any(value != value.flat[0]):
+        return None
+    return _decimal(value.flat[0])
+
+
+def _decimal(value) -> float:
+    """The shortest decimal that is ``value`` in its own precision (float32 ``0.1`` -> ``0.1``, not
+    ``0.10000000149``): the same number once cast back, and the family reads as it was written."""
+    return float(str(value))
+
+
+def _same(a, b) -> bool:
+    return a.name == b.name  # tensors of one graph
+
+
+def _only_feeds(tensor, op) -> bool:
+    consumers = tensor.consumers()
+    return len(consumers) == 1 and consumers[0].name == op.name
+
+
+def _threshold(greater, x) -> float | None:
+    """``t`` when op ``greater`` is ``Greater(x, t)``; ``_Unsupported`` when ``t`` is not a constant."""
+    if greater.type != "Greater" or not _same(greater.inputs[0], x):
+        return None
+    threshold = _constant(greater.inputs[1])
+    if threshold is None:
+        raise _Unsupported(f"a thresholded ReLU ({greater.name}) whose threshold is not a constant")
+    return threshold
+
+
+def _with_constant(op):
+    """``(other input, its index, the constant)`` of a binary op with one constant input."""
+    for main in (0, 1):
+        value = _constant(op.inputs[1 - main])
+        if value is not None and _constant(op.inputs[main]) is None:
+            return op.inputs[main], main, value
+    return None, None, None
+
+
+def _inner(tensor, consumer) -> _Activation | None:
+    """The activation computing ``tensor``, when ``consumer`` is its only use."""
+    return _match_activation(tensor) if _only_feeds(tensor, consumer) else None
+
+
+def _negative_part(mul, x):
+    """``(slope, threshold, ops)`` when op ``mul`` is Keras' ``slope * relu(-x + threshold)``."""
+    for part in (0, 1):
+        relu = mul.inputs[part].op
+        if relu.type != "Relu" or not _only_feeds(mul.inputs[part], mul):
+            continue
+        inner, ops, threshold = relu.inputs[0].op, [mul, relu], 0.0
+        if inner.type in ("AddV2", "Add"):
+            negated, _, threshold = _with_constant(inner)
+            if negated is None:
+                continue
+            ops.append(inner)
+            inner = negated.op
+        if inner.type != "Neg" or not _same(inner.inputs[0], x):
+            continue
+        slope = _constant(mul.inputs[1 - part])
+        if slope is None:
+            raise _Unsupported(f"a leaky ReLU ({mul.name}) whose negative slope is not a constant")
+        return slope, threshold, ops + [inner]
+    return None
+
+
+def _match_activation(tensor) -> _Activation | None:
+    """The ReLU-family activation that computes ``tensor``, as Keras composes it or as written by
+    hand, or None.
+
+    One op: ``Relu``, ``Relu6``, ``LeakyRelu``. A threshold: ``SelectV2(Greater(x, t), x, 0)``
+    (``tf.where``) or ``x * Cast(Greater(x, t))``. A ceiling: ``Minimum(f(x), c)``, then optionally
+    ``Maximum(·, 0)`` (``clip_by_value``). Leaky with a ceiling or threshold:
+    ``f(x) - slope * Relu(-x + t)``. Inner results must have no other use.
+    """
+    op = tensor.op
+    kind = op.type
+    if kind in RELU_OP_TYPES:
+        return _Activation(op.inputs[0], _family_of_op(op), [(op, 0)])
+    if kind in ("SelectV2", "Select"):
+        condition, x, otherwise = op.inputs
+        if _constant(otherwise) != 0.0:
+            return None
+        threshold = _threshold(condition.op, x)
+        return None if threshold is None else _Activation(x, ReluFamily(threshold=threshold), [(op, 1)], [condition.op])
+    if kind == "Mul":
+        for main in (0, 1):
+            x, gate = op.inputs[main], op.inputs[1 - main].op
+            if gate.type == "Cast" and (threshold := _threshold(gate.inputs[0].op, x)) is not None:
+                return _Activation(x, ReluFamily(threshold=threshold), [(op, main)], [gate, gate.inputs[0].op])
+        return None
+    if kind == "Minimum":
+        inner, main, ceiling = _with_constant(op)
+        found = None if inner is None else _inner(inner, op)
+        if found is None or ceiling <= max(found.family.threshold, 0.0):
+            return None
+        family = found.family
+        if family.max_value is None or ceiling < family.max_value:
+            family = dataclasses.replace(family, max_value=ceiling)
+        return _Activation(found.x, family, [(op, main)] + found.path, found.others)
+    if kind == "Maximum":
+        inner, main, floor = _with_constant(op)
+        found = None if inner is None or floor != 0.0 else _inner(inner, op)
+        if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
+            return None  # max(f(x), 0) == f(x) only for these
+        return _Activation(found.x, found.family, [(op, main)] + found.path, found.others)
+    if kind == "Sub":
+        core, negative = op.inputs
+        if negative.op.type != "Mul" or not _only_feeds(negative, op):
+            return None
+        found = _inner(core, op)
+        if found is None or found.family.negative_slope != 0.0:
+            return None
+        part = _negative_part(negative.op, found.x)
+        if part is None or part[1] != found.family.threshold:
+            return None
+        slope, _, ops = part
+        family = dataclasses.replace(found.family, negative_slope=slope)
+        return _Activation(found.x, family, [(op, 0)] + found.path, found.others + ops)
+    return None
+
+
+def _composite_activations(ops, unsupported: list) -> dict:
+    """``{name of the last op: _Activation}`` for the activations among ``ops`` (one graph) that
+    are made of several ops, outermost first; reasons for the unsupported ones go to ``unsupported``."""
+    found, covered = {}, set()
+    for op in reversed(ops):
+        if op.name in covered or op.type not in _LAST_OP_TYPES:
+            continue
+        try:
+            activation = _match_activation(op.outputs[0])
+        except _Unsupported as reason:
+            if str(reason) not in unsupported:
+                unsupported.append(str(reason))
+            continue
+        if activation is None or len(activation.ops) == 1 or any(_has_attr(o, _OVERRIDE_ATTR) for o in activation.ops):
+            continue  # a lone Relu op is marked as such; ops already marked belong to an inner block
+        covered.update(o.name for o in activation.ops)
+        found[op.name] = activation
+    return found
+
+
 @dataclasses.dataclass
 class OverrideReport:
     """What a :func:`relu_rule` block changed (filled in when the block exits).
 
     ``ops``: names of the ops whose gradient now follows the rule (``"model/dense/Relu"``, nested
-    ones as ``"model/rnn/while/.../Relu"``). ``unreached``: one line per nested function that holds
-    ReLU-family ops the rule could not reach. ``complete``: no such function.
+    ones as ``"model/rnn/while/.../Relu"``; an activation made of several ops by its last op, e.g.
+    ``"model/layer/clip_by_value"``), and ``families``: the activation each computes.
+    ``unreached``: one line per nested function that holds ReLU-family ops the rule could not
+    reach. ``unsupported``: one line per activation made of several ops whose parameters are not
+    constants. ``complete``: neither happened.
     """
 
     rule: ModifiedBackprop
     ops: list = dataclasses.field(default_factory=list)
+    families: dict = dataclasses.field(default_factory=dict)
     unreached: list = dataclasses.field(default_factory=list)
+    unsupported: list = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        return not self.unreached
+        return not self.unreached and not self.unsupported
+
+    def check(self, what: str) -> None:
+        """``ValueError`` naming ``what`` (e.g. ``"layer 'block'"``) unless the rule reached every
+        ReLU-family operation."""
+        if self.complete:
+            return
+        problems = "; ".join(self.unreached + self.unsupported)
+        raise ValueError(
+            f"cannot apply {type(self.rule).__name__} to every ReLU of {what}: {problems}. Its map "
+            "would silently mix plain and modified gradients; compute these activations with "
+            "keras.activations.relu / keras.layers.ReLU (constant parameters) in the model's own "
+            f"graph, not in a separately compiled tf.function; received {what}."
+        )
+
+
+def _mark_op(op, binding, report, gradient, family):
+    op._set_attr(_OVERRIDE_ATTR, _string_attr(gradient.encode()))  # TF-private
+    op._set_attr(_RULE_ATTR, _string_attr(binding.key))
+    report.ops.append(op.name)
+    report.families[op.name] = family
+
+
+def _mark_activation(activation: _Activation, binding, report):
+    last, main = activation.path[0]
+    _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.family)
+    last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.family.as_dict()).encode()))
+    last._set_attr(_SOURCE_ATTR, _string_attr(activation.x.name.encode()))
+    last._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
+    for op, main in activation.path[1:]:
+        op._set_attr(_OVERRIDE_ATTR, _string_attr(_PASS_GRADIENT.encode()))
+        op._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
 
 
 def _mark(ops, binding, report, graph_of_ops, seen_functions):
+    composites = _composite_activations(ops, report.unsupported)
+    covered = {o.name for activation in composites.values() for o in activation.ops}
     for op in ops:
-        if op.type in RELU_OP_TYPES and not _has_attr(op, _OVERRIDE_ATTR):
+        if op.name in composites:
             if not _feeds_only_rule_activations(op):
-                op._set_attr(_OVERRIDE_ATTR, _string_attr(_GRADIENT_NAMES[op.type].encode()))  # TF-private
-                op._set_attr(_RULE_ATTR, _string_attr(binding.key))
-                report.ops.append(op.name)
+                _mark_activation(composites[op.name], binding, report)
+        elif op.type in RELU_OP_TYPES and op.name not in covered and not _has_attr(op, _OVERRIDE_ATTR):
+            if not _feeds_only_rule_activations(op):
+                _mark_op(op, binding, report, _GRADIENT_NAMES[op.type], _family_of_op(op))
         nested = [getattr(op, attr) for attr in _NESTED_GRAPH_ATTRS if getattr(op, attr, None) is not None]
         nested += list(getattr(op, "_branch_graphs", None) or ())  # tf.switch_case
         for inner in nested:

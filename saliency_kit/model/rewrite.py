@@ -129,12 +129,7 @@ class RuleScope(keras.layers.Layer):
     def _scoped_call(self, args, kwargs):
         with relu_rule(self.rule) as report:
             outputs = self.layer(*args, **kwargs)
-        if not report.complete:
-            raise ValueError(
-                f"cannot rewrite layer {self.layer_path!r} ({type(self.layer).__name__}): it calls "
-                f"compiled functions whose ReLUs the rule cannot reach ({'; '.join(report.unreached)}); "
-                f"received {type(self.layer).__name__}."
-            )
+        report.check(f"layer {self.layer_path!r} ({type(self.layer).__name__})")
         self.report = report
         return outputs
 
@@ -164,11 +159,7 @@ class RewrittenModel(keras.Model):
     def _scoped_call(self, x, training):
         with relu_rule(self.rule) as report:
             outputs = self.wrapped(x, training=training)
-        if not report.complete:
-            raise ValueError(
-                f"cannot rewrite model {self.wrapped.name!r}: it calls compiled functions whose ReLUs "
-                f"the rule cannot reach ({'; '.join(report.unreached)}); received {type(self.wrapped).__name__}."
-            )
+        report.check(f"model {self.wrapped.name!r} ({type(self.wrapped).__name__})")
         self.report = report
         return outputs
 
@@ -177,13 +168,6 @@ class RewrittenModel(keras.Model):
 
 
 # -- rewrite ---------------------------------------------------------------------------------------
-def _is_composite(family: ReluFamily) -> bool:
-    """Keras computes it with several ops (not one Relu/Relu6/LeakyRelu)."""
-    plain_kinds = (family.is_plain, family == ReluFamily(max_value=6.0),
-                   family.max_value is None and family.threshold == 0.0)
-    return not any(plain_kinds)
-
-
 def _nothing_to_rewrite(model):
     others = collections.Counter(name for v in walk(model) if (name := _activation_name(v.layer)) is not None)
     listed = ", ".join(f"{name} x{count}" for name, count in others.most_common()) or "none"
@@ -293,16 +277,6 @@ def rewrite(model, rule):
 
 
 def _rewrite_subclassed(model, rule):
-    composite = [(v.path, family) for v in walk(model)
-                 if (family := relu_family_of_operation(v.layer)) is not None and _is_composite(family)]
-    if composite:
-        listed = ", ".join(f"{path} ({family.name})" for path, family in composite)
-        raise ValueError(
-            f"cannot rewrite subclassed model {model.name!r} exactly: it has ReLU activations that "
-            f"Keras computes with several operations ({listed}), which an op-level rule cannot "
-            "treat as one activation; build the model as a functional or Sequential model, whose "
-            f"layers can be rewritten; received {type(model).__name__}."
-        )
     wrapper = RewrittenModel(model, rule)
     check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
     if wrapper.report is None or not wrapper.report.ops:
