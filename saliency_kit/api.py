@@ -167,6 +167,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         options={**_recorded(given, values), "score": _differentiated(model, score, score_fn)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
+        rewritten=out.get("rewritten"),
     )
 
 

@@ -28,6 +28,12 @@ class Explanation:
         layer: the layer path used by the CAM methods (``"outer/inner"`` when nested), else None.
         completeness_gap: integrated gradients only, ``[B, K]``:
             ``Σ attributions − (s(x) − s(baseline))``.
+        rewritten: what the method's backward rule changed, or None for plain gradients. For
+            guided backprop, deconvnet and the methods built on them (guided Grad-CAM, SmoothGrad
+            of either): every ReLU-family activation the rule took over, as graph op names
+            (``"model/dense/Relu"``; an activation made of several ops, such as a ReLU with a
+            ``max_value`` or ``threshold``, by its last op). For LRP and DeepLIFT: the layer
+            paths rewritten.
     """
 
     attributions: np.ndarray
@@ -38,12 +44,15 @@ class Explanation:
     options: dict = field(default_factory=dict)
     layer: str | None = None
     completeness_gap: np.ndarray | None = None
+    rewritten: list | None = None
 
     def __len__(self) -> int:
         return len(self.attributions)
 
     def __repr__(self) -> str:
         extra = f", layer={self.layer!r}" if self.layer else ""
+        if self.rewritten is not None:
+            extra += f", rewritten=[{len(self.rewritten)} names]"
         return (
             f"Explanation(method={self.method!r}, attributions={tuple(self.attributions.shape)}, "
             f"maps={tuple(self.maps.shape)}, targets={self.targets.tolist() if self.targets.size <= 16 else self.targets.shape}{extra})"

@@ -235,7 +235,8 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
             drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
 
-    Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``.
+    Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
+    (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
     """
     from . import tf as backend
 
@@ -250,15 +251,16 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
 
     def build():
         rules_used: list = []
+        reports: list = []
         views = _views_of(model, score, score_fn, rules_used)
         kernel = backend.build_kernel(
             compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
             shape, dtype, [backend.array_spec(a) for a in arrays],
-            backend.vectorise_classes(model), channel_axis, _traced, backend.op_level_rules(model),
+            backend.vectorise_classes(model), channel_axis, _traced, reports,
         )
-        return kernel, rules_used
+        return kernel, rules_used, reports
 
-    kernel, rules_used = _kernels.get(model, key, build)
+    kernel, rules_used, reports = _kernels.get(model, key, build)
     for rule in rules_used:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
     n, group = layout.n, layout.group
@@ -278,7 +280,22 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
                 if name not in results:
                     results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
+    rewritten = _rewritten_by(model, rules_used, reports)
+    if rewritten is not None:
+        results["rewritten"] = rewritten
     return results
+
+
+def _rewritten_by(model, rules_used, reports) -> list | None:
+    """What the kernel's backward rules changed: the ReLU-family ops an op-level rule took over
+    (one block's report: every block traces the same model), then the layers a rewrite changed
+    (LRP, DeepLIFT); ``None`` when the kernel took plain gradients only."""
+    if not reports and not rules_used:
+        return None
+    changed = list(reports[0].ops) if reports else []
+    for rule in rules_used:
+        changed.extend(p for p in getattr(rewritten_model(model, rule), "rewritten_layers", []) if p not in changed)
+    return changed
 
 
 def _jacobian_rows(ctx, rule):

@@ -110,30 +110,6 @@ def channel_axis(model, rank: int) -> int:
     return 0 if "channels_first" in formats and rank >= 2 else -1
 
 
-def _is_composite_relu(layer) -> bool:
-    """Whether ``layer`` computes a ReLU-family activation that is several ops (a ``threshold``,
-    or a ``max_value`` other than 6), of which an op-level rule would see only the ``Relu``."""
-    import functools
-
-    if isinstance(layer, keras.layers.ReLU):
-        max_value = getattr(layer, "max_value", None)
-        return bool(getattr(layer, "threshold", 0.0)) or max_value not in (None, 6.0)
-    activation = getattr(layer, "activation", None)
-    if isinstance(activation, functools.partial):
-        keywords = activation.keywords or {}
-        return bool(keywords.get("threshold", 0.0)) or keywords.get("max_value") not in (None, 6.0)
-    if isinstance(activation, keras.layers.ReLU):
-        return _is_composite_relu(activation)
-    return False
-
-
-def op_level_rules(model) -> bool:
-    """Whether backward rules can be applied to ``model``'s ReLU-family ops directly (the op-level
-    override of :mod:`saliency_kit.model.override`, no model copy), rather than through
-    ``sk.rewrite`` (which handles composite activations at the layer level)."""
-    return not any(_is_composite_relu(layer) for layer in _sublayers(model))
-
-
 def vectorise_classes(model) -> bool:
     """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
 
@@ -237,15 +213,18 @@ def _relu_rule(rule) -> bool:
     return isinstance(rule, (str, ModifiedBackprop))
 
 
-def _gradient_by_rule(view, z, targets, rule):
-    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family op
-    the model runs (the op-level override: ``tf.gradients`` of the graph traced in the block)."""
+def _gradient_by_rule(view, z, targets, rule, reports: list):
+    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family
+    activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
+    block). The block's report goes to ``reports``; a ReLU the rule cannot reach is a ``ValueError``."""
     from ..model.override import relu_rule
 
-    with relu_rule(rule):
+    with relu_rule(rule) as report:
         scores = _target_scores(view(z), targets)
         if scores.dtype != z.dtype:
             scores = tf.cast(scores, z.dtype)
+    report.check(f"model {view.model.name!r}")
+    reports.append(report)
     columns = []
     for k in range(targets.shape[1]):  # one backward pass per class over the shared forward pass
         (g,) = tf.gradients(scores[:, k], [z], unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -274,9 +253,9 @@ class Context:
     """
 
     def __init__(self, views, inputs, targets, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
-                 op_level=False):
+                 reports=None):
         self._views = views  # views(rule) -> ScoreView
-        self._op_level = op_level
+        self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
         self.targets = targets
         self.index = index
@@ -320,15 +299,15 @@ class Context:
 
         ``points`` ``[n, *lead, *input]`` (``lead`` any extra copy axes, e.g. path points)
         -> ``[n, *lead, K, *input]``. ``rule``: ``"guided"``, ``"deconv"`` or a
-        ``ModifiedBackprop`` applies to every ReLU-family op the model runs (the op-level
-        override), or through ``sk.rewrite(model, rule)`` for composite ReLUs; an LRP composite
-        or DeepLIFT rewrite through ``sk.rewrite``.
+        ``ModifiedBackprop`` applies to every ReLU-family activation the model runs (the
+        op-level override, no model copy); an LRP composite or DeepLIFT rewrite goes through
+        ``sk.rewrite``.
         ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
         at the points come free with their gradients.
         """
         rows, targets, lead = self._rows(points)
-        if rule is not None and self._op_level and _relu_rule(rule):
-            scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule)
+        if rule is not None and _relu_rule(rule):
+            scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule, self._reports)
         else:
             scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
         if self._top and points is self.inputs:
@@ -427,7 +406,7 @@ class Context:
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
         return Context(self._views, rows, targets, index, keys, self.seed, max(1, self.budget // copies),
-                       self._vectorise, self.channel_axis, top=False, op_level=self._op_level)
+                       self._vectorise, self.channel_axis, top=False, reports=self._reports)
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids, count: int):
@@ -460,7 +439,7 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, op_level: bool = False):
+                 vectorise: bool, channel_axis, traced, reports: list):
     """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -468,14 +447,16 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     method has the scores at the inputs already); the kernel adds the target scores at the
     inputs otherwise (free when the method took gradients there, else one forward pass).
     Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
-    ``seed`` arrives as a tensor too.
+    ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
+    rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
 
     def kernel(x, targets, index, keys, seed, *arrays):
         traced()
-        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, op_level=op_level)
+        del reports[:]  # a retrace reports afresh
+        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:

@@ -98,3 +98,12 @@ def test_deeplift_matches_numpy_sums_to_delta_and_reports_the_gap(mlp):
     assert np.abs(got.completeness_gap).max() <= 1e-5
     again = sk.explain(model, x[:2], "deeplift", targets=targets[:2], baseline=baseline, batch_size=1)
     np.testing.assert_allclose(again.attributions, got.attributions[:2], rtol=1e-6, atol=1e-7)
+
+
+def test_lrp_and_deeplift_report_the_layers_they_rewrote(mlp):
+    model, x, _ = mlp
+    dense = [layer.name for layer in model.layers[1:]]
+    lrp = sk.explain(model, x, "lrp", targets=0, composite="epsilon")
+    assert set(dense) <= set(lrp.rewritten), lrp.rewritten
+    assert set(dense) <= set(sk.explain(model, x, "deeplift", targets=0).rewritten)
+    assert sk.explain(model, x, "integrated_gradients", targets=0, steps=4).rewritten is None
