@@ -30,7 +30,16 @@ def clip(top):
     return ("clip", float(top))
 
 
+def general(negative_slope=0.0, max_value=None, threshold=0.0):
+    """keras.activations.relu with these parameters."""
+    return ("general", float(negative_slope), max_value, float(threshold))
+
+
 def _forward(t, family):
+    if family[0] == "general":
+        _, slope, top, threshold = family
+        y = tf.where(t > threshold, t, tf.cast(slope, t.dtype) * (t - threshold))
+        return y if top is None else tf.minimum(y, tf.cast(top, t.dtype))
     if family[0] == "relu":
         return tf.maximum(t, tf.zeros_like(t))
     if family[0] == "clip":
@@ -40,6 +49,10 @@ def _forward(t, family):
 
 def _derivative(t, family):
     one, zero = tf.ones_like(t), tf.zeros_like(t)
+    if family[0] == "general":
+        _, slope, top, threshold = family
+        inside = t > threshold if top is None else (t > threshold) & (t < top)
+        return tf.where(inside, one, tf.where(t < threshold, tf.cast(slope, t.dtype) * one, zero))
     if family[0] == "relu":
         return tf.where(t > 0, one, zero)
     if family[0] == "clip":
@@ -214,11 +227,45 @@ def custom_call():
     head = keras.layers.Dense(3, name="head")
     inp = keras.Input((6,))
     model = keras.Model(inp, head(hidden(inp)), name="custom_call")
-    head.kernel.assign(RNG.normal(size=(5, 3)).astype(np.float32) * np.array([[1], [-1], [1], [-1], [1]]))
+    head.kernel.assign(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * np.array([[1], [-1], [1], [-1], [1]]))
 
     def twin(x, act):
         h = act(x @ tf.constant(hidden.w.numpy()), RELU)
         return dense(head, act(h - 0.5, leaky(0.1)))
+
+    return model, twin
+
+
+class CompositeRelus(keras.layers.Layer):
+    """ReLUs with a ceiling, a threshold and a slope, each several ops, computed in ``call``."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 5), initializer="glorot_uniform", name="w")
+        self.capped = keras.layers.ReLU(max_value=1.0, threshold=0.2)
+
+    def call(self, x):
+        h = self.capped(keras.ops.matmul(x, self.w) * 3.0)
+        return keras.activations.relu(h - 0.5, negative_slope=0.1, max_value=0.6)
+
+
+def composite_relus():
+    hidden = CompositeRelus(name="hidden")
+    d2, head = keras.layers.Dense(10, name="d2"), keras.layers.Dense(3, name="head")
+    rnn = keras.layers.SimpleRNN(4, activation=functools.partial(keras.activations.relu, max_value=0.8), name="rnn")
+    inp = keras.Input((6,))
+    h = keras.layers.Lambda(lambda t: tf.clip_by_value(tf.nn.relu(t), 0.0, 0.7), name="clip")(d2(hidden(inp)))
+    h = rnn(keras.layers.Reshape((5, 2))(h))
+    model = keras.Model(inp, head(h), name="composite_relus")
+
+    def twin(x, act):
+        h = act(x @ tf.constant(hidden.w.numpy()) * 3.0, general(max_value=1.0, threshold=0.2))
+        h = act(h - 0.5, general(0.1, 0.6))
+        h = act(dense(d2, h), clip(0.7))
+        kernel, recurrent, bias = rnn.get_weights()
+        state = tf.zeros((tf.shape(x)[0], 4))
+        for t in range(5):
+            state = act(h[:, 2 * t : 2 * t + 2] @ kernel + state @ recurrent + bias, clip(0.8))
+        return dense(head, state)
 
     return model, twin
 
@@ -291,6 +338,7 @@ KINDS = {
     "bidirectional_rnn": (bidirectional_rnn, (5, 2)),
     "lambda_relu": (lambda_relu, (6,)),
     "relu_in_custom_call": (custom_call, (6,)),
+    "composite_relus": (composite_relus, (6,)),
     "normalization_front_end": (normalization_front_end, (6,)),
     "channels_first": (channels_first, (2, 6, 6)),
     "mixed_float16": (mixed_float16, (6,)),
@@ -331,9 +379,9 @@ def tolerance(name):
 @pytest.fixture(params=list(KINDS), scope="module")
 def kind(request):
     build, shape = KINDS[request.param]
-    keras.utils.set_random_seed(5)
+    keras.utils.set_random_seed(6)  # a seed where guided maps of the small kinds are alive on most inputs
     model, twin = build()
-    x = RNG.normal(size=(4, *shape)).astype(np.float32)
+    x = RNG.normal(size=(16, *shape)).astype(np.float32)
     return request.param, model, twin, x
 
 
@@ -376,3 +424,15 @@ def test_guided_and_deconv_equal_the_hand_built_twin_and_the_original_is_untouch
     np.testing.assert_allclose(traced_before(x), before, rtol=0, atol=0)
     np.testing.assert_allclose(compiled_gradient_of(model)(x), plain_twin, **tol)
     np.testing.assert_allclose(gradient_of(model, x), plain_twin, **tol)
+
+
+@pytest.mark.parametrize("method, rule", [("guided_backprop", "guided"), ("deconvnet", "deconv")])
+def test_the_guided_and_deconv_methods_equal_the_hand_built_twin_and_report_what_they_changed(kind, method, rule):
+    name, model, twin, x = kind
+    expected = gradient_of(lambda t: twin(t, twin_activation(rule)), x)
+    live = np.abs(expected).reshape(len(x), -1).max(axis=1) > 0
+    assert live.sum() >= len(x) // 4, "maps must be alive for the comparison to mean something"
+    explanation = sk.explain(model, x, method, targets=score, score="output")
+    np.testing.assert_allclose(explanation.attributions[:, 0], expected, **tolerance(name))
+    assert explanation.rewritten, "the method must say which activations the rule took over"
+    assert all(isinstance(op, str) for op in explanation.rewritten)

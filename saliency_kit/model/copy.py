@@ -50,13 +50,22 @@ def layer_config(op, activation=None) -> dict:
     try:
         config = op.get_config()
     except TypeError:  # the activation does not serialise
-        stand_in = object.__new__(type(op))  # a bare shallow copy (Keras' own copy pickles)
-        stand_in.__dict__.update(op.__dict__)
-        object.__setattr__(stand_in, "activation", keras.activations.linear)
-        config = stand_in.get_config()
+        config = _linear_stand_in(op).get_config()
     if "activation" in config:
         config["activation"] = activation if activation is not None else op.activation
     return config
+
+
+def _linear_stand_in(op):
+    """A bare shallow copy of ``op`` (Keras' own copy pickles) whose activation is linear. A
+    recurrent layer's ``activation`` is a read-only view of its cell's: the cell is stood in for."""
+    stand_in = object.__new__(type(op))
+    stand_in.__dict__.update(op.__dict__)
+    if isinstance(getattr(type(op), "activation", None), property) and hasattr(op, "cell"):
+        object.__setattr__(stand_in, "cell", _linear_stand_in(op.cell))
+    else:
+        object.__setattr__(stand_in, "activation", keras.activations.linear)
+    return stand_in
 
 
 def _own_state(layer) -> dict:
