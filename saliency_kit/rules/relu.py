@@ -78,6 +78,17 @@ class ReluFamily:
         slope = tf.cast(self.negative_slope, x.dtype) * one
         return tf.where(inside, one, tf.where(below, slope, zero))
 
+    def backward(self, x, dy):
+        """``dy · f'(x)``: TensorFlow's own gradient kernel where the activation is one op
+        (``ReluGrad``, ``Relu6Grad``, ``LeakyReluGrad``: one fused pass), else a product."""
+        if self.is_plain:
+            return tf.raw_ops.ReluGrad(gradients=dy, features=x)
+        if self.threshold == 0.0 and self.negative_slope == 0.0 and self.max_value == 6.0:
+            return tf.raw_ops.Relu6Grad(gradients=dy, features=x)
+        if self.threshold == 0.0 and self.max_value is None:
+            return tf.raw_ops.LeakyReluGrad(gradients=dy, features=x, alpha=self.negative_slope)
+        return dy * self.derivative(x)
+
 
 PLAIN_RELU = ReluFamily()
 
@@ -150,9 +161,7 @@ class GuidedBackprop(ModifiedBackprop):
     """
 
     def grad(self, x, y, dy):
-        if self.activation.is_plain:  # one fused select, no multiply
-            return tf.where(tf.logical_and(dy > 0, x > 0), dy, tf.zeros_like(dy))
-        return tf.where(dy > 0, dy * self.derivative(x), tf.zeros_like(dy))
+        return self.activation.backward(x, tf.nn.relu(dy))  # dy · 1[dy > 0] · f'(x)
 
 
 @keras.saving.register_keras_serializable(package="saliency_kit")
