@@ -444,3 +444,28 @@ def test_a_threshold_that_is_not_a_constant_is_reported_not_guessed():
     assert "threshold is not a constant" in report.unsupported[0]
     with pytest.raises(ValueError, match="threshold is not a constant"):
         report.check("model 'tiny'")
+
+
+def test_a_prelu_keeps_its_plain_gradient_as_at_the_layer_level():
+    # a PReLU's slope is learned (a variable, one per unit): it is not of the ReLU family, and its
+    # two inner Relu ops are not ReLUs of the model. Guided passes the ReLU before it only.
+    alpha = np.linspace(0.1, 0.6, 6).astype(np.float32)
+    prelu = keras.layers.PReLU(alpha_initializer=keras.initializers.Constant(alpha))
+    prelu.build((None, 6))
+    model = tiny(lambda t: prelu(tf.nn.relu(t) - 1.0))
+    h = X @ W1
+    r = np.maximum(h, 0) - 1.0
+    assert (r < 0).any() and (r > 0).any()
+    dr = np.broadcast_to(W2[:, 0], h.shape) * np.where(r > 0, 1.0, alpha)
+    got, report = gradient_with(model, "guided")
+    np.testing.assert_allclose(got, np.where((dr > 0) & (h > 0), dr, 0.0) @ W1.T, rtol=1e-5, atol=1e-5)
+    assert [report.families[op] for op in report.ops] == [ReluFamily()] and report.complete
+    assert len(report.plain) == 1 and "PReLU" in report.plain[0]
+
+
+def test_a_leaky_relu_written_by_hand_is_one_activation():
+    for fn in (lambda t: tf.nn.relu(t) - 0.2 * tf.nn.relu(-t), lambda t: -0.2 * tf.nn.relu(-t) + tf.nn.relu(t)):
+        for rule in ("guided", "deconv"):
+            got, report = gradient_with(tiny(fn), rule)
+            np.testing.assert_allclose(got, hand_gradient(rule, ReluFamily(negative_slope=0.2)), rtol=1e-5, atol=1e-5)
+            assert list(report.families.values()) == [ReluFamily(negative_slope=0.2)]

@@ -216,7 +216,8 @@ def _relu_rule(rule) -> bool:
 def _gradient_by_rule(view, z, targets, rule, reports: list):
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family
     activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
-    block). The block's report goes to ``reports``; a ReLU the rule cannot reach is a ``ValueError``."""
+    block). The block's report goes to ``reports``; a ReLU the rule cannot reach, or a model with
+    none for it to change, is a ``ValueError``."""
     from ..model.override import relu_rule
 
     with relu_rule(rule) as report:
@@ -224,6 +225,10 @@ def _gradient_by_rule(view, z, targets, rule, reports: list):
         if scores.dtype != z.dtype:
             scores = tf.cast(scores, z.dtype)
     report.check(f"model {view.model.name!r}")
+    if not report.ops:
+        from ..model.rewrite import nothing_to_rewrite
+
+        raise nothing_to_rewrite(view.model)  # else the map would silently be the plain gradient
     reports.append(report)
     columns = []
     for k in range(targets.shape[1]):  # one backward pass per class over the shared forward pass

@@ -246,7 +246,7 @@ class _Activation:
     """
 
     x: object
-    family: ReluFamily
+    family: ReluFamily | None  # None: a PReLU (learned slope), which keeps its plain gradient
     path: list
     others: list = dataclasses.field(default_factory=list)
 
@@ -260,7 +260,7 @@ class _Activation:
 
 
 #: Op types that can end a ReLU-family activation made of several ops.
-_LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub")
+_LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub", "AddV2", "Add")
 
 
 def _constant(tensor) -> float | None:
@@ -315,12 +315,14 @@ def _with_constant(op):
 
 
 def _inner(tensor, consumer) -> _Activation | None:
-    """The activation computing ``tensor``, when ``consumer`` is its only use."""
-    return _match_activation(tensor) if _only_feeds(tensor, consumer) else None
+    """The ReLU-family activation computing ``tensor``, when ``consumer`` is its only use."""
+    found = _match_activation(tensor) if _only_feeds(tensor, consumer) else None
+    return None if found is None or found.family is None else found
 
 
 def _negative_part(mul, x):
-    """``(slope, threshold, ops)`` when op ``mul`` is Keras' ``slope * relu(-x + threshold)``."""
+    """``(factor, threshold, ops)`` when op ``mul`` is ``factor * relu(-x + threshold)`` (Keras'
+    leaky composite; ``factor`` the tensor multiplying the ReLU)."""
     for part in (0, 1):
         relu = mul.inputs[part].op
         if relu.type != "Relu" or not _only_feeds(mul.inputs[part], mul):
@@ -334,10 +336,7 @@ def _negative_part(mul, x):
             inner = negated.op
         if inner.type != "Neg" or not _same(inner.inputs[0], x):
             continue
-        slope = _constant(mul.inputs[1 - part])
-        if slope is None:
-            raise _Unsupported(f"a leaky ReLU ({mul.name}) whose negative slope is not a constant")
-        return slope, threshold, ops + [inner]
+        return mul.inputs[1 - part], threshold, ops + [inner]
     return None
 
 
@@ -348,7 +347,9 @@ def _match_activation(tensor) -> _Activation | None:
     One op: ``Relu``, ``Relu6``, ``LeakyRelu``. A threshold: ``SelectV2(Greater(x, t), x, 0)``
     (``tf.where``) or ``x * Cast(Greater(x, t))``. A ceiling: ``Minimum(f(x), c)``, then optionally
     ``Maximum(·, 0)`` (``clip_by_value``). Leaky with a ceiling or threshold:
-    ``f(x) - slope * Relu(-x + t)``. Inner results must have no other use.
+    ``f(x) - slope * Relu(-x + t)``. Inner results must have no other use. A PReLU,
+    ``relu(x) + (-alpha) * relu(-x)`` with a learned ``alpha``, is found with ``family=None``: it is
+    not of the family (no constant slope), and its ReLUs are not the model's ReLUs either.
     """
     op = tensor.op
     kind = op.type
@@ -381,25 +382,40 @@ def _match_activation(tensor) -> _Activation | None:
         if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
             return None  # max(f(x), 0) == f(x) only for these
         return _Activation(found.x, found.family, [(op, main)] + found.path, found.others)
-    if kind == "Sub":
-        core, negative = op.inputs
-        if negative.op.type != "Mul" or not _only_feeds(negative, op):
-            return None
-        found = _inner(core, op)
-        if found is None or found.family.negative_slope != 0.0:
-            return None
-        part = _negative_part(negative.op, found.x)
-        if part is None or part[1] != found.family.threshold:
-            return None
-        slope, _, ops = part
-        family = dataclasses.replace(found.family, negative_slope=slope)
-        return _Activation(found.x, family, [(op, 0)] + found.path, found.others + ops)
+    if kind in ("Sub", "AddV2", "Add"):  # f(x) - slope * relu(t - x), or f(x) + (-slope) * relu(-x)
+        for main in (0,) if kind == "Sub" else (0, 1):
+            found = _leaky(op, main)
+            if found is not None:
+                return found
     return None
 
 
-def _composite_activations(ops, unsupported: list) -> dict:
-    """``{name of the last op: _Activation}`` for the activations among ``ops`` (one graph) that
-    are made of several ops, outermost first; reasons for the unsupported ones go to ``unsupported``."""
+def _leaky(op, main) -> _Activation | None:
+    """``Sub``/``Add`` op ``op`` as ``f(x) ∓ factor * relu(t - x)``, ``f(x)`` its input ``main``."""
+    core, negative = op.inputs[main], op.inputs[1 - main]
+    if negative.op.type != "Mul" or not _only_feeds(negative, op):
+        return None
+    found = _inner(core, op)
+    if found is None or found.family.negative_slope != 0.0:
+        return None
+    part = _negative_part(negative.op, found.x)
+    if part is None or part[1] != found.family.threshold:
+        return None
+    factor, _, ops = part
+    path, others = [(op, main)] + found.path, found.others + ops
+    slope = _constant(factor)
+    if slope is None:
+        if op.type == "Sub":
+            raise _Unsupported(f"a leaky ReLU ({op.name}) whose negative slope is not a constant")
+        return _Activation(found.x, None, path, others)  # a PReLU
+    return _Activation(found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope),
+                       path, others)
+
+
+def _composite_activations(ops, report) -> tuple[dict, set]:
+    """``({name of the last op: _Activation}, names of their ops)`` for the activations among ``ops``
+    (one graph) that are made of several ops, outermost first. Unsupported ones go to
+    ``report.unsupported``; PReLUs to ``report.plain`` (their ops are covered, not marked)."""
     found, covered = {}, set()
     for op in reversed(ops):
         if op.name in covered or op.type not in _LAST_OP_TYPES:
@@ -407,14 +423,17 @@ def _composite_activations(ops, unsupported: list) -> dict:
         try:
             activation = _match_activation(op.outputs[0])
         except _Unsupported as reason:
-            if str(reason) not in unsupported:
-                unsupported.append(str(reason))
+            if str(reason) not in report.unsupported:
+                report.unsupported.append(str(reason))
             continue
         if activation is None or len(activation.ops) == 1 or any(_has_attr(o, _OVERRIDE_ATTR) for o in activation.ops):
             continue  # a lone Relu op is marked as such; ops already marked belong to an inner block
         covered.update(o.name for o in activation.ops)
-        found[op.name] = activation
-    return found
+        if activation.family is None:
+            report.plain.append(f"{op.name} (a PReLU: its slope is learned, not a constant)")
+        else:
+            found[op.name] = activation
+    return found, covered
 
 
 @dataclasses.dataclass
@@ -426,7 +445,8 @@ class OverrideReport:
     ``"model/layer/clip_by_value"``), and ``families``: the activation each computes.
     ``unreached``: one line per nested function that holds ReLU-family ops the rule could not
     reach. ``unsupported``: one line per activation made of several ops whose parameters are not
-    constants. ``complete``: neither happened.
+    constants. ``complete``: neither happened. ``plain``: activations built from ReLU ops that are
+    not of the family (a PReLU's learned slope) and keep their plain gradient, as at the layer level.
     """
 
     rule: ModifiedBackprop
@@ -434,6 +454,7 @@ class OverrideReport:
     families: dict = dataclasses.field(default_factory=dict)
     unreached: list = dataclasses.field(default_factory=list)
     unsupported: list = dataclasses.field(default_factory=list)
+    plain: list = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -472,8 +493,7 @@ def _mark_activation(activation: _Activation, binding, report):
 
 
 def _mark(ops, binding, report, graph_of_ops, seen_functions):
-    composites = _composite_activations(ops, report.unsupported)
-    covered = {o.name for activation in composites.values() for o in activation.ops}
+    composites, covered = _composite_activations(ops, report)
     for op in ops:
         if op.name in composites:
             if not _feeds_only_rule_activations(op):

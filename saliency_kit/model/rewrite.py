@@ -36,7 +36,7 @@ from .copy import check_copy, copy_model, layer_config, rebuild_layer
 from .layers import is_graph_model, walk
 from .override import relu_rule, rule_activation
 
-__all__ = ["rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "RewrittenModel"]
+__all__ = ["rewrite", "nothing_to_rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "RewrittenModel"]
 
 
 # -- what counts as a ReLU at the layer level -------------------------------------------------------
@@ -168,14 +168,18 @@ class RewrittenModel(keras.Model):
 
 
 # -- rewrite ---------------------------------------------------------------------------------------
-def _nothing_to_rewrite(model):
+def nothing_to_rewrite(model) -> ValueError:
+    """The error for a model with no ReLU-family activation a backward rule could change (it names
+    the activations it does have): ``rewrite`` raises it, and so do the guided/deconv methods, whose
+    map would otherwise silently be the plain gradient."""
     others = collections.Counter(name for v in walk(model) if (name := _activation_name(v.layer)) is not None)
     listed = ", ".join(f"{name} x{count}" for name, count in others.most_common()) or "none"
     return ValueError(
         f"model {model.name!r} has no ReLU-family activation to rewrite (activations found: "
-        f"{listed}). rewrite() changes the backward pass of relu, relu6, leaky_relu, "
-        "keras.layers.ReLU and LeakyReLU only; for this model use a plain-gradient method "
-        f"(e.g. method='gradient' or 'integrated_gradients'); received model {model.name!r}."
+        f"{listed}). Backward rules (guided backprop, deconvnet, rewrite()) change the backward pass of "
+        "relu, relu6, leaky_relu, keras.layers.ReLU and LeakyReLU only (not of ReLUs that already "
+        "carry a rule from rewrite()); for this model use a plain-gradient method (e.g. "
+        f"method='gradient' or 'integrated_gradients'); received model {model.name!r}."
     )
 
 
@@ -250,7 +254,7 @@ def rewrite(model, rule):
             plan[id(visit.layer)] = (visit.path, family)
             order[visit.path] = len(order)
     if not plan:
-        raise _nothing_to_rewrite(model)
+        raise nothing_to_rewrite(model)
 
     scopes: list[RuleScope] = []
     changed: list[str] = []
@@ -270,7 +274,7 @@ def rewrite(model, rule):
     rewritten_ops = {s.layer_path: list(s.report.ops) for s in scopes if s.report is not None and s.report.ops}
     changed.extend(rewritten_ops)
     if not changed:
-        raise _nothing_to_rewrite(model)
+        raise nothing_to_rewrite(model)
     new_model.rewritten_layers = sorted(changed, key=order.__getitem__)
     new_model.rewritten_ops = rewritten_ops
     return new_model
@@ -280,7 +284,7 @@ def _rewrite_subclassed(model, rule):
     wrapper = RewrittenModel(model, rule)
     check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
     if wrapper.report is None or not wrapper.report.ops:
-        raise _nothing_to_rewrite(model)
+        raise nothing_to_rewrite(model)
     wrapper.rewritten_layers = list(wrapper.report.ops)
     wrapper.rewritten_ops = {model.name: list(wrapper.report.ops)}
     return wrapper

@@ -85,3 +85,13 @@ def test_a_relu_the_rule_cannot_reach_is_refused_not_silently_left_plain(layer, 
         with pytest.raises(ValueError, match=message):
             sk.explain(model, x, method, 0)
     assert sk.explain(model, x, "gradient", 0).attributions.shape == (2, 1, 3)
+
+
+def test_a_model_without_relus_is_refused_not_given_the_plain_gradient():
+    inputs = keras.Input((3,))
+    hidden = keras.layers.PReLU()(keras.layers.Dense(4, activation="gelu")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype("float32")
+    for method in ("guided_backprop", "deconvnet"):
+        with pytest.raises(ValueError, match="no ReLU-family activation.*gelu x1.*PReLU x1"):
+            sk.explain(model, x, method, 0)
