@@ -45,13 +45,18 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
+    return _resolve(model, x, targets, score, batch_size, class_names)[0]
+
+
+def _resolve(model, x, targets, score, batch_size, class_names):
+    """``(targets int [B, K], the whole score vector [B, C] when "topK" needed it, else None)``."""
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     columns = score_columns(model, score_fn)
     spec = targets_module.parse(targets, len(x), columns, class_names)
     scores = None
     if spec.needs_scores:
         scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    return targets_module.resolve(spec, scores, len(x), columns)
+    return targets_module.resolve(spec, scores, len(x), columns), scores
 
 
 def _differentiated(model, score: str, score_fn) -> str:
@@ -149,11 +154,11 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
                               default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
     if chosen.prepare is not None:
         values = chosen.prepare(request, values)
-    resolved = resolve_targets(model, x, targets, score=score, batch_size=batch_size, class_names=names)
+    resolved, score_vectors = _resolve(model, x, targets, score, batch_size, names)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
                      batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
-                     channel_axis=channel_axis, keys=keys)
+                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors)
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:

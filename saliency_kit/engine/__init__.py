@@ -221,7 +221,7 @@ def _tupled(value):
 
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1, keys=None) -> dict:
+        channel_axis: int = -1, keys=None, score_vectors=None) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -234,6 +234,9 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         channel_axis: the channel axis of one input (see :func:`channel_axis`).
         keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
             drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
+        score_vectors: the whole score vector ``[B, C]`` of each input, when the caller has it
+            (``"topK"`` targets were ranked by it): the target scores are taken from it when the
+            method's kernel does not get them free; else one batched forward pass computes them.
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
@@ -280,6 +283,10 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
                 if name not in results:
                     results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
+    if "scores" not in results:  # the method took no gradient at the inputs themselves
+        if score_vectors is None:
+            score_vectors = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
+        results["scores"] = np.take_along_axis(np.asarray(score_vectors, np.float32), targets.astype(np.int64), axis=1)
     rewritten = _rewritten_by(model, rules_used, reports)
     if rewritten is not None:
         results["rewritten"] = rewritten

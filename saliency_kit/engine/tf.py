@@ -450,7 +450,10 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
     ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the
     method has the scores at the inputs already); the kernel adds the target scores at the
-    inputs otherwise (free when the method took gradients there, else one forward pass).
+    inputs when they came free (the method took gradients there). Otherwise it returns none:
+    a forward pass of the ``n`` clean inputs in every call would cost more than one batched pass
+    over all of them afterwards (:func:`saliency_kit.engine.run` does that, or reuses the scores
+    ``"topK"`` targets were ranked by).
     Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
     ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
     rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
@@ -468,8 +471,8 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
             values["seed"] = seed
         out = compute(ctx, **values)
         out = dict(out) if isinstance(out, dict) else {"attributions": out}
-        if "scores" not in out:
-            out["scores"] = ctx.scores(x)
+        if "scores" not in out and "scores" in ctx.memo:
+            out["scores"] = ctx.memo["scores"]
         return {name: tf.cast(value, tf.float32) for name, value in out.items()}
 
     signature = [
