@@ -125,10 +125,11 @@ class Subclassed(keras.Model):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.hidden = keras.layers.Dense(5, activation="relu")
+        self.capped = keras.layers.ReLU(max_value=2.0, threshold=0.1)  # several ops in Keras
         self.head = keras.layers.Dense(3)
 
     def call(self, x):
-        return self.head(tf.nn.relu6(self.hidden(x) * 4.0))
+        return self.head(self.capped(tf.nn.relu6(self.hidden(x) * 4.0) - 1.0))
 
 
 def subclassed():
@@ -137,7 +138,8 @@ def subclassed():
 
     def twin(x, act):
         h = act(dense(model.hidden, x), RELU)
-        return dense(model.head, act(h * 4.0, RELU6))
+        h = act(act(h * 4.0, RELU6) - 1.0, general(max_value=2.0, threshold=0.1))
+        return dense(model.head, h)
 
     return model, twin
 
