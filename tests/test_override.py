@@ -464,7 +464,8 @@ def test_a_prelu_keeps_its_plain_gradient_as_at_the_layer_level():
 
 
 def test_a_leaky_relu_written_by_hand_is_one_activation():
-    for fn in (lambda t: tf.nn.relu(t) - 0.2 * tf.nn.relu(-t), lambda t: -0.2 * tf.nn.relu(-t) + tf.nn.relu(t)):
+    for fn in (lambda t: tf.nn.relu(t) - 0.2 * tf.nn.relu(-t), lambda t: -0.2 * tf.nn.relu(-t) + tf.nn.relu(t),
+               lambda t: tf.where(t > 0, t, 0.2 * t), lambda t: tf.maximum(0.2 * t, t)):
         for rule in ("guided", "deconv"):
             got, report = gradient_with(tiny(fn), rule)
             np.testing.assert_allclose(got, hand_gradient(rule, ReluFamily(negative_slope=0.2)), rtol=1e-5, atol=1e-5)

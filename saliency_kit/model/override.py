@@ -314,6 +314,17 @@ def _with_constant(op):
     return None, None, None
 
 
+def _times(tensor, x) -> float | None:
+    """``a`` when ``tensor`` is ``a * x`` with a constant ``a``."""
+    op = tensor.op
+    if op.type != "Mul":
+        return None
+    for main in (0, 1):
+        if _same(op.inputs[main], x):
+            return _constant(op.inputs[1 - main])
+    return None
+
+
 def _inner(tensor, consumer) -> _Activation | None:
     """The ReLU-family activation computing ``tensor``, when ``consumer`` is its only use."""
     found = _match_activation(tensor) if _only_feeds(tensor, consumer) else None
@@ -347,7 +358,8 @@ def _match_activation(tensor) -> _Activation | None:
     One op: ``Relu``, ``Relu6``, ``LeakyRelu``. A threshold: ``SelectV2(Greater(x, t), x, 0)``
     (``tf.where``) or ``x * Cast(Greater(x, t))``. A ceiling: ``Minimum(f(x), c)``, then optionally
     ``Maximum(·, 0)`` (``clip_by_value``). Leaky with a ceiling or threshold:
-    ``f(x) - slope * Relu(-x + t)``. Inner results must have no other use. A PReLU,
+    ``f(x) - slope * Relu(-x + t)``; leaky by hand: ``where(x > 0, x, slope * x)``,
+    ``maximum(x, slope * x)``, ``relu(x) - slope * relu(-x)``. Inner results must have no other use. A PReLU,
     ``relu(x) + (-alpha) * relu(-x)`` with a learned ``alpha``, is found with ``family=None``: it is
     not of the family (no constant slope), and its ReLUs are not the model's ReLUs either.
     """
@@ -355,12 +367,14 @@ def _match_activation(tensor) -> _Activation | None:
     kind = op.type
     if kind in RELU_OP_TYPES:
         return _Activation(op.inputs[0], _family_of_op(op), [(op, 0)])
-    if kind in ("SelectV2", "Select"):
+    if kind in ("SelectV2", "Select"):  # where(x > t, x, 0), or where(x > 0, x, slope * x)
         condition, x, otherwise = op.inputs
-        if _constant(otherwise) != 0.0:
-            return None
-        threshold = _threshold(condition.op, x)
-        return None if threshold is None else _Activation(x, ReluFamily(threshold=threshold), [(op, 1)], [condition.op])
+        slope = 0.0 if _constant(otherwise) == 0.0 else _times(otherwise, x)
+        threshold = None if slope is None else _threshold(condition.op, x)
+        if threshold is None or (slope and threshold):
+            return None  # slope · x below a threshold is not of the family
+        family = ReluFamily(negative_slope=slope) if slope else ReluFamily(threshold=threshold)
+        return _Activation(x, family, [(op, 1)], [condition.op] + ([otherwise.op] if slope else []))
     if kind == "Mul":
         for main in (0, 1):
             x, gate = op.inputs[main], op.inputs[1 - main].op
@@ -377,6 +391,11 @@ def _match_activation(tensor) -> _Activation | None:
             family = dataclasses.replace(family, max_value=ceiling)
         return _Activation(found.x, family, [(op, main)] + found.path, found.others)
     if kind == "Maximum":
+        for main in (0, 1):  # max(x, slope · x), 0 < slope < 1: a leaky ReLU written by hand
+            x, other = op.inputs[main], op.inputs[1 - main]
+            slope = _times(other, x)
+            if slope is not None and 0.0 < slope < 1.0:
+                return _Activation(x, ReluFamily(negative_slope=slope), [(op, main)], [other.op])
         inner, main, floor = _with_constant(op)
         found = None if inner is None or floor != 0.0 else _inner(inner, op)
         if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
