@@ -251,10 +251,6 @@ class _Activation:
     others: list = dataclasses.field(default_factory=list)
 
     @property
-    def op(self):
-        return self.path[0][0]
-
-    @property
     def ops(self) -> list:
         return [op for op, _ in self.path] + self.others
 
