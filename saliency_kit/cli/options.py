@@ -143,13 +143,16 @@ def load_model_from_args(args) -> tuple:
     """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
     (:mod:`.startup`); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
-    import saliency_kit as sk
+    from ..keras_backend import require_tensorflow
+    from ..zoo import load_model
+
+    require_tensorflow()
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
     if getattr(args, "weights", None) is not None:
         kwargs["weights"] = args.weights
     try:
-        return sk.load_model(args.model, **kwargs)
+        return load_model(args.model, **kwargs)
     except (FileNotFoundError, ValueError, KeyError) as error:
         # WeightsUnavailableError (no cached weights, no network) is a FileNotFoundError whose
         # message already says where the file is expected and what to do.
@@ -253,22 +256,16 @@ def method_plan(args) -> list[tuple[str, dict]]:
 
 def preflight(model, spec, sample, plan, batch_size: int) -> None:
     """Check each method's option values against the model and a sample input before any work,
-    with the method's own checks (its declared ``prepare``, the step ``sk.explain`` takes first):
-    a --layer the model lacks, a noise level below zero, a baseline of the wrong shape. Problems
-    are usage errors; anything raised later, while working, is not."""
-    from .. import engine, methods
+    with the checks ``sk.explain`` makes first (:func:`saliency_kit.api.check`: the method's
+    declared ``prepare`` included): a --layer the model lacks, a noise level below zero, a baseline
+    of the wrong shape. Problems are usage errors; anything raised later, while working, is not."""
+    from ..api import check
 
     for name, options in plan:
         if options.get("layer") is not None:
             check_layer(model, options["layer"])
-        method = methods.get(name)
         try:
-            values = method.check_options(options)
-            if method.prepare is not None:
-                x = engine.check_inputs(model, sample)
-                request = methods.Request(model, x, None, "logits", batch_size,
-                                          default_layer=getattr(spec, "gradcam_layer", None))
-                method.prepare(request, values)
+            check(model, sample, name, batch_size=batch_size, class_names=spec, **options)
         except (TypeError, ValueError) as error:
             raise UsageError(f"{name}: {message(error)}") from error
 
@@ -302,19 +299,6 @@ def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, d
         except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
     return targets.combine(specs)
-
-
-def targets_for(spec, model, batch_size: int):
-    """A function ``inputs -> int [B, K]`` for one batch: the forward pass runs in the engine, only
-    when a topK target needs it, and once per batch whatever the number of methods."""
-    from .. import targets
-
-    def resolve(inputs):
-        if spec.needs_scores:
-            return targets.resolve(spec, model_scores(model, inputs, batch_size))
-        return targets.resolve(spec, num_inputs=len(inputs))
-
-    return resolve
 
 
 def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np.ndarray:
@@ -360,4 +344,4 @@ def warn(command: str, text: str) -> None:
 
 
 __all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
-           "targets_for", "model_scores", "looks", "did_you_mean"]
+           "model_scores", "looks", "did_you_mean"]
