@@ -39,10 +39,10 @@ from saliency_kit.evaluate import deletion_insertion, pointing_game, randomizati
 ALL_METHODS = (
     "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
     "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
-    # issue 12
+    # the newer methods
     "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
     "layercam", "rise",
-    # issue 11
+    # LRP and DeepLIFT
     "lrp", "deeplift",
 )
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)

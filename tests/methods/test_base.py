@@ -27,7 +27,7 @@ BUILTINS = [
 ]
 
 
-# -- a method written outside the package (API.md §2's example) ---------------------------------
+# -- a method written outside the package (the README's plugin example) ---------------------------------
 def gradient_power(ctx, power):
     return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
 

@@ -1,4 +1,4 @@
-"""The issue-12 methods on awkward models: a backbone nested in a classifier, a subclassed model,
+"""The newer methods on awkward models: a backbone nested in a classifier, a subclassed model,
 mixed precision; K classes per input and batch-versus-alone agreement for each."""
 import numpy as np
 import pytest
