@@ -29,25 +29,9 @@ from . import canonizers
 from ..model.copy import check_copy, copy_model
 from ..rules.relu import relu_family_of_function
 
-__all__ = [
-    "Branch",
-    "DELTA_EPSILON",
-    "LinearPart",
-    "LinearRule",
-    "WrapperLayer",
-    "clone_layer",
-    "halves",
-    "interleave",
-    "linear_parts",
-    "maxpool_gate",
-    "pass_gate",
-    "rescale_gate",
-    "rewrite_planned",
-    "rule_gate",
-    "squash_apart",
-    "stabilize",
-    "unchanged",
-]
+__all__ = ["Branch", "DELTA_EPSILON", "LinearPart", "LinearRule", "WrapperLayer", "clone_layer", "halves",
+           "interleave", "linear_parts", "maxpool_gate", "pass_gate", "rescale_gate", "rewrite_planned", "rule_gate",
+           "squash_apart", "stabilize", "unchanged"]
 
 DELTA_EPSILON = 1e-7  # DeepLIFT: below this |x − x₀| the plain derivative is the multiplier
 
