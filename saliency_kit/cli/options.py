@@ -206,7 +206,7 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
                             f"(any case); repeat for several (default: {DEFAULT_TARGET})")
     group = parser.add_argument_group("method options (each used only by the methods that take it)")
     for name, (option, takers) in option_flags().items():
-        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}"
+        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
         if "default" not in text:
             text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
         kwargs = {"dest": OPTION_DEST + name, "default": None, "help": text.replace("%", "%%")}
@@ -215,6 +215,15 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(option.flag, type=_FLAG_TYPES[option.type], choices=option.choices,
                                metavar=_metavar(option), **kwargs)
+
+
+def _range_text(name: str, takers: list) -> str:
+    """``"; a positive int"``: the declared range, per method where the declarations differ."""
+    ranges = {method: method_registry.get(method).option(name).range_text for method in takers}
+    if len(set(ranges.values())) == 1:
+        text = next(iter(ranges.values()))
+        return f"; {text}" if text else ""
+    return "".join(f"; {method}: {text}" for method, text in ranges.items() if text)
 
 
 def _metavar(option) -> str | None:
