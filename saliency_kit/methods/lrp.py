@@ -53,7 +53,7 @@ def _freeze(value):
     prepare=prepare,
 )
 def lrp(ctx, composite, epsilon, gamma, low, high):
-    from ..propagation.lrp import LRPRewrite
+    from ..propagation.composites import LRPRewrite
 
     options = {k: _freeze(v) for k, v in _composite_options(
         {"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items() if v is not None}

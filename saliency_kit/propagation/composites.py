@@ -25,6 +25,7 @@ the rules and layer classes are imported when a composite is built, so reading t
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 
@@ -274,3 +275,20 @@ def get(composite, **options) -> Composite:
             f"model's input space, e.g. low=-1.0, high=1.0); received {options!r}."
         )
     return factory(**given)
+
+
+@dataclasses.dataclass(frozen=True)
+class LRPRewrite:
+    """The ``rule`` that makes ``sk.rewrite`` and the engine build LRP models
+    (:func:`~saliency_kit.propagation.lrp.rewrite_lrp`), keyed by value: a composite name (or a
+    :class:`Composite`), its options as sorted ``(name, value)`` pairs, and whether the input
+    gradient is the relevance itself."""
+
+    composite: object = "epsilon_plus_flat"
+    options: tuple = ()
+    input_relevance: bool = False
+
+    def rewrite_model(self, model):
+        from .lrp import rewrite_lrp
+
+        return rewrite_lrp(model, get(self.composite, **dict(self.options)), input_relevance=self.input_relevance)

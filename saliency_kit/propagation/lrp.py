@@ -16,33 +16,17 @@ returns a copy whose input gradient *is* the relevance (what the ``"lrp"`` metho
 """
 from __future__ import annotations
 
-import dataclasses
 
 import keras
 import tensorflow as tf
 
 from . import canonizers
-from .composites import get as get_composite
 from .core import LinearRule, WrapperLayer, clone_layer, linear_parts, pass_gate, rewrite_planned, rule_gate
 from .rules import Epsilon, Pass
 from ..model import keras_private
 from ..rules.relu import relu_family_of_function
 
-__all__ = ["LRPRewrite", "PassLayer", "RuleLayer", "rewrite_lrp"]
-
-
-@dataclasses.dataclass(frozen=True)
-class LRPRewrite:
-    """The ``rule`` that makes ``sk.rewrite``/the engine build :func:`rewrite_lrp` models, keyed by
-    value: a composite name (or a :class:`~saliency_kit.propagation.composites.Composite`), its options as
-    sorted ``(name, value)`` pairs, and whether the input gradient is the relevance itself."""
-
-    composite: object = "epsilon_plus_flat"
-    options: tuple = ()
-    input_relevance: bool = False
-
-    def rewrite_model(self, model):
-        return rewrite_lrp(model, self.composite, input_relevance=self.input_relevance, **dict(self.options))
+__all__ = ["PassLayer", "RuleLayer", "rewrite_lrp"]
 
 
 class RuleLayer(WrapperLayer):
@@ -88,15 +72,13 @@ class PassLayer(WrapperLayer):
         return self.inner.compute_output_spec(x)
 
 
-def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_relevance: bool = False,
-                **options) -> keras.Model:
+def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False) -> keras.Model:
     """A new model whose input gradient times the input is the LRP relevance of the score.
 
     Args:
         model: a functional or Sequential ``keras.Model`` (nested ones included); never modified.
-        composite: a :class:`~saliency_kit.propagation.composites.Composite` or a registered name
-            (``saliency_kit.propagation.composites.names()``); ``options`` (``epsilon``, ``gamma``, ``low``,
-            ``high``, ``stabilizer``) build a named one.
+        composite: a :class:`~saliency_kit.propagation.composites.Composite` (a named one from
+            ``saliency_kit.propagation.composites.get(name, **options)``).
         input_relevance: ``True``: the input gradient *is* the relevance (exact also where an input
             is 0 under the flat, w² and ZBox rules).
 
@@ -111,7 +93,9 @@ def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_rele
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"rewrite_lrp expects a keras.Model; received {type(model).__name__}.")
-    composite = get_composite(composite, **options)
+    if not callable(getattr(composite, "rule_for", None)):
+        raise TypeError(f"rewrite_lrp expects a Composite (composites.get(name) gives a named one); "
+                        f"received {type(composite).__name__}.")
     facts = canonizers.model_facts(model)
     plan = {}  # id(original op) -> (fact, rule)
     for fact in facts:

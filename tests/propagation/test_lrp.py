@@ -16,6 +16,11 @@ from saliency_kit.propagation.rules import AlphaBeta, Epsilon, Flat, Pass, ZBox,
 RNG = np.random.default_rng(7)
 
 
+
+def named_lrp(model, composite, *, input_relevance=False, **options):
+    """``rewrite_lrp`` with a named composite (or a Composite) built with ``options``."""
+    return rewrite_lrp(model, composites.get(composite, **options), input_relevance=input_relevance)
+
 def input_relevance(rewritten, x, column, *, logits_layer=-1):
     """The relevance at the input for output ``column`` (the input gradient of a model rewritten
     with ``input_relevance=True``)."""
@@ -94,7 +99,7 @@ def test_zbox_takes_per_channel_bounds_in_input_space():
     model = keras.Sequential([keras.Input((3, 3, 2)), keras.layers.Conv2D(1, 2), keras.layers.Flatten()])
     model.layers[0].set_weights([kernel, np.zeros(1, np.float32)])
     x = RNG.uniform(-0.5, 0.5, size=(1, 3, 3, 2)).astype(np.float32)
-    rewritten = rewrite_lrp(model, "epsilon_gamma_box", low=low, high=high, input_relevance=True)
+    rewritten = named_lrp(model, "epsilon_gamma_box", low=low, high=high, input_relevance=True)
     assert isinstance(rewritten.rewritten_layers["conv2d" if "conv2d" in rewritten.rewritten_layers
                                                   else model.layers[0].name], ZBox)
     W, _ = conv_matrix(kernel.astype(np.float64), 3, 3)
@@ -140,7 +145,7 @@ def test_relevance_is_conserved_with_zero_biases(name):
     model = relu_net(bias=False)
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
     options = {"epsilon": 1e-9, "stabilizer": 1e-9, "low": 0.0, "high": 1.0}
-    rewritten = rewrite_lrp(model, name, input_relevance=True, **options)
+    rewritten = named_lrp(model, name, input_relevance=True, **options)
     np.testing.assert_allclose(rewritten(x), model(x), rtol=1e-5, atol=1e-6)
     logits = logits_of(rewritten)
     scores = logits(x).numpy()
@@ -156,8 +161,8 @@ def test_relevance_is_conserved_with_zero_biases(name):
 def test_gradient_form_times_input_is_the_relevance():
     model = relu_net(bias=True)
     x = RNG.uniform(0.1, 1, size=(2, 8, 8, 3)).astype(np.float32)
-    grad_form = logits_of(rewrite_lrp(model, "epsilon_plus"))
-    relevance_form = logits_of(rewrite_lrp(model, "epsilon_plus", input_relevance=True))
+    grad_form = logits_of(named_lrp(model, "epsilon_plus"))
+    relevance_form = logits_of(named_lrp(model, "epsilon_plus", input_relevance=True))
     np.testing.assert_allclose(gradient_times_input(grad_form, x, 1), input_relevance(relevance_form, x, 1),
                                rtol=1e-4, atol=1e-6)
 
@@ -166,7 +171,7 @@ def test_lrp0_equals_gradient_times_input_on_a_relu_net():
     model = relu_net(bias=True)
     plain_logits = relu_net(bias=True, final=None)  # the same weights, no softmax
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
-    rewritten = logits_of(rewrite_lrp(model, "epsilon", epsilon=1e-12, input_relevance=True))
+    rewritten = logits_of(named_lrp(model, "epsilon", epsilon=1e-12, input_relevance=True))
     for column in range(4):
         np.testing.assert_allclose(input_relevance(rewritten, x, column), gradient_times_input(plain_logits, x, column),
                                    rtol=1e-4, atol=1e-6)
@@ -200,7 +205,7 @@ def awkward_net(seed=0):
 def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta():
     model = awkward_net()
     x = RNG.uniform(-1, 1, size=(2, 9, 9, 3)).astype(np.float32)
-    lrp0 = rewrite_lrp(model, "epsilon", epsilon=1e-12, stabilizer=1e-12, input_relevance=True)
+    lrp0 = named_lrp(model, "epsilon", epsilon=1e-12, stabilizer=1e-12, input_relevance=True)
     assert lrp0.rewritten_layers["dw_bn"] == "merged into 'dw'"
     assert "block/" + model.get_layer("block").layers[0].name in lrp0.rewritten_layers
     np.testing.assert_allclose(lrp0(x), model(x), rtol=1e-5, atol=1e-6)
@@ -214,7 +219,7 @@ def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta(
 
 def test_batchnorm_merged_forward_outputs_equal():
     model = relu_net(bias=True, seed=3)
-    rewritten = rewrite_lrp(model, "epsilon_plus_flat")
+    rewritten = named_lrp(model, "epsilon_plus_flat")
     bn = next(layer.name for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization))
     conv = model.layers[2].name
     assert rewritten.rewritten_layers[bn] == f"merged into {conv!r}"
@@ -229,7 +234,7 @@ def test_batchnorm_merged_forward_outputs_equal():
 def test_rewrite_leaves_the_model_untouched_and_lists_rules():
     model = relu_net()
     before = [w.copy() for w in model.get_weights()]
-    rewritten = rewrite_lrp(model, "epsilon_plus_flat")
+    rewritten = named_lrp(model, "epsilon_plus_flat")
     names = [layer.name for layer in model.layers]
     rules = rewritten.rewritten_layers
     assert isinstance(rules[names[1]], Flat)           # first layer
@@ -277,7 +282,7 @@ def test_layers_without_rules_are_refused_by_name(make, named):
     out = keras.layers.Dense(2)(keras.layers.Flatten()(make(h)))
     model = keras.Model(inp, out)
     with pytest.raises(ValueError, match=f"'{named}'"):
-        rewrite_lrp(model, "epsilon")
+        named_lrp(model, "epsilon")
     with pytest.raises(ValueError, match=f"'{named}'"):
         rewrite_deeplift(model)
 
@@ -372,7 +377,7 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     x = np.random.default_rng(0).uniform(-1, 1, size=(1, *shape)).astype(np.float32)
-    rewritten = rewrite_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25,
+    rewritten = named_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25,
                             low=-1.0, high=1.0)
     np.testing.assert_allclose(rewritten(x), model(x), rtol=1e-4, atol=1e-6)
     logits = logits_of(rewritten)
@@ -389,4 +394,4 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
 def test_unsupported_applications_are_refused_naming_a_layer(name, shape, layer_kind):
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     with pytest.raises(ValueError, match=rf"cannot rewrite layer '[^']+' \(({layer_kind})\)"):
-        rewrite_lrp(model, "epsilon_plus_flat")
+        named_lrp(model, "epsilon_plus_flat")
