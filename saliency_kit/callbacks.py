@@ -82,13 +82,13 @@ class SaliencyCallback(keras.callbacks.Callback):
             return
         explanation = self._explain()
         self.last = (epoch, explanation)
-        from . import render
+        from . import files, render
 
         figure = render.grid(explanation, self.originals, self.class_names, dpi=100)
-        png = render.png_bytes(figure)
+        png = files.png_bytes(figure)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)
-            render.write_atomic(os.path.join(self.out, f"{self.method}-epoch-{epoch + 1:04d}.png"), png,
+            files.write_atomic(os.path.join(self.out, f"{self.method}-epoch-{epoch + 1:04d}.png"), png,
                                 durable=False)
         if self.log_dir is not None:
             self._log_image(png, step=epoch)

@@ -73,7 +73,7 @@ class Explanation:
 
     def _repr_png_(self) -> bytes:
         """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython."""
-        from .render import explanation_png
+        from .render.figure import explanation_png
 
         originals, class_names = self.__dict__.get("_display", (None, None))
         return explanation_png(self, originals, class_names)

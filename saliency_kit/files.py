@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["atomic_path", "write_atomic", "write_json", "npz_bytes", "PARTIAL_SUFFIX", "remove_partials"]
+__all__ = ["png_bytes", "save_png", "atomic_path", "write_atomic", "write_json", "npz_bytes", "PARTIAL_SUFFIX", "remove_partials"]
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -130,3 +130,29 @@ def remove_partials(directory: str | os.PathLike) -> None:
         if name.startswith(".") and name.endswith(PARTIAL_SUFFIX):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(directory, name))
+
+
+def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
+    """PNG file contents of a uint8 ``[H, W, 3]`` / ``[H, W]`` array or of a matplotlib Figure."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    if hasattr(array_or_figure, "savefig"):
+        array_or_figure.savefig(buffer, format="png", dpi=dpi or "figure", facecolor="white",
+                                bbox_inches="tight", pad_inches=0.05)
+    else:
+        array = np.asarray(array_or_figure)
+        if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+            raise ValueError(f"save_png() expects a Figure or a uint8 image [H, W(, 3|4)]; got "
+                             f"{array.dtype} {array.shape} (use heatmap() or overlay() to make one)")
+        Image.fromarray(array).save(buffer, format="PNG", compress_level=1)  # fastest; no bigger here
+    return buffer.getvalue()
+
+
+def save_png(array_or_figure, path: str | os.PathLike, *, dpi: int | None = None, durable: bool = True) -> str:
+    """Write a uint8 ``[H, W, 3]`` / ``[H, W]`` array or a matplotlib Figure to ``path`` atomically.
+
+    Returns ``path``. The figure is saved with a tight bounding box on a white background.
+    ``durable``: see :func:`atomic_path`.
+    """
+    return write_atomic(path, png_bytes(array_or_figure, dpi=dpi), durable=durable)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from saliency_kit import render
+from saliency_kit import files, render
+from saliency_kit.render.colour import colorize
 
 
 def colour(cmap: str, value: float) -> np.ndarray:
@@ -364,7 +365,7 @@ def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "out.png"
     target.write_bytes(b"old")
     with pytest.raises(RuntimeError):
-        with render.atomic_path(target) as temp:
+        with files.atomic_path(target) as temp:
             with open(temp, "wb") as handle:
                 handle.write(b"half")
             raise RuntimeError("killed")
@@ -376,13 +377,13 @@ def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
 def test_colours_are_exactly_matplotlibs(cmap):
     unit = np.concatenate([np.linspace(0, 1, 2001), [0.0, 1.0, 0.5, 1 / 256, 255 / 256]]).astype(np.float32)
     expected = matplotlib.colormaps[cmap](unit, bytes=True)[..., :3]
-    np.testing.assert_array_equal(render._colorize(unit, cmap, "abs"), expected)
+    np.testing.assert_array_equal(colorize(unit, cmap, "abs"), expected)
 
 
 def test_atomic_files_get_the_usual_permissions(tmp_path):
     (tmp_path / "plain.png").write_bytes(b"x")  # what open() gives under this umask
     render.save_png(np.zeros((2, 2, 3), np.uint8), tmp_path / "atomic.png")
-    with render.atomic_path(tmp_path / "ctx.bin") as temp:
+    with files.atomic_path(tmp_path / "ctx.bin") as temp:
         with open(temp, "wb") as handle:
             handle.write(b"y")
     mode = (tmp_path / "plain.png").stat().st_mode & 0o777

@@ -100,7 +100,7 @@ def test_offline_error_is_quick_and_clear(tmp_path, monkeypatch, how):
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     if how == "probe":
         monkeypatch.delenv("SALIENCY_KIT_OFFLINE")
-        monkeypatch.setattr(zoo, "KERAS_WEIGHTS_URL", "https://weights.saliency-kit.invalid/")
+        monkeypatch.setattr(zoo.weights, "KERAS_WEIGHTS_URL", "https://weights.saliency-kit.invalid/")
     with pytest.raises(WeightsUnavailableError) as info:
         sk.load_model("resnet50")
     if how == "probe":
@@ -120,9 +120,9 @@ def test_cached_weights_pass_the_check(tmp_path):
     cache = tmp_path / "keras_home" / "models"
     cache.mkdir(parents=True)
     with pytest.raises(WeightsUnavailableError):
-        zoo._check_imagenet_weights(spec)
+        zoo.weights.check_imagenet_weights(spec)
     (cache / spec.weights_file).write_bytes(b"placeholder")
-    zoo._check_imagenet_weights(spec)  # found: Keras is left to load it
+    zoo.weights.check_imagenet_weights(spec)  # found: Keras is left to load it
 
 
 def _small_cnn(classes=3, lambda_layer=False):

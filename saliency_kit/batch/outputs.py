@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import render
-from ..files import npz_bytes, write_atomic
+from ..files import npz_bytes, png_bytes, write_atomic
 
 __all__ = ["FORMATS", "Look", "MANIFEST", "Manifest", "MethodMaps", "Output", "PNG_KINDS", "SIGNS", "class_name_of",
            "complete_images", "explain_dirs", "failure_line", "inside", "manifest_lines", "manifest_name", "one_line",
@@ -178,9 +178,9 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
                     raise PermissionError(f"refusing to write {path!r}: it resolves outside the output folder; "
                                      f"received the folder name {folder!r}.")
                 if kind == "heatmap":
-                    data = render.png_bytes(render.heatmap(result.maps[k], **look.heatmap_options()))
+                    data = png_bytes(render.heatmap(result.maps[k], **look.heatmap_options()))
                 elif kind == "overlay":
-                    data = render.png_bytes(render.overlay(original, result.maps[k], alpha=look.alpha,
+                    data = png_bytes(render.overlay(original, result.maps[k], alpha=look.alpha,
                                                            **look.heatmap_options()))
                 else:
                     extra = {} if result.attributions is None else {"attributions": np.asarray(result.attributions[k])}

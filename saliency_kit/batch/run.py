@@ -204,9 +204,10 @@ def _worker_start(parent: int) -> None:
 
 def _warm_up() -> None:
     from .. import render
+    from ..files import png_bytes
 
     render.heatmap(np.zeros((2, 2)))  # imports matplotlib's colormaps and Pillow in the worker
-    render.png_bytes(np.zeros((2, 2, 3), np.uint8))
+    png_bytes(np.zeros((2, 2, 3), np.uint8))
 
 
 def write_batch(out_dir: str, items, class_names, formats) -> list[tuple[str, list | str]]:

@@ -61,7 +61,7 @@ def run(args) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
     from ..files import write_json
     from ..images import ImageLoadError, load_images
-    from ..render import save_png
+    from ..files import save_png
     from .explain import with_model_defaults
 
     if not os.path.isfile(args.image):

@@ -1,0 +1,288 @@
+"""Model configs: the TOML schema, where configs are found, :class:`Preprocessing` and
+:class:`ModelSpec` (see :mod:`saliency_kit.zoo` for the keys).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["CONFIG_ENV", "MODEL_SUFFIXES", "ModelSpec", "Preprocessing", "get_spec", "list_models",
+           "read_class_names", "resolve_path", "resolved_file", "sidecar_spec"]
+
+
+CONFIG_ENV = "SALIENCY_KIT_CONFIGS"
+
+
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+_PACKAGE_PREFIX = "package:"
+
+
+_CONFIG_KEYS = {"name", "constructor", "model_file", "input_size", "preprocess", "classes",
+                "gradcam_layer", "weights_file", "description"}
+
+
+_SIDECAR_KEYS = _CONFIG_KEYS - {"constructor", "model_file", "weights_file"}
+
+
+# ----------------------------------------------------------------------------- preprocessing
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """``uint8 [B, H, W, 3]`` RGB -> float32 model input: ``(x[..., order] * scale - mean) / std``.
+
+    Named modes (each matches ``keras.applications.<module>.preprocess_input``):
+
+    - ``"caffe"``: RGB -> BGR, minus the ImageNet BGR mean (103.939, 116.779, 123.68): ResNet, VGG.
+    - ``"tf"``: ``x / 127.5 - 1`` to [-1, 1]: ResNetV2, MobileNetV2, InceptionV3, Xception.
+    - ``"torch"``: ``x / 255``, minus mean (0.485, 0.456, 0.406), over std (0.229, 0.224, 0.225):
+      DenseNet.
+    - ``"none"``: float32 0..255 unchanged: EfficientNet, ConvNeXt (they normalise inside the model).
+    - ``"unit"``: ``x / 255`` to [0, 1]: the shapes model, and user models without a config.
+    """
+
+    mode: str = "custom"
+    scale: float = 1.0
+    mean: tuple = (0.0, 0.0, 0.0)
+    std: tuple = (1.0, 1.0, 1.0)
+    channel_order: str = "RGB"
+
+    MODES = {
+        "caffe": dict(scale=1.0, mean=(103.939, 116.779, 123.68), channel_order="BGR"),
+        "tf": dict(scale=1 / 127.5, mean=(1.0, 1.0, 1.0)),
+        "torch": dict(scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+        "none": dict(),
+        "unit": dict(scale=1 / 255),
+    }
+
+    @classmethod
+    def from_config(cls, value) -> "Preprocessing":
+        """A mode name, or a table with any of ``scale``, ``mean``, ``std``, ``channel_order``."""
+        if isinstance(value, str):
+            if value not in cls.MODES:
+                raise ValueError(f"unknown preprocess mode {value!r}; expected one of "
+                                 f"{sorted(cls.MODES)} or a table {{scale, mean, std, channel_order}}")
+            return cls(mode=value, **cls.MODES[value])
+        if isinstance(value, dict):
+            unknown = set(value) - {"scale", "mean", "std", "channel_order"}
+            if unknown:
+                raise ValueError(f"unknown preprocess keys {sorted(unknown)}; "
+                                 "allowed: scale, mean, std, channel_order")
+            kwargs = {k: tuple(float(v) for v in value[k]) if k in ("mean", "std") else value[k]
+                      for k in value}
+            if "scale" in kwargs:
+                kwargs["scale"] = float(kwargs["scale"])
+            for key in ("mean", "std"):
+                if key in kwargs and len(kwargs[key]) != 3:
+                    raise ValueError(f"preprocess {key} needs 3 values (R, G, B order of the "
+                                     f"model input), got {kwargs[key]}")
+            if kwargs.get("channel_order", "RGB") not in ("RGB", "BGR"):
+                raise ValueError(f"channel_order must be 'RGB' or 'BGR', got {kwargs['channel_order']!r}")
+            return cls(**kwargs)
+        raise ValueError(f"preprocess must be a mode name or a table, got {value!r}")
+
+    def __call__(self, images) -> np.ndarray:
+        """uint8 (or float 0..255) ``[..., 3]`` RGB -> float32, computed in float64 and rounded
+        once (so ``"unit"`` is exactly ``np.float32(x) / 255``)."""
+        x = np.asarray(images, dtype=np.float64)
+        if x.ndim < 1 or x.shape[-1] != 3:
+            raise ValueError(f"expected RGB images [..., 3], got shape {x.shape}")
+        if self.channel_order == "BGR":
+            x = x[..., ::-1]
+        x = x * self.scale
+        if any(self.mean):
+            x = x - np.asarray(self.mean)
+        if any(s != 1.0 for s in self.std):
+            x = x / np.asarray(self.std)
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+
+# -------------------------------------------------------------------------------------- spec
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """How to feed and read a model.
+
+    ``name``; ``input_size`` ``(H, W)``; ``preprocess``: uint8 ``[B, H, W, 3]`` RGB -> float32 model
+    input; ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
+    (a layer name, nested models as ``"outer/inner"``); ``source``: the config or model file.
+    """
+
+    name: str
+    input_size: tuple
+    preprocess: Callable
+    class_names: list
+    gradcam_layer: str | None
+    source: str = ""
+    constructor: str | None = None
+    model_file: str | None = None
+    weights_file: str | None = None
+    description: str = ""
+
+
+# ------------------------------------------------------------------------------ config files
+def _config_dirs() -> list:
+    """User directories from ``$SALIENCY_KIT_CONFIGS`` first, then the packaged configs."""
+    dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if p]
+    return dirs + [_builtin_config_dir()]
+
+
+def _builtin_config_dir():
+    """The package ``saliency_kit.pretrained_configs``: the built-in configs."""
+    return resources.files("saliency_kit.pretrained_configs")
+
+
+def _named_configs() -> dict:
+    """``{name: config path}``; the first directory that defines a name wins."""
+    found = {}
+    for directory in _config_dirs():
+        if not directory.is_dir():
+            continue
+        for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+            if entry.name.endswith(".toml"):
+                found.setdefault(entry.name[:-5], entry)
+    return found
+
+
+def list_models() -> list:
+    """Names accepted by :func:`load_model` (built-in configs and ``$SALIENCY_KIT_CONFIGS``)."""
+    return sorted(_named_configs())
+
+
+def _read_toml(path) -> dict:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config {path} is not valid TOML: {e}") from None
+
+
+def resolve_path(value: str, base: Path | None):
+    """``"package:NAME"`` -> a file in saliency_kit/data; else a path relative to ``base``."""
+    if value.startswith(_PACKAGE_PREFIX):
+        return resources.files("saliency_kit.data").joinpath(value[len(_PACKAGE_PREFIX):])
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def resolved_file(value: str, source):
+    """A context manager giving a real file path for a config's file value (``"package:NAME"`` or
+    a path relative to the config ``source``)."""
+    return resources.as_file(resolve_path(value, Path(str(source)).parent))
+
+
+def read_class_names(text: str, where) -> list:
+    """Class names from the text of a class-names file: one name per line, in index order.
+
+    A blank line or a name given twice would shift or merge classes silently, so each is a
+    ``ValueError`` naming the line. Trailing blank lines at the end of the file are allowed.
+    """
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    names, first_line = [], {}
+    for number, line in enumerate(lines, start=1):
+        name = line.strip()
+        if not name:
+            raise ValueError(f"class names file {where}, line {number}: a blank line; every line up to the "
+                             f"last must name one class (class {number - 1}); received an empty line.")
+        if name in first_line:
+            raise ValueError(f"class names file {where}, line {number}: class name {name!r} is already on line "
+                             f"{first_line[name]}; class names must be distinct; received it twice.")
+        first_line[name] = number
+        names.append(name)
+    return names
+
+
+def _read_classes(value, base) -> list | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    path = resolve_path(str(value), base)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise FileNotFoundError(f"class names file {path} cannot be read: {e}") from None
+    return read_class_names(text, path)
+
+
+def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpec:
+    """A ModelSpec from a parsed config; ``input_size``/``class_names`` may be None until the model
+    is known (filled in by ``_complete``)."""
+    unknown = set(config) - allowed
+    if unknown:
+        raise ValueError(f"config {source}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    base = Path(str(source)).parent if source else None
+    if "constructor" in config and "model_file" in config:
+        raise ValueError(f"config {source}: give either 'constructor' or 'model_file', not both")
+    size = config.get("input_size")
+    if size is not None:
+        if not (isinstance(size, list) and len(size) == 2 and all(isinstance(s, int) and s > 0 for s in size)):
+            raise ValueError(f"config {source}: input_size must be [height, width], got {size!r}")
+        size = tuple(size)
+    elif "constructor" in config:
+        raise ValueError(f"config {source}: 'input_size' is required with 'constructor'")
+    return ModelSpec(
+        name=config.get("name") or _stem(source),
+        input_size=size,
+        preprocess=Preprocessing.from_config(config.get("preprocess", "unit")),
+        class_names=_read_classes(config.get("classes"), base),
+        gradcam_layer=config.get("gradcam_layer"),
+        source=str(source),
+        constructor=config.get("constructor"),
+        model_file=config.get("model_file"),
+        weights_file=config.get("weights_file"),
+        description=config.get("description", ""),
+    )
+
+
+def _stem(source) -> str:
+    """``resnet50.toml`` -> ``resnet50``; ``net.keras.toml`` and ``net.keras`` -> ``net``."""
+    name = Path(str(source)).name
+    if name.endswith(".toml"):
+        name = name[:-5]
+    for suffix in MODEL_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def get_spec(name_or_path) -> ModelSpec:
+    """The spec of a named model or a ``.toml`` config without building the model (so
+    ``input_size``/``class_names`` of a ``model_file`` config may still be None)."""
+    path = Path(str(name_or_path))
+    if path.suffix == ".toml":
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        return _spec_from_config(_read_toml(path), path)
+    configs = _named_configs()
+    if str(name_or_path) not in configs:
+        close = difflib.get_close_matches(str(name_or_path), configs, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"unknown model {str(name_or_path)!r}.{hint} Known models: {', '.join(sorted(configs))}. "
+            f"A model file must end in {', '.join(MODEL_SUFFIXES)}; a config file in .toml; "
+            f"add config directories with ${CONFIG_ENV}.")
+    source = configs[str(name_or_path)]
+    return _spec_from_config(_read_toml(source), source)
+
+
+def sidecar_spec(path) -> ModelSpec:
+    """The spec of a model file from its sidecar config ``NAME.keras.toml`` (if any), without
+    loading the model (so ``input_size``/``class_names`` may still be None)."""
+    path = Path(os.fspath(path))
+    sidecar = path.with_name(path.name + ".toml")
+    config = _read_toml(sidecar) if sidecar.is_file() else {}
+    return _spec_from_config(config, sidecar if config else path, allowed=_SIDECAR_KEYS)

@@ -1,0 +1,155 @@
+"""Loading a model from a name, a config or a model file, and the spec a loaded model carries
+(:func:`spec_of`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import weakref
+from importlib import resources
+from pathlib import Path
+
+from .config import MODEL_SUFFIXES, ModelSpec, get_spec, resolve_path, sidecar_spec
+from .weights import check_imagenet_weights, load_weights_into
+
+__all__ = ["load_model", "spec_of"]
+
+
+# -------------------------------------------------------------------------------- the loader
+def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
+    """Load a named model, a ``.toml`` config, or a ``.keras``/``.h5`` model file.
+
+    Returns ``(keras.Model, ModelSpec)``. ``weights``: ``"imagenet"`` (the config's pretrained
+    weights: see the module docstring), ``"random"``, or a local weights file. ``unsafe=True``
+    lets a model file run code it contains (``Lambda`` layers); leave it off for files you did
+    not make.
+
+    A user model ``net.keras`` gets its spec from a sidecar config ``net.keras.toml`` beside it
+    (keys ``name``, ``input_size``, ``preprocess``, ``classes``, ``gradcam_layer``,
+    ``description``), defaulting to: name ``"net"``, the model's input size, ``x / 255``
+    preprocessing, classes ``"0".."N-1"``, and the last layer with a 4-D output for Grad-CAM.
+    """
+    from ..keras_backend import require_tensorflow
+
+    require_tensorflow()  # another Keras backend: one clear RuntimeError, not a failure deep inside
+    path = Path(os.fspath(name_or_path)) if isinstance(name_or_path, (str, os.PathLike)) else None
+    if path is None:
+        raise TypeError(f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}")
+    if path.suffix.lower() in MODEL_SUFFIXES:
+        spec = sidecar_spec(path)
+        model = _load_model_file(path, weights, unsafe)
+    else:
+        spec = get_spec(name_or_path)
+        if spec.constructor:
+            model = _build_application(spec, weights)
+        elif spec.model_file:
+            with resources.as_file(resolve_path(spec.model_file, Path(spec.source).parent)) as file:
+                model = _load_model_file(Path(file), weights, unsafe)
+        else:
+            raise ValueError(f"config {spec.source} needs 'constructor' or 'model_file'")
+    spec = _complete(spec, model)
+    _SPECS[model] = spec
+    from ..model.layers import configure_cam_layer
+
+    configure_cam_layer(model, spec.gradcam_layer)
+    return model, spec
+
+
+def _complete(spec: ModelSpec, model) -> ModelSpec:
+    """Fill what only the model knows (input size, class count, Grad-CAM layer) and check the
+    config agrees with the model."""
+    in_shape = tuple(model.input_shape) if not isinstance(model.input_shape, list) else None
+    if in_shape is None or len(in_shape) != 4:
+        raise ValueError(f"{spec.name}: expected one image input [B, H, W, C], "
+                         f"got input shape {model.input_shape}")
+    size = spec.input_size or in_shape[1:3]
+    if None in size:
+        raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
+                         "input_size = [height, width] in its config")
+    n_out = model.output_shape[-1] if not isinstance(model.output_shape, list) else None
+    names = spec.class_names or [str(i) for i in range(n_out or 0)]
+    if n_out is not None and len(names) != n_out:
+        raise ValueError(f"{spec.name}: {len(names)} class names for {n_out} model outputs "
+                         f"(config {spec.source})")
+    layer = spec.gradcam_layer or _last_4d_layer(model)
+    if layer is not None:
+        _get_layer(model, layer, spec)
+    return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
+                    gradcam_layer=layer)
+
+
+def _last_4d_layer(model) -> str | None:
+    """Path of the last layer (nested models included) whose output is 4-D, or ``None``."""
+    from ..model.layers import layer_paths, output_rank
+
+    found = [path for path, layer in layer_paths(model) if output_rank(layer) == 4]
+    return found[-1] if found else None
+
+
+def _get_layer(model, path: str, spec=None):
+    """The layer at ``"outer/inner"`` (or a bare layer name); ValueError naming what exists."""
+    from ..model.layers import find_layer, layer_at
+
+    try:
+        return layer_at(model, find_layer(model, path))
+    except ValueError as error:
+        raise ValueError(f"{getattr(spec, 'name', '')}: gradcam_layer {path!r}: {error}") from None
+
+
+# The spec of each model load_model returned, so that explaining that model uses its configured
+# class names and Grad-CAM layer (model.layers.configure_cam_layer records the latter). Weak keys: the model is not kept alive
+# and not changed.
+_SPECS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def spec_of(model) -> "ModelSpec | None":
+    """The :class:`ModelSpec` that :func:`load_model` returned with ``model``, or ``None``."""
+    try:
+        return _SPECS.get(model)
+    except TypeError:  # not weak-referenceable: never returned by load_model
+        return None
+
+
+def _build_application(spec: ModelSpec, weights):
+    import keras
+
+    ctor = getattr(keras.applications, spec.constructor, None)
+    if ctor is None or not callable(ctor):
+        raise ValueError(f"config {spec.source}: keras.applications has no {spec.constructor!r}")
+    kwargs = dict(include_top=True, input_shape=(*spec.input_size, 3))
+    if weights == "random":
+        return ctor(weights=None, **kwargs)
+    if weights == "imagenet":
+        check_imagenet_weights(spec)
+        return ctor(weights="imagenet", **kwargs)
+    model = ctor(weights=None, **kwargs)
+    load_weights_into(model, weights, spec.name)
+    return model
+
+
+def _load_model_file(path: Path, weights, unsafe: bool):
+    """A ``.keras``/``.h5`` model (safe mode unless ``unsafe``), with its own weights, fresh
+    random ones (``"random"``: a clone), or those of another file."""
+    import keras
+
+    try:
+        from ..gradients import layers as _sk_layers  # noqa: F401  registers saliency_kit's own layers
+    except ImportError:
+        pass
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist")
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=not unsafe)
+    except ValueError as e:
+        if "safe_mode" in str(e) or "unsafe" in str(e).lower():
+            raise ValueError(f"{path} contains code (e.g. a Lambda layer) that safe mode refuses "
+                             "to run; load it with unsafe=True (--unsafe) only if you trust the "
+                             "file") from None
+        raise ValueError(f"cannot load model {path}: {e}") from None
+    except OSError as e:
+        raise ValueError(f"cannot load model {path}: {e}") from None
+    if weights == "random":
+        return keras.models.clone_model(model)  # same architecture, freshly initialised layers
+    if weights != "imagenet":  # "imagenet" (the default) keeps the file's own weights
+        load_weights_into(model, weights, path.name)
+    return model
