@@ -1,0 +1,104 @@
+"""The repository's own habits: it refers to nothing outside itself, and no module grows past a size
+a reader can hold (a file over the limit is split at its seams)."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MAX_LINES = 450
+
+# Written in pieces so that this file does not match itself.
+OUTSIDE = re.compile("|".join([
+    r"API" + r"\.md",                      # a contract file that is not in the repository
+    "\u00a7",                               # its section signs
+    r"\bissue[- ]?#?\d+",                  # an issue tracker's numbers
+    r"\bthe " + r"issue's\b",
+]), re.IGNORECASE)
+
+
+def _sources():
+    for folder in ("saliency_kit", "tests", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".toml", ".html", ".md", ".txt") and path.is_file():
+                yield path
+
+
+def test_no_file_refers_to_anything_outside_the_repository():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in _sources() if path.suffix != ".txt"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if OUTSIDE.search(line)]
+    assert not found, "\n".join(found)
+
+
+#: Modules still over the limit, each with its length when it was listed: the test fails if one
+#: grows, and once one is under the limit it must leave this table.
+WAITING_FOR_A_SPLIT: dict[str, int] = {"saliency_kit/evaluate.py": 452}
+
+
+def test_no_module_is_longer_than_the_limit():
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+               for path in sorted((ROOT / "saliency_kit").rglob("*.py"))}
+    long = {path: count for path, count in lengths.items()
+            if count > max(MAX_LINES, WAITING_FOR_A_SPLIT.get(path, 0))}
+    assert not long, f"modules over {MAX_LINES} lines (split them at their seams): {long}"
+    stale = [path for path in WAITING_FOR_A_SPLIT if lengths.get(path, 0) <= MAX_LINES]
+    assert not stale, f"under the limit now: remove them from WAITING_FOR_A_SPLIT: {stale}"
+
+
+def test_every_data_file_of_the_package_is_declared_package_data():
+    """A file the package reads at run time (the gallery page, model configs, class names, the
+    shipped model) must be in the wheel: matched by a ``package-data`` pattern of its package."""
+    import fnmatch
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    missing = []
+    for path in sorted((ROOT / "saliency_kit").rglob("*")):
+        if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in declared.get(package, ())):
+            missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"not declared in pyproject.toml's package-data: {missing}"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """The absolute names of the modules ``path`` imports (function-level imports included)."""
+    import ast
+
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            if node.module:
+                found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_library_modules_import_each_other_directly_and_never_the_command_line():
+    wrong = []
+    for path in sorted((ROOT / "saliency_kit").rglob("*.py")):
+        inside_cli = (ROOT / "saliency_kit" / "cli") in path.parents
+        for name in _imports(path):
+            if name == "saliency_kit":
+                wrong.append(f"{path.relative_to(ROOT)} imports saliency_kit itself (import the module it needs)")
+            elif name.startswith("saliency_kit.cli") and not inside_cli and path.name != "__main__.py":
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_model_rewrite_knows_propagation_only_through_rewrite_model():
+    names = _imports(ROOT / "saliency_kit" / "model" / "rewrite.py")
+    assert not any(name.startswith("saliency_kit.propagation") for name in names), names
