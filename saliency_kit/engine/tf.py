@@ -20,7 +20,8 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
   another method;
 * ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
   not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
-* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps;
+* ``ctx.resize(maps, size)`` — linear resizing of maps ``[n, K, *s]`` with 1, 2 or 3 spatial axes
+  (sequences, images, volumes);
 * ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
   by every input);
 * ``ctx.host(fn, args, dtype)`` — a host-side NumPy step inside the compiled function.
@@ -198,6 +199,12 @@ class Context:
         return tuple(self.shape[1:3]) if self.channel_axis == 0 else tuple(self.shape[0:2])
 
     @property
+    def spatial_size(self) -> tuple:
+        """The input's axes without its channel axis: ``(T,)`` of a sequence, ``(H, W)`` of an
+        image, ``(D, H, W)`` of a volume, whichever axis holds the channels."""
+        return tuple(self.shape[1:]) if self.channel_axis == 0 else tuple(self.shape[:-1])
+
+    @property
     def num_targets(self) -> int:
         return int(self.targets.shape[1])
 
@@ -348,12 +355,32 @@ class Context:
         return tf.reshape(eps, [n, m, *self.shape])
 
     def resize(self, maps, size):
-        """``maps [n, K, h, w]`` upsampled bilinearly to ``[n, K, *size]``."""
-        n, k, h, w = maps.shape
-        if (h, w) == tuple(size):
+        """``maps [n, K, *s]`` resized to ``[n, K, *size]``, ``s`` one, two or three spatial axes.
+
+        Linear interpolation along each axis in turn with half-pixel centres and edge values
+        held (``tf.image.resize(method="bilinear")`` without antialiasing, one axis at a time):
+        output position ``i`` of an axis of length ``L`` resized from ``l`` reads the input at
+        ``(i + 0.5) · l / L − 0.5``, clamped to ``[0, l − 1]``. Bilinear for images, trilinear
+        for volumes.
+        """
+        spatial = tuple(maps.shape[2:])
+        size = tuple(int(d) for d in size)
+        if len(spatial) != len(size) or not 1 <= len(size) <= 3:
+            raise ValueError(f"resize needs maps [n, K, *s] with 1 to 3 spatial axes matching size {size}; "
+                             f"received shape {tuple(maps.shape)}.")
+        if spatial == size:
             return maps
-        flat = tf.reshape(maps, [n * k, h, w, 1])
-        flat = tf.image.resize(flat, tuple(size), method="bilinear")
+        n, k = maps.shape[:2]
+        flat = tf.cast(tf.reshape(maps, [n * k, *spatial]), tf.float32)
+        if len(size) == 1:  # [m, t] as an image t × 1
+            flat = tf.image.resize(flat[:, :, None, None], (size[0], 1), method="bilinear")
+        elif len(size) == 2:
+            flat = tf.image.resize(flat[..., None], size, method="bilinear")
+        else:  # height and width of every depth slice, then depth (an axis resized to its own length is unchanged)
+            d, h, w = spatial
+            planes = tf.image.resize(tf.reshape(flat, [n * k * d, h, w, 1]), size[1:], method="bilinear")
+            columns = tf.reshape(planes, [n * k, d, size[1] * size[2], 1])
+            flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
 
     def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):
