@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["normalize", "heatmap", "overlay", "grid", "show", "fit_text", "method_title", "save_png", "png_bytes",
-           "write_atomic", "atomic_path", "DEFAULT_CMAPS"]
+           "write_atomic", "atomic_path", "DEFAULT_CMAPS", "series", "volume", "tokens_html"]
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with
 #: (near-)white at zero, blue for negative and red for positive evidence.
@@ -421,6 +421,10 @@ def grid(
     from matplotlib.figure import Figure
 
     items = _explanations(explanation)
+    volumes = [np.shape(e.maps) for e in items if np.ndim(e.maps) == 5]
+    if volumes:
+        raise ValueError(f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
+                         f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}.")
     n_inputs = np.asarray(items[0].maps).shape[0]
     if originals is not None and len(originals) != n_inputs:
         raise ValueError(f"grid() needs one original per explained input ({n_inputs}); "
@@ -512,6 +516,8 @@ def explanation_png(explanation, originals=None, class_names=None, *, max_inputs
     At most ``max_inputs`` inputs are drawn (the first ones), so that displaying the explanation
     of a large batch stays quick. Without ``originals`` the grid has no input column.
     """
+    if not isinstance(explanation, (list, tuple)) and np.ndim(explanation.maps) == 5:  # a volume: its slices
+        return png_bytes(volume(explanation, originals, class_names=class_names))
     items = [_first_inputs(e, max_inputs) for e in _explanations(explanation)]
     if originals is not None:
         originals = originals[:max_inputs]
@@ -646,3 +652,9 @@ def save_png(array_or_figure, path: str | os.PathLike, *, dpi: int | None = None
     ``durable``: see :func:`atomic_path`.
     """
     return write_atomic(path, png_bytes(array_or_figure, dpi=dpi), durable=durable)
+
+
+# --------------------------------------------------------------------------------------------
+# Time series, volumes and tokens (saliency_kit.render_sequences)
+
+from .render_sequences import series, tokens_html, volume  # noqa: E402
