@@ -210,3 +210,19 @@ def test_help_states_each_option_range_and_a_value_outside_it_is_a_usage_error()
     args = parser.parse_args(["explain", "x.png", "--method", "rise", "--p", "2"])
     with pytest.raises(UsageError, match=r"p must be a number in \(0, 1\]; received 2\.0"):
         method_plan(args)
+
+
+def test_help_gives_each_methods_range_when_the_declarations_differ():
+    from saliency_kit import methods
+    from saliency_kit.cli import build_parser
+
+    methods.register("wide_help", summary="x", options=[methods.Option("wobble", 2, low=1)])(lambda ctx, wobble: ctx.inputs)
+    methods.register("narrow_help", summary="x", options=[methods.Option("wobble", 2, low=0, high=3)])(
+        lambda ctx, wobble: ctx.inputs)
+    try:
+        explain = build_parser()._subparsers._group_actions[0].choices["explain"]
+        text = " ".join(explain.format_help().split())
+        assert "wide_help, narrow_help: wobble; wide_help: a positive int; narrow_help: an int in [0, 3]" in text
+    finally:
+        methods.unregister("wide_help")
+        methods.unregister("narrow_help")

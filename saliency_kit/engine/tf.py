@@ -384,14 +384,10 @@ class Context:
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
 
     def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):
-        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input.
-
-        Draw ``s`` of input ``b`` comes from a stateless generator keyed like :meth:`normal`,
-        by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from the normal noise's), so
-        it does not depend on chunking nor, with ``explain(..., input_keys=)``, on the input's
-        batch. ``shared=True``: ``[m, *shape]``, the same draws for every input, keyed by
-        ``(−1 − seed, s)`` (RISE's masks). Seeds are non-negative (:meth:`Option.seed`).
-        """
+        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
+        like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
+        noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
+        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
         shape = tuple(int(d) for d in shape)
         dtype = tf.as_dtype(dtype)
         ids = tf.cast(ids, tf.int64)
@@ -409,11 +405,9 @@ class Context:
         return tf.reshape(draws, [*counters.shape, *shape])
 
     def host(self, fn, args, dtype, shape=None):
-        """``fn(*args)`` run on the host as NumPy, inside the compiled function: a step no tensor
-        op expresses (a segmentation, a greedy ranking). The tensors ``args`` arrive as NumPy
-        arrays; ``fn`` returns one array of ``dtype``, reshaped to ``shape`` when given (its
-        shape is otherwise unknown to the graph). ``fn`` must be pure (same arguments, same result).
-        """
+        """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
+        ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
+        the one array returned (of ``dtype``) is reshaped to ``shape`` when given."""
         out = tf.numpy_function(fn, list(args), tf.as_dtype(dtype), stateful=False)
         return out if shape is None else tf.reshape(out, shape)
 

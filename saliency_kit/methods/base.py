@@ -7,10 +7,13 @@ A method is one function of a context and its options, declared once::
         return tf.abs(ctx.gradients(ctx.inputs)) ** power      # [B, K, *input]
 
 The declaration is the single source of truth about a method: its options (name, type, default,
-help, choices) become command-line flags, its ``title`` and ``cam`` drive rendering, ``reduce``
-makes its maps. This module imports neither TensorFlow nor Keras, so listing methods and
-checking flags stays quick. Methods in installed distributions are found through the
-entry-point group ``saliency_kit.methods``, loaded once, the first time the registry is read.
+help, choices, range, seed: :class:`~saliency_kit.methods.option.Option`) become command-line
+flags and are checked before any work, its ``title`` and ``cam`` drive rendering, ``reduce``
+makes its maps. This module imports nothing from the package but :mod:`.option`, and neither
+TensorFlow nor Keras, so listing methods and checking flags stays quick. The built-in methods
+register when :mod:`saliency_kit.methods` imports their modules; methods in installed
+distributions are found through the entry-point group ``saliency_kit.methods``, loaded once,
+the first time the registry is read.
 """
 from __future__ import annotations
 

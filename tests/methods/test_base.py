@@ -261,3 +261,24 @@ def test_prepare_draws_the_seed_and_prepares_the_base_once(linear_image):
         smooth.prepare(request, smooth.check_options({"base": "gradcam"}))
     with pytest.raises(ValueError, match=r"base must be a pixel method .*received 'vargrad'"):
         methods.get("xrai").prepare(request, methods.get("xrai").check_options({"base": "vargrad"}))
+
+
+def test_method_modules_import_no_other_method_module_and_no_private_registry():
+    """Shared helpers live in methods/_common.py; the registry is read through get() and names()."""
+    import ast
+
+    folder = REPO / "saliency_kit" / "methods"
+    method_modules = {m.compute.__module__.rpartition(".")[2] for m in map(methods.get, BUILTINS)}
+    assert {"gradient", "smoothgrad", "rise"} <= method_modules and "_common" not in method_modules
+    offenders = []
+    for name in sorted(method_modules):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported = {node.module} if node.module else {alias.name for alias in node.names}
+                offenders += [f"{name} imports {other}" for other in imported & method_modules]
+            if isinstance(node, ast.alias) and node.name.startswith("_") and node.name != "_common":
+                offenders.append(f"{name} imports the private {node.name}")
+            if isinstance(node, ast.Name) and node.id == "_REGISTRY":
+                offenders.append(f"{name} reads _REGISTRY")
+    assert not offenders
