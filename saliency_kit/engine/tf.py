@@ -194,14 +194,8 @@ class Context:
         return tuple(self.inputs.shape[1:])
 
     @property
-    def image_size(self) -> tuple:
-        """``(H, W)`` of an image input, whichever axis holds its channels."""
-        return tuple(self.shape[1:3]) if self.channel_axis == 0 else tuple(self.shape[0:2])
-
-    @property
     def spatial_size(self) -> tuple:
-        """The input's axes without its channel axis: ``(T,)`` of a sequence, ``(H, W)`` of an
-        image, ``(D, H, W)`` of a volume, whichever axis holds the channels."""
+        """``(T,)``, ``(H, W)`` or ``(D, H, W)``: one input's axes but its channel axis."""
         return tuple(self.shape[1:]) if self.channel_axis == 0 else tuple(self.shape[:-1])
 
     @property
@@ -355,31 +349,21 @@ class Context:
         return tf.reshape(eps, [n, m, *self.shape])
 
     def resize(self, maps, size):
-        """``maps [n, K, *s]`` resized to ``[n, K, *size]``, ``s`` one, two or three spatial axes.
-
-        Linear interpolation along each axis in turn with half-pixel centres and edge values
-        held (``tf.image.resize(method="bilinear")`` without antialiasing, one axis at a time):
-        output position ``i`` of an axis of length ``L`` resized from ``l`` reads the input at
-        ``(i + 0.5) · l / L − 0.5``, clamped to ``[0, l − 1]``. Bilinear for images, trilinear
-        for volumes.
-        """
-        spatial = tuple(maps.shape[2:])
-        size = tuple(int(d) for d in size)
-        if len(spatial) != len(size) or not 1 <= len(size) <= 3:
-            raise ValueError(f"resize needs maps [n, K, *s] with 1 to 3 spatial axes matching size {size}; "
-                             f"received shape {tuple(maps.shape)}.")
+        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
+        axis in turn, half-pixel centres, edges held (``tf.image.resize(method="bilinear")`` one
+        axis at a time; ``scipy.ndimage.zoom(order=1, grid_mode=True, mode="nearest")``)."""
+        spatial, size = tuple(maps.shape[2:]), tuple(int(d) for d in size)
         if spatial == size:
             return maps
         n, k = maps.shape[:2]
         flat = tf.cast(tf.reshape(maps, [n * k, *spatial]), tf.float32)
-        if len(size) == 1:  # [m, t] as an image t × 1
+        if len(size) == 1:  # [m, t] as images t × 1
             flat = tf.image.resize(flat[:, :, None, None], (size[0], 1), method="bilinear")
         elif len(size) == 2:
             flat = tf.image.resize(flat[..., None], size, method="bilinear")
-        else:  # height and width of every depth slice, then depth (an axis resized to its own length is unchanged)
-            d, h, w = spatial
-            planes = tf.image.resize(tf.reshape(flat, [n * k * d, h, w, 1]), size[1:], method="bilinear")
-            columns = tf.reshape(planes, [n * k, d, size[1] * size[2], 1])
+        else:  # each depth slice, then depth (an axis resized to its own length is unchanged)
+            planes = tf.image.resize(tf.reshape(flat, [-1, *spatial[1:], 1]), size[1:], method="bilinear")
+            columns = tf.reshape(planes, [n * k, spatial[0], size[1] * size[2], 1])
             flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
 
