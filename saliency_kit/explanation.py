@@ -76,7 +76,7 @@ class Explanation:
         The arrays are shared, not copied."""
         import copy
 
-        from .render_sequences import check_tokens
+        from .render import check_tokens
 
         shown = copy.copy(self)
         shown.__dict__["_tokens"] = check_tokens(tokens, np.shape(self.maps))
