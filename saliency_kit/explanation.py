@@ -11,8 +11,9 @@ class Explanation:
     """Attributions of ``B`` inputs for ``K`` targets each (NumPy arrays, float32 unless said).
 
     Attributes:
-        attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; ``[B, K, H, W]`` for
-            the CAM methods (``gradcam``, ``gradcam_plus_plus``).
+        attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; the maps for the CAM
+            methods: ``[B, K, H, W]`` for images, ``[B, K, T]`` for time series, ``[B, K, D, H, W]``
+            for volumes.
         maps: one channel-reduced map per input and target, for display: ``[B, K, H, W]`` for
             images, ``[B, K, *input.shape[1:-1]]`` for other inputs (reduced over the last axis).
             The reduction depends on the method (see :mod:`saliency_kit.methods`): max |a| for
