@@ -258,3 +258,13 @@ def test_every_registered_method_gives_the_right_shapes_or_refuses_in_one_line(n
     assert np.all(np.isfinite(expl.attributions)) and np.all(np.isfinite(expl.maps))
     again = sk.explain(model, x[:2], method, expl.targets, batch_size=1, **options)
     np.testing.assert_allclose(again.attributions, expl.attributions, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("net", NETS)
+def test_deeplift_on_conv1d_and_conv3d_sums_to_the_change_of_the_logit(net, request):
+    """DeepLIFT's summation-to-delta through Conv1D/Conv3D layers: Σ attributions = s(x) − s(0)."""
+    model, x = request.getfixturevalue(net)
+    expl = sk.explain(model, x, "deeplift", TARGETS)
+    logits = keras.Model(model.inputs[0], model.get_layer("logits").output)
+    change = np.take_along_axis(np.asarray(logits(x)) - np.asarray(logits(np.zeros_like(x))), np.array(TARGETS), 1)
+    np.testing.assert_allclose(expl.attributions.reshape(B, 2, -1).sum(-1), change, rtol=1e-3, atol=1e-4)
