@@ -977,7 +977,8 @@ def tokens_html(explanation, tokens, *, k: int = 0, class_names: Sequence[str] |
         spans = []
         for t, token in enumerate(row):
             rgb = colours[at]
-            spans.append(f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};color:{_text_colour(rgb)};'
+            spans.append(f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};'
+                         f'color:{_text_colour(rgb)};'
                          f'padding:1px 2px;border-radius:3px;white-space:pre" title="{t}: {values[b][t]:+.4g}">'
                          f"{escape(token)}</span>")
             at += 1

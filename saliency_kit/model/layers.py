@@ -130,9 +130,10 @@ def find_layer(model, layer) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        spatial = [p for p, op in layer_paths(model) if output_rank(op) == 4]
+        spatial = [p for p, op in layer_paths(model) if output_rank(op) in _SPATIAL_OUTPUTS]
         raise ValueError(
-            f"layer {layer!r} is not in model {model.name!r}; layers with a spatial 4-D output: "
+            f"layer {layer!r} is not in model {model.name!r}; layers with a sequence, image or volume "
+            "(3-D to 5-D) output: "
             f"{spatial or 'none'}; received {layer!r}."
         )
     raise ValueError(

@@ -210,7 +210,7 @@ def test_a_layer_of_another_rank_and_inputs_of_no_spatial_rank_are_refused_in_on
         sk.explain(model, x, "layercam", 0, layer="logits")
     assert "\n" not in str(err.value)
     flat = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
-    with pytest.raises(ValueError, match=r"sequences \[B, T, F\] or volumes \[B, D, H, W, C\].*received shape \(1, 5\)"):
+    with pytest.raises(ValueError, match=r"sequences \[B, T, F\] or volumes \[B, D, H, W, C\].*shape \(1, 5\)"):
         sk.explain(flat, np.zeros((1, 5), "float32"), "gradcam", 0)
 
 
