@@ -99,8 +99,9 @@ class Explanation:
         return tokens_html(self, self.tokens, class_names=class_names)
 
     def _repr_png_(self) -> bytes | None:
-        """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython; a volume's slices;
-        None for token explanations, which display as HTML."""
+        """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython; for volumes, the
+        slices of the first input and target (render.volume); None for token explanations, which
+        display as HTML."""
         from .render import explanation_png
 
         if self.tokens is not None:
