@@ -13,9 +13,10 @@ class Explanation:
     """Attributions of ``B`` inputs for ``K`` targets each (NumPy arrays, float32 unless said).
 
     Attributes:
-        attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; ``[B, K, H, W]`` for
-            the methods declared with ``cam=True`` (``saliency_kit.methods.get(name).cam``:
-            Grad-CAM and its kin, whose maps are coarse class-activation maps).
+        attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; for the methods
+            declared with ``cam=True`` (``saliency_kit.methods.get(name).cam``: Grad-CAM and its
+            kin) the maps: ``[B, K, H, W]`` for images, ``[B, K, T]`` for time series,
+            ``[B, K, D, H, W]`` for volumes.
         maps: one channel-reduced map per input and target, for display: ``[B, K, H, W]`` for
             images, ``[B, K, *input.shape[1:-1]]`` for other inputs (reduced over the last axis).
             The reduction is the method's declared ``reduce`` (see :mod:`saliency_kit.methods`):
@@ -61,7 +62,8 @@ class Explanation:
             f"maps={tuple(self.maps.shape)}, targets={self.targets.tolist() if self.targets.size <= 16 else self.targets.shape}{extra})"
         )
 
-    # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid).
+    # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid), a
+    # volume as slices (render.volume), tokens as coloured spans (with_tokens, render.tokens_html).
     def with_originals(self, originals, class_names=None) -> "Explanation":
         """A copy that displays with ``originals`` (the images as loaded) and ``class_names``;
         the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
@@ -71,10 +73,42 @@ class Explanation:
         shown.__dict__["_display"] = (originals, class_names)
         return shown
 
-    def _repr_png_(self) -> bytes:
-        """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython."""
+    def with_tokens(self, tokens) -> "Explanation":
+        """A copy that displays in notebooks as its ``tokens`` coloured by their maps
+        (:func:`saliency_kit.render.tokens_html`), for maps ``[B, K, T]`` of token sequences:
+        ``tokens`` is a list of str per input (or one list for one input), at most ``T`` each.
+        The arrays are shared, not copied."""
+        import copy
+
+        from .render import check_tokens
+
+        shown = copy.copy(self)
+        shown.__dict__["_tokens"] = check_tokens(tokens, np.shape(self.maps))
+        return shown
+
+    @property
+    def tokens(self) -> list | None:
+        """The tokens this explanation displays with (:meth:`with_tokens`), else None."""
+        return self.__dict__.get("_tokens")
+
+    def _repr_html_(self) -> str | None:
+        """Token explanations (:meth:`with_tokens`) as coloured, escaped HTML spans; None otherwise,
+        so that notebooks show the grid (:meth:`_repr_png_`)."""
+        if self.tokens is None:
+            return None
+        from .render import tokens_html
+
+        _, class_names = self.__dict__.get("_display", (None, None))
+        return tokens_html(self, self.tokens, class_names=class_names)
+
+    def _repr_png_(self) -> bytes | None:
+        """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython; for volumes, the
+        slices of the first input and target (render.volume); None for token explanations, which
+        display as HTML."""
         from .render.figure import explanation_png
 
+        if self.tokens is not None:
+            return None
         originals, class_names = self.__dict__.get("_display", (None, None))
         return explanation_png(self, originals, class_names)
 

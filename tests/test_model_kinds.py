@@ -331,6 +331,40 @@ def fully_convolutional():
     return model, twin
 
 
+def conv1d_time_series():
+    c1 = keras.layers.Conv1D(4, 3, activation="relu", name="c1")
+    c2 = keras.layers.Conv1D(5, 3, strides=2, padding="same", activation=keras.layers.LeakyReLU(0.1), name="c2")
+    head = keras.layers.Dense(3, name="head")
+    model = keras.Sequential([keras.Input((12, 2)), c1, c2, keras.layers.GlobalAveragePooling1D(), head],
+                             name="conv1d_time_series")
+
+    def twin(x, act):
+        k1, b1 = c1.get_weights()
+        k2, b2 = c2.get_weights()
+        h = act(tf.nn.conv1d(x, k1, 1, "VALID") + b1, RELU)
+        h = act(tf.nn.conv1d(h, k2, 2, "SAME") + b2, leaky(0.1))
+        return dense(head, tf.reduce_mean(h, axis=1))
+
+    return model, twin
+
+
+def conv3d_volume():
+    conv = keras.layers.Conv3D(4, 3, activation="relu", name="conv")
+    head = keras.layers.Dense(3, name="head")
+    # average pooling: at a max over dead (all-zero) ReLUs, eager TensorFlow sends the gradient to every
+    # tied zero and a compiled function to one of them, which the deconv rule would expose
+    model = keras.Sequential([keras.Input((4, 5, 5, 2)), conv, keras.layers.AveragePooling3D(2),
+                              keras.layers.Flatten(), head], name="conv3d_volume")
+
+    def twin(x, act):
+        kernel, bias = conv.get_weights()
+        h = act(tf.nn.conv3d(x, kernel, [1] * 5, "VALID") + bias, RELU)  # [B, 2, 3, 3, 4]
+        h = tf.nn.avg_pool3d(h, 2, 2, "VALID")
+        return dense(head, tf.reshape(h, [tf.shape(h)[0], -1]))
+
+    return model, twin
+
+
 KINDS = {
     "functional": (functional, (6,)),
     "sequential": (sequential, (6, 6, 2)),
@@ -345,6 +379,8 @@ KINDS = {
     "channels_first": (channels_first, (2, 6, 6)),
     "mixed_float16": (mixed_float16, (6,)),
     "fully_convolutional": (fully_convolutional, (6, 6, 2)),
+    "conv1d_time_series": (conv1d_time_series, (12, 2)),
+    "conv3d_volume": (conv3d_volume, (4, 5, 5, 2)),
 }
 
 

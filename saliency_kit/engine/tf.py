@@ -20,7 +20,8 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
   another method;
 * ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
   not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
-* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps;
+* ``ctx.resize(maps, size)`` — linear resizing of maps ``[n, K, *s]`` with 1, 2 or 3 spatial axes
+  (sequences, images, volumes);
 * ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
   by every input);
 * ``ctx.host(fn, args, dtype)`` — a host-side NumPy step inside the compiled function.
@@ -193,9 +194,9 @@ class Context:
         return tuple(self.inputs.shape[1:])
 
     @property
-    def image_size(self) -> tuple:
-        """``(H, W)`` of an image input, whichever axis holds its channels."""
-        return tuple(self.shape[1:3]) if self.channel_axis == 0 else tuple(self.shape[0:2])
+    def spatial_size(self) -> tuple:
+        """``(T,)``, ``(H, W)`` or ``(D, H, W)``: one input's axes but its channel axis."""
+        return tuple(self.shape[1:]) if self.channel_axis == 0 else tuple(self.shape[:-1])
 
     @property
     def num_targets(self) -> int:
@@ -348,12 +349,22 @@ class Context:
         return tf.reshape(eps, [n, m, *self.shape])
 
     def resize(self, maps, size):
-        """``maps [n, K, h, w]`` upsampled bilinearly to ``[n, K, *size]``."""
-        n, k, h, w = maps.shape
-        if (h, w) == tuple(size):
+        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
+        axis in turn, half-pixel centres, edges held (``tf.image.resize(method="bilinear")`` one
+        axis at a time; ``scipy.ndimage.zoom(order=1, grid_mode=True, mode="nearest")``)."""
+        spatial, size = tuple(maps.shape[2:]), tuple(int(d) for d in size)
+        if spatial == size:
             return maps
-        flat = tf.reshape(maps, [n * k, h, w, 1])
-        flat = tf.image.resize(flat, tuple(size), method="bilinear")
+        n, k = maps.shape[:2]
+        flat = tf.cast(tf.reshape(maps, [n * k, *spatial]), tf.float32)
+        if len(size) == 1:  # [m, t] as images t × 1
+            flat = tf.image.resize(flat[:, :, None, None], (size[0], 1), method="bilinear")
+        elif len(size) == 2:
+            flat = tf.image.resize(flat[..., None], size, method="bilinear")
+        else:  # each depth slice, then depth (an axis resized to its own length is unchanged)
+            planes = tf.image.resize(tf.reshape(flat, [-1, *spatial[1:], 1]), size[1:], method="bilinear")
+            columns = tf.reshape(planes, [n * k, spatial[0], size[1] * size[2], 1])
+            flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
 
     def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):

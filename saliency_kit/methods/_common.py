@@ -16,9 +16,11 @@ __all__ = [
     "baseline_array",
     "LAYER_OPTION",
     "RELU_OPTION",
+    "CAM_RANKS",
     "prepare_cam_layer",
     "check_cam_rank",
     "channels_last",
+    "spatial_axes",
     "require_channels_last",
     "base_cost",
 ]
@@ -73,54 +75,76 @@ def baseline_array(baseline, inputs: np.ndarray) -> np.ndarray:
 
 # -- class activation maps ---------------------------------------------------------------------
 LAYER_OPTION = Option("layer", None, type=str, layer=True,
-                      help="the layer (default: the model's configured one, else the last 4-D layer)")
+                      help="the layer (default: the model's configured one, else the last layer whose output "
+                           "has the input's rank)")
 RELU_OPTION = Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)")
+
+#: Input ranks (batch axis included) CAM methods explain: sequences, images, volumes.
+CAM_RANKS = (3, 4, 5)
 
 
 def prepare_cam_layer(request: Request, options: dict) -> dict:
-    """The layer's path, checked to have a 4-D output, and image inputs — before any work."""
-    from ..model.layers import default_cam_layer, find_layer, layer_at
+    """The layer's path, checked to have an output of the input's rank, and inputs that are
+    sequences ``[B, T, F]``, images ``[B, H, W, C]`` or volumes ``[B, D, H, W, C]`` (channels
+    first for channels-first models) — before any work."""
+    from ..model.layers import default_cam_layer, find_layer, layer_at, spatial_output_text
 
-    if request.inputs.ndim != 4:
+    rank = request.inputs.ndim
+    if rank not in CAM_RANKS:
         raise ValueError(
-            f"CAM methods need image inputs [B, H, W, C] (or [B, C, H, W] for channels-first "
-            f"models); received shape {request.inputs.shape}."
+            f"CAM methods need image inputs [B, H, W, C], sequences [B, T, F] or volumes [B, D, H, W, C] "
+            f"(channels first for channels-first models); received shape {request.inputs.shape}."
         )
     layer = options["layer"]
     if layer is None:
         layer = request.default_layer
     if layer is None:
-        return {**options, "layer": default_cam_layer(request.model)}
+        return {**options, "layer": default_cam_layer(request.model, rank)}
     path = find_layer(request.model, layer)
     found = layer_at(request.model, path)
     try:
         shape = tuple(found.output.shape)
     except (AttributeError, ValueError):  # called several times: checked when it runs
         return {**options, "layer": path}
-    if len(shape) != 4:
+    if len(shape) != rank:
         raise ValueError(
-            f"layer {path!r} has output shape {shape}; CAM methods need a 4-D "
-            f"[batch, height, width, channels] layer (layer=None picks the last one); received {path!r}."
+            f"layer {path!r} has output shape {shape}; CAM methods on inputs of shape "
+            f"{request.inputs.shape} need a {spatial_output_text(rank)} layer (layer=None picks the last "
+            f"one); received {path!r}."
         )
     return {**options, "layer": path}
 
 
-def check_cam_rank(activations, layer: str) -> None:
-    """``ValueError`` unless a layer's ``activations`` are 4-D ``[n, h, w, c]``."""
-    if len(activations.shape) != 4:
+def check_cam_rank(ctx, activations, layer: str) -> None:
+    """``ValueError`` unless a layer's ``activations`` have the rank of the inputs (``[n, t, c]``,
+    ``[n, h, w, c]`` or ``[n, d, h, w, c]``)."""
+    from ..model.layers import spatial_output_text
+
+    rank = len(ctx.inputs.shape)
+    if len(activations.shape) != rank:
         raise ValueError(
-            f"layer {layer!r} has a {len(activations.shape)}-D output {activations.shape}; "
-            f"CAM methods need a 4-D [batch, height, width, channels] layer; received {layer!r}."
+            f"layer {layer!r} has a {len(activations.shape)}-D output {tuple(activations.shape)}; "
+            f"CAM methods on these inputs need a {spatial_output_text(rank)} layer; received {layer!r}."
         )
 
 
-def channels_last(ctx, activations, g):
-    """``A [n, h, w, c]`` and ``g [n, K, h, w, c]`` whatever the model's channel axis."""
+def channels_last(ctx, activations, g=None):
+    """``A [n, *s, c]`` (and ``g [n, K, *s, c]``) whatever the model's channel axis; ``s`` the
+    layer's one to three spatial axes."""
     from keras import ops
 
-    if ctx.channel_axis == 0:  # channels-first: [n, c, h, w] and [n, K, c, h, w]
-        return ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
-    return activations, g
+    if ctx.channel_axis != 0:
+        return activations if g is None else (activations, g)
+    rank = len(activations.shape)  # channels-first: [n, c, *s] and [n, K, c, *s]
+    activations = ops.transpose(activations, [0, *range(2, rank), 1])
+    if g is None:
+        return activations
+    return activations, ops.transpose(g, [0, 1, *range(3, rank + 1), 2])
+
+
+def spatial_axes(tensor, lead: int = 1) -> tuple:
+    """The spatial axes of a channels-last ``tensor`` ``[*lead axes, *s, c]``."""
+    return tuple(range(lead, len(tensor.shape) - 1))
 
 
 # -- inputs ------------------------------------------------------------------------------------

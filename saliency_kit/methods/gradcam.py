@@ -1,21 +1,25 @@
 """Class activation maps on a convolutional layer: Grad-CAM, Grad-CAM++ and guided Grad-CAM.
 
-With ``A`` the layer's activations ``[h, w, c]`` and ``g = ∂s/∂A``:
+With ``A`` the layer's activations ``[*s, c]`` (``s`` its spatial axes: ``h, w`` of a ``Conv2D``,
+``t`` of a ``Conv1D``, ``d, h, w`` of a ``Conv3D``) and ``g = ∂s/∂A``:
 
-* Grad-CAM (Selvaraju et al. 2017): ``relu(Σ_c w_c A_c)``, ``w_c = mean_hw g_c``.
+* Grad-CAM (Selvaraju et al. 2017): ``relu(Σ_c w_c A_c)``, ``w_c = mean_s g_c``.
 * Grad-CAM++ (Chattopadhay et al. 2018, eq. 19 with the exponential-score closed form):
-  ``w_c = Σ_hw α · relu(g_c)``, ``α = g² / (2 g² + Σ_hw A_c · g³)``.
+  ``w_c = Σ_s α · relu(g_c)``, ``α = g² / (2 g² + Σ_s A_c · g³)``.
 * Guided Grad-CAM: guided-backprop attributions × the upsampled Grad-CAM map.
 
-Channels-first models (``data_format="channels_first"``) work the same on ``[B, C, H, W]``.
+Inputs are images ``[B, H, W, C]``, time series ``[B, T, F]`` or volumes ``[B, D, H, W, C]``;
+channels-first models (``data_format="channels_first"``) work the same on ``[B, C, ...]``.
 ``layer=None`` picks the model's configured CAM layer (``ModelSpec.gradcam_layer``) or else the
-last layer with a 4-D ``[B, h, w, c]`` output, looking inside nested models; a layer is named by
-its path ``"outer/inner"`` or its bare name, or given as the layer object (recorded as its path). Maps are upsampled bilinearly to the input's
-``H×W``; the CAM methods' attributions are the maps ``[B, K, H, W]`` themselves.
+last layer whose output has the input's rank, looking inside nested models; a layer is named by
+its path ``"outer/inner"`` or its bare name, or given as the layer object (recorded as its path).
+Maps are resized to the input's length, size or volume by linear interpolation along each axis
+(half-pixel centres, as ``tf.image.resize``; see ``Context.resize``); the CAM methods'
+attributions are the maps ``[B, K, T]``, ``[B, K, H, W]`` or ``[B, K, D, H, W]`` themselves.
 """
 from __future__ import annotations
 
-from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
+from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
 from .base import register
 
 __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "cam_map"]
@@ -24,13 +28,14 @@ OPTIONS = [LAYER_OPTION, RELU_OPTION]
 
 
 def cam_map(ctx, weights, activations, relu):
-    """``relu(Σ_c weights[n, k, c] · A[n, h, w, c])`` upsampled to the input: ``[n, K, H, W]``."""
+    """``relu(Σ_c weights[n, k, c] · A[n, *s, c])`` resized to the input: ``[n, K, *S]``."""
     from keras import ops
 
-    maps = ops.einsum("nkc,nhwc->nkhw", weights, activations)
+    axes = "xyz"[: len(activations.shape) - 2]
+    maps = ops.einsum(f"nkc,n{axes}c->nk{axes}", weights, activations)
     if relu:
         maps = ops.relu(maps)
-    return ctx.resize(maps, ctx.image_size)
+    return ctx.resize(maps, ctx.spatial_size)
 
 
 @register("gradcam", title="Grad-CAM", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
@@ -40,9 +45,9 @@ def gradcam(ctx, layer, relu):
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    check_cam_rank(activations, layer)
-    activations, g = channels_last(ctx, activations, g)  # [n, h, w, c], [n, K, h, w, c]
-    return cam_map(ctx, ops.mean(g, axis=(2, 3)), activations, relu)
+    check_cam_rank(ctx, activations, layer)
+    activations, g = channels_last(ctx, activations, g)  # [n, *s, c], [n, K, *s, c]
+    return cam_map(ctx, ops.mean(g, axis=spatial_axes(g, 2)), activations, relu)
 
 
 @register("gradcam_plus_plus", title="Grad-CAM++", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
@@ -51,12 +56,12 @@ def gradcam_plus_plus(ctx, layer, relu):
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    check_cam_rank(activations, layer)
+    check_cam_rank(ctx, activations, layer)
     activations, g = channels_last(ctx, activations, g)
     g2 = ops.square(g)
-    total = ops.sum(activations, axis=(1, 2), keepdims=True)[:, None]  # Σ_hw A_c, [n, 1, 1, 1, c]
+    total = ops.sum(activations, axis=spatial_axes(activations), keepdims=True)[:, None]  # Σ_s A_c, [n, 1, 1.., c]
     alpha = ops.divide_no_nan(g2, 2.0 * g2 + total * g2 * g)
-    return cam_map(ctx, ops.sum(alpha * ops.relu(g), axis=(2, 3)), activations, relu)
+    return cam_map(ctx, ops.sum(alpha * ops.relu(g), axis=spatial_axes(g, 2)), activations, relu)
 
 
 @register("guided_gradcam", title="Guided Grad-CAM", options=OPTIONS, prepare=prepare_cam_layer, warn_zero=False,
@@ -65,7 +70,7 @@ def gradcam_plus_plus(ctx, layer, relu):
 def guided_gradcam(ctx, layer, relu):
     from keras import ops
 
-    cam = gradcam(ctx, layer, relu)  # [n, K, H, W]
-    guided = ctx.gradients(ctx.inputs, rule="guided")  # [n, K, H, W, C] (or [n, K, C, H, W])
+    cam = gradcam(ctx, layer, relu)  # [n, K, *S]
+    guided = ctx.gradients(ctx.inputs, rule="guided")  # [n, K, *S, C] (or [n, K, C, *S])
     cam = ops.expand_dims(ops.cast(cam, guided.dtype), 2 if ctx.channel_axis == 0 else -1)
     return guided * cam

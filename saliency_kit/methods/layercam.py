@@ -7,8 +7,9 @@ the positive part of its own gradient,
 
 so the map keeps the layer's own resolution of detail, and works on early layers where a
 channel-averaged gradient blurs away. ``relu=False`` keeps the map's sign (the outer relu).
-``up`` is bilinear resizing to the input's ``H×W``, as Grad-CAM here. K classes share one forward
-pass. Attributions are the maps ``[B, K, H, W]``.
+``up`` is linear resizing to the input's ``H×W`` (length ``T`` of a sequence, ``D×H×W`` of a
+volume), as Grad-CAM here. K classes share one forward pass. Attributions are the maps
+``[B, K, H, W]`` (``[B, K, T]``, ``[B, K, D, H, W]``).
 
 Anchor: tf-keras-vis ``Layercam``, which upsamples with ``scipy.ndimage.zoom(order=1)``
 (corner-aligned; here half-pixel, as ``tf.image.resize`` and Grad-CAM) and normalises each map
@@ -17,7 +18,7 @@ maps agree.
 """
 from __future__ import annotations
 
-from ._common import LAYER_OPTION, RELU_OPTION, check_cam_rank, prepare_cam_layer
+from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
 from .base import register
 
 __all__ = ["layercam"]
@@ -36,12 +37,10 @@ __all__ = ["layercam"]
 def layercam(ctx, layer, relu):
     from keras import ops
 
-    activations, g = ctx.layer(layer)  # [n, h, w, c], [n, K, h, w, c]
-    check_cam_rank(activations, layer)
-    g, activations = ops.cast(g, "float32"), ops.cast(activations, "float32")
-    if ctx.channel_axis == 0:  # a channels-first layer: [n, C, h, w], [n, K, C, h, w]
-        activations, g = ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
-    maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, h, w]
+    activations, g = ctx.layer(layer)  # [n, *s, c], [n, K, *s, c] (channels first: [n, c, *s], [n, K, c, *s])
+    check_cam_rank(ctx, activations, layer)
+    activations, g = channels_last(ctx, ops.cast(activations, "float32"), ops.cast(g, "float32"))
+    maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, *s]
     if relu:
         maps = ops.relu(maps)
-    return ctx.resize(maps, ctx.image_size)
+    return ctx.resize(maps, ctx.spatial_size)

@@ -1,14 +1,14 @@
 """Score-CAM (Wang et al., CVPRW 2020) and Faster-ScoreCAM.
 
-Each channel ``A_c`` of a convolutional layer, upsampled to the input's ``H×W`` and normalised to
-[0, 1], masks the input; the channel's weight is the class's softmax probability at that
-masked input:
+Each channel ``A_c`` of a convolutional layer, upsampled to the input's ``H×W`` (length ``T`` of a
+sequence, ``D×H×W`` of a volume) and normalised to [0, 1], masks the input; the channel's weight
+is the class's softmax probability at that masked input:
 
     H_c = (up(A_c) − min up(A_c)) / (max up(A_c) − min up(A_c) + 1e-7)
     w_c^k = softmax(f(x ⊙ H_c))_k
     L^k = up( relu( Σ_c w_c^k A_c ) )
 
-with ``f`` the logits (``score="logits"``) and ``up`` bilinear resizing to ``H×W`` (as Grad-CAM
+with ``f`` the logits (``score="logits"``) and ``up`` linear resizing to the input (as Grad-CAM
 here). ``max_channels=N`` is Faster-ScoreCAM: only the ``N`` channels of each input whose
 activations vary most over ``h×w`` (standard deviation) take part. Forward passes only:
 ``C`` (or ``N``) forward passes per input, all K classes sharing them; ``batch_size`` bounds the
@@ -19,11 +19,12 @@ aligned, where Grad-CAM here and ``tf.image.resize`` are half-pixel), normalises
 [0, 1] (here it is left as computed, like Grad-CAM), and with ``max_N`` keeps the union of the
 top channels of *every input in the batch* (so a map depends on its batch); here each input
 keeps its own ``max_channels``. On a layer of the input's own size (no resizing) and without
-Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]``.
+Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]`` (``[B, K, T]``,
+``[B, K, D, H, W]``).
 """
 from __future__ import annotations
 
-from ._common import LAYER_OPTION, check_cam_rank, prepare_cam_layer
+from ._common import LAYER_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
 from .base import Option, register
 
 __all__ = ["scorecam"]
@@ -50,30 +51,30 @@ ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count
 def scorecam(ctx, layer, max_channels):
     from keras import ops
 
-    activations, _ = ctx.layer(layer)  # [n, h, w, C]
-    check_cam_rank(activations, layer)
-    activations = ops.cast(activations, "float32")
-    if ctx.channel_axis == 0:  # a channels-first layer [n, C, h, w]
-        activations = ops.transpose(activations, [0, 2, 3, 1])
+    activations, _ = ctx.layer(layer)  # [n, *s, C] (channels first: [n, C, *s])
+    check_cam_rank(ctx, activations, layer)
+    activations = channels_last(ctx, ops.cast(activations, "float32"))
+    axes = spatial_axes(activations)
     channels = activations.shape[-1]
     count = channels if max_channels is None else min(max_channels, channels)
     if count < channels:  # Faster-ScoreCAM: each input's channels of largest spread
-        spread = ops.std(activations, axis=(1, 2))  # [n, C]
+        spread = ops.std(activations, axis=axes)  # [n, C]
         keep = ops.top_k(spread, count)[1]
-        activations = ops.take_along_axis(activations, keep[:, None, None, :], axis=3)
-    maps = ops.transpose(activations, [0, 3, 1, 2])  # [n, count, h, w]
+        activations = ops.take_along_axis(activations, ops.reshape(keep, [-1, *[1] * len(axes), count]), axis=-1)
+    maps = ops.transpose(activations, [0, len(axes) + 1, *axes])  # [n, count, *s]
     x = ctx.inputs
-    size = ctx.image_size
+    size = ctx.spatial_size
     color = 2 if ctx.channel_axis == 0 else -1  # where the input's channels go in [n, m, ...]
+    within = tuple(range(2, 2 + len(size)))  # the spatial axes of [n, m, *S]
 
-    def channel(i):  # channels i [m] -> w_c^k · A_c: [n, m, K, h, w]
-        chosen = ops.take(maps, i, axis=1)  # [n, m, h, w]
-        up = ctx.resize(chosen, size)  # [n, m, H, W]
-        low = ops.min(up, axis=(2, 3), keepdims=True)
-        high = ops.max(up, axis=(2, 3), keepdims=True)
+    def channel(i):  # channels i [m] -> w_c^k · A_c: [n, m, K, *s]
+        chosen = ops.take(maps, i, axis=1)  # [n, m, *s]
+        up = ctx.resize(chosen, size)  # [n, m, *S]
+        low = ops.min(up, axis=within, keepdims=True)
+        high = ops.max(up, axis=within, keepdims=True)
         masks = (up - low) / (high - low + EPSILON)
         probabilities = ops.softmax(ctx.values(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color)), axis=-1)
         weights = ops.take_along_axis(probabilities, ops.cast(ctx.targets[:, None, :], "int32"), axis=2)  # [n, m, K]
-        return weights[..., None, None] * chosen[:, :, None]
+        return ops.reshape(weights, [*weights.shape, *[1] * len(size)]) * chosen[:, :, None]
 
     return ctx.resize(ops.relu(ctx.sum(count, channel)), size)

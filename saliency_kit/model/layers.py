@@ -27,6 +27,7 @@ __all__ = [
     "layer_paths",
     "find_layer",
     "default_cam_layer",
+    "spatial_output_text",
     "configure_cam_layer",
     "weighted_layers",
     "is_recurrent",
@@ -129,9 +130,10 @@ def find_layer(model, layer) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        spatial = [p for p, op in layer_paths(model) if output_rank(op) == 4]
+        spatial = [p for p, op in layer_paths(model) if output_rank(op) in _SPATIAL_OUTPUTS]
         raise ValueError(
-            f"layer {layer!r} is not in model {model.name!r}; layers with a spatial 4-D output: "
+            f"layer {layer!r} is not in model {model.name!r}; layers with a sequence, image or volume "
+            "(3-D to 5-D) output: "
             f"{spatial or 'none'}; received {layer!r}."
         )
     raise ValueError(
@@ -160,13 +162,23 @@ def configure_cam_layer(model, path: str | None) -> None:
         _CONFIGURED_CAM_LAYERS.pop(model, None)
 
 
-def default_cam_layer(model) -> str:
-    """The layer CAM methods use when none is given.
+_SPATIAL_OUTPUTS = {3: "3-D [batch, time, channels]", 4: "4-D [batch, height, width, channels]",
+                    5: "5-D [batch, depth, height, width, channels]"}
+
+
+def spatial_output_text(rank: int) -> str:
+    """How a layer output of ``rank`` that CAM methods can use is described in messages."""
+    return _SPATIAL_OUTPUTS.get(rank, f"{rank}-D")
+
+
+def default_cam_layer(model, rank: int = 4) -> str:
+    """The layer CAM methods use when none is given, for inputs of ``rank`` (batch axis included:
+    3 for sequences ``[B, T, F]``, 4 for images, 5 for volumes ``[B, D, H, W, C]``).
 
     A model returned by :func:`saliency_kit.load_model` uses its spec's ``gradcam_layer``
     (recorded with :func:`configure_cam_layer`).
-    Otherwise: the last layer (nested models included) with a spatial 4-D output
-    ``[B, h, w, c]``.
+    Otherwise: the last layer (nested models included) whose output has the input's rank
+    (``[B, t, c]``, ``[B, h, w, c]`` or ``[B, d, h, w, c]``, channels first or last as the model's).
     """
     try:
         configured = _CONFIGURED_CAM_LAYERS.get(model)
@@ -180,10 +192,10 @@ def default_cam_layer(model) -> str:
             "cannot be tapped from outside, so CAM methods have no default layer; wrap it in a "
             "functional model built from its layers, or use a gradient method."
         )
-    found = [path for path, layer in layer_paths(model) if output_rank(layer) == 4]
+    found = [path for path, layer in layer_paths(model) if output_rank(layer) == rank]
     if not found:
         raise ValueError(
-            f"model {model.name!r} has no layer with a 4-D [batch, height, width, channels] "
+            f"model {model.name!r} has no layer with a {spatial_output_text(rank)} "
             "output, so CAM methods cannot run on it; use a gradient method instead."
         )
     return found[-1]

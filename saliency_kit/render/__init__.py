@@ -6,6 +6,9 @@
     mix = sk.render.overlay(originals[0], expl.maps[0, 0])   # uint8, the size of the image
     fig = sk.render.grid(expl, originals, spec.class_names)  # matplotlib Figure
     sk.render.save_png(fig, "figure.png")
+    fig = sk.render.series(expl_1d, series)                  # time series [B, T, F]: lines over bands
+    fig = sk.render.volume(expl_3d, volumes)                 # volumes: a row of slices
+    page = sk.render.tokens_html(expl_text, tokens)          # tokens: escaped, coloured HTML spans
 
 Everything here works on NumPy arrays and a bare :class:`matplotlib.figure.Figure`: the pyplot
 global state is never touched, so a batch job can render millions of figures without leaking any.
@@ -22,6 +25,7 @@ from __future__ import annotations
 from ..files import png_bytes, save_png
 from .colour import DEFAULT_CMAPS, heatmap, normalize, overlay
 from .figure import explanation_png, fit_text, grid, method_title, show
+from .sequences import check_tokens, series, tokens_html, volume
 
-__all__ = ["DEFAULT_CMAPS", "explanation_png", "fit_text", "grid", "heatmap", "method_title", "normalize",
-           "overlay", "png_bytes", "save_png", "show"]
+__all__ = ["DEFAULT_CMAPS", "check_tokens", "explanation_png", "fit_text", "grid", "heatmap", "method_title",
+           "normalize", "overlay", "png_bytes", "save_png", "series", "show", "tokens_html", "volume"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_rgb", "colorize", "DEFAULT_CMAPS", "heatmap", "normalize", "overlay", "resize_unit"]
+__all__ = ["as_rgb", "colorize", "colormap", "DEFAULT_CMAPS", "heatmap", "normalize", "overlay", "resize_unit"]
 
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with
@@ -69,7 +69,7 @@ def _named_colormap(name: str):
         ) from None
 
 
-def _colormap(cmap: Any, sign: str):
+def colormap(cmap: Any, sign: str):
     if cmap is None:
         cmap = DEFAULT_CMAPS[sign]
     return _named_colormap(cmap) if isinstance(cmap, str) else cmap  # else a Colormap instance
@@ -92,9 +92,9 @@ def colorize(unit: np.ndarray, cmap: Any, sign: str) -> np.ndarray:
     colormap's table), by one table look-up: batch jobs colour many maps.
     """
     name = DEFAULT_CMAPS[sign] if cmap is None else cmap
-    colormap = _colormap(cmap, sign)
-    table = _named_table(name) if isinstance(name, str) else _table(colormap)
-    index = np.minimum((unit * colormap.N).astype(np.intp), colormap.N - 1)
+    chosen = colormap(cmap, sign)
+    table = _named_table(name) if isinstance(name, str) else _table(chosen)
+    index = np.minimum((unit * chosen.N).astype(np.intp), chosen.N - 1)
     return table[np.maximum(index, 0)]
 
 

@@ -185,6 +185,10 @@ def grid(
     from matplotlib.figure import Figure
 
     items = _explanations(explanation)
+    volumes = [np.shape(e.maps) for e in items if np.ndim(e.maps) == 5]
+    if volumes:
+        raise ValueError(f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
+                         f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}.")
     n_inputs = np.asarray(items[0].maps).shape[0]
     if originals is not None and len(originals) != n_inputs:
         raise ValueError(f"grid() needs one original per explained input ({n_inputs}); "
@@ -276,6 +280,10 @@ def explanation_png(explanation, originals=None, class_names=None, *, max_inputs
     At most ``max_inputs`` inputs are drawn (the first ones), so that displaying the explanation
     of a large batch stays quick. Without ``originals`` the grid has no input column.
     """
+    if not isinstance(explanation, (list, tuple)) and np.ndim(explanation.maps) == 5:  # a volume: its slices
+        from .sequences import volume
+
+        return png_bytes(volume(explanation, originals, class_names=class_names))
     items = [_first_inputs(e, max_inputs) for e in _explanations(explanation)]
     if originals is not None:
         originals = originals[:max_inputs]

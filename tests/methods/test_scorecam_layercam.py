@@ -112,8 +112,11 @@ def test_layercam_resized_layer_by_hand_and_batch_size():
 
 
 @pytest.mark.parametrize("method", ["scorecam", "layercam"])
-def test_cams_need_images(method):
-    inputs = keras.Input((6, 3))
+def test_cams_need_spatial_inputs_and_a_layer_of_their_rank(method):
+    flat = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"need image inputs \[B, H, W, C\].*received shape \(1, 6\)"):
+        sk.explain(flat, np.zeros((1, 6), "float32"), method, targets=0)
+    inputs = keras.Input((6, 3))  # a sequence, but no layer keeps its time axis
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
-    with pytest.raises(ValueError, match=r"need image inputs \[B, H, W, C\].*received shape \(1, 6, 3\)"):
+    with pytest.raises(ValueError, match=r"no layer with a 3-D \[batch, time, channels\] output"):
         sk.explain(model, np.zeros((1, 6, 3), "float32"), method, targets=0)

@@ -1,0 +1,345 @@
+"""Maps that are not images: time series, volumes and tokens.
+
+    fig = sk.render.series(expl, series, k=0, index=0)   # maps [B, K, T]: each feature a line, the map a band
+    fig = sk.render.volume(expl3d, volumes, slices=6)     # maps [B, K, D, H, W]: a row of slices
+    page = sk.render.tokens_html(expl_text, tokens)       # maps [B, K, T]: coloured, escaped spans
+    expl_text.with_tokens(tokens)                         # shows as those spans in a notebook
+"""
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+
+from .colour import DEFAULT_CMAPS, normalize
+from .colour import colormap as find_colormap
+from .figure import method_title
+
+__all__ = ["series", "volume", "tokens_html", "check_tokens"]
+
+
+def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
+    """``explanation.maps[index, k]`` with ``index`` and ``k`` checked."""
+    maps = np.asarray(explanation.maps)
+    if maps.ndim < 3:
+        raise ValueError(f"{what}() needs maps [B, K, ...] with at least one axis per input; received maps of "
+                         f"shape {maps.shape}.")
+    for name, value, limit in (("index", index, maps.shape[0]), ("k", k, maps.shape[1])):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < limit:
+            raise ValueError(f"{what}() needs {name} in [0, {limit}); received {value!r}.")
+    return maps[index, k]
+
+
+def _default_sign(explanation, values: np.ndarray) -> str:
+    """``"all"`` (diverging) for a method whose sign matters, or a map with negative values;
+    ``"abs"`` otherwise."""
+    from ..methods import get
+
+    try:
+        if get(explanation.method).signed:
+            return "all"
+    except (ValueError, TypeError):
+        pass
+    return "all" if np.nanmin(values) < 0 else "abs"
+
+
+def _colour_scale(values: np.ndarray, sign: str, clip_percentile: float) -> float:
+    """The value :func:`saliency_kit.render.normalize` maps to the end of the colour scale."""
+    values = np.asarray(values, np.float64)
+    if sign == "positive":
+        values = np.where(values > 0, values, 0.0)
+    elif sign == "negative":
+        values = np.where(values < 0, -values, 0.0)
+    magnitude = np.abs(values[np.isfinite(values)])
+    if not magnitude.size:
+        return 0.0
+    scale = float(np.percentile(magnitude, clip_percentile))
+    return scale if scale > 0 else float(magnitude.max())
+
+
+def _scale_bar(fig, axes, sign: str, cmap, scale: float, label: str) -> None:
+    """A colour bar beside ``axes`` labelled in the map's own units."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    low = -scale if sign == "all" else 0.0
+    mappable = ScalarMappable(norm=Normalize(low, scale if scale > 0 else 1.0), cmap=cmap)
+    bar = fig.colorbar(mappable, ax=axes, fraction=0.04, pad=0.02, shrink=0.9)
+    bar.set_label(label, fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+
+
+def _figure_heading(explanation, index: int, k: int, class_names) -> str:
+    target = int(np.asarray(explanation.targets)[index, k])
+    name = str(class_names[target]) if class_names is not None and 0 <= target < len(class_names) else f"class {target}"
+    score = float(np.asarray(explanation.scores)[index, k])
+    return f"{method_title(explanation.method)} \u00b7 input {index} \u00b7 {name} \u00b7 score {score:.3g}"
+
+
+def _sign_and_colormap(sign, cmap, clip_percentile, explanation, values):
+    sign = _default_sign(explanation, values) if sign is None else sign
+    normalize(np.zeros(1), sign=sign, clip_percentile=clip_percentile)  # checks sign and clip_percentile
+    return sign, find_colormap(cmap if cmap is not None else DEFAULT_CMAPS[sign], sign)
+
+
+# -- time series -----------------------------------------------------------------------------------------
+def _series_input(inputs, index: int, length: int, count: int) -> np.ndarray:
+    """One input of ``inputs`` as ``[T, F]`` (channels-first ``[F, T]`` and univariate ``[T]`` accepted)."""
+    array = np.asarray(inputs)
+    if array.ndim not in (2, 3) or len(array) != count:
+        raise ValueError(f"series() needs the explained inputs [B, T, F] (or [B, T]), B = {count}; received "
+                         f"shape {array.shape}.")
+    x = np.asarray(array[index], np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.shape[0] == length:
+        return x
+    if x.shape[1] == length:  # channels first: [F, T]
+        return x.T
+    raise ValueError(f"series() needs inputs whose time axis has the map's length {length}; received one input "
+                     f"of shape {array.shape[1:]}.")
+
+
+def series(explanation, inputs, *, k: int = 0, index: int = 0, feature_names: Sequence[str] | None = None,
+           class_names: Sequence[str] | None = None, per_feature: bool = False, sign: str | None = None,
+           cmap=None, clip_percentile: float = 99.0, max_features: int = 12, width_inches: float = 7.0,
+           row_inches: float = 0.9, dpi: int = 100):
+    """A time series with its map: each feature a line, the map a coloured band under it.
+
+    ``explanation``: an :class:`~saliency_kit.Explanation` whose maps are ``[B, K, T]`` (a Conv1D
+    CAM, or any method's map of a ``[B, T, F]`` input); ``inputs``: the explained inputs
+    ``[B, T, F]`` (``[B, F, T]`` for a channels-first model, found from the map's length; ``[B, T]``
+    for one feature). Draws input ``index`` and target ``k``. ``per_feature=True``: each band is
+    that feature's own attribution ``attributions[index, k, :, f]`` rather than the map (methods
+    with a feature axis). Bands share one colour scale, with a colour bar in the map's units;
+    ``sign`` defaults to ``"all"`` (diverging, zero at the centre colour) for signed methods and
+    maps with negative values, else ``"abs"``. At most ``max_features`` features are drawn (the
+    first ones; the title says so). Returns a bare matplotlib Figure.
+    """
+    from matplotlib.figure import Figure
+
+    map_ = np.asarray(_one_map(explanation, index, k, "series"), np.float64)
+    if map_.ndim != 1:
+        route = "use sk.render.volume" if map_.ndim == 3 else "use sk.render.grid"
+        raise ValueError(f"series() draws time-series maps [B, K, T]; {route} for maps of one input of shape "
+                         f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}.")
+    length, count = map_.size, np.shape(explanation.maps)[0]
+    x = _series_input(inputs, index, length, count)
+    features = x.shape[1]
+    if int(max_features) < 1:
+        raise ValueError(f"series() needs max_features >= 1; received {max_features!r}.")
+    shown = min(features, int(max_features))
+    if feature_names is not None and len(feature_names) != features:
+        raise ValueError(f"series() needs one feature name per feature ({features}); received {len(feature_names)}.")
+    if per_feature:
+        attributions = np.asarray(explanation.attributions)[index, k]
+        if attributions.shape not in ((length, features), (features, length)):
+            raise ValueError(f"per_feature=True needs attributions [T, F] per input and target ({length}, {features}); "
+                             f"received {attributions.shape} (a CAM has one value per time step: use the map).")
+        bands = attributions if attributions.shape == (length, features) else attributions.T
+        bands = np.asarray(bands, np.float64)[:, :shown].T  # [shown, T], scaled together
+    else:
+        bands = map_[None]  # one map under every feature
+    sign, colormap = _sign_and_colormap(sign, cmap, clip_percentile, explanation, bands)
+    unit = normalize(bands, sign=sign, clip_percentile=clip_percentile)
+    scale = _colour_scale(bands, sign, clip_percentile)
+    unit = np.broadcast_to(unit, (shown, length))
+
+    fig = Figure(figsize=(width_inches, shown * row_inches * 1.3 + 0.7), dpi=dpi, layout="constrained")
+    grid = fig.add_gridspec(2 * shown, 1, height_ratios=[1.0, 0.3] * shown)
+    steps = np.arange(length)
+    axes = []
+    for f in range(shown):
+        line = fig.add_subplot(grid[2 * f])
+        band = fig.add_subplot(grid[2 * f + 1], sharex=line)
+        line.plot(steps, x[:, f], color="0.15", linewidth=1.0)
+        line.set_ylabel(str(feature_names[f]) if feature_names is not None else f"x{f}", fontsize=7, rotation=0,
+                        ha="right", va="center")
+        line.tick_params(labelsize=6, labelbottom=False, length=2)
+        band.imshow(unit[f][None], aspect="auto", cmap=colormap, vmin=0.0, vmax=1.0, interpolation="nearest",
+                    extent=(-0.5, length - 0.5, 0.0, 1.0))
+        band.set_yticks([])
+        band.tick_params(labelsize=6, labelbottom=f == shown - 1, length=2)
+        for spine in ("top", "right"):
+            line.spines[spine].set_visible(False)
+        axes += [line, band]
+    axes[0].set_xlim(-0.5, length - 0.5)
+    axes[-1].set_xlabel("time step", fontsize=7)
+    title = _figure_heading(explanation, index, k, class_names)
+    if shown < features:
+        title += f" \u00b7 first {shown} of {features} features"
+    fig.suptitle(title, fontsize=8)
+    _scale_bar(fig, axes, sign, colormap, scale, "attribution" if per_feature else "map")
+    return fig
+
+
+# -- volumes ---------------------------------------------------------------------------------------------
+_AXIS_NAMES = ("depth", "height", "width")
+
+
+def _volume_input(inputs, index: int, shape: tuple, count: int) -> np.ndarray:
+    """One input of ``inputs`` as a grey volume ``[D, H, W]`` in [0, 1] (channels averaged)."""
+    array = np.asarray(inputs)
+    if len(array) != count:
+        raise ValueError(f"volume() needs the explained inputs, B = {count}; received shape {array.shape}.")
+    x = np.asarray(array[index], np.float64)
+    if x.shape == shape:
+        grey = x
+    elif x.ndim == 4 and x.shape[:3] == shape:
+        grey = x.mean(axis=-1)
+    elif x.ndim == 4 and x.shape[1:] == shape:  # channels first
+        grey = x.mean(axis=0)
+    else:
+        raise ValueError(f"volume() needs inputs [B, D, H, W(, C)] matching the map {shape}; received one input of "
+                         f"shape {x.shape}.")
+    grey = np.nan_to_num(grey)
+    low, high = grey.min(), grey.max()
+    return (grey - low) / (high - low) if high > low else np.zeros_like(grey)
+
+
+def _slice_indices(slices, length: int) -> list[int]:
+    if isinstance(slices, (int, np.integer)) and not isinstance(slices, bool):
+        if slices < 1:
+            raise ValueError(f"volume() needs slices >= 1 or a list of slice indices; received {slices!r}.")
+        return sorted({int(i) for i in np.linspace(0, length - 1, min(int(slices), length)).round()})
+    chosen = [int(i) for i in slices]
+    if not chosen or any(not 0 <= i < length for i in chosen):
+        raise ValueError(f"volume() needs slice indices in [0, {length}); received {list(slices)!r}.")
+    return chosen
+
+
+def volume(explanation, inputs=None, *, k: int = 0, index: int = 0, axis: int = 0, slices=6,
+           class_names: Sequence[str] | None = None, sign: str | None = None, cmap=None,
+           clip_percentile: float = 99.0, alpha: float = 0.5, panel_inches: float = 1.5, dpi: int = 100):
+    """A volume's map as a row of slices.
+
+    ``explanation``: maps ``[B, K, D, H, W]`` (a Conv3D CAM, or any method's map of a volume
+    input ``[B, D, H, W, C]``). ``inputs``: the explained volumes (``[B, D, H, W, C]``,
+    ``[B, C, D, H, W]`` or ``[B, D, H, W]``), drawn in grey under the map with ``alpha``, or
+    ``None`` for the map alone. ``axis``: the axis sliced (0 depth, 1 height, 2 width);
+    ``slices``: how many evenly spaced slices, or their indices. The whole volume shares one
+    colour scale (:func:`saliency_kit.render.normalize`), shown by a colour bar. Returns a bare
+    matplotlib Figure.
+    """
+    from matplotlib.figure import Figure
+
+    map_ = np.asarray(_one_map(explanation, index, k, "volume"), np.float64)
+    if map_.ndim != 3:
+        route = "use sk.render.series" if map_.ndim == 1 else "use sk.render.grid"
+        raise ValueError(f"volume() draws volume maps [B, K, D, H, W]; {route} for maps of one input of shape "
+                         f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}.")
+    if isinstance(axis, bool) or axis not in (0, 1, 2):
+        raise ValueError(f"volume() needs axis 0 (depth), 1 (height) or 2 (width); received {axis!r}.")
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"volume() needs alpha in [0, 1]; received {alpha!r}.")
+    chosen = _slice_indices(slices, map_.shape[axis])
+    sign, colormap = _sign_and_colormap(sign, cmap, clip_percentile, explanation, map_)
+    unit = normalize(map_, sign=sign, clip_percentile=clip_percentile)
+    heat = colormap(unit)[..., :3]
+    if inputs is not None:
+        grey = _volume_input(inputs, index, map_.shape, np.shape(explanation.maps)[0])[..., None]
+        heat = (1.0 - alpha) * grey + alpha * heat
+    height, width = np.take(map_, 0, axis=axis).shape
+    fig = Figure(figsize=(panel_inches * len(chosen) + 0.9, panel_inches * height / width + 0.6), dpi=dpi,
+                 layout="constrained")
+    axes = fig.subplots(1, len(chosen), squeeze=False)[0]
+    for ax, i in zip(axes, chosen):
+        ax.imshow(np.clip(np.take(heat, i, axis=axis), 0.0, 1.0), interpolation="nearest")
+        ax.set_title(f"{_AXIS_NAMES[axis]} {i}", fontsize=7)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(_figure_heading(explanation, index, k, class_names), fontsize=8)
+    _scale_bar(fig, list(axes), sign, colormap, _colour_scale(map_, sign, clip_percentile), "map")
+    return fig
+
+
+# -- tokens ----------------------------------------------------------------------------------------------
+def check_tokens(tokens, maps_shape: tuple) -> list[list[str]]:
+    """``tokens`` as one list of str per input, checked against maps ``[B, K, T]``: a list of str
+    per input, or one list for a single input; at most ``T`` tokens each (positions after the
+    last token, such as padding, are not shown)."""
+    if len(maps_shape) != 3:
+        raise ValueError(f"tokens need maps [B, K, T], one value per token; received maps of shape {maps_shape}.")
+    count, length = maps_shape[0], maps_shape[2]
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+        raise TypeError(f"tokens must be a list of str per input (or one list for one input); received "
+                        f"{type(tokens).__name__}.")
+    rows = list(tokens)
+    if rows and all(isinstance(t, str) for t in rows):
+        rows = [rows]
+    if len(rows) != count:
+        raise ValueError(f"tokens must hold one list per explained input ({count}); received {len(rows)}.")
+    checked = []
+    for b, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not all(isinstance(t, str) for t in row):
+            raise TypeError(f"tokens[{b}] must be a list of str; received {type(row).__name__}.")
+        if len(row) > length:
+            raise ValueError(f"tokens[{b}] has {len(row)} tokens but the map has {length} positions; received "
+                             f"{len(row)} tokens.")
+        checked.append(list(row))
+    return checked
+
+
+def _hex_colour(rgb) -> str:
+    r, g, b = (int(round(float(c) * 255)) for c in rgb[:3])
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _text_colour(rgb) -> str:
+    """Black or white text, whichever reads better on ``rgb``."""
+    return "#000000" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 0.55 else "#ffffff"
+
+
+def tokens_html(explanation, tokens, *, k: int = 0, class_names: Sequence[str] | None = None, cmap=None,
+                clip_percentile: float = 99.0) -> str:
+    """Tokens coloured by their map, as an HTML fragment (a ``div`` of ``span`` elements) with a legend.
+
+    ``explanation``: maps ``[B, K, T]``, one value per token; ``tokens``: a list of str per input
+    (or one list for one input), at most ``T`` each (positions after the last token are not
+    shown). Each token is a ``span`` whose background is its value on a diverging scale, zero at
+    the centre colour (``cmap``, default ``"RdBu_r"``: red for evidence for target ``k``, blue
+    against), shared by every input and scaled by the ``clip_percentile``-th percentile of
+    ``|value|``; hovering shows the value. The legend names the scale's ends in the map's units.
+    Every piece of text (tokens, class names, the method's name) is HTML-escaped, so no input can
+    add markup to the page.
+    """
+    maps = np.asarray(explanation.maps)
+    rows = check_tokens(tokens, maps.shape)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < maps.shape[1]:
+        raise ValueError(f"tokens_html() needs k in [0, {maps.shape[1]}); received {k!r}.")
+    colormap = find_colormap(cmap if cmap is not None else DEFAULT_CMAPS["all"], "all")
+    values = [np.asarray(maps[b, k, : len(row)], np.float64) for b, row in enumerate(rows)]
+    flat = np.concatenate(values) if values else np.zeros(0)
+    unit = normalize(flat, sign="all", clip_percentile=clip_percentile) if flat.size else flat
+    scale = _colour_scale(flat, "all", clip_percentile)
+    colours = colormap(unit)[:, :3] if flat.size else np.zeros((0, 3))
+
+    escape = html.escape
+    targets = np.asarray(explanation.targets)
+    lines = ['<div class="saliency-tokens" style="font-family:sans-serif;font-size:13px;line-height:1.9">',
+             f'<div class="saliency-tokens-title" style="font-weight:bold">{escape(method_title(explanation.method))}'
+             '</div>']
+    at = 0
+    for b, row in enumerate(rows):
+        target = int(targets[b, k])
+        name = class_names[target] if class_names is not None and 0 <= target < len(class_names) else f"class {target}"
+        spans = []
+        for t, token in enumerate(row):
+            rgb = colours[at]
+            spans.append(f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};'
+                         f'color:{_text_colour(rgb)};'
+                         f'padding:1px 2px;border-radius:3px;white-space:pre" title="{t}: {values[b][t]:+.4g}">'
+                         f"{escape(token)}</span>")
+            at += 1
+        lines.append(f'<div class="saliency-tokens-row"><span class="saliency-tokens-label" style="color:#555">'
+                     f"{escape(f'input {b} · {name}:')}</span> " + " ".join(spans) + "</div>")
+    stops = ",".join(_hex_colour(colormap(u)[:3]) for u in np.linspace(0.0, 1.0, 9))
+    lines.append('<div class="saliency-tokens-legend" style="font-size:11px;color:#555">'
+                 f"<span>{-scale:+.3g}</span> "
+                 f'<span class="saliency-tokens-scale" style="display:inline-block;width:160px;height:10px;'
+                 f'vertical-align:middle;background:linear-gradient(to right,{stops})"></span> '
+                 f"<span>{scale:+.3g}</span> <span>(0 at the centre colour"
+                 f"{'; red: for the target, blue: against' if cmap is None else ''})</span></div>")
+    lines.append("</div>")
+    return "\n".join(lines)
