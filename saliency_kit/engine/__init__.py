@@ -260,6 +260,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
             shape, dtype, [backend.array_spec(a) for a in arrays],
             backend.vectorise_classes(model), channel_axis, _traced, reports,
+            doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}",
         )
         return kernel, rules_used, reports
 
@@ -330,7 +331,8 @@ def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch
     kernel = _kernels.get(
         model, key,
         lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced),
+            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced,
+            f"the forward pass of model {model.name!r}"),
     )
     if rule is not None:
         rewritten_model(model, rule)

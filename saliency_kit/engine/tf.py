@@ -444,7 +444,7 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, reports: list):
+                 vectorise: bool, channel_axis, traced, reports: list, doing: str = "the method"):
     """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -457,6 +457,7 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
     ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
     rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
+    An error raised inside leaves as one line naming ``doing`` (:func:`translating`).
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
@@ -483,10 +484,24 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
         tf.TensorSpec([], tf.int64),
         *array_specs,
     ]
-    return tf.function(kernel, input_signature=signature)
+    return translating(tf.function(kernel, input_signature=signature, autograph=False), doing)
 
 
-def build_values_kernel(views, n, shape, dtype, traced):
+def translating(compiled, doing: str):
+    """``compiled`` called so that an error raised while it is traced or run reaches the user as
+    one line (:func:`saliency_kit.errors.translated`), never as TensorFlow's trace."""
+    from ..errors import translated
+
+    def call(*args):
+        try:
+            return compiled(*args)
+        except Exception as error:  # noqa: BLE001 - every error leaves as the project's one line
+            raise translated(error, doing) from None
+
+    return call
+
+
+def build_values_kernel(views, n, shape, dtype, traced, doing: str = "the forward pass"):
     """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
     views = tf.autograph.experimental.do_not_convert(views)
 
@@ -495,7 +510,7 @@ def build_values_kernel(views, n, shape, dtype, traced):
         view = views()
         return tf.cast(view(x), tf.float32)
 
-    return tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)])
+    return translating(tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)], autograph=False), doing)
 
 
 def array_spec(value: np.ndarray):
