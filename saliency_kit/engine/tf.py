@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 
 import keras
 import numpy as np
@@ -37,7 +38,8 @@ import tensorflow as tf
 from ..model.copy import input_signature as copy_signature
 from ..model.layers import is_recurrent, walk
 
-__all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
+__all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes",
+           "channel_axis", "layer_channel_axis"]
 
 
 class _OwnKernelsFilter(logging.Filter):
@@ -88,12 +90,12 @@ def _sublayers(model):
         yield visit.layer
 
 
-def channel_axis(model, rank: int) -> int:
-    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+def layer_channel_axis(model, rank: int) -> int:
+    """The channel axis of the model's spatial layers (``-1`` channels-last, ``0`` channels-first),
+    from their ``data_format``: where a CAM layer's channels are.
 
-    Channels-first when the model's spatial layers (convolutions, pooling, up-sampling, cropping,
-    padding) use ``data_format="channels_first"``. ``ValueError`` when they mix both formats
-    (which axis is spatial cannot be told then). Non-image inputs (rank < 3) are channels-last.
+    ``ValueError`` when they mix both formats (which axis is spatial cannot be told then).
+    Non-image inputs (rank < 2 per input) are channels-last.
     """
     formats = {}
     for layer in _sublayers(model):
@@ -108,6 +110,71 @@ def channel_axis(model, rank: int) -> int:
             "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
         )
     return 0 if "channels_first" in formats and rank >= 2 else -1
+
+
+def _may_move_axes(model) -> bool:
+    """Whether something in ``model`` may move its input's axes before its spatial layers: a
+    ``Permute``, ``Reshape`` or ``Lambda``, a bare ``keras.ops`` call, a layer or model class of
+    the user's own (its ``call`` is not known)."""
+    from ..model.layers import is_graph_model
+
+    for layer in _sublayers(model):
+        if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape, keras.layers.Lambda)):
+            return True
+        if isinstance(layer, keras.Model) and not is_graph_model(layer):
+            return True
+        if not type(layer).__module__.startswith("keras."):
+            return True
+        if is_graph_model(layer) and any(
+                not isinstance(op, keras.layers.Layer) for op in getattr(layer, "operations", ())):
+            return True
+    return False
+
+
+_traced_axes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
+
+
+def _refuse_axes(model, why: str):
+    return ValueError(
+        f"cannot tell which input axis of model {model.name!r} holds the channels ({why}); pass "
+        "channels_axis=1 for [B, C, H, W] inputs or channels_axis=-1 for [B, H, W, C]; received a model "
+        "whose input axes could not be followed."
+    )
+
+
+def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None = None) -> int:
+    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+
+    From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may
+    move its input's axes before them (a ``Permute`` or a transpose, as models converted from
+    PyTorch do): then the model is traced on ``[None, *shape]`` and the graph is followed from
+    the input to its first convolution or pooling through the transposes
+    (:mod:`saliency_kit.model.input_axes`), once per model and input shape. ``ValueError`` when
+    the channels land on an axis that is neither first nor last, or when a transpose lies on a
+    way that cannot be followed: ``explain(..., channels_axis=)`` says it then.
+    """
+    declared = layer_channel_axis(model, rank)
+    if rank < 2 or shape is None or not _may_move_axes(model):
+        return declared
+    from ..model.input_axes import traced_channel_axis
+
+    known = _traced_axes.setdefault(model, {})
+    key = (tuple(shape), str(dtype))
+    if key not in known:
+        known[key] = eagerly(lambda: traced_channel_axis(model, tuple(shape), dtype))
+    found = known[key]
+    if found.unsure:
+        if found.moved:
+            raise _refuse_axes(model, "a transpose lies before its first convolution, on a way that cannot be followed")
+        return declared
+    if found.axis is None:
+        return declared
+    if found.axis == rank:
+        return -1
+    if found.axis == 1:
+        return 0
+    raise _refuse_axes(model, f"its first convolution takes its channels from input axis {found.axis}, "
+                              "neither the first nor the last after the batch axis")
 
 
 def vectorise_classes(model) -> bool:
@@ -254,11 +321,15 @@ class Context:
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
-            (channels-first models, see :func:`channel_axis`).
+            (channels-first inputs, see :func:`channel_axis`).
+        layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
+            layer's channels are, see :func:`layer_channel_axis`): the input's, unless the model
+            moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
+            runs channels-last layers).
     """
 
     def __init__(self, views, inputs, targets, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
-                 reports=None):
+                 reports=None, layer_axis=None):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
@@ -268,6 +339,7 @@ class Context:
         self.seed = seed
         self.budget = max(1, int(budget))
         self.channel_axis = channel_axis
+        self.layer_channel_axis = channel_axis if layer_axis is None else layer_axis
         self._vectorise = vectorise
         self._top = top
         self.memo: dict = {}
@@ -411,7 +483,8 @@ class Context:
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
         return Context(self._views, rows, targets, index, keys, self.seed, max(1, self.budget // copies),
-                       self._vectorise, self.channel_axis, top=False, reports=self._reports)
+                       self._vectorise, self.channel_axis, top=False, reports=self._reports,
+                       layer_axis=self.layer_channel_axis)
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids, count: int):
@@ -444,7 +517,7 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, reports: list, doing: str = "the method"):
+                 vectorise: bool, channel_axis, traced, reports: list, doing: str = "the method", layer_axis=None):
     """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -465,7 +538,8 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     def kernel(x, targets, index, keys, seed, *arrays):
         traced()
         del reports[:]  # a retrace reports afresh
-        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports)
+        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports,
+                      layer_axis=layer_axis)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:

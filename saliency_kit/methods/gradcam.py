@@ -56,7 +56,7 @@ def channels_last(ctx, activations, g):
     """``A [n, h, w, c]`` and ``g [n, K, h, w, c]`` whatever the model's channel axis."""
     from keras import ops
 
-    if ctx.channel_axis == 0:  # channels-first: [n, c, h, w] and [n, K, c, h, w]
+    if ctx.layer_channel_axis == 0:  # channels-first layers: [n, c, h, w] and [n, K, c, h, w]
         return ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
     return activations, g
 

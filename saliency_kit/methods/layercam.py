@@ -37,7 +37,7 @@ def layercam(ctx, layer, relu):
     activations, g = ctx.layer(layer)  # [n, h, w, c], [n, K, h, w, c]
     gradcam._check_rank(activations, layer)
     g, activations = ops.cast(g, "float32"), ops.cast(activations, "float32")
-    if ctx.channel_axis == 0:  # a channels-first layer: [n, C, h, w], [n, K, C, h, w]
+    if ctx.layer_channel_axis == 0:  # a channels-first layer: [n, C, h, w], [n, K, C, h, w]
         activations, g = ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
     maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, h, w]
     if relu:

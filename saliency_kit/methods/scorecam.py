@@ -60,7 +60,7 @@ def scorecam(ctx, layer, max_channels):
     activations, _ = ctx.layer(layer)  # [n, h, w, C]
     gradcam._check_rank(activations, layer)
     activations = ops.cast(activations, "float32")
-    if ctx.channel_axis == 0:  # a channels-first layer [n, C, h, w]
+    if ctx.layer_channel_axis == 0:  # a channels-first layer [n, C, h, w]
         activations = ops.transpose(activations, [0, 2, 3, 1])
     channels = activations.shape[-1]
     count = channels if max_channels is None else min(max_channels, channels)
