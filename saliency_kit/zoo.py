@@ -99,6 +99,7 @@ class Preprocessing:
     mean: tuple = (0.0, 0.0, 0.0)
     std: tuple = (1.0, 1.0, 1.0)
     channel_order: str = "RGB"
+    channels_first: bool = False  # output [..., 3, H, W] (a model converted from PyTorch)
 
     MODES = {
         "caffe": dict(scale=1.0, mean=(103.939, 116.779, 123.68), channel_order="BGR"),
@@ -147,6 +148,8 @@ class Preprocessing:
             x = x - np.asarray(self.mean)
         if any(s != 1.0 for s in self.std):
             x = x / np.asarray(self.std)
+        if self.channels_first:
+            x = np.moveaxis(x, -1, -3)
         return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -404,7 +407,10 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     if in_shape is None or len(in_shape) != 4:
         raise ValueError(f"{spec.name}: expected one image input [B, H, W, C], "
                          f"got input shape {model.input_shape}")
-    size = spec.input_size or in_shape[1:3]
+    first = _takes_channels_first(model, in_shape)
+    if first and isinstance(spec.preprocess, Preprocessing):
+        spec = dataclasses.replace(spec, preprocess=dataclasses.replace(spec.preprocess, channels_first=True))
+    size = spec.input_size or (in_shape[2:4] if first else in_shape[1:3])
     if None in size:
         raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
                          "input_size = [height, width] in its config")
@@ -418,6 +424,25 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
         _get_layer(model, layer, spec)
     return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
                     gradcam_layer=layer)
+
+
+def _takes_channels_first(model, in_shape) -> bool:
+    """Whether ``model`` takes ``[B, C, H, W]`` images (channels-first layers, or a conversion
+    inside the model as PyTorch converters write it): then images are fed transposed."""
+    from .engine.tf import channel_axis
+
+    if in_shape[-1] in (1, 3, 4) and in_shape[1] not in (1, 3, 4):
+        return False  # clearly [B, H, W, C]: no trace needed
+    try:
+        return channel_axis(model, 3, in_shape[1:], keras_dtype(model)) == 0
+    except ValueError:  # which axis cannot be told here: explain refuses with the reason
+        return False
+
+
+def keras_dtype(model) -> str:
+    import keras
+
+    return keras.backend.standardize_dtype(model.inputs[0].dtype) if getattr(model, "inputs", None) else "float32"
 
 
 def _last_4d_layer(model) -> str | None:

@@ -397,3 +397,28 @@ def test_the_command_line_prints_a_kernel_error_as_one_line(tmp_path, capsys):
     assert "ReLU" in errors_printed[0]
     assert "in user code" not in err and not re.search(r"File \"|[\\/]\w+\.py\b", err.replace(str(tmp_path), ""))
     assert os.path.exists(path)
+
+
+def test_the_command_line_feeds_a_converted_model_channels_first_and_writes_maps_of_the_image_shape(tmp_path, capsys):
+    from PIL import Image
+
+    from saliency_kit.cli import main
+
+    model, _ = _converted_pair(CONVERSIONS["permute"])  # [B, 3, 10, 7], a Permute: safe to save
+    path = tmp_path / "converted.keras"
+    model.save(path)
+    image = tmp_path / "photo.png"
+    Image.fromarray(RNG.integers(0, 255, (40, 28, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "out"
+    assert main(["explain", str(image), "--model", str(path), "--method", "gradient", "--target", "1",
+                 "--format", "both", "--out", str(out)]) == 0
+    assert "input 10x7" in capsys.readouterr().out
+    loaded, spec = sk.load_model(str(path))
+    x, _ = sk.load_images([str(image)], spec)
+    assert x.shape == (1, 3, 10, 7)
+    reference = sk.explain(loaded, x, "gradient", targets=1).maps[0, 0]
+    (npz,) = (out / "photo").glob("gradient-*.npz")
+    np.testing.assert_allclose(np.load(npz)["map"], reference, rtol=1e-5, atol=1e-7)
+    (heat,) = (out / "photo").glob("gradient-*heatmap.png")
+    with Image.open(heat) as picture:
+        assert picture.size == (7, 10)  # width, height: the input's W and H, not (C, H)
