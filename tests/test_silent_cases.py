@@ -422,3 +422,19 @@ def test_the_command_line_feeds_a_converted_model_channels_first_and_writes_maps
     (heat,) = (out / "photo").glob("gradient-*heatmap.png")
     with Image.open(heat) as picture:
         assert picture.size == (7, 10)  # width, height: the input's W and H, not (C, H)
+
+
+def test_evaluation_of_a_converted_model_equals_that_of_its_channels_last_twin():
+    from saliency_kit import evaluate
+
+    model, twin = _converted_pair(CONVERSIONS["permute"])
+    x = RNG.uniform(0, 1, size=(2, 10, 7, 3)).astype("float32")
+    first = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))
+    expl = sk.explain(model, first, "gradient", targets=1)
+    reference = sk.explain(twin, x, "gradient", targets=1)
+    for got, want in zip(evaluate.comparison_maps(expl), evaluate.comparison_maps(reference)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    curves = evaluate.deletion_insertion(model, first, expl, steps=4, score="logits")
+    expected = evaluate.deletion_insertion(twin, x, reference, steps=4, score="logits")
+    for name in ("deletion_curve", "insertion_curve", "random_deletion_curve"):
+        np.testing.assert_allclose(curves[name], expected[name], rtol=1e-4, atol=1e-5, err_msg=name)
