@@ -52,6 +52,15 @@ class SigmoidHead(keras.layers.Layer):
         return tf.sigmoid(self.dense(t))
 
 
+def softmax_by_hand(t):
+    e = tf.exp(t - tf.reduce_max(t, axis=-1, keepdims=True))
+    return e / tf.reduce_sum(e, axis=-1, keepdims=True)
+
+
+def sigmoid_by_hand(t):
+    return 1.0 / (1.0 + keras.ops.exp(-t))
+
+
 SQUASHES = {
     "lambda_tf_sigmoid": (lambda: keras.layers.Lambda(lambda t: tf.nn.sigmoid(t)), lambda h: h),
     "keras_ops_sigmoid": (lambda: keras.ops.sigmoid, lambda h: h),
@@ -59,6 +68,8 @@ SQUASHES = {
     "lambda_keras_softmax": (lambda: keras.layers.Lambda(lambda t: keras.ops.softmax(t)), lambda h: h),
     "activation_lambda": (lambda: keras.layers.Activation(lambda t: keras.ops.sigmoid(t)), lambda h: h),
     "named_sigmoid_scaled": (lambda: keras.layers.Lambda(sigmoid), lambda h: 2.0 * h),
+    "softmax_by_hand": (lambda: keras.layers.Lambda(softmax_by_hand), lambda h: h),
+    "sigmoid_by_hand": (lambda: keras.layers.Lambda(sigmoid_by_hand), lambda h: h),
 }
 
 
