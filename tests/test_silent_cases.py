@@ -449,3 +449,14 @@ def test_evaluation_of_a_converted_model_equals_that_of_its_channels_last_twin()
     expected = evaluate.deletion_insertion(twin, x, reference, steps=4, score="logits")
     for name in ("deletion_curve", "insertion_curve", "random_deletion_curve"):
         np.testing.assert_allclose(curves[name], expected[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_an_overlay_refuses_a_map_reduced_over_the_wrong_axis():
+    from saliency_kit import render
+
+    image = RNG.integers(0, 255, (16, 12, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"a map of shape \(3, 16\) does not fit an image of 16x12") as caught:
+        render.overlay(image, RNG.normal(size=(3, 16)))
+    assert_one_clean_line(str(caught.value))
+    assert render.overlay(image, RNG.normal(size=(4, 3))).shape == (16, 12, 3)  # a coarse CAM of the same aspect
+    assert render.overlay(image, RNG.normal(size=(16, 12))).shape == (16, 12, 3)
