@@ -460,3 +460,19 @@ def test_an_overlay_refuses_a_map_reduced_over_the_wrong_axis():
     assert_one_clean_line(str(caught.value))
     assert render.overlay(image, RNG.normal(size=(4, 3))).shape == (16, 12, 3)  # a coarse CAM of the same aspect
     assert render.overlay(image, RNG.normal(size=(16, 12))).shape == (16, 12, 3)
+
+
+def test_a_converted_model_around_a_channels_last_backbone_is_followed_through_its_front_only():
+    from saliency_kit.model import input_axes
+
+    backbone = keras.Sequential([keras.Input((10, 7, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+                                 keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)], name="backbone")
+    first = keras.Input((3, 10, 7))
+    model = keras.Model(first, backbone(keras.layers.Permute((2, 3, 1))(first)), name="converted")
+    assert input_axes._front(model) is not None  # the backbone is not traced to find the axes
+    assert input_axes.traced_channel_axis(model, (3, 10, 7), "float32").axis == 1
+    x = RNG.normal(size=(2, 10, 7, 3)).astype("float32")
+    expl = sk.explain(model, np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2))), "gradcam", targets=2,
+                      layer="backbone/conv")
+    np.testing.assert_allclose(expl.maps, sk.explain(backbone, x, "gradcam", targets=2, layer="conv").maps,
+                               rtol=1e-4, atol=1e-6)

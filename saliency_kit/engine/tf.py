@@ -80,7 +80,7 @@ def input_signature(model) -> tuple[tuple, str]:
     return (None, *shape[1:]), dtype
 
 
-_SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
+from ..model.input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
 
 
 def _sublayers(model):
@@ -112,25 +112,6 @@ def layer_channel_axis(model, rank: int) -> int:
     return 0 if "channels_first" in formats and rank >= 2 else -1
 
 
-def _may_move_axes(model) -> bool:
-    """Whether something in ``model`` may move its input's axes before its spatial layers: a
-    ``Permute``, ``Reshape`` or ``Lambda``, a bare ``keras.ops`` call, a layer or model class of
-    the user's own (its ``call`` is not known)."""
-    from ..model.layers import is_graph_model
-
-    for layer in _sublayers(model):
-        if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape, keras.layers.Lambda)):
-            return True
-        if isinstance(layer, keras.Model) and not is_graph_model(layer):
-            return True
-        if not type(layer).__module__.startswith("keras."):
-            return True
-        if is_graph_model(layer) and any(
-                not isinstance(op, keras.layers.Layer) for op in getattr(layer, "operations", ())):
-            return True
-    return False
-
-
 _traced_axes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
 
 
@@ -154,9 +135,10 @@ def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None
     way that cannot be followed: ``explain(..., channels_axis=)`` says it then.
     """
     declared = layer_channel_axis(model, rank)
-    if rank < 2 or shape is None or not _may_move_axes(model):
+    from ..model.input_axes import may_move_axes, traced_channel_axis
+
+    if rank < 2 or shape is None or not may_move_axes(model):
         return declared
-    from ..model.input_axes import traced_channel_axis
 
     known = _traced_axes.setdefault(model, {})
     key = (tuple(shape), str(dtype))

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-__all__ = ["Traced", "traced_channel_axis"]
+__all__ = ["Traced", "traced_channel_axis", "may_move_axes", "SPATIAL_LAYER_KINDS"]
+
+#: Keras layer class names (parts) whose ``data_format`` says where their channels are
+SPATIAL_LAYER_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
 
 #: spatial TensorFlow ops and how to read the position of their input's channel axis
 _SPATIAL = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "MaxPoolV2", "AvgPool", "MaxPool3D",
@@ -98,12 +101,97 @@ def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
     return axes, moved
 
 
+def _spatial_layer(layer) -> bool:
+    return getattr(layer, "data_format", None) in ("channels_first", "channels_last") and any(
+        k in type(layer).__name__ for k in SPATIAL_LAYER_KINDS)
+
+
+def may_move_axes(model) -> bool:
+    """Whether something in ``model`` may move its input's axes before its spatial layers: a
+    ``Permute``, ``Reshape`` or ``Lambda``, a bare ``keras.ops`` call, a layer or model class of
+    the user's own (its ``call`` is not known)."""
+    import keras
+
+    from .layers import is_graph_model, walk
+
+    for layer in [model, *(visit.layer for visit in walk(model))]:
+        if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape, keras.layers.Lambda)):
+            return True
+        if isinstance(layer, keras.Model) and not is_graph_model(layer):
+            return True
+        if not type(layer).__module__.startswith("keras."):
+            return True
+        if is_graph_model(layer) and any(
+                not isinstance(op, keras.layers.Layer) for op in getattr(layer, "operations", ())):
+            return True
+    return False
+
+
+def _front(model):
+    """``(front, position)`` for a functional model: ``front`` the model from its input to the
+    input of its first spatial layer (or of a nested model of Keras layers holding them),
+    ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""
+    import keras
+
+    from . import keras_private
+    from .layers import is_graph_model
+
+    graph = keras_private.functional_graph(model)
+    if graph is None or len(graph.inputs) != 1:
+        return None
+    for op in graph.operations:
+        if isinstance(op, keras.layers.InputLayer):
+            continue
+        if _spatial_layer(op):
+            position = 1 if op.data_format == "channels_first" else -1
+        elif is_graph_model(op) and not may_move_axes(op):
+            formats = {layer.data_format for layer in keras_private.all_sublayers(op) if _spatial_layer(layer)}
+            if len(formats) != 1:
+                return None
+            position = 1 if formats == {"channels_first"} else -1
+        else:
+            continue
+        inputs = keras_private.first_call_inputs(op)
+        if not inputs or len(inputs) != 1 or not hasattr(inputs[0], "_keras_history"):
+            return None
+        try:
+            return keras.Model(graph.inputs, inputs[0]), position
+        except ValueError:  # a layer shared with another model, first called there
+            return None
+    return None
+
+
+def _front_axis(model, shape, dtype) -> Traced | None:
+    """:func:`traced_channel_axis` by tracing the model's front only (up to its first spatial
+    layer), when it is functional; ``None`` when that does not apply."""
+    front = _front(model)
+    if front is None:
+        return None
+    front, position = front
+    spec = tf.TensorSpec([None, *shape], dtype)
+    try:
+        concrete = tf.function(lambda t: front(t, training=False), autograph=False).get_concrete_function(spec)
+    except Exception:  # noqa: BLE001 - fall back to tracing the whole model
+        return None
+    (output,) = tf.nest.flatten(concrete.structured_outputs)
+    source = concrete.inputs[0]
+    axes, moved = _follow(output, source, _reaching(concrete.graph, source))
+    if axes is None:
+        return Traced(None, moved, unsure=True)
+    axis = axes[position]
+    return Traced(axis, moved, unsure=axis is None)
+
+
 def traced_channel_axis(model, shape: tuple, dtype: str) -> Traced:
     """Follow ``model`` (called on ``[None, *shape]`` inputs of ``dtype``) from its input to its
     first spatial operation: ``Traced(axis)`` the input axis (batch included) holding that
     operation's channels. ``Traced(None)`` when the model has no spatial operation reached from
     its input (sequences without convolutions, tabular models) or cannot be traced symbolically.
+    A functional model is traced up to its first spatial layer only; others as a whole.
     """
+    front = _front_axis(model, shape, dtype)
+    if front is not None:
+        return front
     spec = tf.TensorSpec([None, *shape], dtype)
     try:
         concrete = tf.function(lambda t: model(t, training=False), autograph=False).get_concrete_function(spec)
