@@ -240,7 +240,7 @@ TOLERANCE = {"float16": 20 * 2.0**-11, "bfloat16": 20 * 2.0**-8}
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_method_works_on_a_half_precision_model_and_agrees_with_its_float32_twin(dtype):
     half, full = _half_pair(dtype)
-    x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype("float32")
+    x = np.random.default_rng(3).uniform(0, 1, size=(2, 8, 8, 3)).astype("float32")
     x = x.astype(dtype if dtype == "float16" else "float32")  # bfloat16 inputs are cast by the model
     for name in methods.names():
         options = dict(HALF_OPTIONS.get(name, {}))
@@ -254,9 +254,10 @@ def test_every_method_works_on_a_half_precision_model_and_agrees_with_its_float3
         reference = sk.explain(full, np.asarray(x, np.float32), name, targets=1, **options)
         assert expl.attributions.dtype == np.float32 and np.isfinite(expl.attributions).all(), name
         size = max(np.abs(reference.maps).max(), 1e-3)
-        if "seed" in methods.get(name).defaults:
-            # noise is drawn in the input's dtype: a copy whose rounding lands it on the other side
-            # of a ReLU's kink moves one pixel, not the map, so the map is compared as a whole
+        if {"seed", "steps", "samples"} & set(methods.get(name).defaults):
+            # the model runs at many points (a path, noisy copies drawn in the input's dtype): a point
+            # whose rounding lands it on the other side of a ReLU's kink moves a few pixels, not the
+            # map, so the map is compared as a whole
             error = np.abs(expl.maps - reference.maps).sum() / np.abs(reference.maps).sum()
             assert error <= TOLERANCE[dtype], (name, error)
         else:
