@@ -15,7 +15,7 @@ from . import engine, methods, targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
-__all__ = ["explain", "jacobian"]
+__all__ = ["check", "explain", "jacobian"]
 
 
 def _check_score(score):
@@ -40,7 +40,7 @@ def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
 
 
 def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_names=None) -> np.ndarray:
-    """Any target form of API.md for ``model`` and checked inputs ``x`` as int ``[B, K]``.
+    """Any target form (:func:`saliency_kit.targets.parse`) for ``model`` and checked inputs ``x`` as int ``[B, K]``.
 
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
@@ -148,18 +148,11 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     """
     chosen = methods.get(method)
     given = dict(options)
-    values = chosen.check_options(given)
-    _check_score(score)
+    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
     batch_size = engine.check_batch_size(batch_size)
-    x = engine.check_inputs(model, inputs)
     keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
-    channel_axis = engine.channel_axis(model, x, channels_axis)
     layer_axis = engine.layer_channel_axis(model, x)
-    request = methods.Request(model, x, None, score, batch_size,
-                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
-    if chosen.prepare is not None:
-        values = chosen.prepare(request, values)
     resolved, score_vectors = _resolve(model, x, targets, score, batch_size, names)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
@@ -180,6 +173,28 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),
     )
+
+
+def check(model, inputs, method="gradient", *, score="logits", batch_size=32, class_names=None, **options) -> dict:
+    """Check what :func:`explain` checks before any work — the method and its options (with the
+    method's own ``prepare``: a layer the model lacks, a baseline of the wrong shape), ``score``,
+    ``batch_size``, the inputs against the model — without explaining. Returns the method's options
+    as :func:`explain` would use them (defaults filled in, a seed drawn). Raises as :func:`explain`."""
+    return _checked(model, inputs, methods.get(method), score, batch_size, class_names, dict(options))[2]
+
+
+def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict, channels_axis=None):
+    """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
+    values = chosen.check_options(given)
+    _check_score(score)
+    batch_size = engine.check_batch_size(batch_size)
+    x = engine.check_inputs(model, inputs)
+    channel_axis = engine.channel_axis(model, x, channels_axis)
+    request = methods.Request(model, x, None, score, batch_size,
+                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
+    if chosen.prepare is not None:
+        values = chosen.prepare(request, values)
+    return x, channel_axis, values
 
 
 def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:

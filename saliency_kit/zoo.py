@@ -429,7 +429,7 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
 def _takes_channels_first(model, in_shape) -> bool:
     """Whether ``model`` takes ``[B, C, H, W]`` images (channels-first layers, or a conversion
     inside the model as PyTorch converters write it): then images are fed transposed."""
-    from .engine.tf import channel_axis
+    from .model.inspect import channel_axis
 
     if in_shape[-1] in (1, 3, 4) and in_shape[1] not in (1, 3, 4):
         return False  # clearly [B, H, W, C]: no trace needed

@@ -4,7 +4,8 @@ It knows no method by name. It offers primitives:
 
 * :func:`run` — a method's function ``compute(ctx, **options)`` compiled into one batched kernel
   per (model, method, options, input shape, chunk layout) and run over chunks of inputs and
-  groups of target classes; inside, the :class:`~saliency_kit.engine.tf.Context` gives batched
+  groups of target classes, on the backend :func:`.backend.active` returns; inside, the
+  :class:`~saliency_kit.engine.tf.Context` gives batched
   gradients of the target scores at any points, forward scores, a layer's activations and their
   gradients, and running sums over blocks (memory stays one chunk whatever samples/steps are);
 * :func:`all_scores` / :func:`forward_scores` — scores without gradients (``"topK"`` targets,
@@ -31,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from . import chunking
+from .backend import active as active_backend
 from .cache import KERNELS_PER_MODEL, ModelCache, value_key
 from .chunking import check_batch_size
 
@@ -93,7 +95,7 @@ def check_inputs(model, inputs) -> np.ndarray:
     ``ValueError`` for multi-input or unbuilt models, non-finite inputs and shapes that do not
     fit the model's input ``[B, ...]``.
     """
-    from .tf import input_signature
+    from ..model.inspect import input_signature
 
     expected, dtype = input_signature(model)
     try:
@@ -125,7 +127,7 @@ def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
     the last); else it is found from the model, following the graph through transposes when the
     model may move its input's axes (``ValueError`` where it cannot be told, or for a model
     mixing both formats)."""
-    from .tf import channel_axis as detect
+    from ..model.inspect import channel_axis as detect
 
     if given is not None:
         return check_channels_axis(given, inputs.ndim)
@@ -149,7 +151,7 @@ def check_channels_axis(given, ndim: int) -> int:
 
 def layer_channel_axis(model, inputs: np.ndarray) -> int:
     """The channel axis of ``model``'s spatial layers (where a CAM layer's channels are)."""
-    from .tf import layer_channel_axis as detect
+    from ..model.inspect import layer_channel_axis as detect
 
     return detect(model, inputs.ndim - 1)
 
@@ -169,15 +171,14 @@ def rewritten_model(model, rule):
     """
     if rule is None:
         return model
+    from ..model.inspect import weight_sync
     from ..model.rewrite import rewrite
-    from .tf import weight_sync
 
     def build():
         copy = rewrite(model, rule)
         return copy, weight_sync(model, copy)
 
-    from .tf import eagerly
-
+    eagerly = active_backend().eagerly
     copy, sync = eagerly(lambda: _rewritten.get(model, (_rule_key(rule), fingerprint(model)), build))
     eagerly(sync)
     return copy
@@ -186,8 +187,8 @@ def rewritten_model(model, rule):
 def score_view(model, score="logits", score_fn=None, rule=None):
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
     from ..model.scores import ScoreView
-    from .tf import eagerly
 
+    eagerly = active_backend().eagerly
     target_model = rewritten_model(model, rule)
     key = (score, value_key(score_fn), _rule_key(rule), fingerprint(model))
     return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
@@ -203,7 +204,7 @@ def fingerprint(model) -> tuple:
     change of either gives new kernels and new model copies (made by ``copy_state``, which
     re-derives such state), instead of the values captured when the first ones were traced.
     """
-    from .tf import derived_state
+    from ..model.inspect import derived_state
 
     parts = []
     stack = [model]
@@ -273,7 +274,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
     """
-    from . import tf as backend
+    backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
     B, K = targets.shape
@@ -352,7 +353,7 @@ def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=Non
 # ---------------------------------------------------------------------------------- forward
 def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
     """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
-    from . import tf as backend
+    backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
     inputs = np.asarray(inputs)

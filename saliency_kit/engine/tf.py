@@ -20,7 +20,12 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
   another method;
 * ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
   not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
-* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps.
+* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps;
+* ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
+  by every input);
+* ``ctx.host(fn, args, dtype)`` — a host-side NumPy step inside the compiled function.
+
+Methods use these and ``keras.ops``, never TensorFlow itself.
 
 Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
 its moving statistics, weights are never written.
@@ -29,17 +34,13 @@ from __future__ import annotations
 
 import logging
 import math
-import weakref
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from ..model.copy import input_signature as copy_signature
-from ..model.layers import is_recurrent, walk
+from ..model.layers import is_recurrent
 
-__all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes",
-           "channel_axis", "layer_channel_axis"]
+__all__ = ["Context", "build_kernel", "build_values_kernel", "vectorise_classes", "eagerly", "array_spec", "to_numpy"]
 
 
 class _OwnKernelsFilter(logging.Filter):
@@ -60,105 +61,6 @@ _SMALL_FLOATS = ("float16", "bfloat16")
 
 
 # ------------------------------------------------------------------------------------ models
-def input_signature(model) -> tuple[tuple, str]:
-    """``(shape [None, ...], dtype)`` of ``model``'s single input.
-
-    Functional and Sequential models give it through ``model.inputs``; a subclassed model that
-    was built or called gives it through its build shape. ``TypeError`` for anything that is not
-    a Keras model; ``ValueError`` for unbuilt or multi-input models.
-    """
-    if not isinstance(model, keras.Model):
-        kind = "None" if model is None else f"a {type(model).__name__}"
-        raise TypeError(f"model must be a keras.Model (functional, Sequential or subclassed); received {kind}.")
-    signatures = copy_signature(model)
-    if len(signatures) != 1:
-        raise ValueError(
-            f"saliency_kit explains single-input models; this one has {len(signatures)} inputs; "
-            f"received {model.name!r}."
-        )
-    shape, dtype = signatures[0]
-    return (None, *shape[1:]), dtype
-
-
-from ..model.input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
-
-
-def _sublayers(model):
-    """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
-    yield model
-    for visit in walk(model):
-        yield visit.layer
-
-
-def layer_channel_axis(model, rank: int) -> int:
-    """The channel axis of the model's spatial layers (``-1`` channels-last, ``0`` channels-first),
-    from their ``data_format``: where a CAM layer's channels are.
-
-    ``ValueError`` when they mix both formats (which axis is spatial cannot be told then).
-    Non-image inputs (rank < 2 per input) are channels-last.
-    """
-    formats = {}
-    for layer in _sublayers(model):
-        kind = type(layer).__name__
-        data_format = getattr(layer, "data_format", None)
-        if data_format in ("channels_first", "channels_last") and any(k in kind for k in _SPATIAL_KINDS):
-            formats.setdefault(data_format, layer.name)
-    if len(formats) > 1:
-        raise ValueError(
-            f"model {model.name!r} mixes channels_first (layer {formats['channels_first']!r}) and "
-            f"channels_last (layer {formats['channels_last']!r}) spatial layers, so its spatial axes "
-            "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
-        )
-    return 0 if "channels_first" in formats and rank >= 2 else -1
-
-
-_traced_axes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
-
-
-def _refuse_axes(model, why: str):
-    return ValueError(
-        f"cannot tell which input axis of model {model.name!r} holds the channels ({why}); pass "
-        "channels_axis=1 for [B, C, H, W] inputs or channels_axis=-1 for [B, H, W, C]; received a model "
-        "whose input axes could not be followed."
-    )
-
-
-def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None = None) -> int:
-    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
-
-    From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may
-    move its input's axes before them (a ``Permute`` or a transpose, as models converted from
-    PyTorch do): then the model is traced on ``[None, *shape]`` and the graph is followed from
-    the input to its first convolution or pooling through the transposes
-    (:mod:`saliency_kit.model.input_axes`), once per model and input shape. ``ValueError`` when
-    the channels land on an axis that is neither first nor last, or when a transpose lies on a
-    way that cannot be followed: ``explain(..., channels_axis=)`` says it then.
-    """
-    declared = layer_channel_axis(model, rank)
-    from ..model.input_axes import may_move_axes, traced_channel_axis
-
-    if rank < 2 or shape is None or not may_move_axes(model):
-        return declared
-
-    known = _traced_axes.setdefault(model, {})
-    key = (tuple(shape), str(dtype))
-    if key not in known:
-        known[key] = eagerly(lambda: traced_channel_axis(model, tuple(shape), dtype))
-    found = known[key]
-    if found.unsure:
-        if found.moved:
-            raise _refuse_axes(model, "a transpose lies before its first convolution, on a way that cannot be followed")
-        return declared
-    if found.axis is None:
-        return declared
-    if found.axis == rank:
-        return -1
-    if found.axis == 1:
-        return 0
-    raise _refuse_axes(model, f"its first convolution takes its channels from input axis {found.axis}, "
-                              "neither the first nor the last after the batch axis")
-
-
 def vectorise_classes(model) -> bool:
     """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
 
@@ -168,42 +70,6 @@ def vectorise_classes(model) -> bool:
     ``pfor`` takes many seconds to convert their while loops.
     """
     return bool(tf.config.list_logical_devices("GPU")) and not is_recurrent(model)
-
-
-def weight_sync(source, copy):
-    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
-    pairs = list(zip(source.weights, copy.weights))
-    # The rewrite rebuilds the same graph, so its variables come in the same order; names can
-    # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
-    if len(source.weights) != len(copy.weights) or any(
-        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
-    ):
-        raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
-
-    @tf.function(autograph=False)
-    def sync():
-        for a, b in pairs:
-            b.value.assign(a.value)
-
-    return sync
-
-
-_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
-
-
-def derived_state(layer) -> tuple:
-    """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
-    (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
-    compiled function captures such tensors as constants, so they key the engine's caches, by
-    value (small per-channel statistics in practice)."""
-    import hashlib
-
-    state = []
-    for name, value in vars(layer).items():
-        if isinstance(value, _EAGER_TENSOR):
-            data = np.ascontiguousarray(value.numpy())
-            state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
-    return tuple(state)
 
 
 def eagerly(fn):
@@ -303,9 +169,9 @@ class Context:
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
-            (channels-first inputs, see :func:`channel_axis`).
+            (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
         layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
-            layer's channels are, see :func:`layer_channel_axis`): the input's, unless the model
+            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's, unless the model
             moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
             runs channels-last layers).
     """
@@ -495,6 +361,34 @@ class Context:
         flat = tf.reshape(maps, [n * k, h, w, 1])
         flat = tf.image.resize(flat, tuple(size), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
+
+    def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):
+        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
+        like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
+        noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
+        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
+        shape = tuple(int(d) for d in shape)
+        dtype = tf.as_dtype(dtype)
+        ids = tf.cast(ids, tf.int64)
+        if shared:
+            counters = ids  # [m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), -1 - self.seed), counters], axis=-1)
+        else:
+            counters = -1 - (self.keys[:, None] * count + ids[None])  # [n, m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
+        draws = tf.map_fn(
+            lambda s: tf.random.stateless_uniform(shape, seed=s, dtype=dtype),
+            tf.reshape(seeds, [-1, 2]),
+            fn_output_signature=tf.TensorSpec(shape, dtype),
+        )
+        return tf.reshape(draws, [*counters.shape, *shape])
+
+    def host(self, fn, args, dtype, shape=None):
+        """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
+        ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
+        the one array returned (of ``dtype``) is reshaped to ``shape`` when given."""
+        out = tf.numpy_function(fn, list(args), tf.as_dtype(dtype), stateful=False)
+        return out if shape is None else tf.reshape(out, shape)
 
 
 # ----------------------------------------------------------------------------------- kernels
