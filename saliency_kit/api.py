@@ -104,7 +104,7 @@ def check_input_keys(input_keys, count: int) -> np.ndarray | None:
 
 
 def explain(model, inputs, method="gradient", targets="top1", *, score="logits", batch_size=32,
-            class_names=None, input_keys=None, **options) -> Explanation:
+            class_names=None, input_keys=None, channels_axis=None, **options) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
     Args:
@@ -129,6 +129,11 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
             same key, seed and options gets the same noise whichever call or batch position it
             is in. Default: the input's position in ``inputs``. ``saliency batch`` passes a hash
             of each image's path, so its outputs do not depend on how images are batched.
+        channels_axis: the axis of ``inputs`` holding the channels: ``1`` (``[B, C, H, W]``) or
+            ``-1`` (``[B, H, W, C]``). Default ``None``: found from the model (its layers'
+            ``data_format``, or, when it transposes its input before its first convolution as
+            models converted from PyTorch do, by following the graph to it); where it cannot be
+            told, a ``ValueError`` asks for it.
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
@@ -143,15 +148,16 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     """
     chosen = methods.get(method)
     given = dict(options)
-    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given)
+    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
     batch_size = engine.check_batch_size(batch_size)
     keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
+    layer_axis = engine.layer_channel_axis(model, x)
     resolved, score_vectors = _resolve(model, x, targets, score, batch_size, names)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
                      batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
-                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors)
+                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors, layer_axis=layer_axis)
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:
@@ -177,13 +183,13 @@ def check(model, inputs, method="gradient", *, score="logits", batch_size=32, cl
     return _checked(model, inputs, methods.get(method), score, batch_size, class_names, dict(options))[2]
 
 
-def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict):
+def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict, channels_axis=None):
     """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
     values = chosen.check_options(given)
     _check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
-    channel_axis = engine.channel_axis(model, x)
+    channel_axis = engine.channel_axis(model, x, channels_axis)
     request = methods.Request(model, x, None, score, batch_size,
                               default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
     if chosen.prepare is not None:

@@ -170,11 +170,15 @@ def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
     """``(signed, magnitude)`` maps ``[B, K, ...]`` the randomisation test compares.
 
     Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
-    and absolute-value visualisations); CAM maps and non-image attributions: ``a`` and ``|a|``.
+    and absolute-value visualisations); channels-first ones ``[B, K, C, H, W]`` (whose ``maps`` are
+    ``[B, K, H, W]``) are summed over C the same way; CAM maps and non-image attributions: ``a``
+    and ``|a|``.
     """
     attributions = np.asarray(expl.attributions, dtype=np.float64)
-    if attributions.ndim == 5:  # [B, K, H, W, C] pixel attributions of images
-        return attributions.sum(axis=-1), np.abs(attributions).sum(axis=-1)
+    if attributions.ndim == 5:  # pixel attributions of images
+        maps_hw = tuple(np.shape(expl.maps)[2:])
+        channels = 2 if attributions.shape[3:] == maps_hw and attributions.shape[2:4] != maps_hw else -1
+        return attributions.sum(axis=channels), np.abs(attributions).sum(axis=channels)
     return attributions, np.abs(attributions)
 
 
@@ -304,7 +308,8 @@ def deletion_insertion(
 
     Args:
         model: the model that was explained.
-        inputs: ``[B, H, W, C]`` model inputs the explanation was computed on.
+        inputs: ``[B, H, W, C]`` model inputs the explanation was computed on (``[B, C, H, W]``
+            for a channels-first model: pixels are still removed across all channels).
         explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``.
         steps: evaluations per curve minus one (the curve has ``steps + 1`` points, 0 % to 100 %).
         baseline: ``"zeros"``, ``"blur"`` (the blurred image), a scalar, or an array broadcastable
@@ -321,13 +326,15 @@ def deletion_insertion(
         ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
-    from .engine import forward_scores
+    from .engine import channel_axis, forward_scores
 
-    x = np.asarray(inputs, dtype=np.float32)
+    given = np.asarray(inputs, dtype=np.float32)
     maps = np.asarray(explanation.maps)
     tgt = np.asarray(explanation.targets)
-    if x.ndim != 4:
-        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {x.shape}.")
+    if given.ndim != 4:
+        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
+    channels_first = channel_axis(model, given) == 0  # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
+    x = np.moveaxis(given, 1, -1) if channels_first else given
     batch, height, width, _ = x.shape
     if maps.ndim != 4 or maps.shape[0] != batch or maps.shape[2:] != (height, width):
         raise ValueError(
@@ -347,7 +354,9 @@ def deletion_insertion(
     n_pixels = height * width
 
     blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
-    base = _baseline(baseline, x, blurred)
+    base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
+    if channels_first:
+        base = np.moveaxis(base, 1, -1)
     counts = np.rint(np.arange(steps + 1) * n_pixels / steps).astype(np.int64)
     fractions = counts / n_pixels
     rng = np.random.default_rng(seed)
@@ -373,6 +382,8 @@ def deletion_insertion(
             images.append(np.where(rand_first, x[b], blurred[b]))
             positions.append(("random_insertion_curve", b, None))
         stacked = np.concatenate(images).astype(x.dtype, copy=False)
+        if channels_first:
+            stacked = np.ascontiguousarray(np.moveaxis(stacked, -1, 1))
         row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
         scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
         scores = scores.reshape(len(positions), steps + 1, n_targets)

@@ -97,10 +97,15 @@ def _check_index(index: int, num_classes: int) -> int:
 def _name_index(text: str, names: Sequence[str] | None) -> int:
     """The index of the class called ``text`` (exactly, else case-insensitively)."""
     if names:
-        if text in names:
-            return list(names).index(text)
+        exact = [i for i, name in enumerate(names) if name == text]
         lowered = [n.lower() for n in names]
         key = text.strip().lower()
+        if len(exact) > 1 or not exact and lowered.count(key) > 1 and len({names[i] for i, n in enumerate(lowered) if n == key}) == 1:
+            same = exact or [i for i, n in enumerate(lowered) if n == key]
+            raise ValueError(f"class name {text!r} names several classes ({', '.join(map(str, same))}); give "
+                             f"the class index instead; received {text!r}.")
+        if exact:
+            return exact[0]
         if lowered.count(key) == 1:
             return lowered.index(key)
         if lowered.count(key) > 1:

@@ -317,6 +317,35 @@ def mixed_float16():
     return model, twin
 
 
+def converted_from_pytorch():
+    """Takes [B, C, H, W] and transposes it before channels-last layers, as converters write it."""
+    conv = keras.layers.Conv2D(4, 3, activation="relu", name="conv")
+    head = keras.layers.Dense(3, name="head")
+    inp = keras.Input((2, 6, 6))
+    h = conv(keras.layers.Permute((2, 3, 1))(inp))
+    model = keras.Model(inp, head(keras.layers.GlobalAveragePooling2D()(h)), name="converted_from_pytorch")
+
+    def twin(x, act):
+        kernel, bias = conv.get_weights()
+        h = act(tf.nn.conv2d(tf.transpose(x, [0, 2, 3, 1]), kernel, 1, "VALID") + bias, RELU)
+        return dense(head, tf.reduce_mean(h, axis=[1, 2]))
+
+    return model, twin
+
+
+def float16():
+    """Every layer in float16 (not the mixed policy): weights, activations and output."""
+    d1 = keras.layers.Dense(8, activation="relu", dtype="float16", name="d1")
+    head = keras.layers.Dense(3, dtype="float16", name="head")
+    inp = keras.Input((6,), dtype="float16")
+    model = keras.Model(inp, head(d1(inp)), name="float16")
+
+    def twin(x, act):
+        return dense(head, act(dense(d1, tf.cast(x, tf.float16)), RELU))
+
+    return model, twin
+
+
 def fully_convolutional():
     c1 = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="c1")
     c2 = keras.layers.Conv2D(2, 1, activation="sigmoid", name="c2")
@@ -381,6 +410,8 @@ KINDS = {
     "fully_convolutional": (fully_convolutional, (6, 6, 2)),
     "conv1d_time_series": (conv1d_time_series, (12, 2)),
     "conv3d_volume": (conv3d_volume, (4, 5, 5, 2)),
+    "converted_from_pytorch": (converted_from_pytorch, (2, 6, 6)),
+    "float16": (float16, (6,)),
 }
 
 
@@ -411,7 +442,7 @@ def compiled_gradient_of(model):
 
 
 def tolerance(name):
-    return dict(rtol=2e-2, atol=2e-3) if name == "mixed_float16" else dict(rtol=1e-4, atol=1e-6)
+    return dict(rtol=2e-2, atol=2e-3) if name in ("mixed_float16", "float16") else dict(rtol=1e-4, atol=1e-6)
 
 
 @pytest.fixture(params=list(KINDS), scope="module")

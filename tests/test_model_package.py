@@ -77,12 +77,46 @@ class SoftmaxNet(keras.Model):
         return self.probs(self.hidden(x))
 
 
-def test_a_softmax_that_cannot_be_looked_behind_warns_once_and_says_output():
+def _hand_logits(net, x):
+    """The values before ``net``'s softmax, from its weights in NumPy."""
+    (w1, b1), (w2, b2) = net.hidden.get_weights(), net.probs.get_weights()
+    return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+
+def test_a_subclassed_model_ending_in_a_softmax_is_scored_on_the_values_before_it():
     net = SoftmaxNet(name="softmax_net")
     x = RNG.normal(size=(2, 5)).astype(np.float32)
     net(x)
     inp = keras.Input((5,))
     wrapper = keras.Model(inp, net(inp), name="wrapper")
+    for model in (net, wrapper):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            view = ScoreView(model, "logits")
+        assert view.differentiated == "logits"
+        np.testing.assert_allclose(view(tf.constant(x)).numpy(), _hand_logits(net, x), rtol=1e-5, atol=1e-6)
+
+
+_compiled_softmax = tf.function(tf.nn.softmax, autograph=False)
+
+
+class CompiledHeadNet(keras.Model):
+    """A softmax inside a separately compiled tf.function: the values before it cannot be reached."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.head = keras.layers.Dense(3)
+
+    def call(self, x):
+        return _compiled_softmax(self.head(x))
+
+
+def test_a_softmax_that_cannot_be_looked_behind_warns_once_and_says_output():
+    net = CompiledHeadNet(name="compiled_head")
+    x = RNG.normal(size=(2, 5)).astype(np.float32)
+    net(x)
+    inp = keras.Input((5,))
+    wrapper = keras.Model(inp, net(inp), name="compiled_wrapper")
     for model in (net, wrapper):
         with pytest.warns(UserWarning, match="cannot be reached"):
             view = ScoreView(model, "logits")
@@ -180,6 +214,6 @@ def test_the_rewrite_of_a_subclassed_softmax_model_also_says_output():
     net = SoftmaxNet(name="net3")
     x = RNG.normal(size=(2, 5)).astype(np.float32)
     net(x)
-    with pytest.warns(UserWarning, match="cannot be reached"):
+    with pytest.warns(UserWarning, match="cannot be reached"):  # the rewrite runs it compiled
         view = ScoreView(sk.rewrite(net, "guided"), "logits")
     assert view.differentiated == "output"

@@ -239,15 +239,19 @@ def test_unknown_names_and_paths():
 @pytest.mark.parametrize("text, line, what", [
     ("cat\n\ndog\n", 2, "a blank line"),
     ("cat\n  \ndog\n", 2, "a blank line"),
-    ("cat\ndog\ncat\n", 3, "already on line 1"),
 ])
-def test_class_names_file_with_a_blank_or_repeated_name_is_refused_naming_the_line(tmp_path, text, line, what):
-    """A blank line would shift every later class by one; a repeat would merge two classes."""
+def test_class_names_file_with_a_blank_line_is_refused_naming_the_line(tmp_path, text, line, what):
+    """A blank line would shift every later class by one."""
     (tmp_path / "classes.txt").write_text(text)
     (tmp_path / "net.toml").write_text('constructor = "MobileNetV2"\ninput_size = [32, 32]\n'
                                        'classes = "classes.txt"\n')
     with pytest.raises(ValueError, match=rf"classes.txt, line {line}: .*{what}.*; received"):
         zoo.get_spec(str(tmp_path / "net.toml"))
+
+
+def test_class_names_file_may_give_a_name_twice_with_one_warning(tmp_path):
+    with pytest.warns(UserWarning, match=r"x.txt: 1 class name\(s\) given to several classes: 'cat' \(classes 0, 2\)"):
+        assert zoo.read_class_names("cat\ndog\ncat\n", "x.txt") == ["cat", "dog", "cat"]
 
 
 def test_class_names_file_may_end_with_blank_lines(tmp_path):

@@ -97,6 +97,8 @@ def _sample(model, spec):
     import numpy as np
 
     channels = model.input_shape[-1] if isinstance(model.input_shape, tuple) else 3
+    if getattr(spec.preprocess, "channels_first", False):  # [B, C, H, W] (a model converted from PyTorch)
+        return np.zeros((1, model.input_shape[1] or 3, *spec.input_size), np.float32)
     return np.zeros((1, *spec.input_size, channels or 3), np.float32)
 
 

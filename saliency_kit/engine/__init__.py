@@ -40,6 +40,8 @@ __all__ = [
     "check_inputs",
     "check_batch_size",
     "channel_axis",
+    "check_channels_axis",
+    "layer_channel_axis",
     "score_view",
     "rewritten_model",
     "run",
@@ -118,10 +120,38 @@ def check_inputs(model, inputs) -> np.ndarray:
     return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 
-def channel_axis(model, inputs: np.ndarray) -> int:
-    """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first
-    (``ValueError`` for a model mixing both)."""
+def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
+    """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first.
+
+    ``given`` is ``explain``'s ``channels_axis`` (an axis of ``inputs``, batch included: ``1`` or
+    the last); else it is found from the model, following the graph through transposes when the
+    model may move its input's axes (``ValueError`` where it cannot be told, or for a model
+    mixing both formats)."""
     from ..model.inspect import channel_axis as detect
+
+    if given is not None:
+        return check_channels_axis(given, inputs.ndim)
+    return detect(model, inputs.ndim - 1, inputs.shape[1:], inputs.dtype.name)
+
+
+def check_channels_axis(given, ndim: int) -> int:
+    """``explain``'s ``channels_axis`` (an axis of ``[B, ...]`` inputs) as the channel axis of one
+    input (``0`` or ``-1``); ``TypeError``/``ValueError`` for anything but ``1`` or the last axis."""
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+        raise TypeError(f"channels_axis must be an int (1 for [B, C, H, W], -1 for [B, H, W, C]) or None; "
+                        f"received {given!r}.")
+    axis = int(given) % ndim if -ndim <= int(given) < ndim else None
+    if axis == ndim - 1:
+        return -1
+    if axis == 1 and ndim >= 3:
+        return 0
+    raise ValueError(f"channels_axis must be 1 (inputs [B, C, H, W]) or -1 (inputs [B, H, W, C]) for inputs of "
+                     f"rank {ndim}; received {given!r}.")
+
+
+def layer_channel_axis(model, inputs: np.ndarray) -> int:
+    """The channel axis of ``model``'s spatial layers (where a CAM layer's channels are)."""
+    from ..model.inspect import layer_channel_axis as detect
 
     return detect(model, inputs.ndim - 1)
 
@@ -222,7 +252,7 @@ def _tupled(value):
 
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1, keys=None, score_vectors=None) -> dict:
+        channel_axis: int = -1, keys=None, score_vectors=None, layer_axis: int | None = None) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -233,6 +263,8 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
         channel_axis: the channel axis of one input (see :func:`channel_axis`).
+        layer_axis: the channel axis of the model's spatial layers (CAM layers), when it is not
+            the input's (see :func:`layer_channel_axis`).
         keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
             drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
         score_vectors: the whole score vector ``[B, C]`` of each input, when the caller has it
@@ -251,7 +283,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
     key = ("run", compute, score, value_key(score_fn), constants,
-           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, fingerprint(model))
+           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, layer_axis, fingerprint(model))
 
     def build():
         rules_used: list = []
@@ -261,6 +293,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
             shape, dtype, [backend.array_spec(a) for a in arrays],
             backend.vectorise_classes(model), channel_axis, _traced, reports,
+            doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}", layer_axis=layer_axis,
         )
         return kernel, rules_used, reports
 
@@ -331,7 +364,8 @@ def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch
     kernel = _kernels.get(
         model, key,
         lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced),
+            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced,
+            f"the forward pass of model {model.name!r}"),
     )
     if rule is not None:
         rewritten_model(model, rule)

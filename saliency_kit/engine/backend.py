@@ -25,12 +25,14 @@ class Backend(Protocol):
 
     def build_kernel(self, compute: Callable, options: dict, array_names: tuple, views: Callable, layout: Any,
                      shape: tuple, dtype: Any, array_specs: list, vectorise: bool, channel_axis: int,
-                     traced: Callable[[], None], reports: list) -> Callable:
+                     traced: Callable[[], None], reports: list, doing: str = "the method",
+                     layer_axis: int | None = None) -> Callable:
         """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
-        running ``compute(ctx, **options)`` on one chunk."""
+        running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
+        naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers."""
 
     def build_values_kernel(self, views: Callable, n: int, shape: tuple, dtype: Any,
-                            traced: Callable[[], None]) -> Callable:
+                            traced: Callable[[], None], doing: str = "the forward pass") -> Callable:
         """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
 
     def vectorise_classes(self, model: Any) -> bool:

@@ -170,11 +170,15 @@ class Context:
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
-            (channels-first models, see :func:`saliency_kit.model.inspect.channel_axis`).
+            (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
+        layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
+            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's, unless the model
+            moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
+            runs channels-last layers).
     """
 
     def __init__(self, views, inputs, targets, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
-                 reports=None):
+                 reports=None, layer_axis=None):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
@@ -184,6 +188,7 @@ class Context:
         self.seed = seed
         self.budget = max(1, int(budget))
         self.channel_axis = channel_axis
+        self.layer_channel_axis = channel_axis if layer_axis is None else layer_axis
         self._vectorise = vectorise
         self._top = top
         self.memo: dict = {}
@@ -327,7 +332,8 @@ class Context:
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
         return Context(self._views, rows, targets, index, keys, self.seed, max(1, self.budget // copies),
-                       self._vectorise, self.channel_axis, top=False, reports=self._reports)
+                       self._vectorise, self.channel_axis, top=False, reports=self._reports,
+                       layer_axis=self.layer_channel_axis)
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids, count: int):
@@ -398,7 +404,7 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, reports: list):
+                 vectorise: bool, channel_axis, traced, reports: list, doing: str = "the method", layer_axis=None):
     """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -411,6 +417,7 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
     ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
     rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
+    An error raised inside leaves as one line naming ``doing`` (:func:`translating`).
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
@@ -418,7 +425,8 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     def kernel(x, targets, index, keys, seed, *arrays):
         traced()
         del reports[:]  # a retrace reports afresh
-        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports)
+        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports,
+                      layer_axis=layer_axis)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:
@@ -437,10 +445,24 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
         tf.TensorSpec([], tf.int64),
         *array_specs,
     ]
-    return tf.function(kernel, input_signature=signature)
+    return translating(tf.function(kernel, input_signature=signature, autograph=False), doing)
 
 
-def build_values_kernel(views, n, shape, dtype, traced):
+def translating(compiled, doing: str):
+    """``compiled`` called so that an error raised while it is traced or run reaches the user as
+    one line (:func:`saliency_kit.errors.translated`), never as TensorFlow's trace."""
+    from ..errors import translated
+
+    def call(*args):
+        try:
+            return compiled(*args)
+        except Exception as error:  # noqa: BLE001 - every error leaves as the project's one line
+            raise translated(error, doing) from None
+
+    return call
+
+
+def build_values_kernel(views, n, shape, dtype, traced, doing: str = "the forward pass"):
     """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
     views = tf.autograph.experimental.do_not_convert(views)
 
@@ -449,7 +471,7 @@ def build_values_kernel(views, n, shape, dtype, traced):
         view = views()
         return tf.cast(view(x), tf.float32)
 
-    return tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)])
+    return translating(tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)], autograph=False), doing)
 
 
 def array_spec(value: np.ndarray):

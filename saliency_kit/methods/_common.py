@@ -133,7 +133,7 @@ def channels_last(ctx, activations, g=None):
     layer's one to three spatial axes."""
     from keras import ops
 
-    if ctx.channel_axis != 0:
+    if ctx.layer_channel_axis != 0:
         return activations if g is None else (activations, g)
     rank = len(activations.shape)  # channels-first: [n, c, *s] and [n, K, c, *s]
     activations = ops.transpose(activations, [0, *range(2, rank), 1])

@@ -44,13 +44,13 @@ def integrated_gradients(ctx, steps, baseline, rule):
 
     def along_path(i):  # points i of the path [m] -> weighted gradients [n, m, K, *input]
         a = ops.reshape(ops.cast(ops.take(alphas, i), x.dtype), [1, -1, *ones])
-        w = ops.reshape(ops.cast(ops.take(weights, i), x.dtype), [1, -1, 1, *ones])
+        w = ops.reshape(ops.cast(ops.take(weights, i), "float32"), [1, -1, 1, *ones])
         scores, g = ctx.gradients(baseline + a * delta[:, None], with_scores=True)  # [n, m, K], ...
         at_ends = scores[..., None] * ops.reshape(ops.take(ends, i, axis=0), [1, -1, 1, 2])
-        return w * g, at_ends  # the scores where α = 1 and α = 0 come free with the path
+        return w * ops.cast(g, "float32"), at_ends  # the scores where α = 1 and α = 0 come free
 
-    path, at_ends = ctx.sum(steps, along_path)
-    attributions = delta[:, None] * path  # [n, K, *input]
+    path, at_ends = ctx.sum(steps, along_path)  # float32 whatever the model's dtype
+    attributions = ops.cast(delta, "float32")[:, None] * path  # [n, K, *input]
     at_input = at_ends[..., 0] if ends[:, 0].any() else ctx.scores(x)
     at_baseline = at_ends[..., 1] if ends[:, 1].any() else ctx.scores(baseline + 0 * x)
     total = ops.sum(ops.reshape(ops.cast(attributions, "float64"), [*attributions.shape[:2], -1]), axis=-1)

@@ -5,6 +5,7 @@ variables (which keys the engine's caches).
 from __future__ import annotations
 
 import hashlib
+import weakref
 
 import keras
 import numpy as np
@@ -13,7 +14,7 @@ import tensorflow as tf
 from .copy import input_signature as copy_signature
 from .layers import walk
 
-__all__ = ["input_signature", "channel_axis", "weight_sync", "derived_state"]
+__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
 
 
 def input_signature(model) -> tuple[tuple, str]:
@@ -36,7 +37,7 @@ def input_signature(model) -> tuple[tuple, str]:
     return (None, *shape[1:]), dtype
 
 
-_SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
+from .input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
 
 
 def _sublayers(model):
@@ -46,12 +47,17 @@ def _sublayers(model):
         yield visit.layer
 
 
-def channel_axis(model, rank: int) -> int:
-    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+def _outside_any_trace(fn):
+    with tf.init_scope():  # tracing the model must not land in a kernel being traced
+        return fn()
 
-    Channels-first when the model's spatial layers (convolutions, pooling, up-sampling, cropping,
-    padding) use ``data_format="channels_first"``. ``ValueError`` when they mix both formats
-    (which axis is spatial cannot be told then). Non-image inputs (rank < 3) are channels-last.
+
+def layer_channel_axis(model, rank: int) -> int:
+    """The channel axis of the model's spatial layers (``-1`` channels-last, ``0`` channels-first),
+    from their ``data_format``: where a CAM layer's channels are.
+
+    ``ValueError`` when they mix both formats (which axis is spatial cannot be told then).
+    Non-image inputs (rank < 2 per input) are channels-last.
     """
     formats = {}
     for layer in _sublayers(model):
@@ -66,6 +72,53 @@ def channel_axis(model, rank: int) -> int:
             "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
         )
     return 0 if "channels_first" in formats and rank >= 2 else -1
+
+
+_traced_axes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
+
+
+def _refuse_axes(model, why: str):
+    return ValueError(
+        f"cannot tell which input axis of model {model.name!r} holds the channels ({why}); pass "
+        "channels_axis=1 for [B, C, H, W] inputs or channels_axis=-1 for [B, H, W, C]; received a model "
+        "whose input axes could not be followed."
+    )
+
+
+def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None = None) -> int:
+    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+
+    From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may
+    move its input's axes before them (a ``Permute`` or a transpose, as models converted from
+    PyTorch do): then the model is traced on ``[None, *shape]`` and the graph is followed from
+    the input to its first convolution or pooling through the transposes
+    (:mod:`saliency_kit.model.input_axes`), once per model and input shape. ``ValueError`` when
+    the channels land on an axis that is neither first nor last, or when a transpose lies on a
+    way that cannot be followed: ``explain(..., channels_axis=)`` says it then.
+    """
+    declared = layer_channel_axis(model, rank)
+    from .input_axes import may_move_axes, traced_channel_axis
+
+    if rank < 2 or shape is None or not may_move_axes(model):
+        return declared
+
+    known = _traced_axes.setdefault(model, {})
+    key = (tuple(shape), str(dtype))
+    if key not in known:
+        known[key] = _outside_any_trace(lambda: traced_channel_axis(model, tuple(shape), dtype))
+    found = known[key]
+    if found.unsure:
+        if found.moved:
+            raise _refuse_axes(model, "a transpose lies before its first convolution, on a way that cannot be followed")
+        return declared
+    if found.axis is None:
+        return declared
+    if found.axis == rank:
+        return -1
+    if found.axis == 1:
+        return 0
+    raise _refuse_axes(model, f"its first convolution takes its channels from input axis {found.axis}, "
+                              "neither the first nor the last after the batch axis")
 
 
 def weight_sync(source, copy):

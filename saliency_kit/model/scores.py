@@ -8,16 +8,18 @@ the model's own functional graph with its final activation skipped.
 
 Where the logits are found:
 
-* a final ``Activation``/``Softmax`` layer, a ``keras.ops`` softmax/sigmoid node, or a ``Lambda``
-  whose function is a softmax/sigmoid (``tf.nn``, ``keras.ops``, ``keras.activations``): dropped;
-* a layer with a fused ``activation="softmax"``/``"sigmoid"``: re-run with a linear twin that
-  shares its variables;
+* a layer with a fused ``activation="softmax"``/``"sigmoid"`` (``Dense``, ``Conv2D``, ...): re-run
+  with a linear twin that shares its variables;
+* any other last layer whose computation ends in a ``Sigmoid``/``Softmax`` op, whatever it is
+  written as (an ``Activation`` or ``Softmax`` layer, a ``Lambda`` around ``tf.nn.sigmoid`` or a
+  lambda calling it, a ``keras.ops`` node, a layer of your own, a subclassed model): recognised
+  by tracing it (:mod:`.squash`), and run with the squash's input taken as its output;
 * any of these followed by layers that keep values (``Dropout``, ``Identity``,
   ``Activation("linear")``, ``Reshape``, ``Flatten``, ...), or inside a nested
   Functional/Sequential model at the end.
 
-Where a softmax/sigmoid is there but the values before it cannot be reached (a subclassed model,
-or a subclassed model at the end of a functional wrapper), a warning says so once per model and
+Where a softmax/sigmoid is there but the values before it cannot be reached (it ends a separately
+compiled ``tf.function`` the model calls), a warning says so once per model and
 ``view.differentiated`` is ``"output"``: that is what the gradients are of.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ import keras
 import numpy as np
 
 from . import keras_private
-from .layers import children, is_graph_model
+from .layers import is_graph_model
 
 __all__ = ["ScoreView", "score_columns", "final_squash"]
 
@@ -42,6 +44,7 @@ _VALUE_KEEPING = (keras.layers.Dropout, keras.layers.Identity, keras.layers.Resh
                   keras.layers.SpatialDropout2D, keras.layers.SpatialDropout3D,
                   keras.layers.ActivityRegularization)
 _warned: "weakref.WeakSet" = weakref.WeakSet()
+_traced_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # layer -> (token, squash)
 
 
 def _squasher_name(fn) -> str | None:
@@ -61,32 +64,78 @@ def _keeps_values(op) -> bool:
     return isinstance(op, keras.layers.Activation) and _is_linear(op.activation)
 
 
-def _squash_kind(op) -> str | None:
-    """``"pure"`` (drop it), ``"fused"`` (re-run with a linear twin), ``"nested"`` or ``None``."""
-    if isinstance(op, keras.layers.Activation):
-        return "pure" if _squasher_name(op.activation) else None
-    if isinstance(op, keras.layers.Lambda):
-        return "pure" if _squasher_name(op.function) and not op.arguments else None
-    if type(op).__name__ in ("Softmax", "Sigmoid"):  # keras.layers.Softmax, keras.ops nodes
-        return "pure"
-    if is_graph_model(op):
-        return "nested" if final_squash(op) else None
-    if isinstance(op, keras.Model):
-        return None
+def _fused(op) -> bool:
+    """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument."""
+    if isinstance(op, (keras.layers.Activation, keras.Model)):
+        return False
     activation = getattr(op, "activation", None)
-    if activation is not None and _squasher_name(activation):
+    return activation is not None and _squasher_name(activation) is not None and (
+        getattr(activation, "__module__", "") or "").startswith("keras")
+
+
+def _specs(op) -> list | None:
+    """Symbolic input specs of ``op``'s (first) call in a functional graph, or of a model."""
+    import tensorflow as tf
+
+    if isinstance(op, keras.Model) and not getattr(op, "_inbound_nodes", None):
+        from .copy import input_signature
+
+        return [tf.TensorSpec(shape, dtype) for shape, dtype in input_signature(op)]
+    inputs = keras_private.first_call_inputs(op)
+    if not inputs or not all(hasattr(t, "_keras_history") for t in inputs):
+        return None
+    return [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
+
+
+def _traced(op) -> tuple[str, str] | None:
+    """``("traced" | "opaque", squash)`` when ``op``'s computation ends in a softmax/sigmoid.
+
+    Traced once per layer (and again when its ``activation`` or ``function`` is replaced)."""
+    from .squash import traced_squash
+
+    token = (getattr(op, "activation", None), getattr(op, "function", None))
+    known = _traced_memo.get(op)
+    if known is not None and all(a is b for a, b in zip(known[0], token)):
+        return known[1]
+    specs = _specs(op)
+    found = traced_squash(_call_op(op), specs) if specs else None
+    _traced_memo[op] = (token, found)
+    return found
+
+
+def _squash_kind(op) -> str | None:
+    """``"fused"`` (re-run with a linear twin), ``"traced"`` (take the squash's input),
+    ``"nested"`` (a functional model ending in one), ``"opaque"`` (one that cannot be looked
+    behind) or ``None``."""
+    if is_graph_model(op):
+        inner = final_squash(op)
+        return None if inner is None else "opaque" if _leaf_kind(inner) == "opaque" else "nested"
+    if _fused(op):
         return "fused"
-    return None
+    found = _traced(op)
+    return found[0] if found else None
+
+
+def _leaf_kind(squash) -> str:
+    kind, op = squash
+    return _leaf_kind(final_squash(op)) if kind == "nested" else kind
 
 
 def final_squash(model):
     """How ``model``'s output squashes its logits: ``(kind, op)`` or ``None``.
 
-    ``op`` is the softmax/sigmoid operation (followed only by value-keeping layers); ``kind`` is
-    ``"pure"``, ``"fused"`` or ``"nested"`` (``op`` is a model that itself ends in one).
+    ``op`` is the layer whose computation ends in the softmax/sigmoid (followed only by
+    value-keeping layers); ``kind`` is ``"fused"``, ``"traced"``, ``"nested"`` (``op`` is a model
+    that itself ends in one) or ``"opaque"`` (the values before it cannot be reached). A
+    subclassed ``model`` is its own ``op``.
     """
     graph = keras_private.functional_graph(model)
-    if graph is None or len(graph.outputs) != 1:
+    if graph is None:
+        if not isinstance(model, keras.Model):
+            return None
+        found = _traced(model)
+        return (found[0], model) if found else None
+    if len(graph.outputs) != 1:
         return None
     op = keras_private.producer(graph.outputs[0])
     while _keeps_values(op):
@@ -96,35 +145,6 @@ def final_squash(model):
         op = keras_private.producer(inputs[0])
     kind = _squash_kind(op)
     return (kind, op) if kind else None
-
-
-def _opaque_squash(model) -> str | None:
-    """A description of a softmax/sigmoid at the end of ``model`` that cannot be looked behind
-    (inside a subclassed model), else ``None``."""
-    if is_graph_model(model):
-        graph = keras_private.functional_graph(model)
-        if len(graph.outputs) != 1:
-            return None
-        op = keras_private.producer(graph.outputs[0])
-        while _keeps_values(op):
-            inputs = keras_private.first_call_inputs(op)
-            if not inputs or len(inputs) != 1:
-                return None
-            op = keras_private.producer(inputs[0])
-        if isinstance(op, keras.Model) and not is_graph_model(op):
-            inner = _opaque_squash(op)
-            return f"{inner}, inside the functional model {model.name!r}" if inner else None
-        return None
-    if not isinstance(model, keras.Model):
-        return None
-    last = children(model)[-1:]
-    for op in last:
-        if isinstance(op, keras.Model) and not is_graph_model(op):  # a wrapper around a subclassed model
-            return _opaque_squash(op)
-        if _squash_kind(op) or getattr(op, "activation", None) is not None and _squasher_name(op.activation):
-            return (f"the subclassed model {model.name!r} ({type(model).__name__}) ends in a "
-                    f"softmax/sigmoid ({op.name!r})")
-    return None
 
 
 def _linear_twin(layer):
@@ -197,19 +217,19 @@ class ScoreView:
         self._squash = final_squash(model) if score == "logits" else None
         self.differentiated = score
         self._twins: dict[int, object] = {}
-        if self._squash is not None:
+        if self._squash is not None and _leaf_kind(self._squash) == "opaque":
+            self._squash = None
+            self.differentiated = "output"
+            if model not in _warned:
+                _warned.add(model)
+                warnings.warn(
+                    f"score='logits': model {model.name!r} ends in a softmax/sigmoid inside a separately "
+                    "compiled tf.function, and the values before it cannot be reached; the gradients "
+                    "are of the model's output (recorded as score='output').",
+                    stacklevel=3,
+                )
+        elif self._squash is not None:
             self._prepare_twins(model)
-        elif score == "logits":
-            opaque = _opaque_squash(model)
-            if opaque:
-                self.differentiated = "output"
-                if model not in _warned:
-                    _warned.add(model)
-                    warnings.warn(
-                        f"score='logits': {opaque}, and the values before it cannot be reached; "
-                        "the gradients are of the model's output (recorded as score='output').",
-                        stacklevel=3,
-                    )
 
     def _prepare_twins(self, model):
         kind, op = final_squash(model)
@@ -240,6 +260,8 @@ class ScoreView:
                 "a functional or Sequential model (build one from its layers), or use a gradient "
                 f"method; received layer {'/'.join(tap) or None!r}."
             )
+        from .squash import eager_or_traced
+
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
 
@@ -251,10 +273,11 @@ class ScoreView:
             here = bool(tap) and op.name == tap[0]
             if op is final or (here and is_graph_model(op)):
                 inner_tap = tap[1:] if here else ()
-                if op is final and kind == "pure":
-                    if here and len(tap) == 1:
-                        return lambda *args, **kwargs: record(args[0])
-                    return lambda *args, **kwargs: args[0]
+                if op is final and kind == "traced":
+                    stripped = eager_or_traced(_call_op(op))
+                    if here and len(tap) == 1:  # a tap on the stripped layer sees its logits
+                        return lambda *args, **kwargs: record(stripped(*args, **kwargs))
+                    return stripped
                 if op is final and kind == "fused":
                     twin = _call_op(self._twins[id(op)])
                     if here and len(tap) == 1:  # a tap on the stripped layer sees its logits
@@ -280,9 +303,13 @@ class ScoreView:
 
     def values(self, x, tap: str | None = None):
         """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
+        from .squash import eager_or_traced
+
         taken: dict = {}
         if tap is None and not self.strips_activation:
             values = self.model(x, training=False)
+        elif tap is None and self._squash[1] is self.model:  # a subclassed model ending in a squash
+            values = eager_or_traced(_call_op(self.model))(x)
         else:
             parts = tuple(tap.split("/")) if tap else ()
             values = self._run(self.model, x, parts, self.strips_activation, taken)

@@ -165,6 +165,20 @@ def resize_unit(unit: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
     return np.clip(np.asarray(resized, dtype=np.float32), 0.0, 1.0)
 
 
+def check_map_fits(map_shape, image_hw) -> None:
+    """``ValueError`` for a map that cannot be a picture of the image: a side as short as a channel
+    axis (≤ 4) and an aspect ratio more than twice off the image's (a ``[C, H]`` map of a
+    channels-first input, reduced over the wrong axis), which resizing would silently stretch."""
+    h, w = map_shape
+    aspect, image_aspect = h / w, image_hw[0] / image_hw[1]
+    if min(h, w) <= 4 and max(aspect / image_aspect, image_aspect / aspect) > 2 and tuple(image_hw) != (h, w):
+        raise ValueError(
+            f"a map of shape {tuple(map_shape)} does not fit an image of {image_hw[0]}x{image_hw[1]} pixels "
+            "(it looks reduced over a wrong axis, e.g. [C, H] of a channels-first input; explain such "
+            f"models with channels_axis=1); received a map of shape {tuple(map_shape)}."
+        )
+
+
 def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.ndarray:
     """Blend a heatmap of ``map2d`` ``[h, w]`` over ``image_uint8`` ``[H, W, 3]`` -> uint8 ``[H, W, 3]``.
 
@@ -180,6 +194,7 @@ def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.
         raise TypeError(f"overlay() got unexpected options {sorted(unknown)}; "
                         f"it accepts alpha, cmap, sign and clip_percentile")
     rgb = as_rgb(image_uint8)
+    check_map_fits(np.shape(_as_map(map2d, allow_1d=False)), rgb.shape[:2])
     sign = heatmap_options.get("sign", "abs")
     unit = normalize(_as_map(map2d, allow_1d=False), sign=sign,
                      clip_percentile=heatmap_options.get("clip_percentile", 99.0))

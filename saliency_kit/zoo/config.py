@@ -7,9 +7,10 @@ import dataclasses
 import difflib
 import os
 import sys
+import warnings
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class Preprocessing:
     mean: tuple = (0.0, 0.0, 0.0)
     std: tuple = (1.0, 1.0, 1.0)
     channel_order: str = "RGB"
+    channels_first: bool = False  # output [..., 3, H, W] (a model converted from PyTorch)
 
     MODES = {
         "caffe": dict(scale=1.0, mean=(103.939, 116.779, 123.68), channel_order="BGR"),
@@ -106,6 +108,8 @@ class Preprocessing:
             x = x - np.asarray(self.mean)
         if any(s != 1.0 for s in self.std):
             x = x / np.asarray(self.std)
+        if self.channels_first:
+            x = np.moveaxis(x, -1, -3)
         return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -185,31 +189,59 @@ def resolved_file(value: str, source):
 def read_class_names(text: str, where) -> list:
     """Class names from the text of a class-names file: one name per line, in index order.
 
-    A blank line or a name given twice would shift or merge classes silently, so each is a
-    ``ValueError`` naming the line. Trailing blank lines at the end of the file are allowed.
+    A blank line would shift every later class silently, so it is a ``ValueError`` naming the
+    line. Trailing blank lines at the end of the file are allowed. A name given to several
+    classes (the usual ImageNet list has "crane" and "maillot" twice) is kept, with one warning
+    naming them (:func:`warn_repeated_names`).
     """
     lines = text.splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
-    names, first_line = [], {}
+    names = []
     for number, line in enumerate(lines, start=1):
         name = line.strip()
         if not name:
             raise ValueError(f"class names file {where}, line {number}: a blank line; every line up to the "
                              f"last must name one class (class {number - 1}); received an empty line.")
-        if name in first_line:
-            raise ValueError(f"class names file {where}, line {number}: class name {name!r} is already on line "
-                             f"{first_line[name]}; class names must be distinct; received it twice.")
-        first_line[name] = number
         names.append(name)
+    warn_repeated_names(names, f"class names file {where}")
     return names
+
+
+def repeated_names(names: Sequence[str]) -> dict[str, list[int]]:
+    """``{name: [indices]}`` for each name given to more than one class, in index order."""
+    indices: dict[str, list[int]] = {}
+    for index, name in enumerate(names):
+        indices.setdefault(name, []).append(index)
+    return {name: where for name, where in indices.items() if len(where) > 1}
+
+
+_warned_lists: set = set()
+
+
+def warn_repeated_names(names: Sequence[str], where: str) -> None:
+    """One warning (once per list and place) naming the class names given to several classes:
+    outputs stay apart by their class index; a target given by such a name is refused."""
+    repeated = repeated_names(names)
+    key = (where, tuple(names))
+    if not repeated or key in _warned_lists:
+        return
+    _warned_lists.add(key)
+    listed = ", ".join(f"{name!r} (classes {', '.join(map(str, where_))})" for name, where_ in repeated.items())
+    warnings.warn(
+        f"{where}: {len(repeated)} class name(s) given to several classes: {listed}; outputs are told apart "
+        "by class index, and a target given by one of these names is refused (give the index).",
+        stacklevel=3,
+    )
 
 
 def _read_classes(value, base) -> list | None:
     if value is None:
         return None
     if isinstance(value, list):
-        return [str(v) for v in value]
+        names = [str(v) for v in value]
+        warn_repeated_names(names, "the config's classes")
+        return names
     path = resolve_path(str(value), base)
     try:
         text = path.read_text(encoding="utf-8")

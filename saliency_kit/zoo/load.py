@@ -9,7 +9,7 @@ import weakref
 from importlib import resources
 from pathlib import Path
 
-from .config import MODEL_SUFFIXES, ModelSpec, get_spec, resolve_path, sidecar_spec
+from .config import MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
 from .weights import check_imagenet_weights, load_weights_into
 
 __all__ = ["load_model", "spec_of"]
@@ -62,7 +62,10 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     if in_shape is None or len(in_shape) != 4:
         raise ValueError(f"{spec.name}: expected one image input [B, H, W, C], "
                          f"got input shape {model.input_shape}")
-    size = spec.input_size or in_shape[1:3]
+    first = _takes_channels_first(model, in_shape)
+    if first and isinstance(spec.preprocess, Preprocessing):
+        spec = dataclasses.replace(spec, preprocess=dataclasses.replace(spec.preprocess, channels_first=True))
+    size = spec.input_size or (in_shape[2:4] if first else in_shape[1:3])
     if None in size:
         raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
                          "input_size = [height, width] in its config")
@@ -76,6 +79,26 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
         _get_layer(model, layer, spec)
     return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
                     gradcam_layer=layer)
+
+
+def _takes_channels_first(model, in_shape) -> bool:
+    """Whether ``model`` takes ``[B, C, H, W]`` images (channels-first layers, or a conversion
+    inside the model as PyTorch converters write it): then images are fed transposed."""
+    from ..model.inspect import channel_axis
+
+    if in_shape[-1] in (1, 3, 4) and in_shape[1] not in (1, 3, 4):
+        return False  # clearly [B, H, W, C]: no trace needed
+    try:
+        return channel_axis(model, 3, in_shape[1:], keras_dtype(model)) == 0
+    except ValueError:  # which axis cannot be told here: explain refuses with the reason
+        return False
+
+
+def keras_dtype(model) -> str:
+    """The dtype of ``model``'s input, as Keras names it."""
+    import keras
+
+    return keras.backend.standardize_dtype(model.inputs[0].dtype) if getattr(model, "inputs", None) else "float32"
 
 
 def _last_4d_layer(model) -> str | None:
