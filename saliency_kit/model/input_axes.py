@@ -152,7 +152,7 @@ def _front(model):
         else:
             continue
         inputs = keras_private.first_call_inputs(op)
-        if not inputs or len(inputs) != 1 or not hasattr(inputs[0], "_keras_history"):
+        if not inputs or len(inputs) != 1 or not keras_private.has_producer(inputs[0]):
             return None
         try:
             return keras.Model(graph.inputs, inputs[0]), position

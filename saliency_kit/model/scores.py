@@ -77,12 +77,12 @@ def _specs(op) -> list | None:
     """Symbolic input specs of ``op``'s (first) call in a functional graph, or of a model."""
     import tensorflow as tf
 
-    if isinstance(op, keras.Model) and not getattr(op, "_inbound_nodes", None):
+    if isinstance(op, keras.Model) and not keras_private.inbound_nodes(op):
         from .copy import input_signature
 
         return [tf.TensorSpec(shape, dtype) for shape, dtype in input_signature(op)]
     inputs = keras_private.first_call_inputs(op)
-    if not inputs or not all(hasattr(t, "_keras_history") for t in inputs):
+    if not inputs or not all(keras_private.has_producer(t) for t in inputs):
         return None
     return [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
 

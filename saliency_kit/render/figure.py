@@ -11,21 +11,9 @@ import numpy as np
 
 from ..files import png_bytes, save_png
 from .colour import as_rgb, colorize, heatmap, normalize, overlay, resize_unit
+from .titles import method_display, method_title
 
-__all__ = ["explanation_png", "fit_text", "grid", "method_display", "method_title", "show"]
-
-
-def method_display(method: str) -> tuple[str, bool]:
-    """``(title, cam)`` of a method: its short display title, and whether its maps are coarse
-    class-activation maps (drawn over the image), from its declaration (``Method.title``,
-    ``Method.cam``). The one place rendering looks these up; an unknown name is its own title."""
-    from ..methods import get
-
-    try:
-        declared = get(method)
-    except (ValueError, TypeError):
-        return str(method), False
-    return declared.title, declared.cam
+__all__ = ["explanation_png", "fit_text", "grid", "show"]
 
 
 def _explanations(explanation) -> list:
@@ -359,11 +347,6 @@ def _column_header(ax, text: str) -> None:
     shift = ScaledTranslation(0, (3 + 2 * _TITLE_POINTS * 1.25 + 1) / 72, ax.figure.dpi_scale_trans)
     ax.text(0.5, 1.0, text, transform=ax.transAxes + shift, ha="center", va="bottom",
             fontsize=8.5, fontweight="bold", clip_on=False)
-
-
-def method_title(method: str) -> str:
-    """A method's short display title (``"Grad-CAM"``)."""
-    return method_display(method)[0]
 
 
 def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features):

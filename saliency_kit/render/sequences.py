@@ -14,7 +14,7 @@ import numpy as np
 
 from .colour import DEFAULT_CMAPS, normalize
 from .colour import colormap as find_colormap
-from .figure import method_title
+from .titles import method_title
 
 __all__ = ["series", "volume", "tokens_html", "check_tokens"]
 
