@@ -28,12 +28,13 @@ _NAMES = {
     "ModelSpec": "zoo",
     "load_images": "images",
 }
-_SUBMODULES = ("gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery")
+_SUBMODULES = ("gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery",
+               "targets")
 
 __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
-    from . import callbacks, composites, evaluate, gallery, gradients, layers, methods, render, rules
+    from . import callbacks, composites, evaluate, gallery, gradients, layers, methods, render, rules, targets
     from .api import explain, jacobian
     from .explanation import Explanation
     from .images import load_images
