@@ -490,3 +490,36 @@ def test_region_and_box_scores_agree_with_xpliques_operators():
     objects = detector(x).numpy()
     objects[..., 5:] = 1.0  # Xplique reads class probabilities: one class has probability 1
     np.testing.assert_allclose(e.scores[:, 0], _xplique_detection(objects, reference), rtol=1e-4)
+
+
+def test_target_scores_of_perturbed_copies_keep_each_inputs_payload():
+    model = segmenter()
+    x = images(3, seed=20)
+    masks = np.random.default_rng(20).random((3, H, W)) > 0.5
+    from saliency_kit.api import resolve_selection
+
+    selection = resolve_selection(model, x, sk.targets.region(masks, [[1], [2], [3]]))
+    rows = np.array([2, 0, 0, 1, 2])
+    copies = x[rows] + 0.1
+    scores = engine.target_scores(model, copies, selection.take(rows), batch_size=2)
+    logits = model(copies).numpy()
+    expected = [logits[i][masks[r], r + 1].mean() for i, r in enumerate(rows)]
+    np.testing.assert_allclose(scores[:, 0], expected, rtol=1e-5)
+
+
+def test_box_targets_read_a_detector_ending_in_a_sigmoid_as_it_is():
+    inputs = keras.Input((4, 4, 1))
+    dense = keras.layers.Dense(N * (5 + C))
+    raw = keras.layers.Reshape((N, 5 + C))(dense(keras.layers.Flatten()(inputs)))
+    model = keras.Model(inputs, keras.layers.Activation("sigmoid")(raw))  # boxes in [0, 1] units
+    bias = np.zeros((N, 5 + C), np.float32)
+    bias[:, :4] = [-1.0, -1.2, 1.0, 1.1]  # well-formed boxes after the sigmoid
+    dense.set_weights([0.1 * dense.get_weights()[0], bias.reshape(-1)])
+    x = images(2, (4, 4, 1), seed=21)
+    box = [[0.0, 0.0, 1.0, 1.0]]
+    e = sk.explain(model, x, "gradient", sk.targets.box(box, 1, class_activation="none"))
+    y = model(x).numpy()
+    for b in range(2):
+        best = max(_iou_and_derivatives(np.array(box[0]), y[b, j, :4])[0] * y[b, j, 4] * y[b, j, 6] for j in range(N))
+        assert best > 0
+        np.testing.assert_allclose(e.scores[b, 0], best, rtol=1e-5)
