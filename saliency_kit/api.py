@@ -15,7 +15,7 @@ from . import engine, methods, targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
-__all__ = ["explain", "jacobian", "resolve_selection"]
+__all__ = ["check", "explain", "jacobian", "resolve_selection"]
 
 
 def _check_score(score):
@@ -172,17 +172,10 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     """
     chosen = methods.get(method)
     given = dict(options)
-    values = chosen.check_options(given)
-    _check_score(score)
+    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given)
     batch_size = engine.check_batch_size(batch_size)
-    x = engine.check_inputs(model, inputs)
     keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
-    channel_axis = engine.channel_axis(model, x)
-    request = methods.Request(model, x, None, score, batch_size,
-                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
-    if chosen.prepare is not None:
-        values = chosen.prepare(request, values)
     selection, score_vectors = _resolve(model, x, targets, score, batch_size, names)
     resolved = selection.columns
     score_fn = None
@@ -208,6 +201,28 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         rewritten=out.get("rewritten"),
         target_info=selection.info,
     )
+
+
+def check(model, inputs, method="gradient", *, score="logits", batch_size=32, class_names=None, **options) -> dict:
+    """Check what :func:`explain` checks before any work — the method and its options (with the
+    method's own ``prepare``: a layer the model lacks, a baseline of the wrong shape), ``score``,
+    ``batch_size``, the inputs against the model — without explaining. Returns the method's options
+    as :func:`explain` would use them (defaults filled in, a seed drawn). Raises as :func:`explain`."""
+    return _checked(model, inputs, methods.get(method), score, batch_size, class_names, dict(options))[2]
+
+
+def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict):
+    """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
+    values = chosen.check_options(given)
+    _check_score(score)
+    batch_size = engine.check_batch_size(batch_size)
+    x = engine.check_inputs(model, inputs)
+    channel_axis = engine.channel_axis(model, x)
+    request = methods.Request(model, x, None, score, batch_size,
+                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
+    if chosen.prepare is not None:
+        values = chosen.prepare(request, values)
+    return x, channel_axis, values
 
 
 def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:

@@ -100,12 +100,12 @@ class SaliencyCallback(keras.callbacks.Callback):
 
     def _explain(self):
         """``sk.explain`` on the model as it is, leaving the global random generators as they were."""
-        import saliency_kit as sk
+        from .api import explain
 
         numpy_state, python_state = np.random.get_state(), random.getstate()
         try:
             kwargs = {} if self.batch_size is None else {"batch_size": self.batch_size}
-            return sk.explain(self.model, self.inputs, self.method, self.targets, **kwargs, **self.options)
+            return explain(self.model, self.inputs, self.method, self.targets, **kwargs, **self.options)
         finally:
             np.random.set_state(numpy_state)
             random.setstate(python_state)

@@ -120,8 +120,9 @@ def iter_randomization(
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}; received {mode!r}.")
     from .methods import get as get_method
 
-    if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
-        method_options["seed"] = seed
+    seed_option = get_method(method).seed_option(method_options)  # a noisy method: the same noise at every step
+    if seed_option is not None and method_options.get(seed_option) is None:
+        method_options[seed_option] = seed
     inputs = np.asarray(inputs)
 
     clone = clone_with_weights(model)

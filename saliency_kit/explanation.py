@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = ["Explanation"]
+
 
 @dataclass
 class Explanation:
@@ -12,13 +14,14 @@ class Explanation:
 
     Attributes:
         attributions: ``[B, K, *input.shape[1:]]`` for the pixel methods; ``[B, K, H, W]`` for
-            the CAM methods (``gradcam``, ``gradcam_plus_plus``).
+            the methods declared with ``cam=True`` (``saliency_kit.methods.get(name).cam``:
+            Grad-CAM and its kin, whose maps are coarse class-activation maps).
         maps: one channel-reduced map per input and target, for display: ``[B, K, H, W]`` for
             images, ``[B, K, *input.shape[1:-1]]`` for other inputs (reduced over the last axis).
-            The reduction depends on the method (see :mod:`saliency_kit.methods`): max |a| for
-            gradient, guided backprop, deconvnet and guided Grad-CAM; the signed sum for
-            gradient × input and integrated gradients; the mean for occlusion; SmoothGrad as its
-            base method; the CAM itself for Grad-CAM and Grad-CAM++.
+            The reduction is the method's declared ``reduce`` (see :mod:`saliency_kit.methods`):
+            e.g. max |a| for gradient and guided backprop, the signed sum for gradient × input,
+            integrated gradients, LRP and DeepLIFT, the mean for occlusion, the CAM itself for
+            the CAM methods.
         targets: int64 ``[B, K]``, the column each attribution explains: its class (of a
             classifier, a region or a box), its ``score_fn`` column, its component of an
             ``output`` head, or its ``unit`` index (flat for a tuple index).
@@ -28,8 +31,8 @@ class Explanation:
             and ``"score"``: what was differentiated (``"logits"`` or ``"output"``; ``"output"``
             also when ``score="logits"`` could not look behind a final softmax/sigmoid).
         layer: the layer path used by the CAM methods (``"outer/inner"`` when nested), else None.
-        completeness_gap: integrated gradients only, ``[B, K]``:
-            ``Σ attributions − (s(x) − s(baseline))``.
+        completeness_gap: for the methods that sum to a score difference (integrated gradients,
+            DeepLIFT), ``[B, K]``: ``Σ attributions − (s(x) − s(baseline))``; else None.
         rewritten: what the method's backward rule changed, or None for plain gradients. For
             guided backprop, deconvnet and the methods built on them (guided Grad-CAM, SmoothGrad
             of either): every ReLU-family activation the rule took over, as graph op names

@@ -13,7 +13,7 @@ forward pass and the gradient of one class score (the least any gradient method 
 * K = 10 classes through one shared forward pass (``sk.jacobian``) over 10 single-class calls:
   ≤ 0.75;
 * LRP with the default composite: ≤ 1.3; DeepLIFT (inputs and baselines in one pass): ≤ 2.2;
-* the new methods of issue 12 (see ``bench_new_methods``).
+* the newer methods (see ``bench_new_methods``).
 
 Then the peak memory of SmoothGrad at 20 and at 200 samples on a small CNN, each measured in a
 fresh subprocess (peak resident set size ``VmHWM``; TensorFlow keeps no allocator statistics
@@ -198,7 +198,7 @@ def main() -> None:
     print(f"\npeak RSS at 200 / at 20 samples: {high['peak_mb'] / low['peak_mb']:.3f} (target within 1.20)")
 
 
-# LRP and DeepLIFT (issue 11) -------------------------------------------------------------------
+# LRP and DeepLIFT -------------------------------------------------------------------------------
 def bench_lrp(model, x, targets, raw, reps: int, composites=()) -> None:
     """Rows for ``sk.explain`` with ``lrp`` (the default composite, then each of ``composites``;
     ZBox bounds: the batch's min and max) and ``deeplift`` (the default baseline 0; each input and
@@ -239,7 +239,7 @@ def bench_lrp(model, x, targets, raw, reps: int, composites=()) -> None:
         print(f"| {name} | {seconds:.3f} | {ratio:.2f} | {target} |")
 
 
-# new methods (issue 12) ------------------------------------------------------------------------
+# newer methods ---------------------------------------------------------------------------------
 def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: int, masks: int) -> None:
     """Rows for Blur IG, Guided IG, Score-CAM, RISE (ratios to the plain compiled passes) and XRAI
     side by side with PAIR's on one image given the same base attributions.

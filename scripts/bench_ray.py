@@ -49,6 +49,7 @@ def part(args) -> None:
     from saliency_kit.batch import outputs
     from saliency_kit.batch import ray as ray_runner
     from saliency_kit.batch import run as pipeline
+    from saliency_kit.batch.plan import plan_run
 
     TimedWatch = _timed_watch()
     inputs, out = args.inputs, args.out
@@ -58,7 +59,7 @@ def part(args) -> None:
     start = time.perf_counter()
     rss_start = rss_mib()
     watch.start()
-    plan = pipeline.plan_run(inputs, out, shard=None, resume=False)
+    plan = plan_run(inputs, out, shard=None, resume=False)
     with contextlib.redirect_stderr(io.StringIO()):
         if args.ray_part == "local":
             import saliency_kit as sk

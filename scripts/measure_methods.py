@@ -34,17 +34,10 @@ import numpy as np  # noqa: E402
 import saliency_kit as sk  # noqa: E402
 from saliency_kit.data import shapes  # noqa: E402
 from saliency_kit.cli import sanity  # noqa: E402
+from saliency_kit.methods import builtins as builtin_methods  # noqa: E402
 from saliency_kit.evaluate import deletion_insertion, pointing_game, randomization_test  # noqa: E402
 
-ALL_METHODS = (
-    "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
-    "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
-    # issue 12
-    "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
-    "layercam", "rise",
-    # issue 11
-    "lrp", "deeplift",
-)
+ALL_METHODS = tuple(builtin_methods())  # every built-in method, in the order `saliency methods` lists them
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)
 OPTIONS = {
     "smoothgrad": {"seed": 0},

@@ -1,12 +1,12 @@
 """``saliency batch``: an image's seeded noise is keyed by the image (its path under INPUT_DIR), not
-by its position in a batch, so its outputs are the same whichever batch it falls in (API.md §6)."""
+by its position in a batch, so its outputs are the same whichever batch it falls in."""
 import json
 
 import numpy as np
 from PIL import Image
 
 from cli_support import tiny_model  # noqa: F401  (a fixture)
-from saliency_kit.batch import run as pipeline
+from saliency_kit.batch.discovery import image_key
 from saliency_kit.data.shapes import make_dataset
 
 
@@ -58,7 +58,7 @@ def test_an_image_explained_in_two_different_batches_gets_byte_identical_outputs
 
 
 def test_image_keys_are_31_bit_and_depend_on_the_whole_relative_path():
-    keys = [pipeline.image_key(path) for path in ("x.png", "a/x.png", "b/x.png", "x.jpg")]
+    keys = [image_key(path) for path in ("x.png", "a/x.png", "b/x.png", "x.jpg")]
     assert len(set(keys)) == 4
     assert all(isinstance(k, int) and 0 <= k < 2**31 for k in keys)
-    assert pipeline.image_key("a/x.png") == pipeline.image_key("a/x.png")
+    assert image_key("a/x.png") == image_key("a/x.png")

@@ -10,7 +10,7 @@ import numpy as np
 from cli_support import (TIMEOUT, check_complete, command, finish, image_folder, manifest_records,  # noqa: F401
                          own_lines, python, run, save_tiny_model, tiny_model)
 from saliency_kit.batch import outputs
-from saliency_kit.batch import run as pipeline
+from saliency_kit.batch.discovery import select_shard
 
 
 # ------------------------------------------------------------------------------ batch
@@ -92,7 +92,7 @@ def test_shards_are_disjoint_cover_the_folder_and_can_share_an_output(tmp_path, 
         records = manifest_records(out / f"manifest.shard-{i}-of-2.jsonl")
         images = {r["image"] for r in records}
         assert code == (1 if images & set(bad) else 0), err
-        assert images == set(pipeline.select_shard(sorted(good + bad), i, 2))
+        assert images == set(select_shard(sorted(good + bad), i, 2))
         seen.append(images)
     assert not seen[0] & seen[1] and seen[0] | seen[1] == set(good + bad)
     check_complete(out, [r for i in range(2) for r in manifest_records(out / f"manifest.shard-{i}-of-2.jsonl")],
@@ -101,16 +101,17 @@ def test_shards_are_disjoint_cover_the_folder_and_can_share_an_output(tmp_path, 
 
 def test_topk_targets_are_resolved_once_per_batch_whatever_the_number_of_methods(tmp_path, tiny_model,
                                                                                    image_folder, monkeypatch):
-    from saliency_kit.cli import main, options
+    from saliency_kit import engine
+    from saliency_kit.cli import main
 
     calls = []
-    real = options.model_scores
+    real = engine.all_scores
 
-    def counted(model, inputs, batch_size, **kw):
+    def counted(model, inputs, **kw):
         calls.append(len(inputs))
-        return real(model, inputs, batch_size, **kw)
+        return real(model, inputs, **kw)
 
-    monkeypatch.setattr(options, "model_scores", counted)
+    monkeypatch.setattr(engine, "all_scores", counted)
     root, good, bad = image_folder
     argv = ["batch", str(root), "--out", str(tmp_path / "out"), "--model", str(tiny_model), "--method", "gradient",
             "--method", "guided_backprop", "--method", "gradient_x_input", "--target", "top2",

@@ -190,3 +190,39 @@ def test_a_value_error_inside_a_method_is_not_a_usage_error(tmp_path, tiny_model
     assert "--debug" in lines[0] and "Traceback" not in err
     code, _, err = python(PLUGIN.format(argv=[*argv, "--debug"]))
     assert code == 1 and "Traceback" in err and "a value error from inside the method" in err
+
+
+def test_help_states_each_option_range_and_a_value_outside_it_is_a_usage_error():
+    import re
+
+    from saliency_kit.cli import build_parser
+    from saliency_kit.cli.options import UsageError, method_plan
+
+    parser = build_parser()
+    explain = parser._subparsers._group_actions[0].choices["explain"]
+    text = " ".join(explain.format_help().split())  # argparse wraps the lines
+    for flag, words in [("--steps", "a positive int"), ("--samples", "a positive int"),
+                        ("--p", "a number in (0, 1]"), ("--noise", "a non-negative number"),
+                        ("--max-sigma", "a positive number"), ("--seed", "a non-negative int; None draws one"),
+                        ("--area-threshold", "a number in (0, 1]"), ("--max-dist", "a number in [0, 1]")]:
+        entry = re.search(re.escape(flag) + r" [A-Z]+ (.*?)(?= --[a-z]|$)", text).group(1)
+        assert words in entry, (flag, entry)
+    args = parser.parse_args(["explain", "x.png", "--method", "rise", "--p", "2"])
+    with pytest.raises(UsageError, match=r"p must be a number in \(0, 1\]; received 2\.0"):
+        method_plan(args)
+
+
+def test_help_gives_each_methods_range_when_the_declarations_differ():
+    from saliency_kit import methods
+    from saliency_kit.cli import build_parser
+
+    methods.register("wide_help", summary="x", options=[methods.Option("wobble", 2, low=1)])(lambda ctx, wobble: ctx.inputs)
+    methods.register("narrow_help", summary="x", options=[methods.Option("wobble", 2, low=0, high=3)])(
+        lambda ctx, wobble: ctx.inputs)
+    try:
+        explain = build_parser()._subparsers._group_actions[0].choices["explain"]
+        text = " ".join(explain.format_help().split())
+        assert "wide_help, narrow_help: wobble; wide_help: a positive int; narrow_help: an int in [0, 3]" in text
+    finally:
+        methods.unregister("wide_help")
+        methods.unregister("narrow_help")

@@ -1,6 +1,6 @@
 """sk.evaluate and sk.metrics: hand-computed metrics, small hand-built models, and the shipped model.
 
-The shipped-model checks (the issue's acceptance numbers) share module-scoped fixtures so the
+The shipped-model checks (their acceptance numbers) share module-scoped fixtures so the
 images, masks and explanations are computed once.
 """
 import numpy as np
@@ -381,9 +381,9 @@ def shapes_data():
     return model, spec.preprocess(images), masks, labels
 
 
-# the issue's thresholds; a small CNN trained on this data reaches about 0.96, 0.95 and 0.78
+# the acceptance thresholds; a small CNN trained on this data reaches about 0.96, 0.95 and 0.78
 POINTING_MINIMUM = {"gradcam": 0.90, "guided_backprop": 0.90, "gradient": 0.70,
-                    # issue 11 sets none for these; held to the bar of their kin (guided backprop's
+                    # none are set for these; held to the bar of their kin (guided backprop's
                     # for LRP, the gradient's for DeepLIFT). Measured on seed 3: 98.0 % and 89.5 %
                     "lrp": 0.90, "deeplift": 0.70}
 

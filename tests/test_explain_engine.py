@@ -10,30 +10,18 @@ import pytest
 import tensorflow as tf
 
 import saliency_kit as sk
+from method_support import small_options
 from saliency_kit import engine, methods
 
-# Small settings for the methods that take many evaluations; every registered method is in the
-# table (derived from the registry, a method registered from outside included), plus variants.
-SMALL = {
-    "integrated_gradients": {"steps": 8},
-    "smoothgrad": {"samples": 6, "seed": 3},
-    "occlusion": {"window": 4, "stride": 4},
-    "squaregrad": {"samples": 4, "seed": 3},
-    "vargrad": {"samples": 4, "seed": 3},
-    "expected_gradients": {"samples": 4, "seed": 3,
-                           "baselines": np.random.default_rng(7).uniform(-1, 1, (2, 12, 12, 3)).astype("float32")},
-    "blur_ig": {"steps": 4, "max_sigma": 3.0},
-    "guided_ig": {"steps": 4},
-    "xrai": {"steps": 4},
-    "rise": {"masks": 16, "cells": 3, "seed": 3},
-}
+# Every registered method is in the table (derived from the registry, a method registered from
+# outside included), with the shared small settings, plus variants.
 VARIANTS = [
     ("integrated_gradients", {"steps": 5, "rule": "gausslegendre", "baseline": 0.5}),
     ("smoothgrad", {"samples": 5, "seed": 3, "base": "integrated_gradients", "steps": 3, "aggregate": "variance"}),
     ("smoothgrad", {"samples": 3, "seed": 4, "base": "guided_backprop", "aggregate": "square", "noise": 0.3}),
 ]
 OUTSIDE = "outside_power"  # a method registered from outside the package, for this module's tests
-CASES = [(name, SMALL.get(name, {})) for name in methods.names() + [OUTSIDE]] + VARIANTS
+CASES = [(name, small_options(name, (12, 12, 3))) for name in methods.names() + [OUTSIDE]] + VARIANTS
 IDS = [f"{m}-{i}" for i, (m, _) in enumerate(CASES)]
 
 
@@ -106,9 +94,10 @@ def test_batch_and_batch_size_invariance(cnn, method, options):
     reference = sk.explain(model, x, method, targets, batch_size=64, **options)
     chunked = sk.explain(model, x, method, targets, batch_size=3, **options)
     np.testing.assert_allclose(chunked.attributions, reference.attributions, rtol=1e-4, atol=1e-5)
-    if method not in ("smoothgrad", "squaregrad", "vargrad"):  # noise per (seed, input index, sample)
-        alone = sk.explain(model, x[1:2], method, targets[1:2], batch_size=1, **options)
-        np.testing.assert_allclose(alone.attributions, reference.attributions[1:2], rtol=1e-4, atol=1e-5)
+    # an input alone gives what it gave in the batch (seeded draws keyed by its own key)
+    keyed = sk.explain(model, x, method, targets, batch_size=64, input_keys=[5, 6, 7], **options)
+    alone = sk.explain(model, x[1:2], method, targets[1:2], batch_size=1, input_keys=[6], **options)
+    np.testing.assert_allclose(alone.attributions, keyed.attributions[1:2], rtol=1e-4, atol=1e-5)
     # two targets give two different maps
     assert not np.allclose(reference.attributions[:, 0], reference.attributions[:, 1])
 
@@ -165,6 +154,8 @@ def test_seeded_smoothgrad(cnn):
 @pytest.mark.parametrize("name, options", [
     ("smoothgrad", {"samples": 5, "seed": 2}),
     ("vargrad", {"samples": 3, "seed": 2, "base": "integrated_gradients", "steps": 3}),
+    ("expected_gradients", {"samples": 3, "seed": 2,
+                            "baselines": np.random.default_rng(3).uniform(-1, 1, (4, 12, 12, 3)).astype("float32")}),
 ])
 def test_input_keys_key_the_noise_by_input_not_by_position(cnn, name, options):
     model, x = cnn  # three inputs

@@ -42,7 +42,7 @@ def test_walk_yields_paths_and_owners_through_models_and_wrappers():
         find_layer(model, 3)
 
 
-# -- logits behind the final squash (issue 14 #6) ------------------------------------------------------
+# -- logits behind the final squash ------------------------------------------------------
 def logits_of(model, x):
     return ScoreView(model, "logits")(tf.constant(x)).numpy()
 
@@ -105,7 +105,7 @@ def test_subclassed_models_are_scored_on_their_output_and_refuse_taps_clearly():
         default_cam_layer(net)
 
 
-# -- the configured Grad-CAM layer (issue 10 #5), fully convolutional models (issue 14 #10) --------------
+# -- the configured Grad-CAM layer, fully convolutional models --------------
 def test_a_zoo_model_uses_its_configured_gradcam_layer():
     model, spec = sk.load_model("vgg16", weights="random")
     assert spec.gradcam_layer == "block5_conv3"
@@ -134,7 +134,7 @@ def test_default_cam_layer_of_a_fully_convolutional_model_with_a_fused_sigmoid()
     assert explanation.layer == "heads" and np.isfinite(explanation.maps).all()
 
 
-# -- the checked copier (issue 14 #1, #2) ---------------------------------------------------------------
+# -- the checked copier ---------------------------------------------------------------
 def test_an_adapted_normalization_keeps_its_statistics_in_every_copy():
     norm = keras.layers.Normalization(name="norm")
     norm.adapt(RNG.normal(5.0, 3.0, (100, 4)).astype(np.float32))

@@ -1,4 +1,4 @@
-"""The public surface: every name of API.md resolves from `import saliency_kit as sk`."""
+"""The public surface: every documented public name resolves from `import saliency_kit as sk`."""
 import importlib
 import subprocess
 import sys
@@ -30,7 +30,7 @@ def test_public_name_resolves(name):
     assert callable(obj)
 
 
-# The names API.md promises at the top level (sk.X), written out here rather than read from the
+# The names promised at the top level (sk.X), written out here rather than read from the
 # package, so that a name dropped from __all__ (or one added without the contract) fails.
 EXPECTED_ALL = {
     "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "rewrite", "explain", "jacobian",
@@ -57,7 +57,7 @@ def test_import_is_lazy():
 
 
 def test_another_keras_backend_is_one_clear_error():
-    """API.md §6: another Keras backend is refused with a message naming it, not an ImportError
+    """Another Keras backend is refused with a message naming it, not an ImportError
     from deep inside; the declarations (no TensorFlow needed) still load."""
     code = (
         "import saliency_kit as sk\n"

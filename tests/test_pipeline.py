@@ -1,4 +1,4 @@
-"""saliency_kit.batch.run and saliency_kit.batch.outputs: discovery, sharding, output names, the
+"""saliency_kit.batch (discovery, plan, outputs): discovery, sharding, output names, the
 crash-tolerant manifest, the run's settings (model fingerprints, a lock for shards starting at
 once) and resume planning.
 
@@ -14,7 +14,8 @@ import pytest
 
 from saliency_kit import files
 from saliency_kit.batch import outputs
-from saliency_kit.batch import run as pipeline
+from saliency_kit.batch import discovery
+from saliency_kit.batch import plan as planning
 
 
 def touch(root, *relative_paths):
@@ -27,14 +28,14 @@ def touch(root, *relative_paths):
 def test_discovery_is_recursive_sorted_and_skips_non_images_hidden_and_the_output(tmp_path):
     touch(tmp_path, "b.png", "a/c.JPG", "a/deep/d.jpeg", "notes.txt", ".hidden.png", ".git/e.png",
           "out/old.png", "a/deep/f.tiff")
-    found = pipeline.discover_images(str(tmp_path), exclude=[str(tmp_path / "out")])
+    found = discovery.discover_images(str(tmp_path), exclude=[str(tmp_path / "out")])
     assert found == ["a/c.JPG", "a/deep/d.jpeg", "a/deep/f.tiff", "b.png"]
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7])
 def test_shards_are_disjoint_cover_everything_and_are_stable(count):
     paths = [f"dir{i % 5}/img_{i:04d}.png" for i in range(500)]
-    shards = [pipeline.select_shard(paths, i, count) for i in range(count)]
+    shards = [discovery.select_shard(paths, i, count) for i in range(count)]
     assert sorted(p for s in shards for p in s) == sorted(paths)  # covering, no repeats
     assert sum(len(s) for s in shards) == len(paths)
     for shard in shards:  # roughly balanced: a hash, not a first-come split
@@ -42,13 +43,13 @@ def test_shards_are_disjoint_cover_everything_and_are_stable(count):
     # Adding files never moves an existing file to another shard.
     more = paths + [f"new/{i}.png" for i in range(50)]
     for i in range(count):
-        assert set(shards[i]) <= set(pipeline.select_shard(more, i, count))
+        assert set(shards[i]) <= set(discovery.select_shard(more, i, count))
 
 
 @pytest.mark.parametrize("text", ["4/4", "1/0", "a/3", "-1/3", "3", ""])
 def test_bad_shard_specs_are_refused(text):
     with pytest.raises(ValueError, match="I/N"):
-        pipeline.parse_shard(text)
+        discovery.parse_shard(text)
 
 
 def test_output_folders_mirror_inputs_and_disambiguate_same_stems():
@@ -139,47 +140,47 @@ def test_fingerprint_names_the_model_by_contents_not_by_path(tmp_path, monkeypat
     first = _write_model(tmp_path / "a" / "net.keras")
     second = str(tmp_path / "b" / "renamed.keras")
     shutil.copyfile(first, second)
-    assert pipeline.model_fingerprint(first, None) == pipeline.model_fingerprint(second, None)
+    assert planning.model_fingerprint(first, None) == planning.model_fingerprint(second, None)
     monkeypatch.chdir(tmp_path / "b")
-    assert pipeline.model_fingerprint("../a/net.keras", None) == pipeline.model_fingerprint(first, None)
+    assert planning.model_fingerprint("../a/net.keras", None) == planning.model_fingerprint(first, None)
 
-    before = pipeline.model_fingerprint(first, None)
+    before = planning.model_fingerprint(first, None)
     _write_model(first, scale=2.0)  # same architecture, other weights
-    assert pipeline.model_fingerprint(first, None)["model_file"] != before["model_file"]
+    assert planning.model_fingerprint(first, None)["model_file"] != before["model_file"]
 
     sidecar = tmp_path / "a" / "net.keras.toml"
     sidecar.write_text('classes = ["x", "y", "z"]\n')
-    with_config = pipeline.model_fingerprint(first, None)
+    with_config = planning.model_fingerprint(first, None)
     sidecar.write_text('classes = ["x", "z", "y"]\n')
-    assert pipeline.model_fingerprint(first, None)["config"] != with_config["config"]
+    assert planning.model_fingerprint(first, None)["config"] != with_config["config"]
 
     weights = tmp_path / "w.weights.h5"
     weights.write_bytes(b"one")
-    one = pipeline.model_fingerprint(first, str(weights))
+    one = planning.model_fingerprint(first, str(weights))
     weights.write_bytes(b"two")
-    assert pipeline.model_fingerprint(first, str(weights)) != one
-    assert pipeline.model_fingerprint("shapes", None)["name"] == "shapes"
+    assert planning.model_fingerprint(first, str(weights)) != one
+    assert planning.model_fingerprint("shapes", None)["name"] == "shapes"
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        pipeline.model_fingerprint(str(tmp_path / "missing.keras"), None)
+        planning.model_fingerprint(str(tmp_path / "missing.keras"), None)
 
 
 def test_settings_are_recorded_once_and_other_settings_are_refused(tmp_path):
     settings = {"model": {"model_file": "abc"}, "methods": [["gradient", {}]], "targets": ["top1"]}
-    pipeline.check_settings(str(tmp_path), settings)
-    pipeline.check_settings(str(tmp_path), settings)  # the same again: fine
-    with pytest.raises(pipeline.RunRefused, match="the model file, its weights or its config changed"):
-        pipeline.check_settings(str(tmp_path), {**settings, "model": {"model_file": "def"}})
-    with pytest.raises(pipeline.RunRefused, match="methods differ"):
-        pipeline.check_settings(str(tmp_path), {**settings, "methods": [["gradcam", {}]]})
+    planning.check_settings(str(tmp_path), settings)
+    planning.check_settings(str(tmp_path), settings)  # the same again: fine
+    with pytest.raises(planning.RunRefused, match="the model file, its weights or its config changed"):
+        planning.check_settings(str(tmp_path), {**settings, "model": {"model_file": "def"}})
+    with pytest.raises(planning.RunRefused, match="methods differ"):
+        planning.check_settings(str(tmp_path), {**settings, "methods": [["gradcam", {}]]})
     assert json.loads((tmp_path / "settings.json").read_text()) == settings
 
 
 def _shard_start(out, settings, barrier, results):
     barrier.wait()
     try:
-        pipeline.check_settings(out, settings)
+        planning.check_settings(out, settings)
         results.put("ok")
-    except pipeline.RunRefused:
+    except planning.RunRefused:
         results.put("refused")
 
 
@@ -207,18 +208,18 @@ def test_shards_starting_at_once_agree_on_one_settings_file(tmp_path, same):
 def test_plan_refuses_an_earlier_run_and_resume_skips_what_is_complete(tmp_path):
     source, out = tmp_path / "in", tmp_path / "out"
     touch(source, "a.png", "b.png", "c.png")
-    plan = pipeline.plan_run(str(source), str(out), shard=None, resume=False)
+    plan = planning.plan_run(str(source), str(out), shard=None, resume=False)
     assert plan.todo == ["a.png", "b.png", "c.png"] and plan.folders["a.png"] == "a"
     (out / "a").mkdir(parents=True)
     (out / "a" / "m.png").write_bytes(b"png")
     manifest = outputs.Manifest(str(out / "manifest.jsonl"))
     manifest.append([_line("a.png", "a/m.png", 1), outputs.failure_line("c.png", "cannot load image c.png")])
-    with pytest.raises(pipeline.RunRefused, match="--resume"):
-        pipeline.plan_run(str(source), str(out), shard=None, resume=False)
-    plan = pipeline.plan_run(str(source), str(out), shard=None, resume=True)
+    with pytest.raises(planning.RunRefused, match="--resume"):
+        planning.plan_run(str(source), str(out), shard=None, resume=False)
+    plan = planning.plan_run(str(source), str(out), shard=None, resume=True)
     assert plan.skip == {"a.png"} and plan.todo == ["b.png", "c.png"]
     assert plan.failed_before == {"c.png": "cannot load image c.png"}
-    assert set(pipeline.still_unreadable(str(source), ["b.png", "c.png"])) == {"b.png", "c.png"}  # not images
+    assert set(planning.still_unreadable(str(source), ["b.png", "c.png"])) == {"b.png", "c.png"}  # not images
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no images under"):
-        pipeline.plan_run(str(tmp_path / "empty"), str(out), shard=None, resume=False)
+        planning.plan_run(str(tmp_path / "empty"), str(out), shard=None, resume=False)

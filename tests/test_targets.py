@@ -1,4 +1,4 @@
-"""Targets (every form of API.md, every error before any work) and scores (logits behind softmax/sigmoid)."""
+"""Targets (every target form, every error before any work) and scores (logits behind softmax/sigmoid)."""
 import keras
 import numpy as np
 import pytest

@@ -29,11 +29,15 @@ import json
 import os
 import pathlib
 import posixpath
-import re
+import string
+from importlib import resources
+
+from ..files import write_atomic
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests"]
 
 INDEX = "index.html"
+PAGE = "gallery.html"  # the page's HTML, CSS and JS, beside this module: $title, $page_size, $data
 _KINDS = ("overlay", "heatmap", "npz")  # the manifest's "kind" of each file the page links
 
 
@@ -190,8 +194,8 @@ def _packed(data: dict) -> dict:
 
 def render_html(data: dict, *, title: str = "Saliency maps", page_size: int = 40) -> str:
     """The page for ``data`` (see :func:`gallery_data`)."""
-    fields = {"title": html.escape(title), "page_size": str(int(page_size)), "data": _script_json(_packed(data))}
-    return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match.group(1)], _PAGE)
+    page = string.Template(resources.files(__package__).joinpath(PAGE).read_text(encoding="utf-8"))
+    return page.substitute(title=html.escape(title), page_size=str(int(page_size)), data=_script_json(_packed(data)))
 
 
 def write_gallery(out_dir: str | os.PathLike, *, title: str | None = None, page_size: int = 40) -> pathlib.Path:
@@ -201,8 +205,6 @@ def write_gallery(out_dir: str | os.PathLike, *, title: str | None = None, page_
     a page shows at first (the reader can change it). Safe to call again at any time, e.g. after a
     resumed run: the page is rebuilt from the whole manifest.
     """
-    from ..render import write_atomic
-
     out = pathlib.Path(out_dir)
     if not out.is_dir():
         raise ValueError(f"write_gallery() needs an existing output folder; received {os.fspath(out_dir)!r}.")
@@ -212,190 +214,3 @@ def write_gallery(out_dir: str | os.PathLike, *, title: str | None = None, page_
     path = out / INDEX
     write_atomic(path, page.encode("utf-8"), durable=False)
     return path
-
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{title}}</title>
-<style>
-:root { --fg: #1d1d1f; --muted: #6e6e73; --line: #d2d2d7; --bg: #f5f5f7; --accent: #0b63ce; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
-header { position: sticky; top: 0; z-index: 2; background: #fff; border-bottom: 1px solid var(--line); padding: 10px 16px; }
-h1 { font-size: 17px; margin: 0 0 8px; }
-.controls { display: flex; flex-wrap: wrap; gap: 8px 18px; align-items: center; }
-.controls label { color: var(--muted); }
-.controls input[type=search] { width: 13em; padding: 3px 6px; }
-.methods label { color: var(--fg); margin-right: 8px; white-space: nowrap; }
-.pager { display: flex; gap: 8px; align-items: center; }
-.pager button { padding: 2px 10px; }
-#summary { color: var(--muted); margin-top: 6px; }
-main { padding: 12px 16px; display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 12px; }
-.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px 10px; min-width: 0; }
-.card h2 { font-size: 13px; margin: 0 0 6px; overflow-wrap: anywhere; font-weight: 600; }
-.card table { border-collapse: collapse; }
-.card th { font-size: 12px; font-weight: 600; text-align: left; padding: 0 8px 0 0; vertical-align: middle; white-space: nowrap; }
-.card td { padding: 0 6px 6px 0; vertical-align: top; }
-figure { margin: 0; width: 128px; }
-figure img { width: 128px; height: auto; min-height: 32px; display: block; border-radius: 3px; background: #eee; image-rendering: auto; }
-figcaption { font-size: 11px; color: var(--muted); overflow-wrap: anywhere; }
-figcaption b { color: var(--fg); font-weight: 600; }
-.none { color: var(--muted); padding: 20px; }
-details { margin: 0 16px 16px; }
-details li { overflow-wrap: anywhere; }
-</style>
-</head>
-<body>
-<header>
-<h1>{{title}}</h1>
-<div class="controls">
-  <span><label for="class-filter">Class</label> <input type="search" id="class-filter" list="class-names" placeholder="any class"></span>
-  <datalist id="class-names"></datalist>
-  <span><label for="image-filter">Image</label> <input type="search" id="image-filter" placeholder="any file name"></span>
-  <span class="methods" id="methods"></span>
-  <span><label for="show">Show</label> <select id="show"><option value="overlay">overlays</option><option value="heatmap">heatmaps</option></select></span>
-  <span><label for="sort">Sort</label> <select id="sort">
-    <option value="score-desc">score, highest first</option>
-    <option value="score-asc">score, lowest first</option>
-    <option value="name">image name</option>
-    <option value="run">run order</option>
-  </select></span>
-  <span class="pager"><button id="prev" type="button">&#8592; Prev</button><span id="page-info"></span><button id="next" type="button">Next &#8594;</button>
-    <select id="page-size"><option value="20">20</option><option value="40">40</option><option value="100">100</option><option value="200">200</option></select> per page</span>
-</div>
-<div id="summary"></div>
-</header>
-<main id="cards"></main>
-<details id="failed-box" hidden><summary id="failed-title"></summary><ul id="failed"></ul></details>
-<noscript><p class="none">This gallery needs JavaScript to show the images.</p></noscript>
-<script type="application/json" id="gallery-data">{{data}}</script>
-<script>
-"use strict";
-(function () {
-  const data = JSON.parse(document.getElementById("gallery-data").textContent);
-  const KINDS = [["overlay", "-overlay.png", 1], ["heatmap", "-heatmap.png", 2], ["npz", ".npz", 4]];
-  data.images = data.images.map(([image, folder, outputs]) => ({
-    image,
-    outputs: outputs.map(([m, cls, name, score, files]) => {
-      const o = { method: data.methods[m].name, class: cls, class_name: data.classes[name], score };
-      const prefix = folder ? folder + "/" : "";
-      for (const [kind, suffix, bit] of KINDS) {
-        if (Array.isArray(files)) { if (files[1] & bit) o[kind] = prefix + files[0] + suffix; }
-        else if (files[kind]) o[kind] = prefix + files[kind];
-      }
-      return o;
-    }),
-  }));
-  const $ = (id) => document.getElementById(id);
-  const el = (tag, props, children) => {
-    const node = document.createElement(tag);
-    Object.assign(node, props || {});
-    for (const child of children || []) node.append(child);
-    return node;
-  };
-  const url = (file) => file.split("/").map(encodeURIComponent).join("/");
-  const titles = new Map(data.methods.map((m) => [m.name, m.title]));
-  const state = { page: 0, pageSize: {{page_size}} };
-
-  for (const name of data.classes) $("class-names").append(el("option", { value: name }));
-  for (const m of data.methods) {
-    const box = el("input", { type: "checkbox", checked: true, value: m.name });
-    box.addEventListener("change", () => { state.page = 0; update(); });
-    $("methods").append(el("label", {}, [box, " " + m.title]));
-  }
-  const sizes = Array.from($("page-size").options).map((o) => +o.value);
-  if (!sizes.includes(state.pageSize)) $("page-size").append(el("option", { value: String(state.pageSize), textContent: String(state.pageSize) }));
-  $("page-size").value = String(state.pageSize);
-
-  function selection() {
-    const cls = $("class-filter").value.trim().toLowerCase();
-    const img = $("image-filter").value.trim().toLowerCase();
-    const methods = new Set(Array.from($("methods").querySelectorAll("input:checked")).map((b) => b.value));
-    const cards = [];
-    data.images.forEach((entry, order) => {
-      if (img && !entry.image.toLowerCase().includes(img)) return;
-      const outputs = entry.outputs.filter((o) => methods.has(o.method) &&
-        (!cls || o.class_name.toLowerCase().includes(cls)));
-      if (!outputs.length) return;
-      let best = null;
-      for (const o of outputs) if (o.score !== null && (best === null || o.score > best)) best = o.score;
-      cards.push({ entry, outputs, best, order });
-    });
-    const sort = $("sort").value;
-    const missing = (v, low) => (v === null ? (low ? Infinity : -Infinity) : v);
-    if (sort === "score-desc") cards.sort((a, b) => missing(b.best, false) - missing(a.best, false) || a.order - b.order);
-    else if (sort === "score-asc") cards.sort((a, b) => missing(a.best, true) - missing(b.best, true) || a.order - b.order);
-    else if (sort === "name") cards.sort((a, b) => a.entry.image.localeCompare(b.entry.image) || a.order - b.order);
-    return cards;
-  }
-
-  function figure(o, show) {
-    const file = o[show] || o.overlay || o.heatmap;
-    const caption = el("figcaption", {}, [el("b", { textContent: o.class_name }),
-      " " + (o.score === null ? "" : o.score.toPrecision(3))]);
-    if (!file) {
-      const link = o.npz ? el("a", { href: url(o.npz), textContent: "npz" }) : "no image";
-      return el("figure", {}, [link, caption]);
-    }
-    const img = el("img", { loading: "lazy", decoding: "async", src: url(file),
-      alt: titles.get(o.method) + ", " + o.class_name });
-    return el("figure", {}, [el("a", { href: url(file) }, [img]), caption]);
-  }
-
-  function card(item, show) {
-    const byMethod = new Map();
-    for (const o of item.outputs) {
-      if (!byMethod.has(o.method)) byMethod.set(o.method, []);
-      byMethod.get(o.method).push(o);
-    }
-    const rows = [];
-    for (const [method, outputs] of byMethod) {
-      rows.push(el("tr", {}, [el("th", { textContent: titles.get(method) }),
-        ...outputs.map((o) => el("td", {}, [figure(o, show)]))]));
-    }
-    const node = el("section", { className: "card" }, [el("h2", { textContent: item.entry.image }),
-      el("table", {}, [el("tbody", {}, rows)])]);
-    node.dataset.score = item.best === null ? "" : String(item.best);
-    node.dataset.image = item.entry.image;
-    return node;
-  }
-
-  function update() {
-    const cards = selection();
-    const pages = Math.max(1, Math.ceil(cards.length / state.pageSize));
-    state.page = Math.min(Math.max(state.page, 0), pages - 1);
-    const shown = cards.slice(state.page * state.pageSize, (state.page + 1) * state.pageSize);
-    const show = $("show").value;
-    $("cards").replaceChildren(...(shown.length ? shown.map((c) => card(c, show))
-      : [el("p", { className: "none", textContent: "No image matches these filters." })]));
-    $("page-info").textContent = "page " + (state.page + 1) + " of " + pages;
-    $("prev").disabled = state.page === 0;
-    $("next").disabled = state.page >= pages - 1;
-    const parts = [cards.length + " of " + data.images.length + " images"];
-    if (data.failed.length) parts.push(data.failed.length + " failed");
-    if (data.missing) parts.push(data.missing + " files named in the manifest are missing");
-    $("summary").textContent = parts.join(" \\u00b7 ");
-  }
-
-  if (data.failed.length) {
-    $("failed-box").hidden = false;
-    $("failed-title").textContent = data.failed.length + " images could not be explained";
-    for (const f of data.failed) $("failed").append(el("li", {}, [el("b", { textContent: f.image }), ": " + f.error]));
-  }
-  const again = () => { state.page = 0; update(); };
-  $("class-filter").addEventListener("input", again);
-  $("image-filter").addEventListener("input", again);
-  $("sort").addEventListener("change", again);
-  $("show").addEventListener("change", update);
-  $("page-size").addEventListener("change", () => { state.pageSize = +$("page-size").value; again(); });
-  $("prev").addEventListener("click", () => { state.page -= 1; update(); window.scrollTo(0, 0); });
-  $("next").addEventListener("click", () => { state.page += 1; update(); window.scrollTo(0, 0); });
-  update();
-})();
-</script>
-</body>
-</html>
-"""

@@ -25,6 +25,10 @@ import numpy as np
 from .. import render
 from ..files import npz_bytes, write_atomic
 
+__all__ = ["FORMATS", "Look", "MANIFEST", "Manifest", "MethodMaps", "Output", "PNG_KINDS", "SIGNS", "class_name_of",
+           "complete_images", "explain_dirs", "failure_line", "inside", "manifest_lines", "manifest_name", "one_line",
+           "output_dirs", "output_name", "per_image", "recorded_keys", "safe_name", "write_image_outputs"]
+
 MANIFEST = "manifest.jsonl"
 PNG_KINDS = ("heatmap", "overlay")
 FORMATS = {"png": ("png",), "npz": ("npz",), "both": ("png", "npz")}
@@ -290,3 +294,9 @@ def _nonempty_file(path: str) -> bool:
 def recorded_keys(records: Sequence[dict]) -> set[tuple[str, str]]:
     """``(image, file)`` of every output line and ``(image, error)`` of every failure line."""
     return {(r["image"], r.get("file") if r.get("status") == "ok" else r.get("error")) for r in records}
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line, at most 300 characters."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

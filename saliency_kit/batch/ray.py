@@ -16,7 +16,7 @@ Data flows one way, as in the local run (:mod:`saliency_kit.batch.run`)::
 The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
 actor does exactly what the local loop does with a batch, through the same functions, so the files
 and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
-Seeded noise (SmoothGrad, ...) is keyed by each image's path (:func:`saliency_kit.batch.run.image_key`),
+Seeded noise (SmoothGrad, ...) is keyed by each image's path (:func:`saliency_kit.batch.discovery.image_key`),
 so an image's maps do not depend on its chunk, its position there or its worker. A resumed run keeps
 the first run's chunks (without their complete images).
 
@@ -47,6 +47,9 @@ import numpy as np
 
 from . import outputs
 from . import run as pipeline
+from .outputs import one_line
+from .plan import Plan
+from .progress import Progress
 from ..files import remove_partials, write_atomic
 
 #: How to get the extra that provides Ray Data (printed when it is missing).
@@ -92,12 +95,14 @@ class ModelSource:
         return cls(absolute(model), absolute(weights), bool(unsafe))
 
     def load(self):
-        import saliency_kit as sk
+        from ..keras_backend import require_tensorflow
+        from ..zoo import load_model
 
+        require_tensorflow()
         kwargs = {"unsafe": True} if self.unsafe else {}
         if self.weights is not None:
             kwargs["weights"] = self.weights
-        return sk.load_model(self.model, **kwargs)
+        return load_model(self.model, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +195,7 @@ class ChunkExplainer:
                 item, original = load_image(file, self.spec)
             except ImageLoadError as error:  # an unreadable file is reported, not fatal
                 # named as the driver names it, so that the message is the local run's
-                done.append((path, pipeline.one_line(error).replace(file, os.path.join(job.input_label, path))))
+                done.append((path, one_line(error).replace(file, os.path.join(job.input_label, path))))
                 continue
             good.append(path)
             inputs.append(item)
@@ -202,13 +207,13 @@ class ChunkExplainer:
                       outputs.per_image(explanations, row, job.looks, "npz" in job.formats))
                      for row, path in enumerate(good)]
             del explanations
-            for path, written in pipeline._write_batch(job.out_dir, items, self.spec.class_names, job.formats):
+            for path, written in pipeline.write_batch(job.out_dir, items, self.spec.class_names, job.formats):
                 done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
         return done
 
 
 def _decode_results(text: str) -> list:
-    """A chunk's results as :func:`saliency_kit.batch.run._write_batch` returns them."""
+    """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them."""
     return [(path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
             for path, written in json.loads(text)]
 
@@ -264,7 +269,7 @@ def run(
     *,
     input_dir: str,
     out_dir: str,
-    plan: pipeline.Plan,
+    plan: Plan,
     model: ModelSource,
     methods: Sequence[tuple[str, dict]],
     targets_for_model: Callable,
@@ -312,7 +317,7 @@ def run(
             check_nodes(ray, job)
             size = workers or _default_workers(ray, gpus_per_worker)
             dataset = _dataset(ray, chunks, job, size, gpus_per_worker)
-            progress = pipeline.Progress(len(todo), stream=progress_stream)
+            progress = Progress(len(todo), stream=progress_stream)
             start = time.monotonic()
             received = set()
             try:
@@ -323,7 +328,7 @@ def run(
                     received.add(index)
                     written = futures.Future()
                     written.set_result(_decode_results(row["results"]))
-                    pipeline._finish((written, []), plan, summary, progress)
+                    pipeline.finish_batch((written, []), plan, summary, progress)
             except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped
                 raise _original(error) from None
             finally:
@@ -395,14 +400,12 @@ def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
 
 def targets(target_spec, batch_size: int) -> Callable:
     """``targets_for_model`` for the command line's parsed ``--target`` values: what
-    :func:`saliency_kit.cli.options.targets_for` resolves locally, in a form Ray can send."""
+    :func:`saliency_kit.batch.run.targets_for` resolves locally, in a form Ray can send."""
     return functools.partial(_targets_for, target_spec, batch_size)
 
 
 def _targets_for(target_spec, batch_size: int, model):
-    from ..cli.options import targets_for
-
-    return targets_for(target_spec, model, batch_size)
+    return pipeline.targets_for(target_spec, model, batch_size)
 
 
 def fixed_targets(value) -> Callable:

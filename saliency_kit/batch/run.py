@@ -1,7 +1,8 @@
-"""Explaining folders of images: discovery, shards, the run's settings and resume, progress, workers.
+"""Explaining folders of images: the run loop and its pools of decoders and writers.
 
-``saliency batch INPUT_DIR --out DIR`` plans with :func:`plan_run`, records its settings with
-:func:`check_settings`, then calls :func:`run`. Data flows one way::
+``saliency batch INPUT_DIR --out DIR`` plans with :func:`.plan.plan_run` (images found and sharded
+by :mod:`.discovery`), records its settings with :func:`.plan.check_settings`, then calls
+:func:`run`, which reports through :class:`.progress.Progress`. Data flows one way::
 
     files --(thread pool: decode + preprocess, a few batches ahead)--> inputs
           --(main thread: targets once per batch, then each method; one compiled function reused)--> maps
@@ -31,271 +32,24 @@ take a lock on the folder while they check and write it.
 from __future__ import annotations
 
 import concurrent.futures as futures
-import contextlib
 import dataclasses
-import fcntl
-import hashlib
-import json
 import os
-import re
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import outputs as out_files
-from ..files import remove_partials, write_json
+from .discovery import image_key
+from .outputs import one_line
+from .plan import Plan
+from .progress import Progress
+from ..files import remove_partials
 from ..images import ImageLoadError
 
-#: File extensions treated as images (lower case). Anything else under INPUT_DIR is ignored.
-IMAGE_EXTENSIONS = frozenset(
-    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pnm"}
-)
-SETTINGS = "settings.json"
+__all__ = ["Summary", "explain_batch", "finish_batch", "run", "targets_for", "write_batch"]
 
 
-class RunRefused(ValueError):
-    """--out holds something this run must not overwrite or mix with; the message says what to do."""
-
-
-# -------------------------------------------------------------------------------- discovery
-def discover_images(root: str, *, exclude: Sequence[str] = ()) -> list[str]:
-    """Relative POSIX paths of every image file under ``root`` (recursive, sorted, no hidden entries).
-
-    Directories in ``exclude`` (e.g. an output folder inside ``root``) are not entered.
-    """
-    root = os.path.abspath(root)
-    excluded = {os.path.realpath(path) for path in exclude}
-    found = []
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(
-            d for d in subdirs
-            if not d.startswith(".") and os.path.realpath(os.path.join(directory, d)) not in excluded
-        )
-        for name in files:
-            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append(os.path.relpath(os.path.join(directory, name), root).replace(os.sep, "/"))
-    return sorted(found)
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``; raises ValueError with the expected form."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not match or int(match[2]) < 1 or int(match[1]) >= int(match[2]):
-        raise ValueError(f"--shard expects I/N with 0 <= I < N, e.g. 0/4 ... 3/4; received {text!r}.")
-    return int(match[1]), int(match[2])
-
-
-def shard_of(relative_path: str, count: int) -> int:
-    """The shard (0..count-1) a file belongs to: a hash of its relative path, so the split is the
-    same on every machine, disjoint, covers every file, and does not move when files are added."""
-    digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % count
-
-
-def image_key(relative_path: str) -> int:
-    """The noise key of an image (``sk.explain(..., input_keys=)``): a 31-bit hash of its path
-    relative to INPUT_DIR, so its seeded noise (SmoothGrad, ...) is the same whichever batch,
-    shard or worker explains it."""
-    digest = hashlib.blake2b(relative_path.encode("utf-8"), digest_size=4, person=b"saliency-noise").digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
-
-
-def select_shard(relative_paths: Iterable[str], index: int, count: int) -> list[str]:
-    return [path for path in relative_paths if shard_of(path, count) == index]
-
-
-# ------------------------------------------------------------------------------- the plan
-@dataclasses.dataclass
-class Plan:
-    """What a batch run will do, known before any model is loaded."""
-
-    everything: list[str]  # every image under INPUT_DIR (relative paths)
-    mine: list[str]  # this shard's images
-    folders: dict[str, str]  # image -> output folder (relative to --out)
-    manifest: out_files.Manifest
-    skip: set[str]  # complete from an earlier run (--resume)
-    recorded: set[tuple[str, str]]  # manifest keys already written (see outputs.recorded_keys)
-    failed_before: dict[str, str]  # image -> error, of earlier failure lines of images to redo
-
-    @property
-    def todo(self) -> list[str]:
-        return [path for path in self.mine if path not in self.skip]
-
-
-def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, resume: bool) -> Plan:
-    """Discover, shard, and read an earlier run's manifest. Without ``resume``, an --out holding
-    an earlier run of these images raises :class:`RunRefused`. ``FileNotFoundError`` when there is
-    nothing to explain."""
-    everything = discover_images(input_dir, exclude=[out_dir])
-    if not everything:
-        raise FileNotFoundError(f"no images under {input_dir!r} (looked for "
-                                f"{', '.join(sorted(IMAGE_EXTENSIONS))})")
-    folders = out_files.output_dirs(everything)
-    mine = select_shard(everything, *shard) if shard else everything
-    manifest = out_files.Manifest(os.path.join(out_dir, out_files.manifest_name(shard)))
-    records = manifest.read()
-    if not resume:
-        existing = [p for p in mine if os.path.isdir(os.path.join(out_dir, folders[p]))]
-        if os.path.exists(manifest.path) or existing:
-            what = os.path.basename(manifest.path) if os.path.exists(manifest.path) else \
-                f"{len(existing)} output folder(s) such as {folders[existing[0]]!r}"
-            raise RunRefused(f"--out {out_dir!r} already holds an earlier run ({what}); add --resume "
-                             f"to continue it, or choose another --out")
-    skip = out_files.complete_images(records, out_dir) & set(mine) if resume else set()
-    failed = {r["image"]: r.get("error", "") for r in records if r.get("status") == "failed"}
-    return Plan(everything, mine, folders, manifest, skip, out_files.recorded_keys(records),
-                {p: e for p, e in failed.items() if p in set(mine) - skip})
-
-
-def still_unreadable(input_dir: str, paths: Sequence[str]) -> dict[str, str]:
-    """Of ``paths``, those that still cannot be read as images -> the reason (no model needed):
-    a resume whose only work left is files that failed before can finish without the model."""
-    from ..images import read_rgb
-
-    bad = {}
-    for path in paths:
-        try:
-            read_rgb(os.path.join(input_dir, path))
-        except ImageLoadError as error:
-            bad[path] = one_line(error)
-    return bad
-
-
-# ------------------------------------------------------------------------------- settings
-def file_digest(path: str | os.PathLike) -> str:
-    """sha256 of a file's contents (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def model_fingerprint(model: str, weights: str | None) -> dict:
-    """What identifies the model a run uses, whatever path it was given by: the contents of the
-    model file, its sidecar or named config, its class names, and a weights file. Reads files
-    only (no TensorFlow). ``ValueError``/``FileNotFoundError`` as :func:`saliency_kit.zoo.get_spec`."""
-    from .. import zoo
-
-    path = os.fspath(model)
-    fingerprint: dict = {}
-    if path.lower().endswith(zoo.MODEL_SUFFIXES):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"model file {path} does not exist")
-        fingerprint["model_file"] = file_digest(path)
-        sidecar = path + ".toml"
-        fingerprint["config"] = file_digest(sidecar) if os.path.isfile(sidecar) else None
-    else:
-        spec = zoo.get_spec(path)
-        fingerprint["name"] = spec.name
-        fingerprint["config"] = file_digest(spec.source)
-        if spec.model_file:
-            with zoo.resolved_file(spec.model_file, spec.source) as file:
-                fingerprint["model_file"] = file_digest(file)
-        if spec.class_names is not None:
-            fingerprint["classes"] = hashlib.sha256("\n".join(spec.class_names).encode()).hexdigest()
-    if weights is None or weights in ("imagenet", "random"):
-        fingerprint["weights"] = weights
-    elif os.path.isfile(weights):
-        fingerprint["weights"] = {"file": file_digest(weights)}
-    else:
-        raise FileNotFoundError(f"weights file {weights} does not exist (--weights accepts 'imagenet', "
-                                f"'random' or the path of a weights file)")
-    return fingerprint
-
-
-@contextlib.contextmanager
-def locked(directory: str):
-    """An exclusive lock on ``directory`` (``flock`` on the folder itself: no lock file is left)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def check_settings(out_dir: str, settings: dict) -> None:
-    """Record ``settings`` in ``out_dir/settings.json``, or check they equal those recorded there.
-
-    Other settings raise :class:`RunRefused` naming what differs. The check and the write hold a
-    lock on ``out_dir``, so shards started at the same moment agree on one file."""
-    settings = json.loads(json.dumps(settings))  # the form it has once read back
-    path = os.path.join(out_dir, SETTINGS)
-    os.makedirs(out_dir, exist_ok=True)
-    with locked(out_dir):
-        before = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                try:
-                    before = json.load(handle)
-                except ValueError:
-                    before = None  # cut off by a crash before it was renamed into place: rewrite
-        if before is not None:
-            if before != settings:
-                changed = ", ".join(k for k in settings if before.get(k) != settings[k]) or "settings"
-                what = ("the model file, its weights or its config changed since"
-                        if changed == "model" else f"{changed} differ")
-                raise RunRefused(f"--out {out_dir!r} holds results made with other settings ({what}; see "
-                                 f"{path}); use the same options, or another --out")
-            return
-        write_json(settings, path)
-
-
-# -------------------------------------------------------------------------------- progress
-class Progress:
-    """tqdm's bar on a terminal; otherwise a plain line at most every ``every`` seconds."""
-
-    def __init__(self, total: int, *, stream=None, every: float = 10.0):
-        self.total, self.done, self.failed = total, 0, 0
-        self.stream = stream or sys.stderr
-        self.every = every
-        self.start = self.last = time.monotonic()
-        self.bar = None
-        if self.stream.isatty():
-            from tqdm import tqdm
-
-            try:
-                width = os.get_terminal_size(self.stream.fileno()).columns
-            except (OSError, ValueError, AttributeError):
-                width = 0
-            # A terminal that reports no width (e.g. a pty without a size) would get an empty bar.
-            size = {"dynamic_ncols": True} if width > 0 else {"ncols": 100}
-            self.bar = tqdm(total=total, unit="img", file=self.stream, desc="saliency batch", **size)
-
-    def update(self, done: int, failed: int) -> None:
-        self.done += done
-        self.failed += failed
-        if self.bar is not None:
-            self.bar.update(done + failed)
-            self.bar.set_postfix(failed=self.failed, refresh=False)
-            return
-        now = time.monotonic()
-        if now - self.last >= self.every or self.done + self.failed >= self.total:
-            self.last = now
-            count = self.done + self.failed
-            rate = count / max(now - self.start, 1e-9)
-            eta = (self.total - count) / rate if rate > 0 else float("inf")
-            print(f"saliency batch: {count}/{self.total} images ({100 * count / max(self.total, 1):.0f}%), "
-                  f"{rate:.1f} images/s, {self.failed} failed, eta {_duration(eta)}",
-                  file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _duration(seconds: float) -> str:
-    if not np.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-# -------------------------------------------------------------------------------- the run
 @dataclasses.dataclass
 class Summary:
     total: int = 0  # images in this shard
@@ -306,15 +60,31 @@ class Summary:
     seconds: float = 0.0  # the processing loop, model loading excluded
 
 
+def targets_for(spec, model, batch_size: int) -> Callable:
+    """A function ``inputs -> int [B, K]`` resolving the parsed ``--target`` values ``spec`` for one
+    batch: the forward pass runs in the engine, only when a topK target needs it, and once per batch
+    whatever the number of methods."""
+    from .. import targets
+
+    def resolve(inputs):
+        if spec.needs_scores:
+            from ..engine import all_scores
+
+            return targets.resolve(spec, all_scores(model, inputs, score="logits", batch_size=batch_size))
+        return targets.resolve(spec, num_inputs=len(inputs))
+
+    return resolve
+
+
 def explain_batch(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]], targets_for: Callable,
                   batch_size: int, paths: Sequence[str]) -> list:
     """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
     the targets are resolved once for all methods; seeded noise is keyed by each path."""
-    import saliency_kit as sk
+    from ..api import explain
 
     targets = targets_for(inputs)
     keys = [image_key(path) for path in paths]
-    return [sk.explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
+    return [explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
             for name, options in methods]
 
 
@@ -387,15 +157,15 @@ def run(
                           out_files.per_image(explanations, row, looks, "npz" in formats))
                          for row, path in enumerate(good)]
                 del explanations
-            job = writers.submit(_write_batch, out_dir, items, spec.class_names, formats) if items else None
+            job = writers.submit(write_batch, out_dir, items, spec.class_names, formats) if items else None
             del inputs, originals, items
 
             # Record the previous batch while this one is being written.
             if pending_write:
-                _finish(pending_write.pop(0), plan, summary, progress)
+                finish_batch(pending_write.pop(0), plan, summary, progress)
             pending_write.append((job, failed))
         while pending_write:
-            _finish(pending_write.pop(0), plan, summary, progress)
+            finish_batch(pending_write.pop(0), plan, summary, progress)
     progress.close()
     summary.seconds = time.monotonic() - start
     return summary
@@ -439,7 +209,7 @@ def _warm_up() -> None:
     render.png_bytes(np.zeros((2, 2, 3), np.uint8))
 
 
-def _write_batch(out_dir: str, items, class_names, formats) -> list[tuple[str, list | str]]:
+def write_batch(out_dir: str, items, class_names, formats) -> list[tuple[str, list | str]]:
     """Worker job: write the outputs of a batch's images -> ``[(image, outputs or error message)]``."""
     done = []
     for path, folder, original, results in items:
@@ -451,7 +221,7 @@ def _write_batch(out_dir: str, items, class_names, formats) -> list[tuple[str, l
     return done
 
 
-def _finish(batch, plan: Plan, summary: Summary, progress: Progress) -> None:
+def finish_batch(batch, plan: Plan, summary: Summary, progress: Progress) -> None:
     """Wait for one batch's files, then record them (and its failures) in the manifest."""
     job, failed = batch
     records, done = [], 0
@@ -473,7 +243,3 @@ def _finish(batch, plan: Plan, summary: Summary, progress: Progress) -> None:
     progress.update(done, len(failed))
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line, at most 300 characters."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,12 +1,14 @@
 """``saliency batch INPUT_DIR --out DIR``: explain every image under a folder (see
-:mod:`saliency_kit.batch.run` for the pipeline, the manifest, settings and resume)."""
+:mod:`saliency_kit.batch` for the run loop, the plan, settings, resume and the manifest)."""
 from __future__ import annotations
 
 import os
 import sys
 
 from ..batch import gallery, outputs
+from ..batch import plan as planning
 from ..batch import run as pipeline
+from ..batch.discovery import parse_shard
 from . import options as opt
 from . import ray_options
 from .explain import add_explain_options, check_before_loading, with_model_defaults
@@ -37,7 +39,7 @@ def _shard(text: str) -> tuple[int, int]:
     import argparse
 
     try:
-        return pipeline.parse_shard(text)
+        return parse_shard(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
 
@@ -56,14 +58,14 @@ def run(args) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out!r} exists and is not a folder")
     try:
-        plan_ = pipeline.plan_run(args.input_dir, args.out, shard=args.shard, resume=args.resume)
-    except (FileNotFoundError, pipeline.RunRefused) as error:
+        plan_ = planning.plan_run(args.input_dir, args.out, shard=args.shard, resume=args.resume)
+    except (FileNotFoundError, planning.RunRefused) as error:
         raise UsageError(opt.message(error)) from error
     methods, _ = check_before_loading(args)
     looks = opt.looks(args, methods)
     try:
-        fingerprint = pipeline.model_fingerprint(args.model, args.weights)
-        pipeline.check_settings(args.out, settings(args, methods, looks, fingerprint))
+        fingerprint = planning.model_fingerprint(args.model, args.weights)
+        planning.check_settings(args.out, settings(args, methods, looks, fingerprint))
     except (FileNotFoundError, ValueError) as error:  # RunRefused is a ValueError
         raise UsageError(opt.message(error)) from error
 
@@ -83,7 +85,7 @@ def run(args) -> int:
     else:
         summary = pipeline.run(
             input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-            targets_for=opt.targets_for(target_spec, model, args.batch_size), looks=looks,
+            targets_for=pipeline.targets_for(target_spec, model, args.batch_size), looks=looks,
             batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
         )
     _report(summary, plan_.manifest.path)
@@ -104,7 +106,7 @@ def _nothing_left(args, plan_) -> bool:
     todo = plan_.todo
     if not args.resume or (todo and set(todo) - set(plan_.failed_before)):
         return False
-    unreadable = pipeline.still_unreadable(args.input_dir, todo)
+    unreadable = planning.still_unreadable(args.input_dir, todo)
     if set(unreadable) != set(todo):
         return False
     summary = pipeline.Summary(total=len(plan_.mine), skipped=len(plan_.skip),

@@ -87,12 +87,12 @@ def run(args) -> int:
         print(note, file=sys.stderr)
     opt.preflight(model, spec, np.stack(inputs[:1]), plan, args.batch_size)
 
-    import saliency_kit as sk
+    from ..api import explain
 
     batch = np.stack(inputs)
     logits = opt.model_scores(model, batch, args.batch_size)
     targets = _resolve(target_spec, logits)  # the logits ``sk.explain`` ranks topK by
-    explanations = [sk.explain(model, batch, name, targets, batch_size=args.batch_size, **options)
+    explanations = [explain(model, batch, name, targets, batch_size=args.batch_size, **options)
                     for name, options in plan]
     shown, label = _shown_scores(model, batch, logits, args.batch_size)
 

@@ -143,13 +143,16 @@ def load_model_from_args(args) -> tuple:
     """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
     (:mod:`.startup`); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
-    import saliency_kit as sk
+    from ..keras_backend import require_tensorflow
+    from ..zoo import load_model
+
+    require_tensorflow()
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
     if getattr(args, "weights", None) is not None:
         kwargs["weights"] = args.weights
     try:
-        return sk.load_model(args.model, **kwargs)
+        return load_model(args.model, **kwargs)
     except (FileNotFoundError, ValueError, KeyError) as error:
         # WeightsUnavailableError (no cached weights, no network) is a FileNotFoundError whose
         # message already says where the file is expected and what to do.
@@ -203,7 +206,7 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
                             f"(any case); repeat for several (default: {DEFAULT_TARGET})")
     group = parser.add_argument_group("method options (each used only by the methods that take it)")
     for name, (option, takers) in option_flags().items():
-        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}"
+        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
         if "default" not in text:
             text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
         kwargs = {"dest": OPTION_DEST + name, "default": None, "help": text.replace("%", "%%")}
@@ -212,6 +215,15 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(option.flag, type=_FLAG_TYPES[option.type], choices=option.choices,
                                metavar=_metavar(option), **kwargs)
+
+
+def _range_text(name: str, takers: list) -> str:
+    """``"; a positive int"``: the declared range, per method where the declarations differ."""
+    ranges = {method: method_registry.get(method).option(name).range_text for method in takers}
+    if len(set(ranges.values())) == 1:
+        text = next(iter(ranges.values()))
+        return f"; {text}" if text else ""
+    return "".join(f"; {method}: {text}" for method, text in ranges.items() if text)
 
 
 def _metavar(option) -> str | None:
@@ -253,22 +265,16 @@ def method_plan(args) -> list[tuple[str, dict]]:
 
 def preflight(model, spec, sample, plan, batch_size: int) -> None:
     """Check each method's option values against the model and a sample input before any work,
-    with the method's own checks (its declared ``prepare``, the step ``sk.explain`` takes first):
-    a --layer the model lacks, a noise level below zero, a baseline of the wrong shape. Problems
-    are usage errors; anything raised later, while working, is not."""
-    from .. import engine, methods
+    with the checks ``sk.explain`` makes first (:func:`saliency_kit.api.check`: the method's
+    declared ``prepare`` included): a --layer the model lacks, a noise level below zero, a baseline
+    of the wrong shape. Problems are usage errors; anything raised later, while working, is not."""
+    from ..api import check
 
     for name, options in plan:
         if options.get("layer") is not None:
             check_layer(model, options["layer"])
-        method = methods.get(name)
         try:
-            values = method.check_options(options)
-            if method.prepare is not None:
-                x = engine.check_inputs(model, sample)
-                request = methods.Request(model, x, None, "logits", batch_size,
-                                          default_layer=getattr(spec, "gradcam_layer", None))
-                method.prepare(request, values)
+            check(model, sample, name, batch_size=batch_size, class_names=spec, **options)
         except (TypeError, ValueError) as error:
             raise UsageError(f"{name}: {message(error)}") from error
 
@@ -302,19 +308,6 @@ def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, d
         except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
     return targets.combine(specs)
-
-
-def targets_for(spec, model, batch_size: int):
-    """A function ``inputs -> int [B, K]`` for one batch: the forward pass runs in the engine, only
-    when a topK target needs it, and once per batch whatever the number of methods."""
-    from .. import targets
-
-    def resolve(inputs):
-        if spec.needs_scores:
-            return targets.resolve(spec, model_scores(model, inputs, batch_size))
-        return targets.resolve(spec, num_inputs=len(inputs))
-
-    return resolve
 
 
 def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np.ndarray:
@@ -360,4 +353,4 @@ def warn(command: str, text: str) -> None:
 
 
 __all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
-           "targets_for", "model_scores", "looks", "did_you_mean"]
+           "model_scores", "looks", "did_you_mean"]

@@ -4,7 +4,8 @@ It knows no method by name. It offers primitives:
 
 * :func:`run` — a method's function ``compute(ctx, **options)`` compiled into one batched kernel
   per (model, method, options, input shape, chunk layout) and run over chunks of inputs and
-  groups of target classes; inside, the :class:`~saliency_kit.engine.tf.Context` gives batched
+  groups of target classes, on the backend :func:`.backend.active` returns; inside, the
+  :class:`~saliency_kit.engine.tf.Context` gives batched
   gradients of the target scores at any points, forward scores, a layer's activations and their
   gradients, and running sums over blocks (memory stays one chunk whatever samples/steps are);
 * :func:`all_scores` / :func:`forward_scores` — scores without gradients (``"topK"`` targets,
@@ -31,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from . import chunking
+from .backend import active as active_backend
 from .cache import KERNELS_PER_MODEL, ModelCache, value_key
 from .chunking import check_batch_size
 
@@ -93,7 +95,7 @@ def check_inputs(model, inputs) -> np.ndarray:
     ``ValueError`` for multi-input or unbuilt models, non-finite inputs and shapes that do not
     fit the model's input ``[B, ...]``.
     """
-    from .tf import input_signature
+    from ..model.inspect import input_signature
 
     expected, dtype = input_signature(model)
     try:
@@ -121,7 +123,7 @@ def check_inputs(model, inputs) -> np.ndarray:
 def channel_axis(model, inputs: np.ndarray) -> int:
     """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first
     (``ValueError`` for a model mixing both)."""
-    from .tf import channel_axis as detect
+    from ..model.inspect import channel_axis as detect
 
     return detect(model, inputs.ndim - 1)
 
@@ -141,15 +143,14 @@ def rewritten_model(model, rule):
     """
     if rule is None:
         return model
+    from ..model.inspect import weight_sync
     from ..model.rewrite import rewrite
-    from .tf import weight_sync
 
     def build():
         copy = rewrite(model, rule)
         return copy, weight_sync(model, copy)
 
-    from .tf import eagerly
-
+    eagerly = active_backend().eagerly
     copy, sync = eagerly(lambda: _rewritten.get(model, (_rule_key(rule), fingerprint(model)), build))
     eagerly(sync)
     return copy
@@ -158,8 +159,8 @@ def rewritten_model(model, rule):
 def score_view(model, score="logits", score_fn=None, rule=None):
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
     from ..model.scores import ScoreView
-    from .tf import eagerly
 
+    eagerly = active_backend().eagerly
     target_model = rewritten_model(model, rule)
     key = (score, value_key(score_fn), _rule_key(rule), fingerprint(model))
     return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
@@ -175,7 +176,7 @@ def fingerprint(model) -> tuple:
     change of either gives new kernels and new model copies (made by ``copy_state``, which
     re-derives such state), instead of the values captured when the first ones were traced.
     """
-    from .tf import derived_state
+    from ..model.inspect import derived_state
 
     parts = []
     stack = [model]
@@ -284,7 +285,7 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
     """
-    from . import tf as backend
+    backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
     B, K = targets.shape
@@ -422,7 +423,7 @@ def outputs(model, inputs, *, score="logits", batch_size=32, strip=True):
 
 def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
     """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
-    from . import tf as backend
+    backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
     inputs = np.asarray(inputs)

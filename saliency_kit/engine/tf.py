@@ -20,7 +20,12 @@ layout); it sees a :class:`Context` whose primitives it combines into its formul
   another method;
 * ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
   not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
-* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps.
+* ``ctx.resize(maps, size)`` — bilinear upsampling of ``[n, K, h, w]`` maps;
+* ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
+  by every input);
+* ``ctx.host(fn, args, dtype)`` — a host-side NumPy step inside the compiled function.
+
+Methods use these and ``keras.ops``, never TensorFlow itself.
 
 Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
 its moving statistics, weights are never written.
@@ -30,14 +35,13 @@ from __future__ import annotations
 import logging
 import math
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from ..model.copy import input_signature as copy_signature
-from ..model.layers import is_recurrent, walk
+from ..model.layers import is_recurrent
 
-__all__ = ["Context", "Selection", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
+__all__ = ["Context", "Selection", "build_kernel", "build_values_kernel", "vectorise_classes", "eagerly", "array_spec",
+           "to_numpy"]
 
 
 class _OwnKernelsFilter(logging.Filter):
@@ -58,58 +62,6 @@ _SMALL_FLOATS = ("float16", "bfloat16")
 
 
 # ------------------------------------------------------------------------------------ models
-def input_signature(model) -> tuple[tuple, str]:
-    """``(shape [None, ...], dtype)`` of ``model``'s single input.
-
-    Functional and Sequential models give it through ``model.inputs``; a subclassed model that
-    was built or called gives it through its build shape. ``TypeError`` for anything that is not
-    a Keras model; ``ValueError`` for unbuilt or multi-input models.
-    """
-    if not isinstance(model, keras.Model):
-        kind = "None" if model is None else f"a {type(model).__name__}"
-        raise TypeError(f"model must be a keras.Model (functional, Sequential or subclassed); received {kind}.")
-    signatures = copy_signature(model)
-    if len(signatures) != 1:
-        raise ValueError(
-            f"saliency_kit explains single-input models; this one has {len(signatures)} inputs; "
-            f"received {model.name!r}."
-        )
-    shape, dtype = signatures[0]
-    return (None, *shape[1:]), dtype
-
-
-_SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
-
-
-def _sublayers(model):
-    """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
-    yield model
-    for visit in walk(model):
-        yield visit.layer
-
-
-def channel_axis(model, rank: int) -> int:
-    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
-
-    Channels-first when the model's spatial layers (convolutions, pooling, up-sampling, cropping,
-    padding) use ``data_format="channels_first"``. ``ValueError`` when they mix both formats
-    (which axis is spatial cannot be told then). Non-image inputs (rank < 3) are channels-last.
-    """
-    formats = {}
-    for layer in _sublayers(model):
-        kind = type(layer).__name__
-        data_format = getattr(layer, "data_format", None)
-        if data_format in ("channels_first", "channels_last") and any(k in kind for k in _SPATIAL_KINDS):
-            formats.setdefault(data_format, layer.name)
-    if len(formats) > 1:
-        raise ValueError(
-            f"model {model.name!r} mixes channels_first (layer {formats['channels_first']!r}) and "
-            f"channels_last (layer {formats['channels_last']!r}) spatial layers, so its spatial axes "
-            "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
-        )
-    return 0 if "channels_first" in formats and rank >= 2 else -1
-
-
 def vectorise_classes(model) -> bool:
     """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
 
@@ -119,42 +71,6 @@ def vectorise_classes(model) -> bool:
     ``pfor`` takes many seconds to convert their while loops.
     """
     return bool(tf.config.list_logical_devices("GPU")) and not is_recurrent(model)
-
-
-def weight_sync(source, copy):
-    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
-    pairs = list(zip(source.weights, copy.weights))
-    # The rewrite rebuilds the same graph, so its variables come in the same order; names can
-    # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
-    if len(source.weights) != len(copy.weights) or any(
-        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
-    ):
-        raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
-
-    @tf.function(autograph=False)
-    def sync():
-        for a, b in pairs:
-            b.value.assign(a.value)
-
-    return sync
-
-
-_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
-
-
-def derived_state(layer) -> tuple:
-    """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
-    (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
-    compiled function captures such tensors as constants, so they key the engine's caches, by
-    value (small per-channel statistics in practice)."""
-    import hashlib
-
-    state = []
-    for name, value in vars(layer).items():
-        if isinstance(value, _EAGER_TENSOR):
-            data = np.ascontiguousarray(value.numpy())
-            state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
-    return tuple(state)
 
 
 def eagerly(fn):
@@ -321,7 +237,7 @@ class Context:
         seed: int64 scalar, the ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
-            (channels-first models, see :func:`channel_axis`).
+            (channels-first models, see :func:`saliency_kit.model.inspect.channel_axis`).
     """
 
     def __init__(self, views, inputs, selection, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
@@ -515,6 +431,34 @@ class Context:
         flat = tf.reshape(maps, [n * k, h, w, 1])
         flat = tf.image.resize(flat, tuple(size), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
+
+    def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):
+        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
+        like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
+        noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
+        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
+        shape = tuple(int(d) for d in shape)
+        dtype = tf.as_dtype(dtype)
+        ids = tf.cast(ids, tf.int64)
+        if shared:
+            counters = ids  # [m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), -1 - self.seed), counters], axis=-1)
+        else:
+            counters = -1 - (self.keys[:, None] * count + ids[None])  # [n, m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
+        draws = tf.map_fn(
+            lambda s: tf.random.stateless_uniform(shape, seed=s, dtype=dtype),
+            tf.reshape(seeds, [-1, 2]),
+            fn_output_signature=tf.TensorSpec(shape, dtype),
+        )
+        return tf.reshape(draws, [*counters.shape, *shape])
+
+    def host(self, fn, args, dtype, shape=None):
+        """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
+        ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
+        the one array returned (of ``dtype``) is reshaped to ``shape`` when given."""
+        out = tf.numpy_function(fn, list(args), tf.as_dtype(dtype), stateful=False)
+        return out if shape is None else tf.reshape(out, shape)
 
 
 # ----------------------------------------------------------------------------------- kernels

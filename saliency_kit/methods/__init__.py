@@ -1,32 +1,37 @@
 """Attribution methods: one module per method (or tight family), each reading as its formula.
 
-=====================  ==============================  ======================================
-method                 module                          map (reduction of the last axis)
-=====================  ==============================  ======================================
-gradient               :mod:`.gradient`                max |a|
-gradient_x_input       :mod:`.gradient`                sum
-guided_backprop        :mod:`.gradient`                max |a|
-deconvnet              :mod:`.gradient`                max |a|
-integrated_gradients   :mod:`.integrated_gradients`    sum
-smoothgrad             :mod:`.smoothgrad`              as its base method
-gradcam                :mod:`.gradcam`                 the CAM itself
-gradcam_plus_plus      :mod:`.gradcam`                 the CAM itself
-guided_gradcam         :mod:`.gradcam`                 max |a|
-occlusion              :mod:`.occlusion`               mean
-squaregrad, vargrad    :mod:`.smoothgrad_variants`     as its base method
-expected_gradients     :mod:`.expected_gradients`      sum
-blur_ig                :mod:`.blur_ig`                 sum
-guided_ig              :mod:`.guided_ig`               sum
-xrai                   :mod:`.xrai`                    the region-gain map itself
-scorecam               :mod:`.scorecam`                the CAM itself
-layercam               :mod:`.layercam`                the CAM itself
-rise                   :mod:`.rise`                    the saliency itself
-=====================  ==============================  ======================================
+.. table generated from the registry by ``python scripts/method_tables.py --write``
+
+====================  ============================  =============================
+method                module                        map
+====================  ============================  =============================
+gradient              :mod:`.gradient`              max |a| over the last axis
+gradient_x_input      :mod:`.gradient`              sum over the last axis
+guided_backprop       :mod:`.gradient`              max |a| over the last axis
+deconvnet             :mod:`.gradient`              max |a| over the last axis
+integrated_gradients  :mod:`.integrated_gradients`  sum over the last axis
+smoothgrad            :mod:`.smoothgrad`            as the base method
+squaregrad            :mod:`.smoothgrad`            as the base method
+vargrad               :mod:`.smoothgrad`            as the base method
+gradcam               :mod:`.gradcam`               the attributions are the maps
+gradcam_plus_plus     :mod:`.gradcam`               the attributions are the maps
+guided_gradcam        :mod:`.gradcam`               max |a| over the last axis
+occlusion             :mod:`.occlusion`             mean over the last axis
+lrp                   :mod:`.lrp`                   sum over the last axis
+deeplift              :mod:`.deeplift`              sum over the last axis
+expected_gradients    :mod:`.expected_gradients`    sum over the last axis
+blur_ig               :mod:`.blur_ig`               sum over the last axis
+guided_ig             :mod:`.guided_ig`             sum over the last axis
+xrai                  :mod:`.xrai`                  the attributions are the maps
+scorecam              :mod:`.scorecam`              the attributions are the maps
+layercam              :mod:`.layercam`              the attributions are the maps
+rise                  :mod:`.rise`                  the attributions are the maps
+====================  ============================  =============================
 
 A method is declared with :func:`register` (see :mod:`.base`); methods from outside the package
-register the same way (and :func:`unregister` removes them again), or through the entry-point group ``saliency_kit.methods``. Importing this
-package does not import TensorFlow or Keras: the built-in modules are imported (in the order
-above) the first time the registry is read.
+register the same way (and :func:`unregister` removes them again), or through the entry-point
+group ``saliency_kit.methods``. The built-in modules are imported here, after :mod:`.base`, in
+the order of ``names()``; importing them does not import TensorFlow or Keras.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from .base import (
     Method,
     Option,
     Request,
+    builtins,
     describe,
     get,
     names,
@@ -45,12 +51,17 @@ from .base import (
 )
 from .reduce import reduce_map
 
+# the built-in methods, registered in this order (the order of names() and `saliency methods`)
+from . import gradient, integrated_gradients, smoothgrad, gradcam, occlusion, lrp, deeplift  # noqa: E402,F401,I001
+from . import expected_gradients, blur_ig, guided_ig, xrai, scorecam, layercam, rise  # noqa: E402,F401,I001
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "RESERVED_OPTION_NAMES",
     "Method",
     "Option",
     "Request",
+    "builtins",
     "describe",
     "get",
     "names",

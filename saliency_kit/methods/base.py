@@ -7,17 +7,21 @@ A method is one function of a context and its options, declared once::
         return tf.abs(ctx.gradients(ctx.inputs)) ** power      # [B, K, *input]
 
 The declaration is the single source of truth about a method: its options (name, type, default,
-help, choices) become command-line flags, its ``title`` and ``cam`` drive rendering, ``reduce``
-makes its maps. This module imports neither TensorFlow nor Keras, so listing methods and
-checking flags stays quick. Methods in installed distributions are found through the
-entry-point group ``saliency_kit.methods``, loaded once, the first time the registry is read.
+help, choices, range, seed: :class:`~saliency_kit.methods.option.Option`) become command-line
+flags and are checked before any work, its ``title`` and ``cam`` drive rendering, ``reduce``
+makes its maps. This module imports nothing from the package but :mod:`.option`, and neither
+TensorFlow nor Keras, so listing methods and checking flags stays quick. The built-in methods
+register when :mod:`saliency_kit.methods` imports their modules; methods in installed
+distributions are found through the entry-point group ``saliency_kit.methods``, loaded once,
+the first time the registry is read.
 """
 from __future__ import annotations
 
-import numbers
-import sys
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable
+
+from .option import Option
 
 __all__ = [
     "Option",
@@ -30,6 +34,9 @@ __all__ = [
     "RESERVED_OPTION_NAMES",
     "ENTRY_POINT_GROUP",
     "REDUCTIONS",
+    "Request",
+    "builtins",
+    "titles",
 ]
 
 #: Names the command line uses for its own flags; a method option may not be called so.
@@ -45,94 +52,6 @@ REDUCTIONS = ("abs_max", "sum", "mean", "none")
 
 ENTRY_POINT_GROUP = "saliency_kit.methods"
 
-_TYPES = (bool, int, float, str)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of a method.
-
-    ``type`` (``int``, ``float``, ``str`` or ``bool``) is inferred from ``default`` when not
-    given; a ``None`` default needs an explicit ``type``. ``choices`` restricts the value.
-    ``array=True``: besides a value of ``type``, the method accepts an array (a baseline, a
-    window per axis); such values are checked by the method itself. ``layer=True``: besides a
-    value of ``type`` (a layer's name or path), a ``keras.layers.Layer`` object, which the
-    method's ``prepare`` resolves (to its path). The command line offers the option as
-    ``--name-with-dashes`` of ``type``.
-    """
-
-    name: str
-    default: Any
-    type: type | None = None
-    help: str = ""
-    choices: tuple | None = None
-    array: bool = False
-    layer: bool = False
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ValueError(f"an option name must be a Python identifier; received {self.name!r}.")
-        kind = self.type
-        if kind is None:
-            if self.default is None:
-                raise ValueError(f"option {self.name!r} has default None: give its type (int, float, str or bool).")
-            kind = next((t for t in _TYPES if type(self.default) is t), None)
-            if kind is None:
-                raise TypeError(
-                    f"option {self.name!r}: cannot infer a type from default {self.default!r}; "
-                    f"give type= one of int, float, str, bool; received {type(self.default).__name__}."
-                )
-            object.__setattr__(self, "type", kind)
-        elif kind not in _TYPES:
-            raise TypeError(f"option {self.name!r}: type must be int, float, str or bool; received {kind!r}.")
-        if self.choices is not None:
-            object.__setattr__(self, "choices", tuple(self.choices))
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag: ``steps`` → ``--steps``, ``max_sigma`` → ``--max-sigma``."""
-        return "--" + self.name.replace("_", "-")
-
-    def check(self, value, method: str = "") -> Any:
-        """``value`` checked against the declaration (``TypeError``/``ValueError``), returned.
-
-        ``None`` is accepted when it is the default. ints are accepted for floats.
-        """
-        where = f"{method}: " if method else ""
-        if value is None and self.default is None:
-            return value
-        if self.array and not isinstance(value, (str, bool)) and not _is_scalar(value):
-            return value  # an array: the method checks its shape and values
-        if self.layer and _is_keras_layer(value):
-            return value  # a layer object: the method's prepare finds it in the model
-        kind = self.type
-        if kind is bool:
-            ok = isinstance(value, bool) or type(value).__name__ == "bool_"
-        elif kind is int:
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
-        elif kind is float:
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            extra = " or an array" if self.array else ""
-            extra += " or a keras layer" if self.layer else ""
-            extra += " or None" if self.default is None else ""
-            raise TypeError(f"{where}option {self.name!r} must be {kind.__name__}{extra}; received {value!r}.")
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(
-                f"{where}option {self.name!r} must be one of {', '.join(map(repr, self.choices))}; received {value!r}."
-            )
-        return value
-
-
-def _is_keras_layer(value) -> bool:
-    keras = sys.modules.get("keras")  # a layer object exists only once Keras is imported: never import it here
-    return keras is not None and isinstance(value, keras.layers.Layer)
-
-
-def _is_scalar(value) -> bool:
-    return isinstance(value, (numbers.Number, str)) or (hasattr(value, "ndim") and getattr(value, "ndim") == 0)
 
 
 @dataclass(frozen=True)
@@ -140,11 +59,14 @@ class Method:
     """A registered attribution method (see :func:`register`).
 
     ``compute(ctx, **options) -> attributions`` runs inside the engine's compiled function on a
-    chunk of inputs; ``prepare(request, options) -> options`` (optional) checks option values
-    against the request and resolves them (a default layer, a drawn seed) before any work.
+    chunk of inputs; ``prepare(request, options) -> options`` checks option values against the
+    request and resolves them before any work: a method registered with :func:`register` gets
+    one that draws its seed (a :meth:`Option.seed` left ``None``), runs the method's own
+    ``prepare`` (a default layer, a baseline's shape), then prepares the extended method.
     ``extends`` names an option whose value is another method whose options this one also
-    takes (SmoothGrad's ``base``). ``cost(options)`` is the number of model evaluations per
-    input and target, which the engine uses to size its chunks.
+    takes (SmoothGrad's ``base``): a pixel method (not a CAM, extending no other). ``cost(options)``
+    is the number of model evaluations per input and target, which the engine uses to size its
+    chunks.
     """
 
     name: str
@@ -158,13 +80,17 @@ class Method:
     prepare: Callable | None = None
     cost: Callable | None = None
     extends: str | None = None
-    noisy: bool = False
     warn_zero: bool = True
 
     @property
     def defaults(self) -> dict:
         """``{option name: default}``."""
         return {option.name: option.default for option in self.options}
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the method is one of the package's own (defined in ``saliency_kit.methods``)."""
+        return getattr(self.compute, "__module__", "").startswith(_PACKAGE + ".")
 
     def reduction(self, options: dict) -> str:
         """How maps are made with ``options``: an extending method reduces like its base, unless
@@ -190,11 +116,21 @@ class Method:
                     accepted.setdefault(option.name, option)
         return accepted
 
+    def seed_option(self, given: dict | None = None) -> str | None:
+        """The name of the method's seed option (:meth:`Option.seed`) with ``given`` (an extended
+        method's included), or ``None`` for a method that draws no random numbers."""
+        return next((o.name for o in self.accepted(given).values() if o.kind == "seed"), None)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the method (with its default options) draws random numbers under a seed."""
+        return self.seed_option() is not None
+
     def check_options(self, given: dict) -> dict:
         """``given`` checked against the declarations and completed with the defaults.
 
         Unknown names raise ``ValueError`` listing the allowed ones; wrong types ``TypeError``;
-        values outside ``choices`` ``ValueError``.
+        values outside ``choices`` or the declared range ``ValueError``.
         """
         accepted = self.accepted(given)
         unknown = sorted(set(given) - set(accepted))
@@ -210,10 +146,9 @@ class Method:
 
 
 # ----------------------------------------------------------------------------------- registry
+_PACKAGE = __name__.rpartition(".")[0]  # saliency_kit.methods: the built-ins' modules live here
 _REGISTRY: dict[str, Method] = {}
 _option_types: dict[str, tuple[type, str]] = {}  # option name -> (type, first method declaring it)
-_state = {"builtins": False, "plugins": False}
-_BUILTIN_NAMES: set[str] = set()
 
 
 def _as_options(options) -> tuple:
@@ -239,9 +174,8 @@ def register(
     prepare: Callable | None = None,
     cost: Callable | None = None,
     extends: str | None = None,
-    noisy: bool = False,
     warn_zero: bool | None = None,
-):
+) -> Callable[[Callable], Callable]:
     """Decorator registering ``fn(ctx, **options) -> attributions`` as method ``name``.
 
     Args:
@@ -252,7 +186,10 @@ def register(
         title: a short display title (default: the name, underscores as spaces, capitalised).
         cam: attributions are ``[B, K, H, W]`` maps on a layer.
         signed: the sign matters (rendered diverging by default).
-        prepare, cost, extends, noisy, warn_zero: see :class:`Method`.
+        prepare: ``prepare(request, options) -> options``, the method's own checks and
+            resolutions; the registered :attr:`Method.prepare` also draws seeds and prepares
+            the extended method.
+        cost, extends, warn_zero: see :class:`Method`.
 
     Raises ``ValueError`` for a name registered twice, an option whose name the command line
     uses itself (:data:`RESERVED_OPTION_NAMES`), or an option declared by another method with
@@ -266,11 +203,13 @@ def register(
     seen = [option.name for option in declared]
     if len(set(seen)) != len(seen):
         raise ValueError(f"method {name!r} declares an option twice; received {seen}.")
+    if extends is not None and extends not in seen:
+        raise ValueError(f"method {name!r} extends the method named by option {extends!r}, which it does not "
+                         f"declare; received options {seen}.")
 
     def decorator(fn):
         if not callable(fn):
             raise TypeError(f"register({name!r}) decorates a function fn(ctx, **options); received {fn!r}.")
-        _ensure_builtins()
         if name in _REGISTRY:
             raise ValueError(f"a method called {name!r} is already registered; received a second one ({fn!r}).")
         for option in declared:
@@ -296,10 +235,9 @@ def register(
             title=title or name.replace("_", " ").capitalize(),
             cam=bool(cam),
             signed=bool(signed),
-            prepare=prepare,
+            prepare=_preparation(name, prepare),
             cost=cost,
             extends=extends,
-            noisy=bool(noisy),
             warn_zero=(not cam) if warn_zero is None else bool(warn_zero),
         )
         return fn
@@ -307,13 +245,34 @@ def register(
     return decorator
 
 
-def _ensure_builtins() -> None:
-    """Import the built-in method modules once (they register in a fixed order)."""
-    if not _state["builtins"]:
-        _state["builtins"] = True
-        from . import _builtin  # noqa: F401  (imports the built-in modules in order)
+def _preparation(name: str, own: Callable | None) -> Callable:
+    """``prepare(request, options)`` of method ``name``: seeds drawn, the method's own ``own``,
+    then the extended method's preparation on its own options."""
 
-        _BUILTIN_NAMES.update(_builtin.ORDER)
+    def prepare(request: "Request", options: dict) -> dict:
+        method = get(name)
+        accepted = method.accepted(options)
+        values = {k: accepted[k].resolve(v) if k in accepted else v for k, v in options.items()}
+        if own is not None:
+            values = own(request, values)
+        if method.extends is not None:
+            base = pixel_method(values[method.extends], method.extends)
+            if base.prepare is not None:
+                names_of_base = {option.name for option in base.options}
+                values.update(base.prepare(request, {k: v for k, v in values.items() if k in names_of_base}))
+        return values
+
+    return prepare
+
+
+def pixel_method(name: str, option: str = "base") -> Method:
+    """The method called ``name``, which must be a pixel method (not a CAM, extending no other),
+    as an extending method's ``option`` names it; ``ValueError`` listing those otherwise."""
+    method = get(name)
+    if method.cam or method.extends is not None:
+        usable = [m.name for m in _registry().values() if not m.cam and m.extends is None]
+        raise ValueError(f"{option} must be a pixel method ({', '.join(usable)}); received {name!r}.")
+    return method
 
 
 def unregister(name: str) -> Method:
@@ -323,11 +282,10 @@ def unregister(name: str) -> Method:
     unregister it when done), so that the registry, ``names()`` and ``saliency methods`` are
     as before. ``ValueError`` for an unknown name or a built-in method.
     """
-    _ensure_builtins()
-    if name in _BUILTIN_NAMES:
-        raise ValueError(f"built-in methods cannot be unregistered; received {name!r}.")
-    if name not in _REGISTRY:
+    if name not in _registry():
         raise ValueError(f"no method called {name!r} is registered; received {name!r}.")
+    if _REGISTRY[name].builtin:
+        raise ValueError(f"built-in methods cannot be unregistered; received {name!r}.")
     method = _REGISTRY.pop(name)
     for option in method.options:  # the flag's type is then set by another declaring method, if any
         if _option_types.get(option.name, (None, None))[1] == name:
@@ -338,11 +296,9 @@ def unregister(name: str) -> Method:
     return method
 
 
+@functools.lru_cache(maxsize=None)
 def _load_plugins() -> None:
     """Import every module named in the entry-point group ``saliency_kit.methods``, once."""
-    if _state["plugins"]:
-        return
-    _state["plugins"] = True
     from importlib.metadata import entry_points
 
     for entry in entry_points(group=ENTRY_POINT_GROUP):
@@ -350,23 +306,19 @@ def _load_plugins() -> None:
 
 
 def _registry() -> dict[str, Method]:
-    _ensure_builtins()
     _load_plugins()
-    if not _state.get("ordered") and _BUILTIN_NAMES <= set(_REGISTRY):
-        # a method module imported first registers after the others: put the built-ins in order, once
-        from ._builtin import ORDER
-
-        ordered = {name: _REGISTRY[name] for name in ORDER}
-        ordered.update((name, method) for name, method in _REGISTRY.items() if name not in ordered)
-        _REGISTRY.clear()
-        _REGISTRY.update(ordered)
-        _state["ordered"] = True
     return _REGISTRY
 
 
 def names() -> list[str]:
-    """Every method name: the built-ins in a fixed order, then plugins in registration order."""
+    """Every method name: the built-ins in the order their modules are imported by
+    :mod:`saliency_kit.methods`, then plugins in registration order."""
     return list(_registry())
+
+
+def builtins() -> list[str]:
+    """The names of the package's own methods, in the order of :func:`names`."""
+    return [name for name, method in _registry().items() if method.builtin]
 
 
 def get(name: str) -> Method:
@@ -403,21 +355,10 @@ class Request:
     ``channel_axis`` the channel axis of one input (``-1``, or ``0`` for channels-first models).
     """
 
-    model: object
+    model: Any
     inputs: Any
     targets: Any = None
     score: str = "logits"
     batch_size: int = 32
     default_layer: str | None = None
     channel_axis: int = -1
-    extra: dict = field(default_factory=dict)
-
-
-def require_channels_last(request: Request, method: str, ranks=(4,), shape_text="image inputs [B, H, W, C]") -> None:
-    """``ValueError`` unless the inputs are channels-last and of one of ``ranks`` (for methods that
-    work on image axes: blurs, masks, regions); ``ranks=None`` checks the channel axis only."""
-    if request.channel_axis == 0:
-        raise ValueError(f"{method} works on channels-last inputs; received a channels-first model "
-                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
-    if ranks is not None and request.inputs.ndim not in ranks:
-        raise ValueError(f"{method} needs {shape_text}; received shape {request.inputs.shape}.")

@@ -24,11 +24,12 @@ Map: signed sum over the last axis.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from .base import Option, register, require_channels_last
+from ._common import require_channels_last
+from .base import Option, register
+
+__all__ = ["blur_ig", "gaussian_matrix", "gaussian_matrices", "sigmas"]
 
 TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default: the kernel ends at 4σ
 
@@ -87,12 +88,6 @@ def _tail(widths, size, far):
 
 
 def prepare(request, options: dict) -> dict:
-    if options["steps"] < 1:
-        raise ValueError(f"steps must be a positive int; received {options['steps']!r}.")
-    for name in ("max_sigma", "grad_step"):
-        value = options[name]
-        if not (isinstance(value, numbers.Real) and 0 < value < np.inf):
-            raise ValueError(f"{name} must be a positive number (pixels); received {value!r}.")
     require_channels_last(request, "blur_ig", ranks=None)
     if request.inputs.ndim not in (3, 4):
         raise ValueError(
@@ -117,9 +112,9 @@ def _apply(x, mats):
     title="Blur IG",
     summary="integrated gradients along a path of Gaussian blurs (Xu et al. 2020); map: sum over the last axis",
     options=[
-        Option("steps", 50, help="points on the blur path"),
-        Option("max_sigma", 50.0, help="the widest blur, in pixels"),
-        Option("grad_step", 0.01, help="σ step of the blur's finite-difference derivative"),
+        Option("steps", 50, low=1, help="points on the blur path"),
+        Option("max_sigma", 50.0, low=0, low_open=True, help="the widest blur, in pixels"),
+        Option("grad_step", 0.01, low=0, low_open=True, help="σ step of the blur's finite-difference derivative"),
         Option("sqrt", False, help="space the blur widths evenly in σ² rather than σ"),
     ],
     reduce="sum",
@@ -154,5 +149,3 @@ def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
 
     return -ctx.sum(steps, along_path)
 
-
-__all__ = ["gaussian_matrix", "gaussian_matrices", "sigmas"]

@@ -8,8 +8,10 @@ weights. Summation to delta: ``Σ a = s(x) − s(x′)``; ``completeness_gap`` r
 """
 from __future__ import annotations
 
+from ._common import baseline_array
 from .base import Option, register
-from .integrated_gradients import baseline_array
+
+__all__ = ["deeplift"]
 
 
 def prepare(request, options: dict) -> dict:

@@ -7,9 +7,9 @@ itself replaced by one random point per draw:
       ≈ (1 / S) Σ_{s < S} (x − x′_s) ⊙ ∂s/∂x |_{x′_s + α_s (x − x′_s)}
 
 with ``x′_s`` drawn uniformly from ``baselines`` ``[N, ...]`` and ``α_s`` uniform on [0, 1).
-The draws of an input come from a stateless generator keyed by the seed and a fingerprint of the
-input's own bytes, so a seed fixes the result whatever ``batch_size`` is and wherever the input
-sits in a batch (two equal inputs get the same draws). In expectation the attributions sum to
+The draws of an input come from a stateless generator keyed by the seed and the input's key
+(``ctx.uniform``, as SmoothGrad's noise): a seed fixes the result whatever ``batch_size`` is,
+and with ``explain(..., input_keys=)`` wherever the input sits in a batch. In expectation the attributions sum to
 ``s(x) − E[s(x′)]``. Captum's ``GradientShap`` also adds Gaussian noise to the input
 (``stdevs``, 0 by default); there is none here. Map: signed sum over the last axis.
 """
@@ -19,10 +19,10 @@ import numpy as np
 
 from .base import Option, register
 
+__all__ = ["expected_gradients", "draws"]
+
 
 def prepare(request, options: dict) -> dict:
-    if options["samples"] < 1:
-        raise ValueError(f"samples must be a positive int; received {options['samples']!r}.")
     baselines = options["baselines"]
     shape = request.inputs.shape[1:]
     if baselines is None:
@@ -42,24 +42,17 @@ def prepare(request, options: dict) -> dict:
         )
     if not np.all(np.isfinite(array)):
         raise ValueError("baselines must be finite; received NaN or infinite values.")
-    seed = options["seed"]
-    if seed is None:
-        seed = int(np.random.default_rng().integers(2**31))
-    return {**options, "baselines": np.ascontiguousarray(array), "seed": int(seed)}
+    return {**options, "baselines": np.ascontiguousarray(array)}
 
 
-def draws(inputs, seed, samples: int, count: int):
-    """``(baseline indices [n, samples] int32, α [n, samples])`` of each input ``[n, ...]``:
-    uniform draws from a stateless generator keyed by ``(seed, fingerprint of the input)``."""
-    import tensorflow as tf
+def draws(ctx, ids, samples: int, count: int):
+    """``(baseline indices [n, m] int32, α [n, m] float64)`` of draws ``ids [m]`` of each input:
+    two uniform numbers ``u`` per draw (``ctx.uniform``), the baseline ``⌊u₀ · count⌋`` and
+    ``α = u₁``."""
+    from keras import ops
 
-    keys = tf.bitcast(tf.fingerprint(inputs), tf.int64)  # [n]: one key per input's bytes
-    seed = tf.cast(seed, tf.int64)
-    u = tf.map_fn(
-        lambda key: tf.random.stateless_uniform([samples, 2], seed=tf.stack([seed, key]), dtype=tf.float64),
-        keys, fn_output_signature=tf.TensorSpec([samples, 2], tf.float64),
-    )
-    which = tf.minimum(tf.cast(tf.floor(u[..., 0] * count), tf.int32), count - 1)
+    u = ctx.uniform(ids, samples, [2], dtype="float64")  # [n, m, 2]
+    which = ops.minimum(ops.cast(ops.floor(u[..., 0] * count), "int32"), count - 1)
     return which, u[..., 1]
 
 
@@ -69,13 +62,12 @@ def draws(inputs, seed, samples: int, count: int):
     summary="integrated gradients over random baselines and random path points (Erion et al. 2021; "
             "GradientSHAP); needs baselines=[N, ...]; map: sum over the last axis",
     options=[
-        Option("samples", 50, help="random (baseline, path point) draws per input"),
+        Option("samples", 50, low=1, help="random (baseline, path point) draws per input"),
         Option("baselines", None, type=float, array=True, help="reference inputs [N, ...] (required)"),
-        Option("seed", None, type=int, help="random seed, for repeatable maps"),
+        Option.seed(),
     ],
     reduce="sum",
     signed=True,
-    noisy=True,
     prepare=prepare,
     cost=lambda options: options["samples"],
 )
@@ -83,16 +75,13 @@ def expected_gradients(ctx, samples, baselines, seed):
     from keras import ops
 
     x = ctx.inputs
-    which, alpha = draws(x, seed, samples, baselines.shape[0])  # [n, samples] each
     ones = [1] * len(ctx.shape)
 
     def draw(i):  # draws i [m] -> (x − x′) ⊙ ∂s/∂x at x′ + α (x − x′): [n, m, K, *input]
-        reference = ops.take(baselines, ops.take(which, i, axis=1), axis=0)  # [n, m, *input]
-        a = ops.reshape(ops.cast(ops.take(alpha, i, axis=1), x.dtype), [x.shape[0], -1, *ones])
+        which, alpha = draws(ctx, i, samples, baselines.shape[0])  # [n, m] each
+        reference = ops.take(baselines, which, axis=0)  # [n, m, *input]
+        a = ops.reshape(ops.cast(alpha, x.dtype), [x.shape[0], -1, *ones])
         delta = x[:, None] - reference
         return delta[:, :, None] * ctx.gradients(reference + a * delta)
 
     return ctx.sum(samples, draw) / samples
-
-
-__all__ = ["draws"]

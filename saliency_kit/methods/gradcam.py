@@ -15,50 +15,12 @@ its path ``"outer/inner"`` or its bare name, or given as the layer object (recor
 """
 from __future__ import annotations
 
-from .base import Option, register
+from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
+from .base import register
 
-OPTIONS = [
-    Option("layer", None, type=str, layer=True,
-           help="the layer (default: the model's configured one, else the last 4-D layer)"),
-    Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)"),
-]
+__all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "cam_map"]
 
-
-def prepare(request, options: dict) -> dict:
-    """The layer's path, checked to have a 4-D output, and image inputs — before any work."""
-    from ..model.layers import default_cam_layer, find_layer, layer_at
-
-    if request.inputs.ndim != 4:
-        raise ValueError(
-            f"CAM methods need image inputs [B, H, W, C] (or [B, C, H, W] for channels-first "
-            f"models); received shape {request.inputs.shape}."
-        )
-    layer = options["layer"]
-    if layer is None:
-        layer = request.default_layer
-    if layer is None:
-        return {**options, "layer": default_cam_layer(request.model)}
-    path = find_layer(request.model, layer)
-    found = layer_at(request.model, path)
-    try:
-        shape = tuple(found.output.shape)
-    except (AttributeError, ValueError):  # called several times: checked when it runs
-        return {**options, "layer": path}
-    if len(shape) != 4:
-        raise ValueError(
-            f"layer {path!r} has output shape {shape}; CAM methods need a 4-D "
-            f"[batch, height, width, channels] layer (layer=None picks the last one); received {path!r}."
-        )
-    return {**options, "layer": path}
-
-
-def channels_last(ctx, activations, g):
-    """``A [n, h, w, c]`` and ``g [n, K, h, w, c]`` whatever the model's channel axis."""
-    from keras import ops
-
-    if ctx.channel_axis == 0:  # channels-first: [n, c, h, w] and [n, K, c, h, w]
-        return ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])
-    return activations, g
+OPTIONS = [LAYER_OPTION, RELU_OPTION]
 
 
 def cam_map(ctx, weights, activations, relu):
@@ -71,33 +33,25 @@ def cam_map(ctx, weights, activations, relu):
     return ctx.resize(maps, ctx.image_size)
 
 
-def _check_rank(activations, layer):
-    if len(activations.shape) != 4:
-        raise ValueError(
-            f"layer {layer!r} has a {len(activations.shape)}-D output {activations.shape}; "
-            f"CAM methods need a 4-D [batch, height, width, channels] layer; received {layer!r}."
-        )
-
-
-@register("gradcam", title="Grad-CAM", options=OPTIONS, reduce="none", cam=True, prepare=prepare,
+@register("gradcam", title="Grad-CAM", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
           summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
                   "the map is the CAM itself")
 def gradcam(ctx, layer, relu):
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    _check_rank(activations, layer)
+    check_cam_rank(activations, layer)
     activations, g = channels_last(ctx, activations, g)  # [n, h, w, c], [n, K, h, w, c]
     return cam_map(ctx, ops.mean(g, axis=(2, 3)), activations, relu)
 
 
-@register("gradcam_plus_plus", title="Grad-CAM++", options=OPTIONS, reduce="none", cam=True, prepare=prepare,
+@register("gradcam_plus_plus", title="Grad-CAM++", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
           summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself")
 def gradcam_plus_plus(ctx, layer, relu):
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    _check_rank(activations, layer)
+    check_cam_rank(activations, layer)
     activations, g = channels_last(ctx, activations, g)
     g2 = ops.square(g)
     total = ops.sum(activations, axis=(1, 2), keepdims=True)[:, None]  # Σ_hw A_c, [n, 1, 1, 1, c]
@@ -105,7 +59,7 @@ def gradcam_plus_plus(ctx, layer, relu):
     return cam_map(ctx, ops.sum(alpha * ops.relu(g), axis=(2, 3)), activations, relu)
 
 
-@register("guided_gradcam", title="Guided Grad-CAM", options=OPTIONS, prepare=prepare, warn_zero=False,
+@register("guided_gradcam", title="Guided Grad-CAM", options=OPTIONS, prepare=prepare_cam_layer, warn_zero=False,
           summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); "
                   "map: max |attribution| over the last axis")
 def guided_gradcam(ctx, layer, relu):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .base import register
 
+__all__ = ["gradient", "gradient_x_input", "guided_backprop", "deconvnet"]
+
 
 @register("gradient", title="Gradient",
           summary="∂score/∂input (Simonyan et al. 2014); map: max |gradient| over the last axis")

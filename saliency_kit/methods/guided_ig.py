@@ -20,9 +20,8 @@ With ``α_t = t / steps`` and the straight-line position ``x(α) = x′ + α (x 
 ``max_dist=0`` is integrated gradients with a left Riemann sum. The quantile is NumPy's
 ``"lower"`` one over all features. Each of the K classes of an input follows its own path; all
 paths of a chunk run together in one compiled function, one forward and backward pass per step.
-The path bookkeeping runs in float64, as PAIR's; its data-dependent inner loop is a
-``tf.while_loop`` here (the engine offers no general loop primitive). Map: signed sum over the
-last axis.
+The path bookkeeping runs in float64, as PAIR's; the steps and the data-dependent inner loop are
+``keras.ops.while_loop`` loops. Map: signed sum over the last axis.
 
 Anchor: PAIR's ``saliency.core.GuidedIG`` (``guided_ig_impl``); same path and attributions. PAIR
 loops forever if no feature is left to move before the target is met (possible only through
@@ -31,24 +30,18 @@ rounding); here that row's step ends.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
+from ._common import baseline_array
 from .base import Option, register
-from .integrated_gradients import baseline_array
+
+__all__ = ["guided_ig"]
 
 EPSILON = 1e-9  # PAIR's tolerance for "the target is met"
 
 
 def prepare(request, options: dict) -> dict:
-    if options["steps"] < 1:
-        raise ValueError(f"steps must be a positive int; received {options['steps']!r}.")
-    for name, low_open in (("fraction", True), ("max_dist", False)):
-        value = options[name]
-        if not (isinstance(value, numbers.Real) and ((0 < value <= 1) if low_open else (0 <= value <= 1))):
-            interval = "(0, 1]" if low_open else "[0, 1]"
-            raise ValueError(f"{name} must be a number in {interval}; received {value!r}.")
     return {**options, "baseline": baseline_array(options["baseline"], request.inputs),
             "fraction": float(options["fraction"]), "max_dist": float(options["max_dist"])}
 
@@ -59,10 +52,10 @@ def prepare(request, options: dict) -> dict:
     summary="guided integrated gradients (Kapishnikov et al. 2021): an adaptive path moving the features of "
             "smallest gradient first; map: sum over the last axis",
     options=[
-        Option("steps", 50, help="steps of the adaptive path"),
+        Option("steps", 50, low=1, help="steps of the adaptive path"),
         Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
-        Option("fraction", 0.25, help="fraction of the features moved at each inner step"),
-        Option("max_dist", 0.02, help="how far (in α) a feature may lead or lag the straight line"),
+        Option("fraction", 0.25, low=0, high=1, low_open=True, help="fraction of the features moved at each inner step"),
+        Option("max_dist", 0.02, low=0, high=1, help="how far (in α) a feature may lead or lag the straight line"),
     ],
     reduce="sum",
     signed=True,
@@ -70,60 +63,60 @@ def prepare(request, options: dict) -> dict:
     cost=lambda options: 1,  # one point per input and target at a time, steps run in a loop
 )
 def guided_ig(ctx, steps, baseline, fraction, max_dist):
-    import tensorflow as tf
+    from keras import ops
 
     x = ctx.inputs
     n, group, shape = x.shape[0], ctx.num_targets, ctx.shape
     rows = n * group
     features = int(np.prod(shape))
     quantile_index = int(math.floor((features - 1) * fraction))  # NumPy's "lower" quantile
-    f64 = tf.float64
-    end = tf.cast(tf.reshape(tf.repeat(x[:, None], group, axis=1), [rows, *shape]), f64)
-    start = tf.broadcast_to(tf.cast(baseline, f64), [rows, *shape])
+    f64 = "float64"
+    end = ops.cast(ops.reshape(ops.repeat(x[:, None], group, axis=1), [rows, *shape]), f64)
+    start = ops.broadcast_to(ops.cast(baseline, f64), [rows, *shape])
     span = end - start
-    moving = tf.not_equal(span, 0.0)
-    inf = tf.constant(np.inf, f64)
+    moving = ops.not_equal(span, 0.0)
+    inf = ops.convert_to_tensor(np.inf, f64)
 
     def flat_l1(v):
-        return tf.reduce_sum(tf.abs(tf.reshape(v, [rows, -1])), axis=1)
+        return ops.sum(ops.abs(ops.reshape(v, [rows, -1])), axis=1)
 
     def per_row(v):  # [rows] -> [rows, 1, ..., 1]
-        return tf.reshape(v, [rows] + [1] * len(shape))
+        return ops.reshape(v, [rows] + [1] * len(shape))
 
     total = flat_l1(span)
 
     def step(t, z, attributions):
-        g = ctx.gradients_per_target(tf.reshape(tf.cast(z, x.dtype), [n, group, *shape]))
-        g = tf.cast(tf.reshape(g, [rows, *shape]), f64)
-        alpha = tf.cast(t + 1, f64) / steps
-        alpha_min, alpha_max = tf.maximum(alpha - max_dist, 0.0), tf.minimum(alpha + max_dist, 1.0)
+        g = ctx.gradients_per_target(ops.reshape(ops.cast(z, x.dtype), [n, group, *shape]))
+        g = ops.cast(ops.reshape(g, [rows, *shape]), f64)
+        alpha = ops.cast(t + 1, f64) / steps
+        alpha_min, alpha_max = ops.maximum(alpha - max_dist, 0.0), ops.minimum(alpha + max_dist, 1.0)
         low, high = start + span * alpha_min, start + span * alpha_max
         target = total * (1.0 - alpha)
 
         def inner(active, z, attributions):
             old = z
-            position = tf.where(moving, (z - start) / tf.where(moving, span, 1.0), alpha_max)
-            z = tf.where(per_row(active) & (position < alpha_min), low, z)  # laggards catch up
+            position = ops.where(moving, (z - start) / ops.where(moving, span, 1.0), alpha_max)
+            z = ops.where(per_row(active) & (position < alpha_min), low, z)  # laggards catch up
             current = flat_l1(z - end)
-            met = tf.abs(target - current) <= tf.maximum(EPSILON * tf.maximum(tf.abs(target), tf.abs(current)), EPSILON)
-            magnitude = tf.where(tf.equal(z, high), inf, tf.abs(g))  # features at x(α_max) are done
-            threshold = tf.sort(tf.reshape(magnitude, [rows, -1]), axis=1)[:, quantile_index]
-            chosen = (magnitude <= per_row(threshold)) & tf.math.is_finite(magnitude)
-            room = flat_l1((z - high) * tf.cast(chosen, f64))
-            gamma = tf.where(room > 0, (current - target) / tf.where(room > 0, room, 1.0), inf)
+            met = ops.abs(target - current) <= ops.maximum(
+                EPSILON * ops.maximum(ops.abs(target), ops.abs(current)), EPSILON)
+            magnitude = ops.where(ops.equal(z, high), inf, ops.abs(g))  # features at x(α_max) are done
+            threshold = ops.sort(ops.reshape(magnitude, [rows, -1]), axis=1)[:, quantile_index]
+            chosen = (magnitude <= per_row(threshold)) & ops.isfinite(magnitude)
+            room = flat_l1((z - high) * ops.cast(chosen, f64))
+            gamma = ops.where(room > 0, (current - target) / ops.where(room > 0, room, 1.0), inf)
             moves = active & ~met & (room > 0)
-            jump = tf.where(per_row(gamma > 1.0), high, z + (high - z) * per_row(tf.minimum(gamma, 1.0)))
-            z = tf.where(per_row(moves) & chosen, jump, z)
-            attributions = attributions + tf.where(per_row(active), (z - old) * g, 0.0)
+            jump = ops.where(per_row(gamma > 1.0), high, z + (high - z) * per_row(ops.minimum(gamma, 1.0)))
+            z = ops.where(per_row(moves) & chosen, jump, z)
+            attributions = attributions + ops.where(per_row(active), (z - old) * g, 0.0)
             return active & moves & (gamma > 1.0), z, attributions
 
-        _, z, attributions = tf.while_loop(
-            lambda active, z, a: tf.reduce_any(active), inner, (tf.ones([rows], tf.bool), z, attributions)
+        _, z, attributions = ops.while_loop(
+            lambda active, z, a: ops.any(active), inner, (ops.ones([rows], "bool"), z, attributions)
         )
         return t + 1, z, attributions
 
-    _, _, attributions = tf.while_loop(
-        lambda t, z, a: t < steps, step, (tf.constant(0), start, tf.zeros([rows, *shape], f64)),
-        parallel_iterations=1,
+    _, _, attributions = ops.while_loop(
+        lambda t, z, a: t < steps, step, (ops.convert_to_tensor(0, "int32"), start, ops.zeros([rows, *shape], f64)),
     )
-    return tf.reshape(attributions, [n, group, *shape])
+    return ops.reshape(attributions, [n, group, *shape])

@@ -8,54 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._common import RULES, baseline_array, quadrature
 from .base import Option, register
 
-RULES = ("riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle", "gausslegendre")
-
-
-def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(alphas, weights)``: ``steps`` points on [0, 1] and weights summing to 1.
-
-    Riemann left/right/middle: the left ends, right ends or midpoints of ``steps`` equal
-    intervals, weight ``1/steps`` each. Trapezoid: ``steps`` evenly spaced points including both
-    ends (``steps ≥ 2``), end weights halved. Gauss–Legendre: the Legendre nodes mapped to [0, 1].
-    """
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))}; received {rule!r}.")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
-        raise TypeError(f"steps must be a positive int; received {steps!r}.")
-    if steps < 1:
-        raise ValueError(f"steps must be a positive int; received {steps!r}.")
-    if rule == "riemann_trapezoid":
-        if steps < 2:
-            raise ValueError("rule='riemann_trapezoid' needs steps >= 2; received steps=1.")
-        alphas = np.linspace(0.0, 1.0, steps)
-        weights = np.full(steps, 1.0 / (steps - 1))
-        weights[[0, -1]] /= 2.0
-    elif rule == "gausslegendre":
-        nodes, weights = np.polynomial.legendre.leggauss(steps)
-        alphas, weights = (nodes + 1.0) / 2.0, weights / 2.0
-    else:
-        offset = {"riemann_left": 0.0, "riemann_right": 1.0, "riemann_middle": 0.5}[rule]
-        alphas = (np.arange(steps) + offset) / steps
-        weights = np.full(steps, 1.0 / steps)
-    return alphas, weights
-
-
-def baseline_array(baseline, inputs) -> np.ndarray:
-    """``baseline`` broadcast to one input of ``inputs [B, ...]``, in its dtype; finite."""
-    shape = inputs.shape[1:]
-    try:
-        value = np.broadcast_to(np.asarray(baseline, dtype=np.float64), shape)
-    except (ValueError, TypeError):
-        raise ValueError(
-            f"baseline must be a number or an array broadcastable to one input {shape}; "
-            f"received {np.shape(baseline)}."
-        ) from None
-    if not np.all(np.isfinite(value)):
-        raise ValueError(f"baseline must be finite; received one with NaN or infinite values ({np.ravel(baseline)[:4]}...).")
-    return np.ascontiguousarray(value.astype(inputs.dtype))
-
+__all__ = ["integrated_gradients", "RULES", "quadrature"]
 
 def prepare(request, options: dict) -> dict:
     quadrature(options["rule"], options["steps"])
@@ -68,7 +24,7 @@ def prepare(request, options: dict) -> dict:
     summary="(x − baseline) × path-averaged gradient (Sundararajan et al. 2017), with completeness_gap; "
             "map: sum over the last axis",
     options=[
-        Option("steps", 50, help="points on the path from the baseline to the input"),
+        Option("steps", 50, low=1, help="points on the path from the baseline to the input"),
         Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
         Option("rule", "riemann_trapezoid", choices=RULES, help="quadrature rule of the path integral"),
     ],

@@ -17,8 +17,10 @@ maps agree.
 """
 from __future__ import annotations
 
-from . import gradcam
+from ._common import LAYER_OPTION, RELU_OPTION, check_cam_rank, prepare_cam_layer
 from .base import register
+
+__all__ = ["layercam"]
 
 
 @register(
@@ -26,16 +28,16 @@ from .base import register
     title="LayerCAM",
     summary="LayerCAM (Jiang et al. 2021): activations × their positive gradients, summed over channels; "
             "works on early layers; the map is the CAM itself",
-    options=gradcam.OPTIONS,
+    options=[LAYER_OPTION, RELU_OPTION],
     reduce="none",
     cam=True,
-    prepare=gradcam.prepare,
+    prepare=prepare_cam_layer,
 )
 def layercam(ctx, layer, relu):
     from keras import ops
 
     activations, g = ctx.layer(layer)  # [n, h, w, c], [n, K, h, w, c]
-    gradcam._check_rank(activations, layer)
+    check_cam_rank(activations, layer)
     g, activations = ops.cast(g, "float32"), ops.cast(activations, "float32")
     if ctx.channel_axis == 0:  # a channels-first layer: [n, C, h, w], [n, K, C, h, w]
         activations, g = ops.transpose(activations, [0, 2, 3, 1]), ops.transpose(g, [0, 1, 3, 4, 2])

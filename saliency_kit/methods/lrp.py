@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..propagation import composites
 from .base import Option, register
-
-#: the registered composites (``saliency_kit.propagation.composites.names()``, listed here so that reading
-#: the declaration does not import TensorFlow; a test checks the two agree)
-COMPOSITES = ("epsilon_plus", "epsilon_plus_flat", "epsilon_gamma_box", "epsilon_alpha2_beta1",
-              "epsilon_alpha2_beta1_flat", "epsilon", "gamma", "alpha1_beta0")
 
 
 def _bound(name, value):
@@ -27,8 +23,6 @@ def _bound(name, value):
 
 
 def prepare(request, options: dict) -> dict:
-    from ..propagation import composites
-
     resolved = {**options, "low": _bound("low", options["low"]), "high": _bound("high", options["high"])}
     composites.get(resolved["composite"], **_composite_options(resolved))  # checks names and bounds now
     return resolved
@@ -47,7 +41,7 @@ def _freeze(value):
     title="LRP",
     summary="layer-wise relevance propagation with a composite of rules (Zennit's); map: sum over the last axis",
     options=[
-        Option("composite", "epsilon_plus_flat", choices=COMPOSITES, array=True,
+        Option("composite", "epsilon_plus_flat", choices=tuple(composites.names()), array=True,
                help="which rule each layer gets: a registered name, or a saliency_kit.propagation.composites.Composite"),
         Option("epsilon", 1e-6, help="ε of the ε-rule (dense layers)"),
         Option("gamma", 0.25, help="γ of the γ-rule (convolutions in epsilon_gamma_box and gamma)"),
@@ -59,7 +53,7 @@ def _freeze(value):
     prepare=prepare,
 )
 def lrp(ctx, composite, epsilon, gamma, low, high):
-    from ..propagation.lrp import LRPRewrite
+    from ..propagation.composites import LRPRewrite
 
     options = {k: _freeze(v) for k, v in _composite_options(
         {"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items() if v is not None}

@@ -19,6 +19,8 @@ import numpy as np
 
 from .base import Option, register
 
+__all__ = ["occlusion", "windows"]
+
 def _per_axis(name, value, shape, slid, default):
     """``value`` as one size per axis of one input (``len(shape)``)."""
     if value is None:

@@ -25,20 +25,13 @@ Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]``.
 """
 from __future__ import annotations
 
-import numbers
-
-from . import gradcam
+from ._common import LAYER_OPTION, check_cam_rank, prepare_cam_layer
 from .base import Option, register
+
+__all__ = ["scorecam"]
 
 EPSILON = 1e-7  # Keras' backend epsilon, as tf-keras-vis
 ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count is known only when traced)
-
-
-def prepare(request, options: dict) -> dict:
-    limit = options["max_channels"]
-    if limit is not None and not (isinstance(limit, numbers.Integral) and limit >= 1):
-        raise ValueError(f"max_channels must be a positive int or None (every channel); received {limit!r}.")
-    return gradcam.prepare(request, options)
 
 
 @register(
@@ -47,20 +40,20 @@ def prepare(request, options: dict) -> dict:
     summary="Score-CAM (Wang et al. 2020): channels weighted by the class probability of the input masked by "
             "each; max_channels=N for Faster-ScoreCAM; the map is the CAM itself",
     options=[
-        gradcam.OPTIONS[0],
-        Option("max_channels", None, type=int,
+        LAYER_OPTION,
+        Option("max_channels", None, type=int, low=1,
                help="Faster-ScoreCAM: only each input's N channels of largest spread (default: every channel)"),
     ],
     reduce="none",
     cam=True,
-    prepare=prepare,
+    prepare=prepare_cam_layer,
     cost=lambda options: options["max_channels"] or ASSUMED_CHANNELS,
 )
 def scorecam(ctx, layer, max_channels):
     from keras import ops
 
     activations, _ = ctx.layer(layer)  # [n, h, w, C]
-    gradcam._check_rank(activations, layer)
+    check_cam_rank(activations, layer)
     activations = ops.cast(activations, "float32")
     if ctx.channel_axis == 0:  # a channels-first layer [n, C, h, w]
         activations = ops.transpose(activations, [0, 2, 3, 1])

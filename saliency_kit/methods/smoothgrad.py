@@ -1,49 +1,35 @@
-"""SmoothGrad (Smilkov et al. 2017): any non-CAM method averaged over noisy copies of each input.
+"""SmoothGrad (Smilkov et al. 2017) and its square and variance aggregates, SquareGrad (Hooker et
+al. 2019) and VarGrad (Adebayo et al. 2018): any pixel method aggregated over noisy copies of
+each input.
 
-``a = agg_s base(x + ε_s)``, ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input, with
-``agg`` the mean, the mean of squares (``"square"``) or the variance ``E[a²] − E[a]²``. The noise
-of sample ``s`` of input ``b`` is drawn from a stateless generator keyed by ``(seed, b, s)``, so a
-seed fixes the result whatever ``batch_size`` is. The map is reduced like the base method's.
+* smoothgrad: ``a = (1/S) Σ_s base(x + ε_s)`` (``aggregate="mean"``, or ``"square"``/``"variance"``)
+* squaregrad: ``a = (1/S) Σ_s base(x + ε_s)²``
+* vargrad: ``a = (1/S) Σ_s base(x + ε_s)² − ((1/S) Σ_s base(x + ε_s))²``
+
+with ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input. The noise of sample ``s`` of
+input ``b`` is drawn from a stateless generator keyed by ``(seed, b, s)`` (``ctx.normal``), so a
+seed fixes the result whatever ``batch_size`` is. squaregrad and vargrad take smoothgrad's
+options but ``aggregate``, which their name fixes (as Xplique names them). The map is reduced
+like the base method's.
 """
 from __future__ import annotations
 
-import numbers
+from ._common import base_cost
+from .base import Option, get, register
 
-import numpy as np
-
-from .base import Option, get, names, register
+__all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES"]
 
 AGGREGATES = ("mean", "square", "variance")
 
-
-def _base(name):
-    method = get(name)
-    if method.cam or method.extends is not None:
-        usable = [m for m in names() if not get(m).cam and get(m).extends is None]
-        raise ValueError(f"base must be a pixel method ({', '.join(usable)}); received {name!r}.")
-    return method
-
-
-def prepare(request, options: dict) -> dict:
-    base = _base(options["base"])
-    if options["samples"] < 1:
-        raise ValueError(f"samples must be a positive int; received {options['samples']!r}.")
-    noise = options["noise"]
-    if not (isinstance(noise, numbers.Real) and 0 <= noise < np.inf):
-        raise ValueError(f"noise must be a non-negative number (a fraction of max − min); received {noise!r}.")
-    seed = options["seed"]
-    if seed is None:
-        seed = int(np.random.default_rng().integers(2**31))
-    own = {option.name for option in base.options}
-    resolved = {**options, "seed": int(seed)}
-    if base.prepare is not None:
-        resolved.update(base.prepare(request, {k: v for k, v in resolved.items() if k in own}))
-    return resolved
+BASE = Option("base", "gradient", help="the method averaged over noisy copies (any non-CAM method)")
+SAMPLES = Option("samples", 50, low=1, help="noisy copies of each input")
+NOISE = Option("noise", 0.15, low=0, help="noise σ as a fraction of each input's max − min")
+AGGREGATE = Option("aggregate", "mean", choices=AGGREGATES, help="mean, mean of squares or variance")
+SEED = Option.seed()
 
 
 def cost(options: dict) -> int:
-    base = get(options["base"])
-    return options["samples"] * (base.cost(options) if base.cost else 1)
+    return options["samples"] * base_cost(options)
 
 
 @register(
@@ -51,16 +37,8 @@ def cost(options: dict) -> int:
     title="SmoothGrad",
     summary="a pixel method (base=...) aggregated over noisy copies of the input (Smilkov et al. 2017); "
             "map: as the base method",
-    options=[
-        Option("base", "gradient", help="the method averaged over noisy copies (any non-CAM method)"),
-        Option("samples", 50, help="noisy copies of each input"),
-        Option("noise", 0.15, help="noise σ as a fraction of each input's max − min"),
-        Option("aggregate", "mean", choices=AGGREGATES, help="mean, mean of squares or variance"),
-        Option("seed", None, type=int, help="random seed, for repeatable maps"),
-    ],
+    options=[BASE, SAMPLES, NOISE, AGGREGATE, SEED],
     extends="base",
-    noisy=True,
-    prepare=prepare,
     cost=cost,
 )
 def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
@@ -84,3 +62,15 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     if aggregate == "square":
         return second / samples
     return ops.relu(second / samples - ops.square(first / samples))  # variance, never negative
+
+
+@register("squaregrad", title="SquareGrad", options=[BASE, SAMPLES, NOISE, SEED], extends="base", cost=cost,
+          summary="SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method")
+def squaregrad(ctx, **options):
+    return smoothgrad(ctx, aggregate="square", **options)
+
+
+@register("vargrad", title="VarGrad", options=[BASE, SAMPLES, NOISE, SEED], extends="base", cost=cost,
+          summary="SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method")
+def vargrad(ctx, **options):
+    return smoothgrad(ctx, aggregate="variance", **options)

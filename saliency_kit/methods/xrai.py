@@ -20,7 +20,7 @@ radius 5. Or give ``segments``: a list of boolean ``[H, W]`` masks (for a single
 such list per input.
 
 The base method runs in the engine's compiled kernel; segmentation and ranking are NumPy
-(scikit-image), run from the kernel through ``tf.numpy_function`` per chunk of inputs.
+(scikit-image), run from the kernel as a host step (``ctx.host``) per chunk of inputs.
 
 Speed: the gains are kept as running sums per region and updated only by the pixels each step
 adds, so a whole ranking costs one pass over (regions × pixels) rather than one per step; the
@@ -32,11 +32,12 @@ here ``base`` runs with its own options (integrated gradients: ``baseline=0.0`` 
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from .base import Option, get, names, register, require_channels_last
+from ._common import base_cost, require_channels_last
+from .base import Option, get, register
+
+__all__ = ["xrai", "felzenszwalb_segments", "rank_regions", "segments_array"]
 
 SCALES = (50, 100, 150, 250, 500, 1200)
 SIGMA = 0.8
@@ -165,25 +166,10 @@ def segments_array(request, segments) -> np.ndarray | None:
     return padded
 
 
-def _base(name):
-    method = get(name)
-    if method.cam or method.extends is not None or name == "xrai":
-        usable = [m for m in names() if not get(m).cam and get(m).extends is None and m != "xrai"]
-        raise ValueError(f"base must be a pixel method ({', '.join(usable)}); received {name!r}.")
-    return method
-
-
 def prepare(request, options: dict) -> dict:
     require_channels_last(request, "xrai")
-    base = _base(options["base"])
-    threshold = options["area_threshold"]
-    if not (isinstance(threshold, numbers.Real) and 0 < threshold <= 1):
-        raise ValueError(f"area_threshold must be a fraction of the image in (0, 1]; received {threshold!r}.")
-    resolved = {**options, "area_threshold": float(threshold), "segments": segments_array(request, options["segments"])}
-    own = {option.name for option in base.options}
-    if base.prepare is not None:
-        resolved.update(base.prepare(request, {k: v for k, v in resolved.items() if k in own}))
-    return resolved
+    return {**options, "area_threshold": float(options["area_threshold"]),
+            "segments": segments_array(request, options["segments"])}
 
 
 def _rank_chunk(images, per_pixel, regions, threshold, given):
@@ -196,11 +182,6 @@ def _rank_chunk(images, per_pixel, regions, threshold, given):
     return out
 
 
-def cost(options: dict) -> int:
-    base = get(options["base"])
-    return base.cost(options) if base.cost else 1
-
-
 @register(
     "xrai",
     title="XRAI",
@@ -210,28 +191,25 @@ def cost(options: dict) -> int:
         Option("base", "integrated_gradients", help="the per-pixel attributions ranked (any non-CAM method)"),
         Option("segments", None, type=str, array=True,
                help="None: Felzenszwalb at 6 scales; or boolean [H, W] masks (per input)"),
-        Option("area_threshold", 1.0, help="stop once this fraction of the image is covered"),
+        Option("area_threshold", 1.0, low=0, high=1, low_open=True,
+               help="stop once this fraction of the image is covered"),
     ],
     reduce="none",
     cam=True,  # attributions are [B, K, H, W] region maps, shown like CAMs
     extends="base",
     warn_zero=False,
     prepare=prepare,
-    cost=cost,
+    cost=base_cost,
 )
 def xrai(ctx, base, segments, area_threshold, **base_options):
-    import tensorflow as tf
+    from keras import ops
 
     a = get(base).compute(ctx, **base_options)
     a = a["attributions"] if isinstance(a, dict) else a
-    per_pixel = tf.reduce_max(a, axis=-1) if len(a.shape) == 5 else a  # [n, K, H, W]: channel max, as PAIR
+    per_pixel = ops.max(a, axis=-1) if len(a.shape) == 5 else a  # [n, K, H, W]: channel max, as PAIR
     given = segments is not None
-    regions = tf.gather(segments, ctx.index) if given else tf.zeros([0], tf.bool)
-    maps = tf.numpy_function(
+    regions = ops.take(segments, ctx.index, axis=0) if given else ops.zeros([0], "bool")
+    return ctx.host(
         lambda images, values, masks: _rank_chunk(images, values, masks, area_threshold, given),
-        [ctx.inputs, tf.cast(per_pixel, tf.float64), regions], tf.float32, stateful=False,
+        [ctx.inputs, ops.cast(per_pixel, "float64"), regions], "float32", per_pixel.shape,
     )
-    return tf.reshape(maps, per_pixel.shape)
-
-
-__all__ = ["felzenszwalb_segments", "rank_regions"]

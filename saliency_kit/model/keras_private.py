@@ -17,6 +17,7 @@ __all__ = [
     "functional_graph",
     "run_graph",
     "producer",
+    "has_producer",
     "call_takes_training",
     "sublayers",
     "all_sublayers",
@@ -87,6 +88,12 @@ def run_graph(graph, inputs, operation_fn):
 def producer(tensor):
     """The operation that produced a symbolic ``KerasTensor``. Private: ``_keras_history``."""
     return tensor._keras_history.operation
+
+
+def has_producer(value) -> bool:
+    """Whether ``value`` is a symbolic tensor of a functional graph, made by an operation.
+    Private: ``_keras_history``."""
+    return hasattr(value, "_keras_history")
 
 
 def call_takes_training(layer) -> bool:

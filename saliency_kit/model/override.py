@@ -33,7 +33,7 @@ other than 6 (and ``negative_slope`` together with either), is not one op but se
 (``Relu`` or ``SelectV2``, then ``Minimum``/``Maximum``, and for a leaky one ``Neg``, ``Relu``,
 ``Mul``, ``Sub``); so are the same activations written by hand (``tf.minimum(tf.nn.relu(x), 3)``,
 ``tf.clip_by_value(tf.nn.relu(x), 0, 3)``, ``tf.where(x > t, x, 0)``, ``x * cast(x > t)``). The
-block recognises these patterns (:func:`_match_activation`) and treats each as one activation: its
+block recognises these patterns (:func:`.activation_patterns.match_activation`) and treats each as one activation: its
 last op takes ``rule.grad(x, y, dy)`` for the whole, the ops between pass the gradient through
 unchanged. A pattern whose parameters are not constants cannot be bound to a rule and is reported
 (``report.unsupported``). :func:`rule_activation` computes a whole activation under a rule directly;
@@ -53,17 +53,16 @@ import json
 import threading
 import weakref
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import record as _tape_record  # TF-private: see the module docstring
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
+from .activation_patterns import (RELU_OP_TYPES, LAST_OP_TYPES, FoundActivation, Unsupported, family_of_op,
+                                  match_activation)
 
 __all__ = ["relu_rule", "rule_activation", "OverrideReport", "RELU_OP_TYPES"]
 
-#: The op types whose gradients a :func:`relu_rule` block replaces.
-RELU_OP_TYPES = ("Relu", "Relu6", "LeakyRelu")
 
 _GRADIENT_NAMES = {op_type: f"SaliencyKit{op_type}" for op_type in RELU_OP_TYPES}
 _ACTIVATION_GRADIENT = "SaliencyKitActivation"  # the IdentityN that rule_activation creates
@@ -127,16 +126,8 @@ def _rule_of(op) -> ModifiedBackprop:
 
 
 # -- gradient functions, registered once per process ---------------------------------------------
-def _family_of_op(op) -> ReluFamily:
-    if op.type == "Relu6":
-        return ReluFamily(max_value=6.0)
-    if op.type == "LeakyRelu":
-        return ReluFamily(negative_slope=_decimal(np.float32(op.get_attr("alpha"))))  # a float attr
-    return ReluFamily()
-
-
 def _relu_op_gradient(op, dy):
-    rule = _rule_of(op).bind(_family_of_op(op))
+    rule = _rule_of(op).bind(family_of_op(op))
     return rule.grad(op.inputs[0], op.outputs[0], dy)
 
 
@@ -231,213 +222,18 @@ def _relu_ops_in_function(graph, name, seen) -> int:
     return count
 
 
-# -- activations made of several ops ---------------------------------------------------------------
-class _Unsupported(Exception):
-    """A ReLU-family pattern whose parameters are not constants: no rule can be bound to it."""
-
-
-@dataclasses.dataclass
-class _Activation:
-    """One ReLU-family activation ``y = f(x)`` found in a graph.
-
-    ``path``: ``[(op, main input)]`` from the op computing ``y`` down to the op whose main input is
-    ``x``: the gradient flows along it. ``others``: ops off that path (a threshold's comparison, a
-    leaky activation's negative part) that take no gradient.
-    """
-
-    x: object
-    family: ReluFamily | None  # None: a PReLU (learned slope), which keeps its plain gradient
-    path: list
-    others: list = dataclasses.field(default_factory=list)
-
-    @property
-    def ops(self) -> list:
-        return [op for op, _ in self.path] + self.others
-
-
-#: Op types that can end a ReLU-family activation made of several ops.
-_LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub", "AddV2", "Add")
-
-
-def _constant(tensor) -> float | None:
-    """The one value a constant tensor holds (a scalar, an array of one repeated value, ``zeros_like``,
-    ``fill``), else None."""
-    kind = tensor.op.type
-    if kind in ("ZerosLike", "OnesLike"):
-        return 0.0 if kind == "ZerosLike" else 1.0
-    if kind == "Fill":
-        return _constant(tensor.op.inputs[1])
-    value = tf.get_static_value(tensor)
-    if value is None:
-        return None
-    value = np.asarray(value)
-    if value.size == 0 or not np.issubdtype(value.dtype, np.number) or np.any(value != value.flat[0]):
-        return None
-    return _decimal(value.flat[0])
-
-
-def _decimal(value) -> float:
-    """The shortest decimal that is ``value`` in its own precision (float32 ``0.1`` -> ``0.1``, not
-    ``0.10000000149``): the same number once cast back, and the family reads as it was written."""
-    return float(str(value))
-
-
-def _same(a, b) -> bool:
-    return a.name == b.name  # tensors of one graph
-
-
-def _only_feeds(tensor, op) -> bool:
-    consumers = tensor.consumers()
-    return len(consumers) == 1 and consumers[0].name == op.name
-
-
-def _threshold(greater, x) -> float | None:
-    """``t`` when op ``greater`` is ``Greater(x, t)``; ``_Unsupported`` when ``t`` is not a constant."""
-    if greater.type != "Greater" or not _same(greater.inputs[0], x):
-        return None
-    threshold = _constant(greater.inputs[1])
-    if threshold is None:
-        raise _Unsupported(f"a thresholded ReLU ({greater.name}) whose threshold is not a constant")
-    return threshold
-
-
-def _with_constant(op):
-    """``(other input, its index, the constant)`` of a binary op with one constant input."""
-    for main in (0, 1):
-        value = _constant(op.inputs[1 - main])
-        if value is not None and _constant(op.inputs[main]) is None:
-            return op.inputs[main], main, value
-    return None, None, None
-
-
-def _times(tensor, x) -> float | None:
-    """``a`` when ``tensor`` is ``a * x`` with a constant ``a``."""
-    op = tensor.op
-    if op.type != "Mul":
-        return None
-    for main in (0, 1):
-        if _same(op.inputs[main], x):
-            return _constant(op.inputs[1 - main])
-    return None
-
-
-def _inner(tensor, consumer) -> _Activation | None:
-    """The ReLU-family activation computing ``tensor``, when ``consumer`` is its only use."""
-    found = _match_activation(tensor) if _only_feeds(tensor, consumer) else None
-    return None if found is None or found.family is None else found
-
-
-def _negative_part(mul, x):
-    """``(factor, threshold, ops)`` when op ``mul`` is ``factor * relu(-x + threshold)`` (Keras'
-    leaky composite; ``factor`` the tensor multiplying the ReLU)."""
-    for part in (0, 1):
-        relu = mul.inputs[part].op
-        if relu.type != "Relu" or not _only_feeds(mul.inputs[part], mul):
-            continue
-        inner, ops, threshold = relu.inputs[0].op, [mul, relu], 0.0
-        if inner.type in ("AddV2", "Add"):
-            negated, _, threshold = _with_constant(inner)
-            if negated is None:
-                continue
-            ops.append(inner)
-            inner = negated.op
-        if inner.type != "Neg" or not _same(inner.inputs[0], x):
-            continue
-        return mul.inputs[1 - part], threshold, ops + [inner]
-    return None
-
-
-def _match_activation(tensor) -> _Activation | None:
-    """The ReLU-family activation that computes ``tensor``, as Keras composes it or as written by
-    hand, or None.
-
-    One op: ``Relu``, ``Relu6``, ``LeakyRelu``. A threshold: ``SelectV2(Greater(x, t), x, 0)``
-    (``tf.where``) or ``x * Cast(Greater(x, t))``. A ceiling: ``Minimum(f(x), c)``, then optionally
-    ``Maximum(·, 0)`` (``clip_by_value``). Leaky with a ceiling or threshold:
-    ``f(x) - slope * Relu(-x + t)``; leaky by hand: ``where(x > 0, x, slope * x)``,
-    ``maximum(x, slope * x)``, ``relu(x) - slope * relu(-x)``. Inner results must have no other use. A PReLU,
-    ``relu(x) + (-alpha) * relu(-x)`` with a learned ``alpha``, is found with ``family=None``: it is
-    not of the family (no constant slope), and its ReLUs are not the model's ReLUs either.
-    """
-    op = tensor.op
-    kind = op.type
-    if kind in RELU_OP_TYPES:
-        return _Activation(op.inputs[0], _family_of_op(op), [(op, 0)])
-    if kind in ("SelectV2", "Select"):  # where(x > t, x, 0), or where(x > 0, x, slope * x)
-        condition, x, otherwise = op.inputs
-        slope = 0.0 if _constant(otherwise) == 0.0 else _times(otherwise, x)
-        threshold = None if slope is None else _threshold(condition.op, x)
-        if threshold is None or (slope and threshold):
-            return None  # slope · x below a threshold is not of the family
-        family = ReluFamily(negative_slope=slope) if slope else ReluFamily(threshold=threshold)
-        return _Activation(x, family, [(op, 1)], [condition.op] + ([otherwise.op] if slope else []))
-    if kind == "Mul":
-        for main in (0, 1):
-            x, gate = op.inputs[main], op.inputs[1 - main].op
-            if gate.type == "Cast" and (threshold := _threshold(gate.inputs[0].op, x)) is not None:
-                return _Activation(x, ReluFamily(threshold=threshold), [(op, main)], [gate, gate.inputs[0].op])
-        return None
-    if kind == "Minimum":
-        inner, main, ceiling = _with_constant(op)
-        found = None if inner is None else _inner(inner, op)
-        if found is None or ceiling <= max(found.family.threshold, 0.0):
-            return None
-        family = found.family
-        if family.max_value is None or ceiling < family.max_value:
-            family = dataclasses.replace(family, max_value=ceiling)
-        return _Activation(found.x, family, [(op, main)] + found.path, found.others)
-    if kind == "Maximum":
-        for main in (0, 1):  # max(x, slope · x), 0 < slope < 1: a leaky ReLU written by hand
-            x, other = op.inputs[main], op.inputs[1 - main]
-            slope = _times(other, x)
-            if slope is not None and 0.0 < slope < 1.0:
-                return _Activation(x, ReluFamily(negative_slope=slope), [(op, main)], [other.op])
-        inner, main, floor = _with_constant(op)
-        found = None if inner is None or floor != 0.0 else _inner(inner, op)
-        if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
-            return None  # max(f(x), 0) == f(x) only for these
-        return _Activation(found.x, found.family, [(op, main)] + found.path, found.others)
-    if kind in ("Sub", "AddV2", "Add"):  # f(x) - slope * relu(t - x), or f(x) + (-slope) * relu(-x)
-        for main in (0,) if kind == "Sub" else (0, 1):
-            found = _leaky(op, main)
-            if found is not None:
-                return found
-    return None
-
-
-def _leaky(op, main) -> _Activation | None:
-    """``Sub``/``Add`` op ``op`` as ``f(x) ∓ factor * relu(t - x)``, ``f(x)`` its input ``main``."""
-    core, negative = op.inputs[main], op.inputs[1 - main]
-    if negative.op.type != "Mul" or not _only_feeds(negative, op):
-        return None
-    found = _inner(core, op)
-    if found is None or found.family.negative_slope != 0.0:
-        return None
-    part = _negative_part(negative.op, found.x)
-    if part is None or part[1] != found.family.threshold:
-        return None
-    factor, _, ops = part
-    path, others = [(op, main)] + found.path, found.others + ops
-    slope = _constant(factor)
-    if slope is None:
-        if op.type == "Sub":
-            raise _Unsupported(f"a leaky ReLU ({op.name}) whose negative slope is not a constant")
-        return _Activation(found.x, None, path, others)  # a PReLU
-    return _Activation(found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope),
-                       path, others)
-
-
+# -- activations made of several ops (matched in .activation_patterns) ---------------------------
 def _composite_activations(ops, report) -> tuple[dict, set]:
-    """``({name of the last op: _Activation}, names of their ops)`` for the activations among ``ops``
+    """``({name of the last op: FoundActivation}, names of their ops)`` for the activations among ``ops``
     (one graph) that are made of several ops, outermost first. Unsupported ones go to
     ``report.unsupported``; PReLUs to ``report.plain`` (their ops are covered, not marked)."""
     found, covered = {}, set()
     for op in reversed(ops):
-        if op.name in covered or op.type not in _LAST_OP_TYPES:
+        if op.name in covered or op.type not in LAST_OP_TYPES:
             continue
         try:
-            activation = _match_activation(op.outputs[0])
-        except _Unsupported as reason:
+            activation = match_activation(op.outputs[0])
+        except Unsupported as reason:
             if str(reason) not in report.unsupported:
                 report.unsupported.append(str(reason))
             continue
@@ -496,7 +292,7 @@ def _mark_op(op, binding, report, gradient, family):
     report.families[op.name] = family
 
 
-def _mark_activation(activation: _Activation, binding, report):
+def _mark_activation(activation: FoundActivation, binding, report):
     last, main = activation.path[0]
     _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.family)
     last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.family.as_dict()).encode()))
@@ -515,7 +311,7 @@ def _mark(ops, binding, report, graph_of_ops, seen_functions):
                 _mark_activation(composites[op.name], binding, report)
         elif op.type in RELU_OP_TYPES and op.name not in covered and not _has_attr(op, _OVERRIDE_ATTR):
             if not _feeds_only_rule_activations(op):
-                _mark_op(op, binding, report, _GRADIENT_NAMES[op.type], _family_of_op(op))
+                _mark_op(op, binding, report, _GRADIENT_NAMES[op.type], family_of_op(op))
         nested = [getattr(op, attr) for attr in _NESTED_GRAPH_ATTRS if getattr(op, attr, None) is not None]
         nested += list(getattr(op, "_branch_graphs", None) or ())  # tf.switch_case
         for inner in nested:

@@ -215,8 +215,8 @@ def rewrite(model, rule):
         model: a ``keras.Model``: Functional or Sequential (nested models, wrappers, recurrent
             and custom layers included), or a built/called subclassed model. Never modified.
         rule: ``"guided"``, ``"deconv"`` or a :class:`~saliency_kit.ModifiedBackprop` instance;
-            or an LRP composite / DeepLIFT rewrite (anything with a ``rewrite_model(model)``
-            method, API.md §1b), which rewrites the linear layers as well.
+            or anything with a ``rewrite_model(model)`` method (an LRP composite, the DeepLIFT
+            rewrite), which is called instead and rewrites the linear layers as well.
 
     Returns:
         A ``keras.Model`` computing ``model``'s outputs (checked on a generated input). Attributes:
@@ -230,13 +230,7 @@ def rewrite(model, rule):
         ValueError: no ReLU-family operation (the message names the activations found), a layer
             that cannot be copied or reached (named), or a copy that computes something else.
     """
-    from ..propagation.composites import Composite
-
-    if isinstance(rule, Composite):  # LRP: the linear layers get the composite's rules
-        from ..propagation.lrp import rewrite_lrp
-
-        return rewrite_lrp(model, rule)
-    if hasattr(rule, "rewrite_model"):  # the lrp/deeplift methods' rewrites (saliency_kit.propagation.lrp, .deeplift)
+    if hasattr(rule, "rewrite_model"):  # a rewrite of the linear layers too (LRP composites, DeepLIFT)
         return rule.rewrite_model(model)
     rule = as_rule(rule)
     if not isinstance(model, keras.Model):

@@ -91,7 +91,7 @@ def final_squash(model):
     op = keras_private.producer(graph.outputs[0])
     while _keeps_values(op):
         inputs = keras_private.first_call_inputs(op)
-        if not inputs or len(inputs) != 1 or not hasattr(inputs[0], "_keras_history"):
+        if not inputs or len(inputs) != 1 or not keras_private.has_producer(inputs[0]):
             return None
         op = keras_private.producer(inputs[0])
     kind = _squash_kind(op)

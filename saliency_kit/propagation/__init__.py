@@ -1,12 +1,18 @@
 """Relevance propagation: LRP and DeepLIFT as backward rules on a copy of the model.
 
-One role per module:
+One role per module (Zennit's layering):
 
-* :mod:`.rules` — the LRP rules for linear layers (:class:`~.rules.Epsilon`, ``Gamma``, ``ZPlus``,
+* :mod:`.core` — the mechanism: linear parts of layers, the rule mechanism (``LinearRule``,
+  ``Branch``), the ``custom_gradient`` gates, and the pass that puts rule-carrying layers into a
+  checked copy of the model;
+* :mod:`.rules` — the LRP rules for linear layers (``Epsilon``, ``Gamma``, ``ZPlus``,
   ``AlphaBeta``, ``Flat``, ``WSquare``, ``ZBox``) and ``Pass`` for activations;
-* :mod:`.composites` — which rule each layer gets (:class:`~.composites.Composite` and the named,
-  registered composites);
+* :mod:`.composites` — which rule each layer gets (``Composite`` and the named composites, in a
+  registry that imports no TensorFlow);
 * :mod:`.canonizers` — graph facts and the BatchNormalization merge applied to the copy first;
 * :mod:`.lrp` — the LRP rewrite (``rewrite_lrp``);
 * :mod:`.deeplift` — the DeepLIFT Rescale rewrite (``rewrite_deeplift``).
+
+``Composite`` and ``DeepLiftRewrite`` both have ``rewrite_model(model)``: that protocol is all
+:func:`saliency_kit.rewrite` knows of them.
 """

@@ -17,13 +17,18 @@ The named composites are Zennit's (``composite="epsilon_plus_flat"`` etc. in ``s
     epsilon_alpha2_beta1       Dense: ε      Conv: α2β1
     epsilon_alpha2_beta1_flat  Dense: ε      Conv: α2β1   first layer: flat
     epsilon / gamma / alpha1_beta0: one rule for every Dense and convolution
+
+A composite of your own is one ``@register("name")`` on a class or factory here (or anywhere, for a
+composite of your own); ``names()`` lists them. This module imports neither TensorFlow nor Keras:
+the rules and layer classes are imported when a composite is built, so reading the names (the
+``lrp`` method's choices) stays cheap.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 
-from . import rules as _rules
 
 __all__ = [
     "Composite",
@@ -32,12 +37,26 @@ __all__ = [
     "EpsilonGammaBox",
     "EpsilonPlus",
     "EpsilonPlusFlat",
+    "FirstOf",
     "get",
     "names",
     "register",
 ]
 
 AVERAGE_POOLING_EPSILON = 1e-6
+
+_REGISTRY: dict[str, Callable] = {}
+
+
+def register(name: str, factory: Callable | None = None):
+    """Register ``factory(**options) -> Composite`` under ``name`` (lower snake case); without
+    ``factory``, a decorator: ``@register("my_composite")`` on a class or a function."""
+    if factory is None:
+        return lambda factory: register(name, factory)
+    if name in _REGISTRY:
+        raise ValueError(f"a composite named {name!r} is already registered; received {factory!r}.")
+    _REGISTRY[name] = factory
+    return factory
 
 
 def _keras_kinds():
@@ -65,6 +84,9 @@ class Composite:
 
     def __init__(self, rules, *, pooling_stabilizer: float = AVERAGE_POOLING_EPSILON):
         self.pooling_stabilizer = float(pooling_stabilizer)
+        from .core import LinearRule
+        from .rules import Pass
+
         items = list(rules.items()) if isinstance(rules, dict) else list(rules)
         for entry in items:
             if not (isinstance(entry, tuple) and len(entry) == 2):
@@ -76,7 +98,7 @@ class Composite:
                     "a Composite key must be a layer class (or tuple of classes), a layer name/path "
                     f"or 'first'; received {key!r}."
                 )
-            if not isinstance(rule, (_rules.LinearRule, _rules.Pass, FirstOf)):
+            if not isinstance(rule, (LinearRule, Pass, FirstOf)):
                 raise TypeError(
                     "a Composite rule must be an LRP rule instance such as sk.rules.Epsilon(); "
                     f"received {rule!r} for key {key!r}."
@@ -96,6 +118,12 @@ class Composite:
                 return rule
         return None
 
+    def rewrite_model(self, model):
+        """The LRP rewrite of ``model`` with this composite (:func:`~saliency_kit.propagation.lrp.rewrite_lrp`)."""
+        from .lrp import rewrite_lrp
+
+        return rewrite_lrp(model, self)
+
     def __repr__(self) -> str:
         entries = ", ".join(f"{getattr(k, '__name__', k)!s}: {r!r}" for k, r in self.rules)
         return f"{type(self).__name__}({{{entries}}})"
@@ -113,29 +141,38 @@ class _Named(Composite):
         super().__init__(entries, pooling_stabilizer=stabilizer)
 
 
+@register("epsilon_plus")
 class EpsilonPlus(_Named):
     """ε for dense layers, z⁺ for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon), stabilizer=stabilizer)
+        from . import rules
+
+        super().__init__(rules.ZPlus(stabilizer), rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
+@register("epsilon_plus_flat")
 class EpsilonPlusFlat(_Named):
     """ε for dense layers, z⁺ for convolutions, flat for the first linear layer."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.ZPlus(stabilizer), _rules.Epsilon(epsilon), _rules.Flat(stabilizer), stabilizer)
+        from . import rules
+
+        super().__init__(rules.ZPlus(stabilizer), rules.Epsilon(epsilon), rules.Flat(stabilizer), stabilizer)
 
 
+@register("epsilon_gamma_box")
 class EpsilonGammaBox(_Named):
     """ε for dense layers, γ for convolutions, ZBox(low, high) for the first convolution."""
 
     def __init__(self, low, high, epsilon: float = 1e-6, gamma: float = 0.25, stabilizer: float = 1e-6):
+        from . import rules
+
         dense, convolution = _keras_kinds()
         Composite.__init__(self, [
-            ("first", FirstOf(convolution, _rules.ZBox(low, high, stabilizer))),
-            (convolution, _rules.Gamma(gamma, stabilizer)),
-            (dense, _rules.Epsilon(epsilon)),
+            ("first", FirstOf(convolution, rules.ZBox(low, high, stabilizer))),
+            (convolution, rules.Gamma(gamma, stabilizer)),
+            (dense, rules.Epsilon(epsilon)),
         ], pooling_stabilizer=stabilizer)
 
 
@@ -150,19 +187,25 @@ class FirstOf:
         return repr(self.rule)
 
 
+@register("epsilon_alpha2_beta1")
 class EpsilonAlpha2Beta1(_Named):
     """ε for dense layers, α2β1 for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.AlphaBeta(2.0, 1.0, stabilizer), _rules.Epsilon(epsilon), stabilizer=stabilizer)
+        from . import rules
+
+        super().__init__(rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
+@register("epsilon_alpha2_beta1_flat")
 class EpsilonAlpha2Beta1Flat(_Named):
     """ε for dense layers, α2β1 for convolutions, flat for the first linear layer."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        super().__init__(_rules.AlphaBeta(2.0, 1.0, stabilizer), _rules.Epsilon(epsilon),
-                         _rules.Flat(stabilizer), stabilizer)
+        from . import rules
+
+        super().__init__(rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon),
+                         rules.Flat(stabilizer), stabilizer)
 
 
 def _one_rule(make_rule: Callable) -> Callable:
@@ -174,35 +217,28 @@ def _one_rule(make_rule: Callable) -> Callable:
     return build
 
 
+@register("epsilon")
+@_one_rule
 def _epsilon(epsilon: float = 1e-6):
-    return _rules.Epsilon(epsilon)
+    from .rules import Epsilon
+
+    return Epsilon(epsilon)
 
 
+@register("gamma")
+@_one_rule
 def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6):
-    return _rules.Gamma(gamma, stabilizer)
+    from .rules import Gamma
+
+    return Gamma(gamma, stabilizer)
 
 
+@register("alpha1_beta0")
+@_one_rule
 def _alpha1_beta0(stabilizer: float = 1e-6):
-    return _rules.AlphaBeta(1.0, 0.0, stabilizer)
+    from .rules import AlphaBeta
 
-
-_REGISTRY: dict[str, Callable] = {}
-
-
-def register(name: str, factory: Callable) -> None:
-    """Register ``factory(**options) -> Composite`` under ``name`` (lower snake case)."""
-    if name in _REGISTRY:
-        raise ValueError(f"a composite named {name!r} is already registered; received {factory!r}.")
-    _REGISTRY[name] = factory
-
-
-for _name, _factory in [
-    ("epsilon_plus", EpsilonPlus), ("epsilon_plus_flat", EpsilonPlusFlat),
-    ("epsilon_gamma_box", EpsilonGammaBox), ("epsilon_alpha2_beta1", EpsilonAlpha2Beta1),
-    ("epsilon_alpha2_beta1_flat", EpsilonAlpha2Beta1Flat), ("epsilon", _one_rule(_epsilon)),
-    ("gamma", _one_rule(_gamma)), ("alpha1_beta0", _one_rule(_alpha1_beta0)),
-]:
-    register(_name, _factory)
+    return AlphaBeta(1.0, 0.0, stabilizer)
 
 
 def names() -> list[str]:
@@ -239,3 +275,20 @@ def get(composite, **options) -> Composite:
             f"model's input space, e.g. low=-1.0, high=1.0); received {options!r}."
         )
     return factory(**given)
+
+
+@dataclasses.dataclass(frozen=True)
+class LRPRewrite:
+    """The ``rule`` that makes ``sk.rewrite`` and the engine build LRP models
+    (:func:`~saliency_kit.propagation.lrp.rewrite_lrp`), keyed by value: a composite name (or a
+    :class:`Composite`), its options as sorted ``(name, value)`` pairs, and whether the input
+    gradient is the relevance itself."""
+
+    composite: object = "epsilon_plus_flat"
+    options: tuple = ()
+    input_relevance: bool = False
+
+    def rewrite_model(self, model):
+        from .lrp import rewrite_lrp
+
+        return rewrite_lrp(model, get(self.composite, **dict(self.options)), input_relevance=self.input_relevance)

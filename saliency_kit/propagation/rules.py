@@ -1,4 +1,4 @@
-"""Layer-wise relevance propagation (LRP) rules for linear layers, and ``Pass`` for activations.
+"""The LRP rules for linear layers (ε, γ, z⁺, αβ, flat, w², z^B) and ``Pass`` for activations.
 
 Notation (Montavon et al., "Layer-wise relevance propagation: an overview", 2019): a linear layer
 computes ``z_j = sum_i x_i w_ij + b_j``; ``R_j`` is the relevance of output ``j``; a rule says how
@@ -7,58 +7,31 @@ much of it goes to input ``i``. ``x⁺ = max(x, 0)``, ``x⁻ = min(x, 0)``, like
 ``sign(0) = +1`` (Zennit's convention; ``ε`` is the rule's ``stabilizer``, or ``epsilon`` for
 :class:`Epsilon`).
 
-Most rules are one mechanism (Zennit's ``BasicHook``): run the layer on *modified inputs* with
-*modified parameters* (each a :class:`Branch`), divide the incoming relevance by a stabilised sum of
-those outputs, take the vector-Jacobian product of each branch, and add up ``input ⊙ vjp``. A rule
-is a list of branches plus, where needed, group scales and output masks; :class:`LinearRule` does
-the rest. ``Pass`` is the exception: it leaves relevance unchanged through an element-wise
-activation.
-
-Rules work on a *linear part* (:class:`LinearPart`): a function ``apply(x, kernels, bias) -> z``
-with named kernels and an optional bias, so one rule serves ``Dense``, ``Conv1D/2D/3D``,
-``DepthwiseConv``, each half of a ``SeparableConv`` and average pooling (no parameters).
-:func:`saliency_kit.propagation.lrp.rewrite_lrp` binds them to the layers of a model copy.
+Each linear rule is a list of :class:`~saliency_kit.propagation.core.Branch` es (the layer run on
+modified inputs with modified parameters) plus, where needed, group scales and output masks; the
+mechanism, :class:`~saliency_kit.propagation.core.LinearRule`, does the rest. A new rule is a
+subclass of a few lines here. ``Pass`` is the exception: it leaves relevance unchanged through an
+element-wise activation.
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
+from .core import Branch, LinearRule
+
 __all__ = [
     "AlphaBeta",
-    "Branch",
     "Epsilon",
     "Flat",
     "Gamma",
-    "LinearPart",
-    "LinearRule",
     "Pass",
     "WSquare",
     "ZBox",
     "ZPlus",
-    "stabilize",
 ]
-
-
-def stabilize(d, epsilon: float):
-    """``d + ε·sign(d)`` with ``sign(0) = +1``: never zero, same sign as ``d``."""
-    return d + tf.where(d >= 0, tf.cast(epsilon, d.dtype), tf.cast(-epsilon, d.dtype))
-
-
-@dataclasses.dataclass(frozen=True)
-class LinearPart:
-    """A linear map ``z = apply(x, kernels, bias)`` with its current parameters.
-
-    ``kernels``: ``{name: tensor}`` (empty for pooling); ``bias``: a tensor or ``None``. ``apply``
-    must be linear in ``x`` when ``bias`` is ``None``.
-    """
-
-    apply: Callable
-    kernels: dict
-    bias: object = None
 
 
 def _identity(w):
@@ -85,138 +58,6 @@ def _gamma_mod(gamma: float, part: Callable):
     def modify(w):
         return w + gamma * part(w)
     return modify
-
-
-@dataclasses.dataclass(frozen=True)
-class Branch:
-    """One modified copy of the layer inside a rule.
-
-    ``inputs``: ``"x"`` (the input itself), ``"positive"`` (x⁺), ``"negative"`` (x⁻), ``"ones"``, or
-    ``"low"``/``"high"`` (a :class:`ZBox` bound); ``kernels``: how each kernel is modified;
-    ``bias``: how the bias is modified (``None``: no bias in this branch); ``sign``: ±1, the
-    branch's sign in its group's denominator and in the sum of relevances; ``group``: which
-    denominator the branch belongs to.
-    """
-
-    inputs: str
-    kernels: Callable = _identity
-    bias: Callable | None = _identity
-    sign: float = 1.0
-    group: int = 0
-
-
-_PROPORTIONAL = {"x": None, "positive": "positive", "negative": "negative"}
-
-
-class LinearRule:
-    """Base class of the LRP rules for linear layers (Zennit's ``BasicHook``).
-
-    For each :class:`Branch` ``k`` the layer is run on the modified input ``a_k`` with modified
-    parameters, giving ``z_k``. Branches of one group ``g`` share the denominator
-    ``d_g = Σ_{k∈g} sign_k · z_k``; the relevance of an input is
-
-        ``R_i = Σ_k sign_k · a_k,i · Σ_j w^(k)_ij · scale_g · mask_g(z)_j · R_j / stab(d_g)_j``
-
-    (``scale_g`` and ``mask_g`` are 1 unless a rule says otherwise). Subclasses set ``branches``,
-    and may override ``group_scales`` and ``group_masks``.
-    """
-
-    branches: Sequence[Branch] = ()
-
-    def __init__(self, stabilizer: float = 1e-6):
-        stabilizer = float(stabilizer)
-        if not stabilizer >= 0:
-            raise ValueError(f"stabilizer must be a non-negative number; received {stabilizer!r}.")
-        self.stabilizer = stabilizer
-
-    def group_scales(self) -> dict:
-        return {}
-
-    def group_masks(self) -> dict:
-        """``{group: "positive" | "negative"}``: keep only outputs where ``z`` has that sign."""
-        return {}
-
-    def constant_input(self, name: str, x):
-        """The tensor of a non-proportional input kind (``"ones"``, ``"low"``, ``"high"``)."""
-        if name == "ones":
-            return tf.ones_like(x)
-        raise ValueError(f"{type(self).__name__} has no input kind {name!r}")
-
-    def _modified_input(self, kind: str, x):
-        if kind == "x":
-            return x
-        if kind == "positive":
-            return tf.maximum(x, 0)
-        if kind == "negative":
-            return tf.minimum(x, 0)
-        return self.constant_input(kind, x)
-
-    def backward(self, part: LinearPart, x, z, relevance):
-        """``(coefficients, constant_relevance)`` for the input of ``part``.
-
-        The input relevance is ``x ⊙ coefficients + constant_relevance``; the first term holds the
-        branches whose input is proportional to ``x`` (``x``, x⁺, x⁻), the second the others
-        (ones, ZBox bounds), which cannot be written as ``x`` times something where ``x = 0``.
-        ``z``: the layer's output (bias included), ``relevance``: the relevance of that output.
-        """
-        # Branches on x⁻ contribute nothing where no input is negative (after a ReLU): skip their
-        # convolutions then (tf.cond runs one side only).
-        any_negative = tf.reduce_any(x < 0) if any(b.inputs == "negative" for b in self.branches) else None
-        outputs = []
-        for branch in self.branches:
-            kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
-            bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
-            run = (lambda kernels=kernels, bias=bias, kind=branch.inputs:
-                   part.apply(self._modified_input(kind, x), kernels, bias))
-            if branch.inputs == "negative":
-                # with no bias in the branch (all rules here): zero output when x⁻ = 0
-                out = tf.cond(any_negative, run, lambda: tf.zeros_like(z)) if bias is None else run()
-            else:
-                out = run()
-            outputs.append((branch, kernels, out))
-
-        scales, masks = self.group_scales(), self.group_masks()
-        normalised = {}
-        for group in sorted({branch.group for branch in self.branches}):
-            denominator = sum(branch.sign * out for branch, _, out in outputs if branch.group == group)
-            ratio = relevance / stabilize(denominator, self.stabilizer)
-            if group in scales:
-                ratio = ratio * scales[group]
-            if group in masks:
-                keep = z > 0 if masks[group] == "positive" else z < 0
-                ratio = tf.where(keep, ratio, tf.zeros_like(ratio))
-            normalised[group] = ratio
-
-        coefficients = tf.zeros_like(x)
-        constant = None
-        for branch, kernels, _ in outputs:
-            if branch.inputs == "negative":
-                vjp = tf.cond(any_negative, lambda kernels=kernels, group=branch.group:
-                              _linear_vjp(part, kernels, x, normalised[group]), lambda: tf.zeros_like(x))
-            else:
-                vjp = _linear_vjp(part, kernels, x, normalised[branch.group])
-            if branch.inputs in _PROPORTIONAL:
-                if branch.inputs != "x":
-                    keep = x > 0 if branch.inputs == "positive" else x < 0
-                    vjp = tf.where(keep, vjp, tf.zeros_like(vjp))
-                coefficients = coefficients + branch.sign * vjp
-            else:
-                term = branch.sign * self.constant_input(branch.inputs, x) * vjp
-                constant = term if constant is None else constant + term
-        return coefficients, constant
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items()
-                           if not k.startswith("_") and k != "branches")
-        return f"{type(self).__name__}({fields})"
-
-
-def _linear_vjp(part: LinearPart, kernels: dict, x, cotangent):
-    """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP)."""
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        out = part.apply(x, kernels, None)
-    return tape.gradient(out, x, output_gradients=cotangent)
 
 
 class Epsilon(LinearRule):

@@ -1,22 +1,19 @@
 """Backward rules: the forward pass stays, the gradient changes.
 
 ``relu``: rules for ReLU-family activations (guided backprop, deconvnet, your own
-:class:`ModifiedBackprop`). ``lrp``: layer-wise relevance propagation rules for linear layers
+:class:`ModifiedBackprop`). The layer-wise relevance propagation rules for linear layers
 (:class:`Epsilon`, :class:`Gamma`, :class:`ZPlus`, :class:`AlphaBeta`, :class:`Flat`,
-:class:`WSquare`, :class:`ZBox`) and :class:`Pass` for activations.
+:class:`WSquare`, :class:`ZBox`) and :class:`Pass` for activations live in
+:mod:`saliency_kit.propagation` and are offered here too (looked up on first use, so that the
+propagation package may itself import :mod:`.relu`).
 """
-from ..propagation.rules import AlphaBeta, Epsilon, Flat, Gamma, LinearRule, Pass, WSquare, ZBox, ZPlus
+import importlib
+
 from .relu import (
-    _KNOWN_RELU,
-    _LEAKY,
-    _LEAKY_DEFAULT,
-    _NAMED_RULES,
-    PLAIN_RELU,
     DeconvBackprop,
     GuidedBackprop,
     ModifiedBackprop,
     ReluFamily,
-    _known_relu_functions,
     as_rule,
     relu_family_of_activation,
     relu_family_of_function,
@@ -37,4 +34,17 @@ __all__ = [
     "ZBox",
     "ZPlus",
     "as_rule",
+    "relu_family_of_activation",
+    "relu_family_of_function",
 ]
+
+_PROPAGATION = {"LinearRule": "core", **dict.fromkeys(
+    ("AlphaBeta", "Epsilon", "Flat", "Gamma", "Pass", "WSquare", "ZBox", "ZPlus"), "rules")}
+
+
+def __getattr__(name: str):
+    if name not in _PROPAGATION:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"saliency_kit.propagation.{_PROPAGATION[name]}"), name)
+    globals()[name] = value
+    return value

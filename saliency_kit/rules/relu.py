@@ -21,7 +21,8 @@ import functools
 import keras
 import tensorflow as tf
 
-__all__ = ["ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule"]
+__all__ = ["PLAIN_RELU", "ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule",
+           "relu_family_of_activation", "relu_family_of_function"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,20 +14,14 @@ import tensorflow as tf
 
 import saliency_kit as sk
 from saliency_kit import methods
-from saliency_kit.methods import Option, register
+from saliency_kit.methods import Option, register, table
 
 REPO = Path(__file__).resolve().parents[2]
 
-BUILTINS = [
-    "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
-    "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion",
-    "lrp", "deeplift",
-    "squaregrad", "vargrad", "expected_gradients", "blur_ig", "guided_ig", "xrai", "scorecam",
-    "layercam", "rise",
-]
+BUILTINS = methods.builtins()  # the methods defined in saliency_kit/methods/, in registration order
 
 
-# -- a method written outside the package (API.md §2's example) ---------------------------------
+# -- a method written outside the package (README's example) -------------------------------------
 def gradient_power(ctx, power):
     return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
 
@@ -71,7 +65,9 @@ def test_an_outside_method_is_a_smoothgrad_base(linear_image):
 
 # -- the registry --------------------------------------------------------------------------------
 def test_builtins_come_first_in_a_fixed_order():
+    assert len(BUILTINS) >= 21 and {"gradient", "smoothgrad", "gradcam", "rise"} <= set(BUILTINS)
     assert methods.names()[: len(BUILTINS)] == BUILTINS
+    assert not methods.get("gradient_power").builtin and "gradient_power" not in BUILTINS
     for name in methods.names():
         method = methods.get(name)
         assert method.summary and method.title and method.reduce in ("abs_max", "sum", "mean", "none")
@@ -182,3 +178,107 @@ def test_methods_of_installed_distributions_are_loaded_from_the_entry_point_grou
                           "tensorflow" in sys.modules]))
     """
     assert json.loads(_run(code, str(tmp_path))) == ["outside_gradient", BUILTINS[:3], "float", False]
+
+
+def test_the_order_does_not_depend_on_which_method_module_is_imported_first():
+    code = """
+        import json
+        import saliency_kit.methods.rise
+        import saliency_kit.methods.smoothgrad
+        from saliency_kit import methods
+        print(json.dumps(methods.names()))
+    """
+    assert json.loads(_run(code)) == BUILTINS
+
+
+def test_the_doc_tables_are_generated_from_the_declarations():
+    """README's method table and the package docstring's are what scripts/method_tables.py makes;
+    every method README's other tables name is a registered one."""
+    import re
+
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "method_tables.py")], capture_output=True, text=True)
+    assert out.returncode == 0, f"stale method tables (run scripts/method_tables.py --write): {out.stdout}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert table.markdown() in readme and table.rst() in methods.__doc__
+    named = set()
+    for block in re.findall(r"(?m)^\| method \|.*\n(?:\|.*\n)+", readme):  # every table of methods
+        for row in block.splitlines()[2:]:
+            named |= set(re.findall(r"`([a-z_]+)`", row.split("|")[1]))
+    assert named and named <= set(BUILTINS), sorted(named - set(BUILTINS))
+
+
+# -- option ranges and seeds ---------------------------------------------------------------------
+def test_option_ranges_are_checked_and_stated():
+    steps = methods.get("integrated_gradients").option("steps")
+    assert steps.range_text == "a positive int"
+    with pytest.raises(ValueError, match=r"integrated_gradients: steps must be a positive int; received 0\.$"):
+        methods.get("integrated_gradients").check_options({"steps": 0})
+    p = methods.get("rise").option("p")
+    assert p.range_text == "a number in (0, 1]" and p.check(1) == 1
+    for bad in (0, 0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"p must be a number in \(0, 1\]"):
+            p.check(bad)
+    noise = methods.get("smoothgrad").option("noise")
+    assert noise.check(0.0) == 0.0 and noise.range_text == "a non-negative number"
+    with pytest.raises(ValueError, match="noise must be a non-negative number; received inf"):
+        noise.check(float("inf"))
+    limit = methods.get("scorecam").option("max_channels")
+    assert limit.check(None) is None and limit.check(3) == 3
+    with pytest.raises(ValueError, match=r"max_channels must be a positive int or None; received 0"):
+        limit.check(0)
+    assert Option("k", 3, low=2, low_open=True).range_text == "an int > 2"
+    assert Option("t", 0.5, high=1.0).range_text == "a number ≤ 1"
+    assert Option("t", 0.5, low=-1, high=2.5, high_open=True).range_text == "a number in [-1, 2.5)"
+    with pytest.raises(ValueError, match="x must be a positive int; received 0"):
+        Option("x", 0, low=1)  # a default outside its own range is refused
+    with pytest.raises(TypeError, match="only int and float options take low="):
+        Option("name", "a", low=1)
+
+
+def test_a_seed_option_draws_a_seed_when_none_is_given():
+    seed = Option.seed()
+    assert seed.kind == "seed" and seed.default is None and seed.type is int
+    drawn = {seed.resolve(None) for _ in range(5)}
+    assert all(isinstance(s, int) and 0 <= s < 2**31 for s in drawn) and len(drawn) > 1
+    assert seed.resolve(np.int64(4)) == 4 and type(seed.resolve(np.int64(4))) is int
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        seed.check(-1)
+    # the declaration says which methods are noisy; smoothgrad is noisy whatever its base
+    assert [m for m in BUILTINS if methods.get(m).noisy] == [
+        "smoothgrad", "squaregrad", "vargrad", "expected_gradients", "rise"]
+    assert methods.get("xrai").seed_option() is None
+    assert methods.get("xrai").seed_option({"base": "expected_gradients"}) == "seed"
+
+
+def test_prepare_draws_the_seed_and_prepares_the_base_once(linear_image):
+    model, x, _ = linear_image
+    request = methods.Request(model, x)
+    smooth = methods.get("smoothgrad")
+    values = smooth.prepare(request, smooth.check_options({"base": "integrated_gradients", "baseline": 0.5}))
+    assert isinstance(values["seed"], int)
+    assert values["baseline"].shape == x.shape[1:] and values["baseline"].dtype == x.dtype  # the base's prepare ran
+    with pytest.raises(ValueError, match=r"base must be a pixel method \(gradient, .*\); received 'gradcam'"):
+        smooth.prepare(request, smooth.check_options({"base": "gradcam"}))
+    with pytest.raises(ValueError, match=r"base must be a pixel method .*received 'vargrad'"):
+        methods.get("xrai").prepare(request, methods.get("xrai").check_options({"base": "vargrad"}))
+
+
+def test_method_modules_import_no_other_method_module_and_no_private_registry():
+    """Shared helpers live in methods/_common.py; the registry is read through get() and names()."""
+    import ast
+
+    folder = REPO / "saliency_kit" / "methods"
+    method_modules = {m.compute.__module__.rpartition(".")[2] for m in map(methods.get, BUILTINS)}
+    assert {"gradient", "smoothgrad", "rise"} <= method_modules and "_common" not in method_modules
+    offenders = []
+    for name in sorted(method_modules):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported = {node.module} if node.module else {alias.name for alias in node.names}
+                offenders += [f"{name} imports {other}" for other in imported & method_modules]
+            if isinstance(node, ast.alias) and node.name.startswith("_") and node.name != "_common":
+                offenders.append(f"{name} imports the private {node.name}")
+            if isinstance(node, ast.Name) and node.id == "_REGISTRY":
+                offenders.append(f"{name} reads _REGISTRY")
+    assert not offenders

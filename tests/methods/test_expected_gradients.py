@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit.methods.expected_gradients import draws
+from method_support import uniform_draws
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
@@ -29,9 +29,9 @@ def test_matches_a_plain_monte_carlo_reference():
     rng = np.random.default_rng(0)
     x, refs = rng.normal(size=(2, 6, 6, 2)), rng.normal(size=(5, 6, 6, 2))
     got = sk.explain(model, x, "expected_gradients", targets=[[1, 3], [0, 2]], samples=7, baselines=refs, seed=11)
-    picks, alphas = (np.asarray(d) for d in draws(tf.constant(x), 11, 7, 5))
-    for b in range(2):
-        which, alpha = picks[b], alphas[b]
+    for b in range(2):  # the draws of input b (key b): a baseline ⌊u₀ · 5⌋ and a path point α = u₁
+        u = uniform_draws(11, b, 7, range(7), [2], "float64")
+        which, alpha = np.minimum(np.floor(u[:, 0] * 5).astype(int), 4), u[:, 1]
         for k, cls in enumerate(got.targets[b]):
             delta = x[b] - refs[which]
             points = refs[which] + alpha[:, None, None, None] * delta
@@ -61,10 +61,15 @@ def test_seed_fixes_the_result_whatever_the_batch_size():
     refs = rng.normal(size=(4, 6, 6, 2)).astype("float32")
     a = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5, batch_size=1)
     b = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5, batch_size=64)
-    c = sk.explain(model, x[2:], "expected_gradients", targets=a.targets[2:], samples=9, baselines=refs, seed=5)
+    # with input keys, an input's draws are its own wherever it sits
+    keyed = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5,
+                       input_keys=[10, 11, 12])
+    c = sk.explain(model, x[2:], "expected_gradients", targets=a.targets[2:], samples=9, baselines=refs, seed=5,
+                   input_keys=[12])
     d = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=6)
     np.testing.assert_allclose(a.attributions, b.attributions, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(c.attributions[0], a.attributions[2], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(c.attributions[0], keyed.attributions[2], rtol=1e-5, atol=1e-7)
+    assert not np.allclose(keyed.attributions, a.attributions)  # other keys, other draws
     assert not np.allclose(a.attributions, d.attributions)
     assert a.maps.shape == (3, 2, 6, 6)
 

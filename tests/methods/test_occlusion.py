@@ -27,4 +27,4 @@ def test_occlusion_of_tabular_inputs_is_feature_ablation():
     x = np.random.default_rng(3).normal(size=(4, 6)).astype("float32")
     expl = sk.explain(model, x, "occlusion", 1)
     np.testing.assert_allclose(expl.attributions[:, 0], x * model.get_layer("dense").kernel.numpy()[:, 1], atol=1e-5)
-    assert expl.maps.shape == (4, 1)  # reduced over the last axis, as API.md says
+    assert expl.maps.shape == (4, 1)  # reduced over the last axis, as documented

@@ -4,7 +4,7 @@ import pytest
 import skimage.transform
 
 import saliency_kit as sk
-from saliency_kit.methods.rise import mask_draws
+from method_support import uniform_draws
 
 keras = pytest.importorskip("keras")
 
@@ -45,7 +45,10 @@ def test_matches_a_numpy_reference_with_skimage_masks():
     x = rng.uniform(0, 1, (2, 12, 12, 1)).astype("float32")
     count, cells, p = 40, 3, 0.4
     got = sk.explain(model, x, "rise", targets=[[0, 1], [1, 0]], masks=count, cells=cells, p=p, seed=7, batch_size=9)
-    grids, offsets = (np.asarray(a) for a in mask_draws(7, count, cells, p, (4, 4)))
+    # the masks' draws, shared by every input: cells² grid values (kept where u < p), then the offset
+    u = uniform_draws(7, None, count, range(count), [cells * cells + 2])
+    grids = (u[:, : cells * cells] < p).astype("float32").reshape(count, cells, cells)
+    offsets = np.minimum(np.floor(u[:, -2:] * 4).astype(int), 3)
     masks = np.stack([
         skimage.transform.resize(g, (16, 16), order=1, mode="edge", anti_aliasing=False)[r : r + 12, c : c + 12]
         for g, (r, c) in zip(grids, offsets)
@@ -73,5 +76,5 @@ def test_refusals():
     model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
     with pytest.raises(ValueError, match=r"rise needs image inputs \[B, H, W, C\]; received shape \(1, 5\)"):
         sk.explain(model, np.zeros((1, 5), "float32"), "rise", targets=0)
-    with pytest.raises(ValueError, match="p must be a probability"):
+    with pytest.raises(ValueError, match=r"p must be a number in \(0, 1\]; received 1.5"):
         sk.explain(region_mean_model(), np.zeros((1, 16, 16, 1), "float32"), "rise", targets=0, p=1.5)

@@ -1,8 +1,5 @@
-"""LRP rules, composites, canonizers and DeepLIFT, checked against NumPy written here.
-
-The references work on a linear layer as a matrix ``W [I, J]`` (a convolution is turned into its
-matrix by explicit loops over positions), so they share nothing with the library's code paths.
-"""
+"""LRP rules, composites, canonizers and DeepLIFT, checked against NumPy written independently
+(:mod:`numpy_reference`: each reference carries the rule configurations it replicates)."""
 from __future__ import annotations
 
 import keras
@@ -10,95 +7,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from propagation.numpy_reference import RULES, conv_matrix, numpy_deeplift, zbox_rule
 from saliency_kit.propagation import composites
-from saliency_kit.propagation.deeplift import deeplift, rewrite_deeplift
+from saliency_kit.propagation.deeplift import rewrite_deeplift
 from saliency_kit.propagation.lrp import rewrite_lrp
-from saliency_kit.rules import (
-    AlphaBeta,
-    Epsilon,
-    Flat,
-    Gamma,
-    Pass,
-    WSquare,
-    ZBox,
-    ZPlus,
-)
+from saliency_kit.propagation.rules import AlphaBeta, Epsilon, Flat, Pass, ZBox, ZPlus
 
 RNG = np.random.default_rng(7)
 
 
-# ----------------------------------------------------------------------------- NumPy references
 
-def stab(d, eps):
-    return d + eps * np.where(d >= 0, 1.0, -1.0)
-
-
-def pos(a):
-    return np.maximum(a, 0)
-
-
-def neg(a):
-    return np.minimum(a, 0)
-
-
-def reference_relevance(rule, x, W, b, R, S=None):
-    """Input relevance of a linear layer ``z = x @ W + b`` (``x [I]``, ``W [I, J]``) given the
-    output relevance ``R [J]``; ``S`` the 0/1 structure of ``W`` (which inputs each output sees)."""
-    S = np.ones_like(W) if S is None else S
-    if isinstance(rule, Epsilon):
-        z = x @ W + b
-        return x * (W @ (R / stab(z, rule.epsilon)))
-    e = rule.stabilizer
-    if isinstance(rule, ZPlus):
-        zp = pos(x) @ pos(W) + neg(x) @ neg(W) + pos(b)
-        c = R / stab(zp, e)
-        return pos(x) * (pos(W) @ c) + neg(x) * (neg(W) @ c)
-    if isinstance(rule, AlphaBeta):
-        zp = pos(x) @ pos(W) + neg(x) @ neg(W) + pos(b)
-        zn = pos(x) @ neg(W) + neg(x) @ pos(W) + neg(b)
-        cp, cn = R / stab(zp, e), R / stab(zn, e)
-        return (rule.alpha * (pos(x) * (pos(W) @ cp) + neg(x) * (neg(W) @ cp))
-                - rule.beta * (pos(x) * (neg(W) @ cn) + neg(x) * (pos(W) @ cn)))
-    if isinstance(rule, Gamma):
-        g = rule.gamma
-        up, down = W + g * pos(W), W + g * neg(W)
-        z = x @ W + b
-        d_up = pos(x) @ up + neg(x) @ down + b + g * pos(b)
-        d_down = pos(x) @ down + neg(x) @ up + b + g * neg(b)
-        c_up = np.where(z > 0, R / stab(d_up, e), 0)
-        c_down = np.where(z < 0, R / stab(d_down, e), 0)
-        return pos(x) * (up @ c_up) + neg(x) * (down @ c_up) + pos(x) * (down @ c_down) + neg(x) * (up @ c_down)
-    if isinstance(rule, Flat):
-        return S @ (R / stab(S.sum(0), e))
-    if isinstance(rule, WSquare):
-        return (W ** 2) @ (R / stab((W ** 2).sum(0) + b ** 2, e))
-    if isinstance(rule, ZBox):
-        low, high = np.broadcast_to(rule.low, x.shape), np.broadcast_to(rule.high, x.shape)
-        d = x @ W + b - (low @ pos(W) + pos(b)) - (high @ neg(W) + neg(b))
-        c = R / stab(d, e)
-        return x * (W @ c) - low * (pos(W) @ c) - high * (neg(W) @ c)
-    raise AssertionError(rule)
-
-
-def conv_matrix(kernel, height, width):
-    """The matrix of a 'valid', stride-1 2-D convolution on ``[height, width, cin]`` inputs,
-    flattened row-major as Keras flattens ``[H, W, C]``; also its 0/1 structure."""
-    kh, kw, cin, cout = kernel.shape
-    oh, ow = height - kh + 1, width - kw + 1
-    W = np.zeros((height * width * cin, oh * ow * cout))
-    S = np.zeros_like(W)
-    for i in range(oh):
-        for j in range(ow):
-            for o in range(cout):
-                col = (i * ow + j) * cout + o
-                for di in range(kh):
-                    for dj in range(kw):
-                        for c in range(cin):
-                            row = ((i + di) * width + (j + dj)) * cin + c
-                            W[row, col] = kernel[di, dj, c, o]
-                            S[row, col] = 1.0
-    return W, S
-
+def named_lrp(model, composite, *, input_relevance=False, **options):
+    """``rewrite_lrp`` with a named composite (or a Composite) built with ``options``."""
+    return rewrite_lrp(model, composites.get(composite, **options), input_relevance=input_relevance)
 
 def input_relevance(rewritten, x, column, *, logits_layer=-1):
     """The relevance at the input for output ``column`` (the input gradient of a model rewritten
@@ -118,14 +39,24 @@ def gradient_times_input(model, x, column):
     return (tape.gradient(score, xt) * xt).numpy()
 
 
-RULES = [
-    Epsilon(1e-3), Epsilon(0.5), ZPlus(), AlphaBeta(2.0, 1.0), AlphaBeta(1.0, 0.0), Gamma(0.25),
-    Flat(), WSquare(), ZBox(-1.0, 1.0),
-]
+def rule_id(case):
+    rule_class, configuration, reference = case
+    return f"{rule_class.__name__}({', '.join(f'{k}={v}' for k, v in configuration.items())})-{reference.__name__}"
 
 
-@pytest.mark.parametrize("rule", RULES, ids=repr)
-def test_each_rule_on_a_dense_layer_matches_numpy(rule):
+def test_every_rule_has_a_reference():
+    from saliency_kit.propagation import rules
+    from saliency_kit.propagation.core import LinearRule
+
+    defined = {cls for cls in vars(rules).values() if isinstance(cls, type) and issubclass(cls, LinearRule)
+               and cls is not LinearRule}
+    assert defined == {rule_class for rule_class, _, _ in RULES}
+
+
+@pytest.mark.parametrize("case", RULES, ids=rule_id)
+def test_each_rule_on_a_dense_layer_matches_numpy(case):
+    rule_class, configuration, reference = case
+    rule = rule_class(**configuration)
     W = RNG.normal(size=(5, 3)).astype(np.float32)
     b = np.array([0.3, -0.2, 0.1], np.float32)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
@@ -137,12 +68,15 @@ def test_each_rule_on_a_dense_layer_matches_numpy(rule):
         for row in range(2):
             z = x[row] @ W + b
             R = np.where(np.arange(3) == column, z, 0.0)
-            want = reference_relevance(rule, x[row].astype(np.float64), W.astype(np.float64), b.astype(np.float64), R)
+            want = reference(x[row].astype(np.float64), W.astype(np.float64), b.astype(np.float64), R,
+                             np.ones(W.shape), **configuration)
             np.testing.assert_allclose(got[row], want, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("rule", RULES, ids=repr)
-def test_each_rule_on_a_conv_layer_matches_numpy(rule):
+@pytest.mark.parametrize("case", RULES, ids=rule_id)
+def test_each_rule_on_a_conv_layer_matches_numpy(case):
+    rule_class, configuration, reference = case
+    rule = rule_class(**configuration)
     kernel = RNG.normal(size=(2, 2, 2, 3)).astype(np.float32)
     bias = np.array([0.2, -0.1, 0.05], np.float32)
     model = keras.Sequential([keras.Input((4, 4, 2)), keras.layers.Conv2D(3, 2), keras.layers.Flatten()])
@@ -155,7 +89,7 @@ def test_each_rule_on_a_conv_layer_matches_numpy(rule):
     for column in (0, 13, 26):
         got = input_relevance(rewritten, x, column).reshape(-1)
         R = np.where(np.arange(27) == column, z, 0.0)
-        want = reference_relevance(rule, x.reshape(-1).astype(np.float64), W, b, R, S)
+        want = reference(x.reshape(-1).astype(np.float64), W, b, R, S, **configuration)
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
@@ -165,14 +99,14 @@ def test_zbox_takes_per_channel_bounds_in_input_space():
     model = keras.Sequential([keras.Input((3, 3, 2)), keras.layers.Conv2D(1, 2), keras.layers.Flatten()])
     model.layers[0].set_weights([kernel, np.zeros(1, np.float32)])
     x = RNG.uniform(-0.5, 0.5, size=(1, 3, 3, 2)).astype(np.float32)
-    rewritten = rewrite_lrp(model, "epsilon_gamma_box", low=low, high=high, input_relevance=True)
+    rewritten = named_lrp(model, "epsilon_gamma_box", low=low, high=high, input_relevance=True)
     assert isinstance(rewritten.rewritten_layers["conv2d" if "conv2d" in rewritten.rewritten_layers
                                                   else model.layers[0].name], ZBox)
     W, _ = conv_matrix(kernel.astype(np.float64), 3, 3)
     z = x.reshape(-1) @ W
     got = input_relevance(rewritten, x, 2).reshape(-1)
-    want = reference_relevance(ZBox(np.tile(low, 9), np.tile(high, 9)), x.reshape(-1).astype(np.float64), W,
-                               np.zeros(4), np.where(np.arange(4) == 2, z, 0.0))
+    want = zbox_rule(x.reshape(-1).astype(np.float64), W, np.zeros(4), np.where(np.arange(4) == 2, z, 0.0),
+                     None, low=np.tile(low, 9), high=np.tile(high, 9))
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
@@ -211,7 +145,7 @@ def test_relevance_is_conserved_with_zero_biases(name):
     model = relu_net(bias=False)
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
     options = {"epsilon": 1e-9, "stabilizer": 1e-9, "low": 0.0, "high": 1.0}
-    rewritten = rewrite_lrp(model, name, input_relevance=True, **options)
+    rewritten = named_lrp(model, name, input_relevance=True, **options)
     np.testing.assert_allclose(rewritten(x), model(x), rtol=1e-5, atol=1e-6)
     logits = logits_of(rewritten)
     scores = logits(x).numpy()
@@ -227,8 +161,8 @@ def test_relevance_is_conserved_with_zero_biases(name):
 def test_gradient_form_times_input_is_the_relevance():
     model = relu_net(bias=True)
     x = RNG.uniform(0.1, 1, size=(2, 8, 8, 3)).astype(np.float32)
-    grad_form = logits_of(rewrite_lrp(model, "epsilon_plus"))
-    relevance_form = logits_of(rewrite_lrp(model, "epsilon_plus", input_relevance=True))
+    grad_form = logits_of(named_lrp(model, "epsilon_plus"))
+    relevance_form = logits_of(named_lrp(model, "epsilon_plus", input_relevance=True))
     np.testing.assert_allclose(gradient_times_input(grad_form, x, 1), input_relevance(relevance_form, x, 1),
                                rtol=1e-4, atol=1e-6)
 
@@ -237,7 +171,7 @@ def test_lrp0_equals_gradient_times_input_on_a_relu_net():
     model = relu_net(bias=True)
     plain_logits = relu_net(bias=True, final=None)  # the same weights, no softmax
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
-    rewritten = logits_of(rewrite_lrp(model, "epsilon", epsilon=1e-12, input_relevance=True))
+    rewritten = logits_of(named_lrp(model, "epsilon", epsilon=1e-12, input_relevance=True))
     for column in range(4):
         np.testing.assert_allclose(input_relevance(rewritten, x, column), gradient_times_input(plain_logits, x, column),
                                    rtol=1e-4, atol=1e-6)
@@ -271,7 +205,7 @@ def awkward_net(seed=0):
 def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta():
     model = awkward_net()
     x = RNG.uniform(-1, 1, size=(2, 9, 9, 3)).astype(np.float32)
-    lrp0 = rewrite_lrp(model, "epsilon", epsilon=1e-12, stabilizer=1e-12, input_relevance=True)
+    lrp0 = named_lrp(model, "epsilon", epsilon=1e-12, stabilizer=1e-12, input_relevance=True)
     assert lrp0.rewritten_layers["dw_bn"] == "merged into 'dw'"
     assert "block/" + model.get_layer("block").layers[0].name in lrp0.rewritten_layers
     np.testing.assert_allclose(lrp0(x), model(x), rtol=1e-5, atol=1e-6)
@@ -285,7 +219,7 @@ def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta(
 
 def test_batchnorm_merged_forward_outputs_equal():
     model = relu_net(bias=True, seed=3)
-    rewritten = rewrite_lrp(model, "epsilon_plus_flat")
+    rewritten = named_lrp(model, "epsilon_plus_flat")
     bn = next(layer.name for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization))
     conv = model.layers[2].name
     assert rewritten.rewritten_layers[bn] == f"merged into {conv!r}"
@@ -300,7 +234,7 @@ def test_batchnorm_merged_forward_outputs_equal():
 def test_rewrite_leaves_the_model_untouched_and_lists_rules():
     model = relu_net()
     before = [w.copy() for w in model.get_weights()]
-    rewritten = rewrite_lrp(model, "epsilon_plus_flat")
+    rewritten = named_lrp(model, "epsilon_plus_flat")
     names = [layer.name for layer in model.layers]
     rules = rewritten.rewritten_layers
     assert isinstance(rules[names[1]], Flat)           # first layer
@@ -348,48 +282,33 @@ def test_layers_without_rules_are_refused_by_name(make, named):
     out = keras.layers.Dense(2)(keras.layers.Flatten()(make(h)))
     model = keras.Model(inp, out)
     with pytest.raises(ValueError, match=f"'{named}'"):
-        rewrite_lrp(model, "epsilon")
+        named_lrp(model, "epsilon")
     with pytest.raises(ValueError, match=f"'{named}'"):
         rewrite_deeplift(model)
 
 
 # ----------------------------------------------------------------------------- DeepLIFT
 
-def numpy_deeplift(layers, x, x0, column):
-    """DeepLIFT Rescale multipliers by hand for a list of ("dense", W, b) / ("relu",) /
-    ("maxpool", size) layers on 1-D inputs; returns the attributions of output ``column``."""
-    acts, refs = [x], [x0]
-    for layer in layers:
-        a, r = acts[-1], refs[-1]
-        if layer[0] == "dense":
-            acts.append(a @ layer[1] + layer[2])
-            refs.append(r @ layer[1] + layer[2])
-        elif layer[0] == "relu":
-            acts.append(np.maximum(a, 0))
-            refs.append(np.maximum(r, 0))
-        else:
-            size = layer[1]
-            acts.append(a.reshape(-1, size).max(1))
-            refs.append(r.reshape(-1, size).max(1))
-    m = np.zeros_like(acts[-1])
-    m[column] = 1.0
-    for i in range(len(layers) - 1, -1, -1):
-        layer, a, r, y, y0 = layers[i], acts[i], refs[i], acts[i + 1], refs[i + 1]
-        if layer[0] == "dense":
-            m = layer[1] @ m
-        elif layer[0] == "relu":
-            d = a - r
-            m = m * np.where(np.abs(d) > 1e-7, (y - y0) / np.where(d == 0, 1, d), (a > 0).astype(float))
-        else:
-            size = layer[1]
-            top = np.maximum(y, y0)
-            shares = np.zeros_like(a)
-            for w in range(len(y)):
-                shares[w * size + np.argmax(a[w * size:(w + 1) * size])] += m[w] * (top[w] - y0[w])
-                shares[w * size + np.argmax(r[w * size:(w + 1) * size])] += m[w] * (y[w] - top[w])
-            d = a - r
-            m = np.where(np.abs(d) > 1e-7, shares / np.where(d == 0, 1, d), 0.0)
-    return (x - x0) * m
+def deeplift(model, inputs, classes, baseline=0.0):
+    """DeepLIFT attributions of the logits for ``classes [B, K]``, eagerly, through
+    ``rewrite_deeplift``: ``(attributions [B, K, ...], Σ attributions − (s(x) − s(x₀)) [B, K])``."""
+    rewritten = rewrite_deeplift(model)
+    last = rewritten.layers[-1]
+    if isinstance(last, keras.layers.Activation):  # a final softmax/sigmoid split apart
+        rewritten = keras.Model(rewritten.inputs, last.input)
+    x = np.asarray(inputs, np.float32)
+    x0 = np.broadcast_to(np.asarray(baseline, np.float32), x.shape)
+    pairs = tf.constant(np.stack([x, x0], 1).reshape(-1, *x.shape[1:]))  # rows x_0, x0_0, x_1, ...
+    rows = []
+    for k in range(classes.shape[1]):
+        with tf.GradientTape() as tape:
+            tape.watch(pairs)
+            score = tf.gather(rewritten(pairs)[0::2], classes[:, k], axis=1, batch_dims=1)
+        rows.append(tape.gradient(score, pairs).numpy()[0::2] * (x - x0))
+    attributions = np.stack(rows, 1)
+    out = rewritten(pairs).numpy()
+    delta = np.take_along_axis(out[0::2], classes, 1) - np.take_along_axis(out[1::2], classes, 1)
+    return attributions, attributions.reshape(*classes.shape, -1).sum(-1) - delta
 
 
 def test_deeplift_matches_numpy_and_sums_to_delta():
@@ -458,7 +377,7 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     x = np.random.default_rng(0).uniform(-1, 1, size=(1, *shape)).astype(np.float32)
-    rewritten = rewrite_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25,
+    rewritten = named_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25,
                             low=-1.0, high=1.0)
     np.testing.assert_allclose(rewritten(x), model(x), rtol=1e-4, atol=1e-6)
     logits = logits_of(rewritten)
@@ -475,4 +394,4 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
 def test_unsupported_applications_are_refused_naming_a_layer(name, shape, layer_kind):
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     with pytest.raises(ValueError, match=rf"cannot rewrite layer '[^']+' \(({layer_kind})\)"):
-        rewrite_lrp(model, "epsilon_plus_flat")
+        named_lrp(model, "epsilon_plus_flat")

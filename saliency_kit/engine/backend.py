@@ -1,0 +1,53 @@
+"""The engine's backend interface: what :mod:`saliency_kit.engine` asks of a tensor framework.
+
+:class:`Backend` declares it; :func:`active` returns the backend in use (the TensorFlow one,
+:mod:`saliency_kit.engine.tf`, a module satisfying the protocol). The engine reaches the
+framework only through :func:`active`; the methods reach it only through the
+:class:`~saliency_kit.engine.tf.Context` the kernels hand them (and ``keras.ops``). A second
+backend is a module with these names, returned by :func:`active`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Backend", "active"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The functions (and the context class) a backend module offers the engine."""
+
+    Context: type
+    """What a method's function sees inside a kernel: the chunk's inputs and targets and the
+    primitives (gradients, scores, layer taps, running sums, seeded draws, resizing, host steps)."""
+
+    def build_kernel(self, compute: Callable, options: dict, array_names: tuple, views: Callable, layout: Any,
+                     shape: tuple, dtype: Any, array_specs: list, vectorise: bool, channel_axis: int,
+                     traced: Callable[[], None], reports: list) -> Callable:
+        """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
+        running ``compute(ctx, **options)`` on one chunk."""
+
+    def build_values_kernel(self, views: Callable, n: int, shape: tuple, dtype: Any,
+                            traced: Callable[[], None]) -> Callable:
+        """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
+
+    def vectorise_classes(self, model: Any) -> bool:
+        """Whether the K backward passes of a kernel run vectorised rather than in a loop."""
+
+    def eagerly(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run eagerly, even while a kernel is being traced."""
+
+    def array_spec(self, value: np.ndarray) -> Any:
+        """The kernel argument spec of an array option (a baseline) of ``value``'s shape and dtype."""
+
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        """A kernel's output as NumPy."""
+
+
+def active() -> Backend:
+    """The backend in use: :mod:`saliency_kit.engine.tf`."""
+    from . import tf
+
+    return tf  # type: ignore[return-value]  # a module implementing the protocol

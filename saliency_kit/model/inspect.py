@@ -1,0 +1,102 @@
+"""Facts about a user's Keras model that the engine needs: its input signature, the channel axis
+of its inputs, how to copy its weights into a rewritten copy, and the state it keeps outside its
+variables (which keys the engine's caches).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .copy import input_signature as copy_signature
+from .layers import walk
+
+__all__ = ["input_signature", "channel_axis", "weight_sync", "derived_state"]
+
+
+def input_signature(model) -> tuple[tuple, str]:
+    """``(shape [None, ...], dtype)`` of ``model``'s single input.
+
+    Functional and Sequential models give it through ``model.inputs``; a subclassed model that
+    was built or called gives it through its build shape. ``TypeError`` for anything that is not
+    a Keras model; ``ValueError`` for unbuilt or multi-input models.
+    """
+    if not isinstance(model, keras.Model):
+        kind = "None" if model is None else f"a {type(model).__name__}"
+        raise TypeError(f"model must be a keras.Model (functional, Sequential or subclassed); received {kind}.")
+    signatures = copy_signature(model)
+    if len(signatures) != 1:
+        raise ValueError(
+            f"saliency_kit explains single-input models; this one has {len(signatures)} inputs; "
+            f"received {model.name!r}."
+        )
+    shape, dtype = signatures[0]
+    return (None, *shape[1:]), dtype
+
+
+_SPATIAL_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
+
+
+def _sublayers(model):
+    """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
+    yield model
+    for visit in walk(model):
+        yield visit.layer
+
+
+def channel_axis(model, rank: int) -> int:
+    """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
+
+    Channels-first when the model's spatial layers (convolutions, pooling, up-sampling, cropping,
+    padding) use ``data_format="channels_first"``. ``ValueError`` when they mix both formats
+    (which axis is spatial cannot be told then). Non-image inputs (rank < 3) are channels-last.
+    """
+    formats = {}
+    for layer in _sublayers(model):
+        kind = type(layer).__name__
+        data_format = getattr(layer, "data_format", None)
+        if data_format in ("channels_first", "channels_last") and any(k in kind for k in _SPATIAL_KINDS):
+            formats.setdefault(data_format, layer.name)
+    if len(formats) > 1:
+        raise ValueError(
+            f"model {model.name!r} mixes channels_first (layer {formats['channels_first']!r}) and "
+            f"channels_last (layer {formats['channels_last']!r}) spatial layers, so its spatial axes "
+            "cannot be told; saliency_kit refuses rather than reduce the wrong axis; received a mixed model."
+        )
+    return 0 if "channels_first" in formats and rank >= 2 else -1
+
+
+def weight_sync(source, copy):
+    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
+    pairs = list(zip(source.weights, copy.weights))
+    # The rewrite rebuilds the same graph, so its variables come in the same order; names can
+    # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
+    if len(source.weights) != len(copy.weights) or any(
+        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
+    ):
+        raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+
+    @tf.function(autograph=False)
+    def sync():
+        for a, b in pairs:
+            b.value.assign(a.value)
+
+    return sync
+
+
+_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
+
+
+def derived_state(layer) -> tuple:
+    """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
+    (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
+    compiled function captures such tensors as constants, so they key the engine's caches, by
+    value (small per-channel statistics in practice)."""
+    state = []
+    for name, value in vars(layer).items():
+        if isinstance(value, _EAGER_TENSOR):
+            data = np.ascontiguousarray(value.numpy())
+            state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
+    return tuple(state)

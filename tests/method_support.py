@@ -1,0 +1,50 @@
+"""Shared by the method tests: the small settings each method runs with in the table-driven
+tests, and the engine's seeded draws reproduced from their documented keys with TensorFlow's
+stateless generators directly (not through saliency_kit)."""
+import numpy as np
+
+# Small settings for the methods that take many evaluations (any method not listed runs with its
+# defaults); the expected_gradients baselines are added per input shape by `small_options`.
+SMALL = {
+    "integrated_gradients": {"steps": 8},
+    "smoothgrad": {"samples": 6, "seed": 3},
+    "occlusion": {"window": 4, "stride": 4},
+    "squaregrad": {"samples": 4, "seed": 3},
+    "vargrad": {"samples": 4, "seed": 3},
+    "expected_gradients": {"samples": 4, "seed": 3},
+    "blur_ig": {"steps": 4, "max_sigma": 3.0},
+    "guided_ig": {"steps": 4},
+    "xrai": {"steps": 4},
+    "rise": {"masks": 16, "cells": 3, "seed": 3},
+}
+
+
+def small_options(method: str, input_shape: tuple, seed: int = 7) -> dict:
+    """``SMALL[method]`` (``{}`` if absent), with expected_gradients' reference inputs
+    ``[2, *input_shape]`` drawn for the input shape."""
+    options = dict(SMALL.get(method, {}))
+    if method == "expected_gradients":
+        options["baselines"] = np.random.default_rng(seed).uniform(-1, 1, (2, *input_shape)).astype("float32")
+    return options
+
+
+def normal_draws(seed: int, key: int, count: int, samples, shape, dtype="float32") -> np.ndarray:
+    """``[len(samples), *shape]``: the standard normal noise of copies ``samples`` of the input with
+    noise key ``key`` (its position, or its ``input_keys`` entry), as documented for
+    ``ctx.normal``: the stateless generator keyed by ``(seed, key · count + s)``."""
+    import tensorflow as tf
+
+    return np.stack([tf.random.stateless_normal(shape, seed=[seed, key * count + s], dtype=dtype).numpy()
+                     for s in samples])
+
+
+def uniform_draws(seed: int, key, count: int, samples, shape, dtype="float32") -> np.ndarray:
+    """``[len(samples), *shape]``: uniform draws as documented for ``ctx.uniform``: keyed by
+    ``(seed, −1 − (key · count + s))`` for the input with noise key ``key``, or by ``(−1 − seed, s)``
+    for draws shared by every input (``key=None``)."""
+    import tensorflow as tf
+
+    def seed_of(s):
+        return [-1 - seed, s] if key is None else [seed, -1 - (key * count + s)]
+
+    return np.stack([tf.random.stateless_uniform(shape, seed=seed_of(s), dtype=dtype).numpy() for s in samples])

@@ -1,0 +1,43 @@
+"""api.check: the checks explain makes before any work, without explaining; the command line's
+pre-flight uses it, so the two cannot disagree (a channels-first model included)."""
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import saliency_kit as sk
+from saliency_kit import api, engine
+from saliency_kit.cli.options import UsageError, preflight
+
+
+@pytest.fixture(scope="module")
+def channels_first():
+    inputs = keras.Input((3, 8, 8))
+    h = keras.layers.Conv2D(4, 3, data_format="channels_first", activation="relu")(inputs)
+    h = keras.layers.GlobalAveragePooling2D(data_format="channels_first")(h)
+    return keras.Model(inputs, keras.layers.Dense(2)(h))
+
+
+def test_check_refuses_what_explain_refuses_and_runs_nothing(channels_first):
+    x = np.random.default_rng(0).uniform(size=(2, 3, 8, 8)).astype("float32")
+    before = engine.kernel_count(channels_first)
+    with pytest.raises(ValueError, match="channels-first") as checked:
+        api.check(channels_first, x, "rise", masks=8)
+    with pytest.raises(ValueError, match="channels-first") as explained:
+        sk.explain(channels_first, x, "rise", masks=8)
+    assert str(checked.value) == str(explained.value)
+    assert engine.kernel_count(channels_first) == before  # nothing was compiled
+    with pytest.raises(UsageError, match="rise: .*channels-first"):
+        preflight(channels_first, None, x[:1], [("rise", {"masks": 8})], 4)
+
+
+def test_check_returns_the_options_explain_uses(channels_first):
+    x = np.zeros((1, 3, 8, 8), "float32")
+    values = api.check(channels_first, x, "smoothgrad", samples=3)
+    explanation = sk.explain(channels_first, x, "smoothgrad", targets=0, samples=3, seed=values["seed"])
+    assert values["samples"] == 3 and explanation.options["seed"] == values["seed"]
+    with pytest.raises(TypeError, match="samples"):
+        api.check(channels_first, x, "smoothgrad", samples="many")
+    with pytest.raises(ValueError, match="unknown method"):
+        api.check(channels_first, x, "smoothgradd")

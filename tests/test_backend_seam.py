@@ -1,0 +1,224 @@
+"""The seams of the package: methods reach TensorFlow only through the engine's context (and
+``keras.ops``), the engine reaches its backend only through one declared protocol, the context's
+seeded draws follow their documented keys, and no two modules import each other in a cycle,
+even counting imports inside functions."""
+import ast
+import inspect
+import io
+import pathlib
+import tokenize
+
+import numpy as np
+import pytest
+
+from saliency_kit import engine
+from saliency_kit.engine import backend
+
+PACKAGE = pathlib.Path(engine.__file__).resolve().parents[1]
+
+
+# -- no TensorFlow in the methods ------------------------------------------------------------------
+def tensorflow_mentions(source: str) -> list[str]:
+    """``"line: text"`` wherever code names TensorFlow: an import of it, the name ``tensorflow`` or
+    ``tf``, or a string naming the module (as ``importlib.import_module("tensorflow")`` would).
+    Comments and docstrings may mention it in prose."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        if any(name.split(".")[0] == "tensorflow" for name in names):
+            found.append(f"{node.lineno}: import {', '.join(names)}")
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    for token in tokens:
+        if token.type == tokenize.NAME and token.string in ("tensorflow", "tf"):
+            found.append(f"{token.start[0]}: {token.line.strip()}")
+        elif token.type == tokenize.STRING and token.string.strip("'\"rbf").split(".")[0] == "tensorflow":
+            found.append(f"{token.start[0]}: {token.line.strip()}")
+    return sorted(set(found))
+
+
+def test_no_method_module_names_tensorflow():
+    offenders = [f"methods/{path.name}:{hit}" for path in sorted((PACKAGE / "methods").glob("*.py"))
+                 for hit in tensorflow_mentions(path.read_text())]
+    assert not offenders, "methods must use the context and keras.ops, not TensorFlow:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("code", [
+    "import tensorflow as tf\n", "from tensorflow import nn\n", "x = tf.reduce_sum(y)\n",
+    "import importlib\nm = importlib.import_module('tensorflow')\n",
+])
+def test_the_guard_catches_each_way_of_naming_tensorflow(code):
+    assert tensorflow_mentions(code)
+
+
+def test_prose_about_tensorflow_is_not_an_offence():
+    assert not tensorflow_mentions('"""Upsampled as ``tf.image.resize`` does (TensorFlow)."""\nx = 1  # like tf\n')
+
+
+# -- one backend protocol -----------------------------------------------------------------------
+def test_the_tensorflow_backend_implements_the_protocol():
+    from saliency_kit.engine import tf as tf_backend
+
+    assert backend.active() is tf_backend and isinstance(tf_backend, backend.Backend)
+    declared = {name for name in vars(backend.Backend) if not name.startswith("_")} | set(backend.Backend.__annotations__)
+    assert declared == {"Context", "build_kernel", "build_values_kernel", "vectorise_classes", "eagerly",
+                        "array_spec", "to_numpy"}
+    for name in declared - {"Context"}:  # the protocol states the arguments the engine passes
+        wanted = list(inspect.signature(getattr(backend.Backend, name)).parameters)[1:]
+        assert list(inspect.signature(getattr(tf_backend, name)).parameters)[: len(wanted)] == wanted, name
+
+
+def test_only_the_accessor_imports_the_tensorflow_backend():
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                named = {alias.name for alias in node.names}
+                if module.endswith("engine.tf") or (module in ("", "engine") and "tf" in named and
+                                                    path.parent.name == "engine") or module == "tf":
+                    importers.append(str(path.relative_to(PACKAGE)))
+    assert importers == ["engine/backend.py"]
+
+
+# -- the import graph ---------------------------------------------------------------------------
+def import_graph(root: pathlib.Path) -> dict:
+    """``{module: {modules it imports}}`` over the package, counting imports anywhere (inside
+    functions too); ``from pkg import name`` counts the submodule ``pkg.name`` when it is one.
+    A parent package's ``__init__`` (which Python runs first) is not counted as an import."""
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                if target and target != module:
+                    edges.add(target)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_even_counting_imports_inside_functions():
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 40 and "saliency_kit.methods.base" in graph["saliency_kit.methods.gradient"]
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from .b import x\n")
+    (tmp_path / "pkg" / "b.py").write_text("x = 1\ndef f():\n    from . import a\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.c"] == {"pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+# -- the context's seeded draws and host steps ----------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny():
+    import keras
+
+    inputs = keras.Input((3,))
+    return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+
+def _draws(ctx, seed, shared):
+    from keras import ops
+
+    ids = ops.arange(4, dtype="int32")
+    if shared:
+        u = ops.broadcast_to(ctx.uniform(ids, 4, [3], shared=True)[None], [ctx.inputs.shape[0], 4, 3])
+    else:
+        u = ctx.uniform(ids, 4, [3])  # [n, 4, 3]
+    return ops.repeat(u[:, None], ctx.num_targets, axis=1)  # [n, K, 4, 3]
+
+
+def _per_input(ctx, seed):
+    return _draws(ctx, seed, shared=False)
+
+
+def _shared(ctx, seed):
+    return _draws(ctx, seed, shared=True)
+
+
+def test_uniform_draws_follow_their_documented_keys(tiny):
+    from method_support import normal_draws, uniform_draws
+
+    x = np.zeros((3, 3), "float32")
+    targets = np.zeros((3, 1), np.int64)
+    keys = np.array([9, 0, 2**31 - 1])
+    got = engine.run(_per_input, tiny, x, targets, {"seed": 5}, keys=keys, batch_size=2)["attributions"][:, 0]
+    for b, key in enumerate(keys):
+        np.testing.assert_array_equal(got[b], uniform_draws(5, int(key), 4, range(4), [3]))
+        assert not np.allclose(got[b], normal_draws(5, int(key), 4, range(4), [3]))  # another stream
+    shared = engine.run(_shared, tiny, x, targets, {"seed": 5}, keys=keys)["attributions"][:, 0]
+    np.testing.assert_array_equal(shared, np.broadcast_to(uniform_draws(5, None, 4, range(4), [3]), shared.shape))
+    assert ((0 <= got) & (got < 1)).all() and got.std() > 0.2  # uniform on [0, 1)
+
+
+def _host_sort(ctx):
+    from keras import ops
+
+    def numpy_step(values):
+        return np.sort(values, axis=-1)[:, ::-1].copy()  # a host-side NumPy step
+
+    descending = ctx.host(numpy_step, [ctx.inputs], "float32", ctx.inputs.shape)
+    return ops.repeat(descending[:, None], ctx.num_targets, axis=1)
+
+
+def test_a_host_step_runs_numpy_inside_the_kernel(tiny):
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype("float32")
+    got = engine.run(_host_sort, tiny, x, np.zeros((5, 2), np.int64), {}, batch_size=4)["attributions"]
+    np.testing.assert_array_equal(got, np.repeat(-np.sort(-x, axis=1)[:, None], 2, axis=1))
