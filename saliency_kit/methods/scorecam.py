@@ -9,7 +9,9 @@ is the class's softmax probability at that masked input:
     L^k = up( relu( Σ_c w_c^k A_c ) )
 
 with ``f`` the logits (``score="logits"``) and ``up`` linear resizing to the input (as Grad-CAM
-here). ``max_channels=N`` is Faster-ScoreCAM: only the ``N`` channels of each input whose
+here). For target objects ``softmax(f(·))_k`` is the target's probability (``ctx.probabilities``):
+a region's softmax over the classes of its reduced logits, a box's D-RISE score, an output's or
+unit's value as it is. ``max_channels=N`` is Faster-ScoreCAM: only the ``N`` channels of each input whose
 activations vary most over ``h×w`` (standard deviation) take part. Forward passes only:
 ``C`` (or ``N``) forward passes per input, all K classes sharing them; ``batch_size`` bounds the
 masked copies per compiled call.
@@ -73,8 +75,7 @@ def scorecam(ctx, layer, max_channels):
         low = ops.min(up, axis=within, keepdims=True)
         high = ops.max(up, axis=within, keepdims=True)
         masks = (up - low) / (high - low + EPSILON)
-        probabilities = ops.softmax(ctx.values(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color)), axis=-1)
-        weights = ops.take_along_axis(probabilities, ops.cast(ctx.targets[:, None, :], "int32"), axis=2)  # [n, m, K]
+        weights = ctx.probabilities(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color))  # [n, m, K]
         return ops.reshape(weights, [*weights.shape, *[1] * len(size)]) * chosen[:, :, None]
 
     return ctx.resize(ops.relu(ctx.sum(count, channel)), size)

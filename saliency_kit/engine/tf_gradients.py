@@ -1,0 +1,154 @@
+"""The target scores of a kernel's rows and their gradients, in TensorFlow: which score columns
+(or target objects with their payload) a block of rows is explained for (:class:`Selection`), and
+``∂s_k/∂z`` through the plain gradient or a backward rule on every ReLU-family op.
+
+Used by :mod:`saliency_kit.engine.tf` (the context and the kernels).
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["SMALL_FLOATS", "Selection", "accumulator_dtype", "differentiate", "gradient_at", "gradient_by_rule",
+           "is_relu_rule", "target_scores"]
+
+
+SMALL_FLOATS = ("float16", "bfloat16")
+
+def target_scores(values, targets):
+    return tf.gather(values, targets, batch_dims=1)
+
+
+class Selection:
+    """What the rows of a block explain: ``columns`` int32 ``[rows, K]``, the target object
+    (``None``: the columns index the score vector, a gather) and its payload (a pytree of
+    tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``)."""
+
+    def __init__(self, columns, target=None, payload=None, per_input=()):
+        self.columns = columns
+        self.target = target
+        self.payload = payload
+        self._per_input = tuple(per_input)  # per flattened payload leaf: shared by the columns
+
+    @property
+    def width(self) -> int:
+        return int(self.columns.shape[1])
+
+    def _map(self, column_fn, input_fn):
+        if self.payload is None:
+            return None
+        leaves = tf.nest.flatten(self.payload)
+        mapped = [input_fn(leaf) if shared else column_fn(leaf) for leaf, shared in zip(leaves, self._per_input)]
+        return tf.nest.pack_sequence_as(self.payload, mapped)
+
+    def repeat(self, copies: int) -> "Selection":
+        """Each row repeated ``copies`` times (row ``b·copies + c`` is copy c of row b)."""
+        if copies == 1:
+            return self
+        rep = lambda t: tf.repeat(t, copies, axis=0)  # noqa: E731
+        return Selection(rep(self.columns), self.target, self._map(rep, rep), self._per_input)
+
+    def per_column(self) -> "Selection":
+        """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
+        n, K = self.columns.shape[0], self.width
+
+        def split(leaf):
+            return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
+
+        return Selection(tf.reshape(self.columns, [n * K, 1]), self.target,
+                         self._map(split, lambda leaf: tf.repeat(leaf, K, axis=0)), self._per_input)
+
+    def _outputs(self, view, z, tap):
+        taps = tuple(self.target.taps)
+        if tap is not None and tap not in taps:
+            taps += (tap,)
+        values, taken = view.raw(z, taps, strip=getattr(self.target, "logits", True))
+        return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
+
+    def scores(self, view, z, tap=None):
+        """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
+        if self.target is None:  # class columns of the score vector: a gather
+            if tap is None:
+                return target_scores(view(z), self.columns), None
+            values, activation = view(z, tap=tap)
+            return target_scores(values, self.columns), activation
+        outputs, activation = self._outputs(view, z, tap)
+        payload = self.columns if self.payload is None else self.payload
+        return self.target.score(outputs, payload), activation
+
+    def probabilities(self, view, z):
+        """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
+        the column's class, or the target object's :meth:`probabilities`."""
+        if self.target is None:
+            return target_scores(tf.nn.softmax(tf.cast(view(z), tf.float32), axis=-1), self.columns)
+        outputs, _ = self._outputs(view, z, None)
+        payload = self.columns if self.payload is None else self.payload
+        return self.target.probabilities(outputs, payload)
+
+
+def differentiate(tape, scores, source, vectorise=False):
+    """``[n, K, *source.shape[1:]]``: ∂scores[:, k]/∂source, rows independent.
+
+    K = 1 is one backward pass; K > 1 runs K backward passes over the one forward pass, either
+    vectorised (``pfor``) or in a ``tf.while_loop``. A score that does not reach ``source``
+    gives zeros. Scores in a 16-bit float (mixed precision) are differentiated in the source's
+    dtype so the loop's outputs agree with its inputs.
+    """
+    zero = tf.UnconnectedGradients.ZERO
+    if scores.shape[1] == 1:
+        return tape.gradient(scores, source, unconnected_gradients=zero)[:, None]
+    if vectorise:
+        try:
+            return tape.batch_jacobian(scores, source, unconnected_gradients=zero)
+        except (ValueError, NotImplementedError, TypeError, tf.errors.OpError):
+            pass  # an op pfor cannot vectorise: loop over the classes instead
+    return tape.batch_jacobian(scores, source, unconnected_gradients=zero, experimental_use_pfor=False)
+
+
+def gradient_at(view, z, selection, tap=None, vectorise=False):
+    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` (or the tapped layer)."""
+    with tf.GradientTape(persistent=selection.width > 1, watch_accessed_variables=False) as tape:
+        tape.watch(z)
+        scores, activation = selection.scores(view, z, tap)
+        source = z if tap is None else activation
+        if scores.dtype != source.dtype and scores.dtype.name in SMALL_FLOATS + ("float32",):
+            # the per-class loop needs one dtype; mixed precision scores are cast inside the tape
+            scores = tf.cast(scores, source.dtype if source.dtype.is_floating else tf.float32)
+    gradients = differentiate(tape, scores, source, vectorise)
+    return tf.cast(scores, tf.float32), gradients
+
+
+def is_relu_rule(rule) -> bool:
+    """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
+    ``ModifiedBackprop``), which the op-level override applies; LRP composites and DeepLIFT
+    rewrite linear layers too and go through ``sk.rewrite``."""
+    from ..rules import ModifiedBackprop
+
+    return isinstance(rule, (str, ModifiedBackprop))
+
+
+def gradient_by_rule(view, z, selection, rule, reports: list):
+    """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family
+    activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
+    block). The block's report goes to ``reports``; a ReLU the rule cannot reach, or a model with
+    none for it to change, is a ``ValueError``."""
+    from ..model.override import relu_rule
+
+    with relu_rule(rule) as report:
+        scores, _ = selection.scores(view, z)
+        if scores.dtype != z.dtype:
+            scores = tf.cast(scores, z.dtype)
+    report.check(f"model {view.model.name!r}")
+    if not report.ops:
+        from ..model.rewrite import nothing_to_rewrite
+
+        raise nothing_to_rewrite(view.model)  # else the map would silently be the plain gradient
+    reports.append(report)
+    columns = []
+    for k in range(selection.width):  # one backward pass per class over the shared forward pass
+        (g,) = tf.gradients(scores[:, k], [z], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        columns.append(g)
+    return tf.cast(scores, tf.float32), tf.stack(columns, axis=1)
+
+
+def accumulator_dtype(dtype):
+    return tf.float32 if dtype.name in SMALL_FLOATS else dtype
