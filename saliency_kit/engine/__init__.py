@@ -31,7 +31,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import chunking
+from . import chunking, payload as payload_module
+from .inputs import channel_axis, check_channels_axis, check_inputs, layer_channel_axis
 from .backend import active as active_backend
 from .cache import KERNELS_PER_MODEL, ModelCache, value_key
 from .chunking import check_batch_size
@@ -87,75 +88,6 @@ def clear_cache() -> None:
 
 def _traced() -> None:
     _stats["traces"] += 1  # runs only while tracing: the Python body is not re-run by calls
-
-
-# ------------------------------------------------------------------------------------ inputs
-def check_inputs(model, inputs) -> np.ndarray:
-    """``inputs`` as a NumPy array in the model's input dtype, checked against the model.
-
-    ``TypeError`` when ``model`` is not a Keras model or ``inputs`` are not floating point;
-    ``ValueError`` for multi-input or unbuilt models, non-finite inputs and shapes that do not
-    fit the model's input ``[B, ...]``.
-    """
-    from ..model.inspect import input_signature
-
-    expected, dtype = input_signature(model)
-    try:
-        array = np.asarray(inputs)
-    except Exception as err:
-        raise TypeError(f"inputs could not be read as an array ({err}); received {type(inputs).__name__}.") from None
-    if not np.issubdtype(array.dtype, np.floating):
-        raise TypeError(
-            f"inputs must be floating point, already preprocessed for the model (expected "
-            f"{dtype}); apply the model's preprocessing first; received dtype {array.dtype}."
-        )
-    if array.ndim != len(expected) or any(
-        e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])
-    ):
-        want = "[B, " + ", ".join("?" if e is None else str(e) for e in expected[1:]) + "]"
-        raise ValueError(f"inputs must have shape {want} for model {model.name!r}; received {array.shape}.")
-    if array.shape[0] == 0:
-        raise ValueError("inputs is empty: expected at least one input along the first axis; received shape "
-                         f"{array.shape}.")
-    if not np.all(np.isfinite(array)):
-        raise ValueError("inputs must be finite; received NaN or infinite values.")
-    return np.ascontiguousarray(array.astype(dtype, copy=False))
-
-
-def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
-    """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first.
-
-    ``given`` is ``explain``'s ``channels_axis`` (an axis of ``inputs``, batch included: ``1`` or
-    the last); else it is found from the model, following the graph through transposes when the
-    model may move its input's axes (``ValueError`` where it cannot be told, or for a model
-    mixing both formats)."""
-    from ..model.inspect import channel_axis as detect
-
-    if given is not None:
-        return check_channels_axis(given, inputs.ndim)
-    return detect(model, inputs.ndim - 1, inputs.shape[1:], inputs.dtype.name)
-
-
-def check_channels_axis(given, ndim: int) -> int:
-    """``explain``'s ``channels_axis`` (an axis of ``[B, ...]`` inputs) as the channel axis of one
-    input (``0`` or ``-1``); ``TypeError``/``ValueError`` for anything but ``1`` or the last axis."""
-    if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
-        raise TypeError(f"channels_axis must be an int (1 for [B, C, H, W], -1 for [B, H, W, C]) or None; "
-                        f"received {given!r}.")
-    axis = int(given) % ndim if -ndim <= int(given) < ndim else None
-    if axis == ndim - 1:
-        return -1
-    if axis == 1 and ndim >= 3:
-        return 0
-    raise ValueError(f"channels_axis must be 1 (inputs [B, C, H, W]) or -1 (inputs [B, H, W, C]) for inputs of "
-                     f"rank {ndim}; received {given!r}.")
-
-
-def layer_channel_axis(model, inputs: np.ndarray) -> int:
-    """The channel axis of ``model``'s spatial layers (where a CAM layer's channels are)."""
-    from ..model.inspect import layer_channel_axis as detect
-
-    return detect(model, inputs.ndim - 1)
 
 
 # ------------------------------------------------------------------------------ model views
@@ -252,42 +184,6 @@ def _tupled(value):
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def _payload_layout(payload, B: int, K: int):
-    """``(structure, per-input flags, leaves)`` of a target's payload pytree (``None``: none).
-
-    Leaves are NumPy arrays ``[B, K, ...]`` (one value per input and column) or
-    :class:`~saliency_kit.targets.PerInput` ``[B, ...]`` (one per input)."""
-    if payload is None:
-        return None, (), ()
-    from keras import tree
-
-    from ..targets.base import PerInput
-
-    flat = tree.flatten(payload)
-    per_input = tuple(isinstance(leaf, PerInput) for leaf in flat)
-    leaves = tuple(leaf.array if shared else np.asarray(leaf) for leaf, shared in zip(flat, per_input))
-    for leaf, shared in zip(leaves, per_input):
-        want = (B,) if shared else (B, K)
-        if leaf.shape[: len(want)] != want:
-            raise ValueError(f"a target payload leaf must have shape [{B}{'' if shared else f', {K}'}, ...] "
-                             f"({'per input' if shared else 'per input and column'}); received {leaf.shape}.")
-    structure = tree.pack_sequence_as(payload, list(range(len(flat))))
-    return structure, per_input, leaves
-
-
-def _payload_key(structure, per_input, leaves) -> tuple:
-    if structure is None:
-        return ()
-    return (repr(structure), per_input,
-            tuple((leaf.shape[1 if shared else 2:], leaf.dtype.str) for leaf, shared in zip(leaves, per_input)))
-
-
-def _payload_specs(per_input, leaves, n: int, group: int) -> tuple:
-    backend = active_backend()
-    return tuple(backend.array_spec(np.empty((n, *leaf.shape[1:]) if shared else (n, group, *leaf.shape[2:]),
-                                              leaf.dtype)) for leaf, shared in zip(leaves, per_input))
-
-
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
         channel_axis: int = -1, keys=None, score_vectors=None, layer_axis: int | None = None, target=None,
@@ -325,11 +221,11 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     layout = chunking.layout(batch_size, B, K, cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
-    structure, per_input, leaves = _payload_layout(payload, B, K)
+    structure, per_input, leaves = payload_module.layout(payload, B, K)
     target_key = None if target is None else target.kernel_key()
     key = ("run", compute, score, value_key(score_fn), constants,
            tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, layer_axis,
-           fingerprint(model), target_key, _payload_key(structure, per_input, leaves))
+           fingerprint(model), target_key, payload_module.key(structure, per_input, leaves))
 
     def build():
         rules_used: list = []
@@ -340,7 +236,8 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             shape, dtype, [backend.array_spec(a) for a in arrays],
             backend.vectorise_classes(model), channel_axis, _traced, reports,
             doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}", layer_axis=layer_axis,
-            target=kernel_target, payload=(structure, per_input, _payload_specs(per_input, leaves, layout.n, layout.group)),
+            target=kernel_target,
+            payload=(structure, per_input, payload_module.specs(per_input, leaves, layout.n, layout.group)),
         )
         return kernel, rules_used, reports, kernel_target
 

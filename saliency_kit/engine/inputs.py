@@ -1,0 +1,76 @@
+"""The checks on what a request brings before the engine runs anything: the inputs against the
+model's input signature, and where the channels are (the input's, and its spatial layers').
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["check_inputs", "channel_axis", "check_channels_axis", "layer_channel_axis"]
+
+
+def check_inputs(model, inputs) -> np.ndarray:
+    """``inputs`` as a NumPy array in the model's input dtype, checked against the model.
+
+    ``TypeError`` when ``model`` is not a Keras model or ``inputs`` are not floating point;
+    ``ValueError`` for multi-input or unbuilt models, non-finite inputs and shapes that do not
+    fit the model's input ``[B, ...]``.
+    """
+    from ..model.inspect import input_signature
+
+    expected, dtype = input_signature(model)
+    try:
+        array = np.asarray(inputs)
+    except Exception as err:
+        raise TypeError(f"inputs could not be read as an array ({err}); received {type(inputs).__name__}.") from None
+    if not np.issubdtype(array.dtype, np.floating):
+        raise TypeError(
+            f"inputs must be floating point, already preprocessed for the model (expected "
+            f"{dtype}); apply the model's preprocessing first; received dtype {array.dtype}."
+        )
+    if array.ndim != len(expected) or any(
+        e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])
+    ):
+        want = "[B, " + ", ".join("?" if e is None else str(e) for e in expected[1:]) + "]"
+        raise ValueError(f"inputs must have shape {want} for model {model.name!r}; received {array.shape}.")
+    if array.shape[0] == 0:
+        raise ValueError("inputs is empty: expected at least one input along the first axis; received shape "
+                         f"{array.shape}.")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("inputs must be finite; received NaN or infinite values.")
+    return np.ascontiguousarray(array.astype(dtype, copy=False))
+
+
+def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
+    """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first.
+
+    ``given`` is ``explain``'s ``channels_axis`` (an axis of ``inputs``, batch included: ``1`` or
+    the last); else it is found from the model, following the graph through transposes when the
+    model may move its input's axes (``ValueError`` where it cannot be told, or for a model
+    mixing both formats)."""
+    from ..model.inspect import channel_axis as detect
+
+    if given is not None:
+        return check_channels_axis(given, inputs.ndim)
+    return detect(model, inputs.ndim - 1, inputs.shape[1:], inputs.dtype.name)
+
+
+def check_channels_axis(given, ndim: int) -> int:
+    """``explain``'s ``channels_axis`` (an axis of ``[B, ...]`` inputs) as the channel axis of one
+    input (``0`` or ``-1``); ``TypeError``/``ValueError`` for anything but ``1`` or the last axis."""
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+        raise TypeError(f"channels_axis must be an int (1 for [B, C, H, W], -1 for [B, H, W, C]) or None; "
+                        f"received {given!r}.")
+    axis = int(given) % ndim if -ndim <= int(given) < ndim else None
+    if axis == ndim - 1:
+        return -1
+    if axis == 1 and ndim >= 3:
+        return 0
+    raise ValueError(f"channels_axis must be 1 (inputs [B, C, H, W]) or -1 (inputs [B, H, W, C]) for inputs of "
+                     f"rank {ndim}; received {given!r}.")
+
+
+def layer_channel_axis(model, inputs: np.ndarray) -> int:
+    """The channel axis of ``model``'s spatial layers (where a CAM layer's channels are)."""
+    from ..model.inspect import layer_channel_axis as detect
+
+    return detect(model, inputs.ndim - 1)
