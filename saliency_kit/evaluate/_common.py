@@ -52,6 +52,7 @@ class Scored:
         targets: int64 ``[B, K]`` class (or ``score_fn`` column) of each attribution.
         channel_axis: the channel axis of one input (``-1`` or ``0``) for images, else None.
         score, score_fn, batch_size: how the model's scores are read (as for ``explain``).
+        softmax: score the softmax of the scores (Quantus' ``softmax=True``) rather than the scores.
         method, options: what re-runs the explainer on new inputs (None for a bare array).
         seed: the metric's seed.
     """
@@ -68,6 +69,7 @@ class Scored:
     method: str | Callable | None = None
     options: dict = field(default_factory=dict)
     seed: int = 0
+    softmax: bool = False
 
     @property
     def target_arg(self):
@@ -186,12 +188,19 @@ def is_random_baseline(baseline) -> bool:
 
 def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.ndarray:
     """Scores ``[N, K]`` of ``rows`` (perturbed inputs) for ``row_targets`` int ``[N, K]``, through the
-    engine's compiled batched forward pass."""
-    from ..engine import forward_scores
+    engine's compiled batched forward pass (the softmax of the whole score vector when
+    ``scored.softmax``)."""
+    from ..engine import all_scores, forward_scores
 
-    return np.asarray(forward_scores(scored.model, rows.astype(scored.x.dtype, copy=False), row_targets,
-                                     score=scored.score, batch_size=scored.batch_size, score_fn=scored.score_fn),
-                      dtype=np.float64)
+    rows = rows.astype(scored.x.dtype, copy=False)
+    if not scored.softmax:
+        return np.asarray(forward_scores(scored.model, rows, row_targets, score=scored.score,
+                                         batch_size=scored.batch_size, score_fn=scored.score_fn), dtype=np.float64)
+    values = np.asarray(all_scores(scored.model, rows, score=scored.score, batch_size=scored.batch_size),
+                        dtype=np.float64)
+    values = np.exp(values - values.max(axis=-1, keepdims=True))
+    values /= values.sum(axis=-1, keepdims=True)
+    return np.take_along_axis(values, np.asarray(row_targets, dtype=np.int64), axis=1)
 
 
 def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
@@ -243,7 +252,7 @@ def _image_channel_axis(model, x: np.ndarray) -> int | None:
 
 
 def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int = 0, batch_size: int = 32,
-            score: str = "logits", needs_elements: bool = True, method_options: dict | None = None) -> Scored:
+            score: str = "logits", softmax: bool = False, method_options: dict | None = None) -> Scored:
     """Resolve a metric's arguments into a :class:`Scored` (see the module docstring)."""
     from .. import engine
     from ..api import _check_score, explain, resolve_targets
@@ -257,8 +266,11 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
     x = engine.check_inputs(model, inputs)
     channel_axis = _image_channel_axis(model, x)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    if softmax and score_fn is not None:
+        raise ValueError("softmax=True scores the softmax of the model's classes: give class targets or "
+                         "softmax=False; received a score function as targets.")
     common = dict(model=model, x=x, channel_axis=channel_axis, score=score, score_fn=score_fn,
-                  batch_size=batch_size, seed=int(seed))
+                  batch_size=batch_size, seed=int(seed), softmax=bool(softmax))
 
     if isinstance(explanation_or_method, Explanation):
         expl = explanation_or_method

@@ -22,7 +22,7 @@ __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
 def completeness(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_baseline="black",
-                 normalise: bool = False, abs: bool = False, score: str = "logits", seed: int = 0,
+                 normalise: bool = False, abs: bool = False, score: str = "logits", softmax: bool = False, seed: int = 0,
                  batch_size: int = 32, **method_options) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
     is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
@@ -34,7 +34,7 @@ def completeness(model, inputs, explanation_or_method="gradient", targets="top1"
     the gap itself is returned and the attributions are not normalised unless asked.
     """
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
     baseline = np.stack([baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b))
@@ -45,7 +45,7 @@ def completeness(model, inputs, explanation_or_method="gradient", targets="top1"
 
 def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="top1", *, eps: float = 1e-5,
                     features_in_step: int = 1, perturb_baseline="black", normalise: bool = True, abs: bool = True,
-                    score: str = "logits", seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+                    score: str = "logits", softmax: bool = True, seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
     """How many steps of ``features_in_step`` elements violate non-sensitivity: float ``[B, K]``
     (0 is best). A step violates it when "its attribution is below ``eps``" (every element of it)
     differs from "replacing it by the baseline changes the score by less than ``eps``". Each step is
@@ -58,7 +58,7 @@ def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="to
     eps = check_float("eps", eps)
     features_in_step = check_int("features_in_step", features_in_step)
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)

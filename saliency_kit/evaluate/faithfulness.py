@@ -43,7 +43,7 @@ __all__ = ["faithfulness_correlation", "infidelity", "road", "monotonicity_corre
 
 def faithfulness_correlation(model, inputs, explanation_or_method="gradient", targets="top1", *, nr_runs: int = 100,
                              subset_size: int = 224, perturb_baseline="black", normalise: bool = True,
-                             abs: bool = False, score: str = "logits", seed: int = 0, batch_size: int = 32,
+                             abs: bool = False, score: str = "logits", softmax: bool = False, seed: int = 0, batch_size: int = 32,
                              **method_options) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
@@ -54,7 +54,7 @@ def faithfulness_correlation(model, inputs, explanation_or_method="gradient", ta
     """
     nr_runs, subset_size = check_int("nr_runs", nr_runs, 2), check_int("subset_size", subset_size)
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
@@ -99,7 +99,7 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
 
 def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_patch_sizes=(4,),
                n_perturb_samples: int = 10, perturb_baseline="black", normalise: bool = False, abs: bool = False,
-               score: str = "logits", seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+               score: str = "logits", softmax: bool = False, seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
     As Quantus 0.6.0: ``x_j`` is the input with its first ``j`` squares of ``patch_size`` (row by
@@ -113,7 +113,7 @@ def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", 
     n_perturb_samples = check_int("n_perturb_samples", n_perturb_samples)
     sizes = [check_int("perturb_patch_sizes", int(p)) for p in np.atleast_1d(perturb_patch_sizes)]
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     height, width = spatial_shape(scored)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     x = scored.x.astype(np.float64)
@@ -195,7 +195,7 @@ _NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1
 
 
 def road(model, inputs, explanation_or_method="gradient", targets="top1", *, percentages=tuple(range(1, 100, 2)),
-         noise: float = 0.01, normalise: bool = True, abs: bool = False, score: str = "logits", seed: int = 0,
+         noise: float = 0.01, normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True, seed: int = 0,
          batch_size: int = 32, **method_options) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
@@ -212,7 +212,7 @@ def road(model, inputs, explanation_or_method="gradient", targets="top1", *, per
     percentages = [check_float("percentages", p) for p in np.atleast_1d(percentages)]
     noise = check_float("noise", noise)
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
     channels_first = np.moveaxis(scored.x.astype(np.float64), 1 + scored.channel_axis % 3, 1)
@@ -235,7 +235,7 @@ def road(model, inputs, explanation_or_method="gradient", targets="top1", *, per
 def monotonicity_correlation(model, inputs, explanation_or_method="gradient", targets="top1", *,
                              nr_samples: int = 100, features_in_step: int = 1, eps: float = 1e-5,
                              perturb_baseline="uniform", normalise: bool = True, abs: bool = True,
-                             score: str = "logits", seed: int = 0, batch_size: int = 32,
+                             score: str = "logits", softmax: bool = True, seed: int = 0, batch_size: int = 32,
                              **method_options) -> np.ndarray:
     """Spearman correlation between the attribution of each step of ``features_in_step`` elements
     (in increasing order of attribution) and the score variance its removal causes,
@@ -248,7 +248,7 @@ def monotonicity_correlation(model, inputs, explanation_or_method="gradient", ta
     nr_samples, features_in_step = check_int("nr_samples", nr_samples), check_int("features_in_step", features_in_step)
     eps = check_float("eps", eps)
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
@@ -291,7 +291,7 @@ def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarr
 
 def region_perturbation(model, inputs, explanation_or_method="gradient", targets="top1", *, patch_size: int = 8,
                         order: str = "morf", regions_evaluation: int = 100, perturb_baseline="black",
-                        normalise: bool = True, abs: bool = False, score: str = "logits", seed: int = 0,
+                        normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True, seed: int = 0,
                         batch_size: int = 32, **method_options) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
@@ -307,7 +307,7 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
     if order not in ("morf", "lerf", "random"):
         raise ValueError(f"order must be 'morf', 'lerf' or 'random'; received {order!r}.")
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs)
     blocks = image_blocks(height, width, patch_size)
@@ -338,7 +338,7 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
 
 
 def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top1", *, features_in_step: int = 1,
-                   perturb_baseline="black", normalise: bool = True, abs: bool = False, score: str = "logits",
+                   perturb_baseline="black", normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
                    seed: int = 0, batch_size: int = 32, **method_options) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.
@@ -350,7 +350,7 @@ def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top
     """
     features_in_step = check_int("features_in_step", features_in_step)
     scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+                     softmax=softmax, method_options=method_options)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
