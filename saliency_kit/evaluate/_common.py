@@ -284,6 +284,7 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
                       method=expl.method, options=options, **{**common, "score": expl.options.get("score", score)})
 
     if isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
+        seed_noise(explanation_or_method, method_options, seed)
         expl = explain(model, x, explanation_or_method, targets, score=score, batch_size=batch_size,
                        **method_options)
         elements = _element_view(np.asarray(expl.attributions, dtype=np.float64), x, channel_axis,
@@ -313,6 +314,14 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
         raise ValueError(f"the attribution array has {elements.shape[1]} maps per input but targets give "
                          f"{resolved.shape[1]}; received targets {targets!r}.")
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
+
+
+def seed_noise(method: str, method_options: dict, seed: int) -> None:
+    """A noisy method (SmoothGrad, ...) gets ``seed=seed`` unless given, so a metric is reproducible."""
+    from ..methods import get as get_method
+
+    if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
+        method_options["seed"] = seed
 
 
 def maps_only(maps, name: str) -> np.ndarray:

@@ -22,7 +22,8 @@ __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
 def completeness(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_baseline="black",
-                 normalise: bool = False, abs: bool = False, score: str = "logits", softmax: bool = False, seed: int = 0,
+                 normalise: bool = False, abs: bool = False, score: str = "logits", softmax: bool = False,
+                 seed: int = 0,
                  batch_size: int = 32, **method_options) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
     is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
@@ -45,7 +46,8 @@ def completeness(model, inputs, explanation_or_method="gradient", targets="top1"
 
 def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="top1", *, eps: float = 1e-5,
                     features_in_step: int = 1, perturb_baseline="black", normalise: bool = True, abs: bool = True,
-                    score: str = "logits", softmax: bool = True, seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+                    score: str = "logits", softmax: bool = True,
+                    seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
     """How many steps of ``features_in_step`` elements violate non-sensitivity: float ``[B, K]``
     (0 is best). A step violates it when "its attribution is below ``eps``" (every element of it)
     differs from "replacing it by the baseline changes the score by less than ``eps``". Each step is

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import axiomatic, complexity, faithfulness, localisation, randomisation, robustness
-from ._common import RANDOM, random_attributions, to_pixels
+from ._common import RANDOM, random_attributions, seed_noise, to_pixels
 
 __all__ = ["compare", "METRICS", "Metric", "explanation_of"]
 
@@ -105,6 +105,7 @@ def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batc
     from ..explanation import Explanation
 
     if method != RANDOM:
+        seed_noise(method, options, seed)
         return explain(model, inputs, method, targets, batch_size=batch_size, **options)
     x = engine.check_inputs(model, inputs)
     resolved = resolve_targets(model, x, targets, batch_size=batch_size)

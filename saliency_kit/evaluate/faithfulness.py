@@ -16,6 +16,10 @@ Definitions and defaults are Quantus 0.6.0's (differences are said in each docst
   order; its area is the score. Lower is better.
 - :func:`deletion_insertion` — Petsiuk et al. (2018), RISE's deletion and insertion curves.
 
+Scores are the model's logits (``score="logits"``), or their softmax where Quantus' metric defaults
+to ``softmax=True`` (``road``, ``monotonicity_correlation``, ``region_perturbation``,
+``pixel_flipping``); pass ``softmax=`` to choose.
+
 Caveat: every value here depends on what "removed" means (the ``perturb_baseline``: Quantus'
 ``"black"`` is each input's minimum) and on the perturbation; compare methods on the same settings,
 never values across settings or papers.
@@ -43,7 +47,8 @@ __all__ = ["faithfulness_correlation", "infidelity", "road", "monotonicity_corre
 
 def faithfulness_correlation(model, inputs, explanation_or_method="gradient", targets="top1", *, nr_runs: int = 100,
                              subset_size: int = 224, perturb_baseline="black", normalise: bool = True,
-                             abs: bool = False, score: str = "logits", softmax: bool = False, seed: int = 0, batch_size: int = 32,
+                             abs: bool = False, score: str = "logits", softmax: bool = False,
+                             seed: int = 0, batch_size: int = 32,
                              **method_options) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
@@ -99,7 +104,8 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
 
 def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_patch_sizes=(4,),
                n_perturb_samples: int = 10, perturb_baseline="black", normalise: bool = False, abs: bool = False,
-               score: str = "logits", softmax: bool = False, seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+               score: str = "logits", softmax: bool = False,
+               seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
     As Quantus 0.6.0: ``x_j`` is the input with its first ``j`` squares of ``patch_size`` (row by
@@ -195,7 +201,8 @@ _NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1
 
 
 def road(model, inputs, explanation_or_method="gradient", targets="top1", *, percentages=tuple(range(1, 100, 2)),
-         noise: float = 0.01, normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True, seed: int = 0,
+         noise: float = 0.01, normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
+         seed: int = 0,
          batch_size: int = 32, **method_options) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
@@ -291,7 +298,8 @@ def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarr
 
 def region_perturbation(model, inputs, explanation_or_method="gradient", targets="top1", *, patch_size: int = 8,
                         order: str = "morf", regions_evaluation: int = 100, perturb_baseline="black",
-                        normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True, seed: int = 0,
+                        normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
+                        seed: int = 0,
                         batch_size: int = 32, **method_options) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
@@ -338,8 +346,8 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
 
 
 def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top1", *, features_in_step: int = 1,
-                   perturb_baseline="black", normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
-                   seed: int = 0, batch_size: int = 32, **method_options) -> dict:
+                   perturb_baseline="black", normalise: bool = True, abs: bool = False, score: str = "logits",
+                   softmax: bool = True, seed: int = 0, batch_size: int = 32, **method_options) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from . import similarity as metrics
-from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng
+from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
 
 __all__ = [
     "randomization_test",
@@ -136,7 +136,7 @@ def iter_randomization(
 
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES + _QUANTUS_MODES))}; received {mode!r}.")
-    _seed_noise(method, method_options, seed)
+    seed_noise(method, method_options, seed)
     inputs = np.asarray(inputs)
     steps = _randomized_copies(model, mode, layers, seed, "top_down")
     _, clone, _ = next(steps)
@@ -145,14 +145,6 @@ def iter_randomization(
     yield None, original, []
     for path, clone, randomized in steps:
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
-
-
-def _seed_noise(method, method_options: dict, seed: int) -> None:
-    """A noisy method gets ``seed=seed`` unless given, so every step sees the same noise."""
-    from ..methods import get as get_method
-
-    if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
-        method_options["seed"] = seed
 
 
 def _randomized_copies(model, mode: str, layers, seed: int, order: str):
@@ -308,7 +300,7 @@ def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samp
     if smooth:
         nr_samples = check_int("nr_samples", nr_samples)
         noise_magnitude = check_float("noise_magnitude", noise_magnitude)
-    _seed_noise(method, method_options, seed)
+    seed_noise(method, method_options, seed)
     x = np.asarray(inputs)
     if smooth:
         noisy = np.concatenate([
