@@ -118,7 +118,7 @@ def _part_name(image: str) -> str:
 
 def run(args) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
-    from .. import pipeline
+    from ..batch import run as pipeline
     from ..evaluate import METRICS, compare
     from ..files import remove_partials, write_json
     from ..images import ImageLoadError, load_image
@@ -201,7 +201,7 @@ def _check_settings(out_dir: str, settings: dict) -> None:
     recorded there (another run in the same folder is refused)."""
     import json
 
-    from .. import pipeline
+    from ..batch import run as pipeline
     from ..files import write_json
 
     settings = json.loads(json.dumps(settings))
