@@ -275,7 +275,7 @@ def metrics_figure(table: dict):
     columns = min(3, len(metrics))
     rows_of_panels = -(-len(metrics) // columns)
     methods = list(dict.fromkeys(r["method"] for r in table["rows"]))
-    height = 0.35 * len(methods) + 1.0
+    height = max(2.2, 0.35 * len(methods) + 1.0)
     fig = Figure(figsize=(4.2 * columns, height * rows_of_panels), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows_of_panels, columns, squeeze=False).ravel())
     for ax, metric in zip(axes, metrics):
