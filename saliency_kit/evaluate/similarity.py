@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 from scipy import ndimage, stats
 from scipy.integrate import trapezoid
-from skimage.metrics import structural_similarity
 
 __all__ = [
     "spearman",
@@ -64,6 +63,8 @@ def ssim(a, b) -> float:
     Uses scikit-image's 7×7 uniform window, shrunk to the largest odd size that fits maps with a
     side shorter than 7. Maps with a side shorter than 3 have no SSIM: ``nan`` is returned.
     """
+    from skimage.metrics import structural_similarity
+
     a, b = normalize_abs(a), normalize_abs(b)
     if a.shape != b.shape:
         raise ValueError(f"ssim: maps must have the same shape, got {a.shape} and {b.shape}")

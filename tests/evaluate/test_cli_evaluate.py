@@ -82,3 +82,10 @@ def test_help_states_the_caveats(capsys):
         main(["evaluate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "baseline" in text and "random" in text and "sensitivity metrics do not flag" in text
+
+
+def test_the_parser_knows_every_metric_without_importing_them():
+    from saliency_kit.cli.evaluate import METRIC_NAMES
+    from saliency_kit.evaluate import METRICS
+
+    assert list(METRIC_NAMES) == list(METRICS)
