@@ -87,7 +87,8 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
 
     ``{"images": [{"image", "outputs": [{"method", "class", "class_name", "score", "overlay",
     "heatmap", "npz"}]}], "methods": [{"name", "title"}], "classes": [names], "failed":
-    [{"image", "error"}], "missing": int}``. Images keep the order of their first manifest line;
+    [{"image", "error"}], "missing": int, "metrics": [file names]}`` (``metrics`` lists the
+    ``saliency evaluate`` table and chart when ``--out`` holds them). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
@@ -138,7 +139,11 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         "classes": sorted(classes, key=str.casefold),
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,
+        "metrics": [name for name in _METRICS_FILES if os.path.isfile(os.path.join(out_root, name))],
     }
+
+
+_METRICS_FILES = ("metrics.png", "metrics.csv", "metrics.json")  # written by `saliency evaluate`
 
 
 def _number(value):
@@ -267,6 +272,7 @@ details li { overflow-wrap: anywhere; }
     <select id="page-size"><option value="20">20</option><option value="40">40</option><option value="100">100</option><option value="200">200</option></select> per page</span>
 </div>
 <div id="summary"></div>
+<p id="metrics" hidden>Which method should I trust? <span id="metrics-links"></span></p>
 </header>
 <main id="cards"></main>
 <details id="failed-box" hidden><summary id="failed-title"></summary><ul id="failed"></ul></details>
@@ -380,6 +386,10 @@ details li { overflow-wrap: anywhere; }
     $("summary").textContent = parts.join(" \\u00b7 ");
   }
 
+  if (data.metrics && data.metrics.length) {
+    $("metrics").hidden = false;
+    for (const name of data.metrics) $("metrics-links").append(el("a", { href: name, textContent: name }), " ");
+  }
   if (data.failed.length) {
     $("failed-box").hidden = false;
     $("failed-title").textContent = data.failed.length + " images could not be explained";
