@@ -260,6 +260,7 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int; received {seed!r}.")
+    _refuse_target_objects(targets, explanation_or_method)
     method_options = dict(method_options or {})
     _check_score(score)
     batch_size = engine.check_batch_size(batch_size)
@@ -314,6 +315,19 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
         raise ValueError(f"the attribution array has {elements.shape[1]} maps per input but targets give "
                          f"{resolved.shape[1]}; received targets {targets!r}.")
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
+
+
+def _refuse_target_objects(targets, explanation_or_method) -> None:
+    """These metrics score classes (or a score function's columns) of a ``[B, C]`` output; target
+    objects (``region``, ``box``, ``output``, ``unit``) are refused rather than scored wrongly."""
+    from ..targets import is_target
+
+    info = getattr(explanation_or_method, "target_info", None) or []
+    kinds = {column.get("kind") for row in info for column in row if isinstance(column, dict)}
+    if is_target(targets) or kinds - {"class", "callable", None}:
+        raise ValueError("this metric scores class targets of a classifier; target objects (region, box, output, "
+                         "unit) are taken by deletion_insertion and pointing_game; received "
+                         f"{targets if is_target(targets) else 'an explanation of ' + ', '.join(sorted(map(str, kinds)))}.")
 
 
 def seed_noise(method: str, method_options: dict, seed: int) -> None:

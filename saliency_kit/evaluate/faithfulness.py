@@ -398,6 +398,7 @@ def deletion_insertion(
     inputs,
     explanation,
     *,
+    targets=None,
     steps: int = 32,
     baseline="zeros",
     blur_sigma: float = 5.0,
@@ -426,6 +427,10 @@ def deletion_insertion(
         model: the model that was explained.
         inputs: ``[B, H, W, C]`` model inputs the explanation was computed on.
         explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``.
+        targets: the target object the explanation was made for (``saliency_kit.targets.region``,
+            ``box``, ``output``, ``unit``): every perturbed copy is scored with its input's target
+            (a region's predicted mask stays the one of the clean input). ``None`` (class targets):
+            the explanation's classes.
         steps: evaluations per curve minus one (the curve has ``steps + 1`` points, 0 % to 100 %).
         baseline: ``"zeros"``, ``"blur"`` (the blurred image), a scalar, or an array broadcastable
             to ``inputs`` (e.g. one ``[H, W, C]`` image).
@@ -441,7 +446,7 @@ def deletion_insertion(
         ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
-    from ..engine import forward_scores
+    from ..engine import forward_scores, target_scores
 
     x = np.asarray(inputs, dtype=np.float32)
     maps = np.asarray(explanation.maps)
@@ -465,6 +470,17 @@ def deletion_insertion(
         raise ValueError(f"steps must be a positive int; received {steps!r}.")
     n_targets = maps.shape[1]
     n_pixels = height * width
+    selection = None
+    if targets is not None:
+        from ..api import resolve_selection
+
+        selection = resolve_selection(model, x, targets, score=score, batch_size=batch_size)
+        if selection.target is not None and np.asarray(selection.columns).shape != tgt.shape:
+            raise ValueError(f"targets must be the target the explanation was made for: it gives "
+                             f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
+                             f"{tgt.shape[1]}; received {targets!r}.")
+        if selection.target is None:
+            selection = None
 
     blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
     base = _baseline(baseline, x, blurred)
@@ -493,8 +509,13 @@ def deletion_insertion(
             images.append(np.where(rand_first, x[b], blurred[b]))
             positions.append(("random_insertion_curve", b, None))
         stacked = np.concatenate(images).astype(x.dtype, copy=False)
-        row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
-        scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
+        if selection is None:
+            row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
+            scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
+        else:
+            rows = np.repeat([b for _, b, _ in positions], steps + 1)
+            scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score,
+                                              batch_size=batch_size))
         scores = scores.reshape(len(positions), steps + 1, n_targets)
         for (name, b, k), s in zip(positions, scores):
             if k is None:

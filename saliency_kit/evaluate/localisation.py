@@ -31,6 +31,23 @@ __all__ = ["pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy"
            "attribution_localisation", "auc"]
 
 
+def object_masks(masks, count: int) -> np.ndarray:
+    """``masks`` as an array; a ``region`` target gives its own masks (one ``[H, W]`` for every
+    input is repeated ``count`` times)."""
+    from ..targets import Region
+
+    if masks is None:
+        raise ValueError("masks are needed: bool [B, H, W] (True on each object) or the region target the "
+                         "explanation was made for; received None.")
+    if isinstance(masks, Region):
+        if isinstance(masks.masks, str):
+            raise ValueError("a region with masks='predicted' has masks only the model knows: pass the masks "
+                             "(bool [B, H, W]) or a region with given masks; received region(masks='predicted').")
+        array = np.asarray(masks.masks)
+        return np.broadcast_to(array, (count, *array.shape)).copy() if array.ndim == 2 else array
+    return np.asarray(masks)
+
+
 def _maps_and_masks(name, model, inputs, explanation_or_method, targets, maps, masks, normalise, absolute,
                     seed, batch_size, method_options):
     """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
@@ -38,7 +55,7 @@ def _maps_and_masks(name, model, inputs, explanation_or_method, targets, maps, m
                         batch_size=batch_size, method_options=method_options)
     if masks is None:
         raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")
-    masks = np.asarray(masks)
+    masks = object_masks(masks, values.shape[0])
     if masks.shape != (values.shape[0], *values.shape[2:]):
         raise ValueError(f"{name}: masks must be bool [B, H, W] = {(values.shape[0], *values.shape[2:])} to match "
                          f"the maps; received shape {masks.shape}.")
@@ -154,7 +171,9 @@ def pointing_game(explanation, masks, *, tolerance: float = 0) -> np.ndarray:
     Args:
         explanation: an :class:`saliency_kit.Explanation` (its ``maps [B, K, H, W]`` are used) or
             an array of maps ``[B, K, H, W]``.
-        masks: bool ``[B, H, W]``, the object of each input.
+        masks: bool ``[B, H, W]``, the object of each input; or the ``saliency_kit.targets.region``
+            the explanation was made for, whose own masks are the objects (given masks only:
+            ``"predicted"`` ones are known only to the model).
         tolerance: a hit may miss the object by up to this many pixels (Euclidean distance; the mask
             is dilated with ``scipy.ndimage.distance_transform_edt``).
 
@@ -162,7 +181,7 @@ def pointing_game(explanation, masks, *, tolerance: float = 0) -> np.ndarray:
     (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
     """
     maps = np.asarray(getattr(explanation, "maps", explanation))
-    masks = np.asarray(masks)
+    masks = object_masks(masks, len(maps))
     if maps.ndim != 4:
         raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
     if masks.shape != (maps.shape[0], *maps.shape[2:]):

@@ -212,3 +212,39 @@ def test_compare_always_has_the_random_row(model, x, masks):
     assert abs(random_auc["mean"] - 0.5) < 0.2
     again = evaluate.compare(model, x, ["gradient"], ["sparseness"])["rows"]
     assert again == [r for r in evaluate.compare(model, x, ["gradient"], ["sparseness"])["rows"]]
+
+
+# ---------------------------------------------------------------------------- target objects
+@pytest.fixture(scope="module")
+def segmenter():
+    """A dense model: per-pixel logits of 3 classes ``[B, 8, 8, 3]``."""
+    keras.utils.set_random_seed(4)
+    inputs = keras.Input((8, 8, 3))
+    hidden = keras.layers.Conv2D(6, 3, padding="same", activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Conv2D(3, 1)(hidden))
+
+
+def test_pointing_game_and_deletion_take_a_region_target(segmenter, x):
+    import saliency_kit as sk
+
+    mask = np.zeros((8, 8), dtype=bool)
+    mask[2:6, 1:5] = True
+    region = sk.targets.region(mask, classes=1)
+    expl = sk.explain(segmenter, x, "gradient", region)
+    # the region's own mask is the object
+    np.testing.assert_array_equal(evaluate.pointing_game(expl, region),
+                                  evaluate.pointing_game(expl, np.broadcast_to(mask, (4, 8, 8))))
+    curves = evaluate.deletion_insertion(segmenter, x, expl, targets=region, steps=4, score="logits")
+    # by hand: the region's mean logit of class 1, at the input and at the all-zero image
+    def region_score(images):
+        return segmenter.predict(images, verbose=0)[..., 1][:, mask].mean(axis=-1)
+    np.testing.assert_allclose(curves["deletion_curve"][:, 0, 0], region_score(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(curves["deletion_curve"][:, 0, -1], region_score(np.zeros_like(x)), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(curves["insertion_curve"][:, 0, -1], region_score(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="predicted"):
+        evaluate.pointing_game(expl, sk.targets.region("predicted", classes=1))
+    with pytest.raises(ValueError, match="target objects"):
+        evaluate.faithfulness_correlation(segmenter, x, expl, nr_runs=4, subset_size=10)
+    with pytest.raises(ValueError, match="target objects"):
+        evaluate.faithfulness_correlation(segmenter, x, "gradient", region, nr_runs=4, subset_size=10)
