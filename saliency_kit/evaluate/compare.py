@@ -59,8 +59,8 @@ def _scored(function):
 
 def _randomization(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
     method = expl.method
-    if method == RANDOM:  # a random map does not depend on the weights: similarity of two draws
-        return np.zeros(expl.targets.shape)
+    if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
+        return np.ones(expl.targets.shape)
     steps = randomisation.randomization_test(model, inputs, method, np.asarray(expl.targets),
                                              mode=options.pop("mode", "efficient_mprt"), seed=seed, **options)
     return np.asarray(steps[-1]["per_input"], dtype=np.float64)
