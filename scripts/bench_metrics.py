@@ -30,6 +30,11 @@ import numpy as np  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 inputs 64x64 and few samples (a smoke run)")
+    parser.add_argument("--inputs", type=int, help="number of inputs (default 32; --quick 4)")
+    parser.add_argument("--size", type=int, help="image side (default 224; --quick 64)")
+    parser.add_argument("--samples", type=int, help="max_sensitivity's noisy copies per input (default 10)")
+    parser.add_argument("--runs", type=int, help="faithfulness_correlation's subsets (default 100)")
+    parser.add_argument("--regions", type=int, help="region_perturbation's regions (default 100)")
     parser.add_argument("--only", action="append", choices=("max_sensitivity", "faithfulness_correlation",
                                                             "region_perturbation"), help="run only these metrics")
     args = parser.parse_args()
@@ -42,6 +47,8 @@ def main() -> None:
 
     size, count = (64, 4) if args.quick else (224, 32)
     samples, runs, regions = (2, 5, 5) if args.quick else (10, 100, 100)
+    size, count = args.size or size, args.inputs or count
+    samples, runs, regions = args.samples or samples, args.runs or runs, args.regions or regions
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classifier_activation=None)
     x = np.random.default_rng(0).normal(size=(count, size, size, 3)).astype(np.float32)
@@ -49,7 +56,9 @@ def main() -> None:
     sk.engine.all_scores(model, np.resize(x, (32, *x.shape[1:])))  # the forward kernel, as after any first batch
     y = expl.targets[:, 0]
     pixels = expl.attributions.sum(axis=-1)  # [B, 1, H, W]: one map per input, broadcast over channels
-    print(f"ResNet50 (weights=None) on {count} inputs {size}x{size}; {os.cpu_count()} CPUs (shared machine)")
+    print(f"ResNet50 (weights=None) on {count} inputs {size}x{size}; max_sensitivity {samples} samples, "
+          f"faithfulness_correlation {runs} subsets, region_perturbation {regions} regions; "
+          f"{os.cpu_count()} CPUs (shared machine)")
 
     @tf.function(jit_compile=False, reduce_retracing=True)
     def forward(batch):
