@@ -71,11 +71,6 @@ class Scored:
     seed: int = 0
     softmax: bool = False
 
-    @property
-    def target_arg(self):
-        """What ``explain`` and ``forward_scores`` take as targets: the ``score_fn`` or int ``[B, K]``."""
-        return self.score_fn if self.score_fn is not None else self.targets
-
     def explain(self, inputs: np.ndarray, targets: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Element attributions ``[N, K, *input]`` of the same method for new ``inputs`` (one batched
         call), ``targets`` int ``[N, K]``, ``keys`` one noise key per input (seeded methods)."""

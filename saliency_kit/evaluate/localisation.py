@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from . import similarity as metrics
-from ._common import check_float, check_int, pixel_maps, preprocess
+from ._common import check_int, pixel_maps, preprocess
 
 __all__ = ["pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
            "attribution_localisation", "auc"]
