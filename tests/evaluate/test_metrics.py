@@ -248,3 +248,23 @@ def test_pointing_game_and_deletion_take_a_region_target(segmenter, x):
         evaluate.faithfulness_correlation(segmenter, x, expl, nr_runs=4, subset_size=10)
     with pytest.raises(ValueError, match="target objects"):
         evaluate.faithfulness_correlation(segmenter, x, "gradient", region, nr_runs=4, subset_size=10)
+
+
+def test_quantus_randomisation_modes(model, x):
+    cascading = evaluate.randomization_test(model, x[:2], "gradient", mode="cascading")
+    top_down = [step["layer"] for step in cascading]
+    mprt = evaluate.randomization_test(model, x[:2], "gradient", mode="mprt")
+    assert [step["layer"] for step in mprt] == top_down  # Quantus' MPRT: from the output down
+    for step in mprt:
+        assert step["per_input"].shape == (2, 1) and -1 <= step["similarity"] <= 1
+        assert step["similarity"] == pytest.approx(np.nanmean(step["per_input"]))
+    # the output layer alone changes the gradient less than every layer random
+    assert mprt[0]["similarity"] > mprt[-1]["similarity"]
+    smooth = evaluate.randomization_test(model, x[:2], "gradient", mode="smooth_mprt", nr_samples=4)
+    assert [step["layer"] for step in smooth] == top_down[::-1]  # SmoothMPRT: from the input up
+    efficient = evaluate.randomization_test(model, x[:2], "gradient", mode="efficient_mprt")
+    assert len(efficient) == 1 and efficient[0]["randomized"] == top_down[::-1]
+    np.testing.assert_allclose(efficient[0]["per_input"],
+                               efficient[0]["complexity_randomized"] / efficient[0]["complexity_original"])
+    with pytest.raises(ValueError, match="mode must be one of"):
+        evaluate.randomization_test(model, x[:2], "gradient", mode="shuffled")
