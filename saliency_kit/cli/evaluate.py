@@ -10,6 +10,8 @@ done, the table is written:
   deviation and per-image values;
 - ``metrics.png``: one panel per metric, methods ranked best first, one dot per image.
 
+When ``--out`` holds a ``saliency batch`` gallery (``index.html``), it is rebuilt to link them.
+
 Object masks for the localisation metrics are read from files beside the images named
 ``STEM<suffix>.png`` (``--mask-suffix``, default ``_mask``; white = object); images without one
 get no localisation values.
@@ -196,6 +198,10 @@ def run(args) -> int:
         return 1
     table = collect(parts, done, [*methods, "random"], metrics)
     written = write_table(args.out, table, settings)
+    if os.path.isfile(os.path.join(args.out, "index.html")):  # a batch run's gallery: rebuilt to link the table
+        from ..batch.gallery import write_gallery
+
+        write_gallery(args.out)
     for path in written:
         print(path)
     return 1 if failed else 0

@@ -73,6 +73,15 @@ def test_evaluate_writes_the_table_the_chart_and_resumes(shapes_dir, tmp_path, c
                  "--out", str(tmp_path / "partial")]) == 1
     assert "skipped" in " ".join(own_lines(capsys.readouterr().err, "evaluate"))
     assert (tmp_path / "partial" / "metrics.csv").exists()
+    # a batch run's gallery in --out is rebuilt to link the table
+    from saliency_kit.batch.gallery import write_gallery
+
+    fresh = tmp_path / "with_gallery"
+    fresh.mkdir()
+    write_gallery(fresh)
+    assert '"metrics.png"' not in (fresh / "index.html").read_text()
+    assert main(["evaluate", images[0], "--method", "gradient", "--metric", "sparseness", "--out", str(fresh)]) == 0
+    assert '"metrics.png"' in (fresh / "index.html").read_text()
 
 
 def test_help_states_the_caveats(capsys):
