@@ -187,12 +187,15 @@ def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.nda
     ``scored.softmax``)."""
     from ..engine import all_scores, forward_scores
 
-    rows = rows.astype(scored.x.dtype, copy=False)
+    count = len(rows)
+    rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     if not scored.softmax:
+        row_targets = _at_least_one_chunk(np.asarray(row_targets), scored.batch_size)
         return np.asarray(forward_scores(scored.model, rows, row_targets, score=scored.score,
-                                         batch_size=scored.batch_size, score_fn=scored.score_fn), dtype=np.float64)
+                                         batch_size=scored.batch_size, score_fn=scored.score_fn),
+                          dtype=np.float64)[:count]
     values = np.asarray(all_scores(scored.model, rows, score=scored.score, batch_size=scored.batch_size),
-                        dtype=np.float64)
+                        dtype=np.float64)[:count]
     values = np.exp(values - values.max(axis=-1, keepdims=True))
     values /= values.sum(axis=-1, keepdims=True)
     return np.take_along_axis(values, np.asarray(row_targets, dtype=np.int64), axis=1)
@@ -202,8 +205,17 @@ def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
     """The arg-max class of the model's output for ``rows`` (one batched forward pass)."""
     from ..engine import all_scores
 
-    return np.argmax(all_scores(scored.model, rows.astype(scored.x.dtype, copy=False), score=scored.score,
-                                batch_size=scored.batch_size), axis=-1)
+    rows_in_chunks = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
+    return np.argmax(all_scores(scored.model, rows_in_chunks, score=scored.score,
+                                batch_size=scored.batch_size), axis=-1)[:len(rows)]
+
+
+def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
+    """``rows`` padded (with copies of the last) to ``batch_size`` when fewer: then every forward pass
+    of a metric runs through the one compiled kernel of ``batch_size`` rows (a few inputs would
+    otherwise compile a kernel of their own, which on a large network costs more than the padding)."""
+    short = batch_size - len(rows)
+    return np.concatenate([rows, np.repeat(rows[-1:], short, axis=0)]) if short > 0 and len(rows) else rows
 
 
 def input_groups(count: int, rows_per_input: int, row_bytes: int,
