@@ -341,8 +341,13 @@ def seed_noise(method: str, method_options: dict, seed: int) -> None:
     """A noisy method (SmoothGrad, ...) gets ``seed=seed`` unless given, so a metric is reproducible."""
     from ..methods import get as get_method
 
-    if "seed" in get_method(method).accepted(method_options) and method_options.get("seed") is None:
-        method_options["seed"] = seed
+    chosen = get_method(method)
+    if hasattr(chosen, "seed_option"):  # the registry names a method's seed option
+        option = chosen.seed_option(method_options)
+    else:
+        option = "seed" if "seed" in chosen.accepted(method_options) else None
+    if option is not None and method_options.get(option) is None:
+        method_options[option] = seed
 
 
 def maps_only(maps, name: str) -> np.ndarray:
