@@ -23,6 +23,7 @@ BAD_ARGUMENTS = [
     (("batch", ".", "--out", "o", "--shard", "2/2"), "0 <= I < N"),
     (("batch", ".", "--out", "o"), "no images under"),
     (("sanity", "no_such_file.png"), "no such file: no_such_file.png"),
+    (("evaluate", "no_such_file.png"), "no such file: no_such_file.png"),
 ]
 
 

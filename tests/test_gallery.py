@@ -313,3 +313,14 @@ def test_paging_walks_2500_images_with_hostile_names(browser, tmp_path):
     assert browser.find_element("id", "page-info").text == "page 1 of 13"
     assert len(_cards(browser)) == 200
     browser.save_screenshot(str(tmp_path / "gallery-2500.png"))
+
+
+def test_the_page_links_the_metrics_of_saliency_evaluate_when_present(tmp_path):
+    from saliency_kit.batch.gallery import gallery_data, write_gallery
+
+    assert gallery_data(tmp_path)["metrics"] == []
+    (tmp_path / "metrics.png").write_bytes(b"png")
+    (tmp_path / "metrics.csv").write_text("method,metric\n")
+    assert gallery_data(tmp_path)["metrics"] == ["metrics.png", "metrics.csv"]
+    page = write_gallery(tmp_path).read_text()
+    assert 'id="metrics"' in page and '"metrics.png"' in page

@@ -91,7 +91,8 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
 
     ``{"images": [{"image", "outputs": [{"method", "class", "class_name", "score", "overlay",
     "heatmap", "npz"}]}], "methods": [{"name", "title"}], "classes": [names], "failed":
-    [{"image", "error"}], "missing": int}``. Images keep the order of their first manifest line;
+    [{"image", "error"}], "missing": int, "metrics": [file names]}`` (``metrics`` lists the
+    ``saliency evaluate`` table and chart when ``--out`` holds them). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
@@ -142,7 +143,11 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         "classes": sorted(classes, key=str.casefold),
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,
+        "metrics": [name for name in _METRICS_FILES if os.path.isfile(os.path.join(out_root, name))],
     }
+
+
+_METRICS_FILES = ("metrics.png", "metrics.csv", "metrics.json")  # written by `saliency evaluate`
 
 
 def _number(value):

@@ -5,6 +5,7 @@ policy and the exit statuses.
     saliency explain a.png b.png --method gradcam --method smoothgrad --target top2 --target star
     saliency batch images/ --out maps/ --shard 0/4 --resume
     saliency sanity photo.jpg --method gradient --method gradcam
+    saliency evaluate a.png b.png --method gradient --method gradcam --out metrics/
     saliency models
     saliency methods
 
@@ -26,11 +27,11 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from . import batch, explain, listing, sanity
+from . import batch, evaluate, explain, listing, sanity
 from .options import UsageError, message
 
 #: The subcommands, in the order ``saliency --help`` lists them.
-COMMANDS = (explain, batch, sanity, listing)
+COMMANDS = (explain, batch, sanity, evaluate, listing)
 
 
 class Parser(argparse.ArgumentParser):

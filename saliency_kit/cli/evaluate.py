@@ -1,0 +1,342 @@
+"""``saliency evaluate IMAGE...``: every method × metric on your own images, as a table and a chart.
+
+Each image is scored by :func:`saliency_kit.evaluate.compare` (a seeded ``random`` map is always
+one of the methods); its results are written to ``DIR/metrics_parts/`` as soon as they are known,
+so ``--resume`` continues a run that was stopped, as ``saliency batch`` does. When all images are
+done, the table is written:
+
+- ``metrics.csv``: one row per method, metric and image (``value``), the metric's direction;
+- ``metrics.json``: the settings, the images, and per method and metric the mean, standard
+  deviation and per-image values;
+- ``metrics.png``: one panel per metric, methods ranked best first, one dot per image.
+
+When ``--out`` holds a ``saliency batch`` gallery (``index.html``), it is rebuilt to link them.
+
+Object masks for the localisation metrics are read from files beside the images named
+``STEM<suffix>.png`` (``--mask-suffix``, default ``_mask``; white = object); images without one
+get no localisation values.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import options as opt
+from .options import UsageError
+
+#: Metrics scored when no --metric is given (fast on any model); localisation ones when masks exist.
+DEFAULT_METRICS = ("faithfulness_correlation", "region_perturbation", "max_sensitivity", "sparseness",
+                   "random_logit")
+DEFAULT_LOCALISATION = ("pointing_game", "relevance_mass_accuracy", "auc")
+#: What the command line changes from the library's (Quantus') defaults, to keep a run short.
+CLI_METRIC_OPTIONS = {
+    "max_sensitivity": {"nr_samples": 20},
+    "avg_sensitivity": {"nr_samples": 20},
+    "relative_input_stability": {"nr_samples": 20},
+    "monotonicity_correlation": {"nr_samples": 10, "features_in_step": 64},
+    "pixel_flipping": {"features_in_step": 64},
+    "non_sensitivity": {"features_in_step": 64},
+}
+#: The names of ``saliency_kit.evaluate.METRICS``, here so that building the parser imports no SciPy.
+METRIC_NAMES = (
+    "faithfulness_correlation", "infidelity", "road", "monotonicity_correlation", "region_perturbation",
+    "pixel_flipping", "deletion", "insertion", "max_sensitivity", "avg_sensitivity", "relative_input_stability",
+    "pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
+    "attribution_localisation", "auc", "sparseness", "complexity", "effective_complexity", "random_logit",
+    "randomization", "completeness", "non_sensitivity", "input_invariance",
+)
+PARTS = "metrics_parts"
+SETTINGS = "metrics_settings.json"
+
+CAVEATS = (
+    "Read the numbers with care: a metric's value depends on its baseline (what 'removing' a pixel "
+    "means) and its perturbation, so compare methods within one table, never values across settings; "
+    "sensitivity metrics do not flag a useless map by themselves (a constant map is perfectly stable); "
+    "localisation rewards maps shaped like the object, not maps faithful to the model. The 'random' "
+    "row (a seeded random map) is always in the table: a metric that cannot tell a method from it "
+    "says nothing about that method here."
+)
+
+
+def add_parser(subcommands, common) -> None:
+    """Add the ``evaluate`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
+    parser = subcommands.add_parser(
+        "evaluate", parents=[common],
+        help="which method should I trust? every method x metric on your images (CSV, JSON, chart)",
+        description=("Score every --method with every --metric on the images (a seeded random map is "
+                     "always added as a method), and write metrics.csv, metrics.json and metrics.png "
+                     "to --out. " + CAVEATS),
+        epilog=f"Metrics: {', '.join(METRIC_NAMES)}. --seed N seeds every metric's draws, the random map and "
+               "the noisy methods (default: 0).",
+    )
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    opt.add_model_options(parser)
+    opt.add_method_options(parser)
+    parser.add_argument("--metric", action="append", metavar="NAME",
+                        help=f"a metric (repeatable; default: {', '.join(DEFAULT_METRICS)}, and "
+                             f"{', '.join(DEFAULT_LOCALISATION)} when masks are found)")
+    parser.add_argument("--mask-suffix", default="_mask", metavar="S",
+                        help="object masks are the files STEM<S>.png beside the images (default: _mask)")
+    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
+                        help=f"output directory (default: {opt.DEFAULT_OUT})")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the images already scored in --out (same settings) and score the rest")
+    parser.set_defaults(handler=run)
+
+
+def _metrics(args, have_masks: bool) -> list[str]:
+    from .options import did_you_mean
+
+    chosen = list(dict.fromkeys(args.metric or [*DEFAULT_METRICS, *(DEFAULT_LOCALISATION if have_masks else ())]))
+    for name in chosen:
+        if name not in METRIC_NAMES:
+            raise UsageError(f"unknown metric {name!r}{did_you_mean(name, list(METRIC_NAMES))}; choose from: "
+                             f"{', '.join(METRIC_NAMES)}")
+    return chosen
+
+
+def mask_path(image: str, suffix: str) -> str | None:
+    """``STEM<suffix>.png`` (or the image's own extension) beside ``image``, if it exists."""
+    stem, ext = os.path.splitext(image)
+    for candidate in (f"{stem}{suffix}.png", f"{stem}{suffix}{ext}"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def load_mask(path: str, size: tuple[int, int]) -> np.ndarray:
+    """A mask file as bool ``[H, W]`` at the model's input size (nearest neighbour; > 50 % grey)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        grey = image.convert("L").resize((size[1], size[0]), Image.NEAREST)
+    return np.asarray(grey) > 127
+
+
+def _part_name(image: str) -> str:
+    return hashlib.sha256(os.path.abspath(image).encode()).hexdigest()[:20] + ".json"
+
+
+def run(args) -> int:
+    """Handler of ``saliency evaluate``: returns the exit status."""
+    from ..batch import run as pipeline
+    from ..evaluate import METRICS, compare
+    from ..files import remove_partials, write_json
+    from ..images import ImageLoadError, load_image
+    from .explain import with_model_defaults
+
+    missing = [p for p in args.images if not os.path.isfile(p)]
+    if missing:
+        raise UsageError(f"no such file: {missing[0]}")
+    masks_found = {p: mask_path(p, args.mask_suffix) for p in args.images}
+    # a mask file given as an image is not scored as an image
+    images = [p for p in dict.fromkeys(args.images) if p not in {m for m in masks_found.values() if m}]
+    metrics = _metrics(args, any(masks_found[p] for p in images))
+    seed_flag = opt.OPTION_DEST + "seed"  # --seed seeds the metrics too, and every noisy method
+    seed = getattr(args, seed_flag, None) or 0
+    setattr(args, seed_flag, None)
+    plan = opt.method_plan(args)
+    texts = args.target or [opt.DEFAULT_TARGET]
+    if len(texts) != 1:
+        raise UsageError(f"evaluate scores one --target (topK, a class index or a name); received {len(texts)}")
+    spec = opt.model_spec(args)
+    if spec is not None and spec.class_names:
+        opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug)
+    model, spec = opt.load_model_from_args(args)
+    print(opt.describe_model(args, model, spec), flush=True)
+    (kind, value), = opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug).parts
+    target = f"top{value}" if kind == "top" else int(value)
+    plan = with_model_defaults(plan, spec)
+
+    settings = {"model": pipeline.model_fingerprint(args.model, args.weights), "methods": [list(p) for p in plan],
+                "metrics": metrics, "target": texts[0], "seed": seed, "mask_suffix": args.mask_suffix,
+                "metric_options": {m: CLI_METRIC_OPTIONS[m] for m in metrics if m in CLI_METRIC_OPTIONS}}
+    parts = os.path.join(args.out, PARTS)
+    os.makedirs(parts, exist_ok=True)
+    remove_partials(parts)
+    try:
+        _check_settings(args.out, settings)
+    except pipeline.RunRefused as error:
+        raise UsageError(str(error)) from error
+    todo = [p for p in images if not (args.resume and os.path.isfile(os.path.join(parts, _part_name(p))))]
+    methods = [name for name, _ in plan]
+    method_options = {name: options for name, options in plan}
+    progress = _Progress(len(todo) * (len(methods) + 1) * len(metrics))
+    failed = []
+    preflighted = False
+    for path in todo:
+        try:
+            x, _ = load_image(path, spec)
+        except ImageLoadError as error:
+            failed.append(path)
+            print(f"saliency evaluate: skipped {path}: {opt.message(error)}", file=sys.stderr, flush=True)
+            progress.update((len(methods) + 1) * len(metrics))
+            continue
+        if not preflighted:
+            opt.preflight(model, spec, x[None], plan, args.batch_size)
+            preflighted = True
+        mask = load_mask(masks_found[path], x.shape[:2])[None] if masks_found[path] else None
+        chosen = [m for m in metrics if mask is not None or not METRICS[m].needs_masks]
+        table = compare(model, x[None], methods, chosen, targets=target, masks=mask, seed=seed,
+                        batch_size=args.batch_size, method_options=method_options,
+                        metric_options={m: CLI_METRIC_OPTIONS.get(m, {}) for m in chosen},
+                        progress=lambda *_: progress.update(1))
+        progress.update((len(methods) + 1) * (len(metrics) - len(chosen)))
+        values = {f"{r['method']}\t{r['metric']}": r["per_input"][0] for r in table["rows"]}
+        write_json({"image": os.path.abspath(path), "values": values}, os.path.join(parts, _part_name(path)))
+    progress.close()
+
+    done = [p for p in images if os.path.isfile(os.path.join(parts, _part_name(p)))]
+    if not done:
+        print("saliency evaluate: no image could be scored", file=sys.stderr)
+        return 1
+    table = collect(parts, done, [*methods, "random"], metrics)
+    written = write_table(args.out, table, settings)
+    if os.path.isfile(os.path.join(args.out, "index.html")):  # a batch run's gallery: rebuilt to link the table
+        from ..batch.gallery import write_gallery
+
+        write_gallery(args.out)
+    for path in written:
+        print(path)
+    return 1 if failed else 0
+
+
+def _check_settings(out_dir: str, settings: dict) -> None:
+    """The run's settings recorded in ``out_dir/metrics_settings.json``, or checked against those
+    recorded there (another run in the same folder is refused)."""
+    import json
+
+    from ..batch import run as pipeline
+    from ..files import write_json
+
+    settings = json.loads(json.dumps(settings))
+    path = os.path.join(out_dir, SETTINGS)
+    with pipeline.locked(out_dir):
+        before = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                try:
+                    before = json.load(handle)
+                except ValueError:
+                    before = None
+        if before is not None and before != settings:
+            changed = ", ".join(k for k in settings if before.get(k) != settings[k]) or "settings"
+            raise pipeline.RunRefused(f"--out {out_dir!r} holds metrics made with other settings ({changed} "
+                                      f"differ; see {path}); use the same options, or another --out")
+        if before is None:
+            write_json(settings, path)
+
+
+def collect(parts: str, images: list[str], methods: list[str], metrics: list[str]) -> dict:
+    """The table of every scored image: ``{"images", "rows": [{method, metric, mean, std, per_input,
+    higher_is_better}]}`` (``per_input`` in the order of ``images``; NaN where a metric has no value)."""
+    import json
+
+    from ..evaluate import METRICS
+
+    per_image = []
+    for image in images:
+        with open(os.path.join(parts, _part_name(image)), encoding="utf-8") as handle:
+            per_image.append(json.load(handle)["values"])
+    rows = []
+    for metric in metrics:
+        for method in methods:
+            values = np.array([v.get(f"{method}\t{metric}", np.nan) if v.get(f"{method}\t{metric}") is not None
+                               else np.nan for v in per_image], dtype=np.float64)
+            finite = values[np.isfinite(values)]
+            rows.append({"method": method, "metric": metric,
+                         "mean": float(finite.mean()) if finite.size else float("nan"),
+                         "std": float(finite.std()) if finite.size else float("nan"),
+                         "per_input": [float(v) for v in values],
+                         "higher_is_better": METRICS[metric].higher_is_better})
+    return {"images": [os.path.abspath(p) for p in images], "rows": rows}
+
+
+def write_table(out: str, table: dict, settings: dict) -> list[str]:
+    """``metrics.csv``, ``metrics.json`` and ``metrics.png`` in ``out`` (each written atomically)."""
+    from ..files import write_atomic, write_json
+    from ..render import save_png
+
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(["method", "metric", "image", "value", "higher_is_better"])
+    for row in table["rows"]:
+        for image, value in zip(table["images"], row["per_input"]):
+            writer.writerow([row["method"], row["metric"], image, "" if np.isnan(value) else repr(value),
+                             row["higher_is_better"]])
+    paths = [write_atomic(os.path.join(out, "metrics.csv"), text.getvalue().encode()),
+             write_json({"settings": settings, "caveats": CAVEATS, **table}, os.path.join(out, "metrics.json"))]
+    png = os.path.join(out, "metrics.png")
+    save_png(metrics_figure(table), png, dpi=100)
+    return [*paths, png]
+
+
+def metrics_figure(table: dict):
+    """One panel per metric: methods ranked best first (by their mean), one dot per image, the mean
+    as a bar; the ``random`` row drawn grey."""
+    from matplotlib.figure import Figure
+
+    metrics = list(dict.fromkeys(r["metric"] for r in table["rows"]))
+    columns = min(3, len(metrics))
+    rows_of_panels = -(-len(metrics) // columns)
+    methods = list(dict.fromkeys(r["method"] for r in table["rows"]))
+    height = max(2.2, 0.35 * len(methods) + 1.0)
+    fig = Figure(figsize=(4.2 * columns, height * rows_of_panels), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows_of_panels, columns, squeeze=False).ravel())
+    for ax, metric in zip(axes, metrics):
+        rows = [r for r in table["rows"] if r["metric"] == metric]
+        better = rows[0]["higher_is_better"]
+        rows.sort(key=lambda r: (np.isnan(r["mean"]), -r["mean"] if better else r["mean"]))
+        for position, row in enumerate(rows):
+            colour = "0.6" if row["method"] == "random" else "C0"
+            y = len(rows) - 1 - position
+            if np.isfinite(row["mean"]):
+                ax.barh(y, row["mean"], color=colour, alpha=0.35, height=0.6)
+            values = np.asarray(row["per_input"], dtype=float)
+            jitter = np.linspace(-0.2, 0.2, len(values)) if len(values) > 1 else np.zeros(1)
+            ax.plot(values, y + jitter, "o", color=colour, markersize=3)
+        ax.set_yticks(range(len(rows)), [r["method"] for r in reversed(rows)], fontsize=8)
+        ax.set_title(f"{metric} ({'higher' if better else 'lower'} is better)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.axvline(0, color="0.8", linewidth=0.5)
+    for ax in axes[len(metrics):]:
+        ax.set_axis_off()
+    fig.suptitle(f"saliency evaluate: {len(table['images'])} images, methods ranked best first "
+                 f"(bar: mean, dots: images)", fontsize=10)
+    return fig
+
+
+class _Progress:
+    """tqdm's bar over the method × metric cells on a terminal; otherwise a line every 10 s."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.last = self.start = time.monotonic()
+        self.bar = None
+        if self.stream.isatty() and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="cell", file=self.stream, desc="saliency evaluate")
+
+    def update(self, count: int) -> None:
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+            return
+        now = time.monotonic()
+        if now - self.last >= 10 or self.done >= self.total:
+            self.last = now
+            print(f"saliency evaluate: {self.done}/{self.total} method x metric cells "
+                  f"({100 * self.done / max(self.total, 1):.0f}%), {now - self.start:.0f}s",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

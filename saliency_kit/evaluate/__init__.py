@@ -1,0 +1,55 @@
+"""Which map can I trust? Metrics of explanations, and every method × metric compared.
+
+Families (definitions and defaults as Quantus 0.6.0; where Quantus departs from its paper the
+docstring says which one is followed):
+
+- faithfulness (:mod:`.faithfulness`): ``faithfulness_correlation``, ``infidelity``, ``road``,
+  ``monotonicity_correlation``, ``region_perturbation``, ``pixel_flipping``, ``deletion_insertion``;
+- robustness (:mod:`.robustness`): ``max_sensitivity``, ``avg_sensitivity``,
+  ``relative_input_stability``;
+- localisation (:mod:`.localisation`, object masks ``[B, H, W]``): ``pointing_game``,
+  ``relevance_mass_accuracy``, ``relevance_rank_accuracy``, ``top_k_intersection``,
+  ``attribution_localisation``, ``auc``;
+- complexity (:mod:`.complexity`): ``sparseness``, ``complexity``, ``effective_complexity``;
+- randomisation (:mod:`.randomisation`): ``randomization_test`` (modes ``"cascading"``,
+  ``"independent"``, ``"mprt"``, ``"smooth_mprt"``, ``"efficient_mprt"``), ``random_logit``;
+- axiomatic (:mod:`.axiomatic`): ``completeness``, ``non_sensitivity``, ``input_invariance``;
+- :func:`compare`: every method × metric, with a seeded ``"random"`` method always in the table.
+
+Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
+batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
+curve where the metric has one). An :class:`~saliency_kit.Explanation` is scored as it is; a method
+name is run with :func:`saliency_kit.explain`. Maps are normalised per input, never over the batch,
+and every perturbation is seeded per input: results do not depend on the batch or ``batch_size``.
+
+Caveats, before reading any number: a metric's value depends on its baseline (what "removing" a
+pixel means) and its perturbation; sensitivity metrics do not flag a random or constant map by
+themselves; localisation rewards maps shaped like the object, not maps faithful to the model.
+Compare methods on the same inputs and settings, and against the ``"random"`` row.
+"""
+from __future__ import annotations
+
+from .axiomatic import completeness, input_invariance, non_sensitivity
+from .compare import METRICS, compare
+from .complexity import complexity, effective_complexity, sparseness
+from .deletion import deletion_insertion
+from .faithfulness import (faithfulness_correlation, infidelity, monotonicity_correlation,
+                           pixel_flipping, region_perturbation, road)
+from .localisation import (attribution_localisation, auc, pointing_game, relevance_mass_accuracy,
+                           relevance_rank_accuracy, top_k_intersection)
+from .randomisation import (clone_with_weights, compare_maps, comparison_maps, iter_randomization, random_logit,
+                            randomization_test, reinitialize, weighted_layers)
+from .robustness import avg_sensitivity, max_sensitivity, relative_input_stability
+
+__all__ = [
+    "faithfulness_correlation", "infidelity", "road", "monotonicity_correlation", "region_perturbation",
+    "pixel_flipping", "deletion_insertion",
+    "max_sensitivity", "avg_sensitivity", "relative_input_stability",
+    "pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
+    "attribution_localisation", "auc",
+    "sparseness", "complexity", "effective_complexity",
+    "randomization_test", "iter_randomization", "compare_maps", "comparison_maps", "random_logit",
+    "completeness", "non_sensitivity", "input_invariance",
+    "compare", "METRICS",
+    "clone_with_weights", "weighted_layers", "reinitialize",
+]

@@ -1,0 +1,173 @@
+"""Every method × every metric on the same inputs: :func:`compare`, and the table of metrics.
+
+The table always has a ``"random"`` row (a seeded random map): a metric that cannot tell the
+methods from it is not measuring anything about them on these inputs. Metric values depend on the
+baseline and the perturbation each metric uses, so compare methods within a table, never values
+across settings.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import axiomatic, complexity, faithfulness, localisation, randomisation, robustness
+from ._common import RANDOM, random_attributions, seed_noise, to_pixels
+
+__all__ = ["compare", "METRICS", "Metric", "explanation_of"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric of the table: its function, whether higher is better, whether it needs masks."""
+
+    name: str
+    function: Callable
+    higher_is_better: bool
+    needs_masks: bool = False
+    family: str = ""
+
+
+def _deletion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size,
+                                           **options)["deletion_auc"]
+
+
+def _insertion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size,
+                                           **options)["insertion_auc"]
+
+
+def _pointing(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+    return localisation.pointing_game(expl, masks, **options).astype(np.float64)
+
+
+def _model_free(function):
+    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+        extra = {"masks": masks} if masks is not None else {}
+        return function(maps=np.asarray(expl.maps), **extra, **options)
+    return run
+
+
+def _scored(function):
+    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+        value = function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **options)
+        return value["score"] if isinstance(value, dict) else value
+    return run
+
+
+def _randomization(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+    method = expl.method
+    if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
+        return np.ones(expl.targets.shape)
+    steps = randomisation.randomization_test(model, inputs, method, np.asarray(expl.targets),
+                                             mode=options.pop("mode", "efficient_mprt"), seed=seed, **options)
+    return np.asarray(steps[-1]["per_input"], dtype=np.float64)
+
+
+#: The metrics :func:`compare` and ``saliency evaluate`` know, by name.
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("faithfulness_correlation", _scored(faithfulness.faithfulness_correlation), True, family="faithfulness"),
+    Metric("infidelity", _scored(faithfulness.infidelity), False, family="faithfulness"),
+    Metric("road", _scored(faithfulness.road), False, family="faithfulness"),
+    Metric("monotonicity_correlation", _scored(faithfulness.monotonicity_correlation), True, family="faithfulness"),
+    Metric("region_perturbation", _scored(faithfulness.region_perturbation), True, family="faithfulness"),
+    Metric("pixel_flipping", _scored(faithfulness.pixel_flipping), False, family="faithfulness"),
+    Metric("deletion", _deletion, False, family="faithfulness"),
+    Metric("insertion", _insertion, True, family="faithfulness"),
+    Metric("max_sensitivity", _scored(robustness.max_sensitivity), False, family="robustness"),
+    Metric("avg_sensitivity", _scored(robustness.avg_sensitivity), False, family="robustness"),
+    Metric("relative_input_stability", _scored(robustness.relative_input_stability), False, family="robustness"),
+    Metric("pointing_game", _pointing, True, needs_masks=True, family="localisation"),
+    Metric("relevance_mass_accuracy", _model_free(localisation.relevance_mass_accuracy), True, True, "localisation"),
+    Metric("relevance_rank_accuracy", _model_free(localisation.relevance_rank_accuracy), True, True, "localisation"),
+    Metric("top_k_intersection", _model_free(localisation.top_k_intersection), True, True, "localisation"),
+    Metric("attribution_localisation", _model_free(localisation.attribution_localisation), True, True,
+           "localisation"),
+    Metric("auc", _model_free(localisation.auc), True, True, "localisation"),
+    Metric("sparseness", _model_free(complexity.sparseness), True, family="complexity"),
+    Metric("complexity", _model_free(complexity.complexity), False, family="complexity"),
+    Metric("effective_complexity", _model_free(complexity.effective_complexity), False, family="complexity"),
+    Metric("random_logit", _scored(randomisation.random_logit), False, family="randomisation"),
+    Metric("randomization", _randomization, True, family="randomisation"),
+    Metric("completeness", _scored(axiomatic.completeness), False, family="axiomatic"),
+    Metric("non_sensitivity", _scored(axiomatic.non_sensitivity), False, family="axiomatic"),
+    Metric("input_invariance", _scored(axiomatic.input_invariance), True, family="axiomatic"),
+)}
+
+
+def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batch_size: int = 32, **options):
+    """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
+    (uniform per element; its map the channel sum)."""
+    from .. import engine
+    from ..api import explain, resolve_targets
+    from ..explanation import Explanation
+
+    if method != RANDOM:
+        seed_noise(method, options, seed)
+        return explain(model, inputs, method, targets, batch_size=batch_size, **options)
+    x = engine.check_inputs(model, inputs)
+    resolved = resolve_targets(model, x, targets, batch_size=batch_size)
+    attributions = random_attributions(x.shape, resolved, np.arange(len(x)), seed).astype(np.float32)
+    axis = engine.channel_axis(model, x) if x.ndim == 4 else None
+    return Explanation(attributions=attributions, maps=to_pixels(attributions, axis).astype(np.float32),
+                       targets=resolved, scores=np.zeros(resolved.shape, np.float32), method=RANDOM,
+                       options={"seed": seed})
+
+
+def compare(model, inputs, methods: Sequence[str], metrics: Sequence[str], *, targets="top1", masks=None,
+            seed: int = 0, batch_size: int = 32, metric_options: dict | None = None,
+            method_options: dict | None = None, progress: Callable[[str, str], None] | None = None) -> dict:
+    """Score every method with every metric on the same inputs.
+
+    Each method is explained once (``"random"``, a seeded random map, is always added); every metric
+    then scores that explanation (the robustness metrics re-run the method on perturbed inputs).
+
+    Args:
+        model, inputs, targets: as for :func:`saliency_kit.explain`.
+        methods: method names (``saliency_kit.methods.names()``).
+        metrics: names of :data:`METRICS` (localisation metrics need ``masks``).
+        masks: bool ``[B, H, W]``, each input's object.
+        metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
+        method_options: ``{method: {option: value}}``.
+        progress: called as ``progress(method, metric)`` after each cell.
+
+    Returns:
+        ``{"rows": [{"method", "metric", "mean", "std", "per_input", "higher_is_better"}, ...]}``:
+        ``per_input`` the score of each input (mean over its targets; NaN where undefined),
+        ``mean`` and ``std`` over inputs, ignoring NaN.
+
+    Caveats: metric values depend on each metric's baseline and perturbation; robustness metrics
+    do not flag a random or constant explanation by themselves; read each metric against the
+    ``"random"`` row.
+    """
+    metric_options, method_options = dict(metric_options or {}), dict(method_options or {})
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}; received {unknown[0]!r}.")
+    if isinstance(methods, str):
+        methods = [methods]
+    methods = list(dict.fromkeys([*methods, RANDOM]))
+    needs = [m for m in metrics if METRICS[m].needs_masks]
+    if needs and masks is None:
+        raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
+    rows = []
+    for method in methods:
+        expl = explanation_of(model, inputs, method, targets, seed=seed, batch_size=batch_size,
+                              **method_options.get(method, {}))
+        for name in metrics:
+            metric = METRICS[name]
+            values = np.asarray(metric.function(model, inputs, expl, np.asarray(expl.targets), masks=masks, seed=seed,
+                                                batch_size=batch_size, **dict(metric_options.get(name, {}))),
+                                dtype=np.float64)
+            per_input = np.nanmean(values, axis=1) if values.ndim == 2 and not np.all(np.isnan(values)) else (
+                values.mean(axis=1) if values.ndim == 2 else values)
+            finite = per_input[~np.isnan(per_input)]
+            rows.append({"method": method, "metric": name,
+                         "mean": float(finite.mean()) if finite.size else float("nan"),
+                         "std": float(finite.std()) if finite.size else float("nan"),
+                         "per_input": [float(v) for v in per_input], "higher_is_better": metric.higher_is_better})
+            if progress is not None:
+                progress(method, name)
+    return {"rows": rows}

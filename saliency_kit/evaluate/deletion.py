@@ -1,0 +1,183 @@
+"""Deletion and insertion curves (RISE, Petsiuk et al. 2018): the score as pixels are removed
+(or added to a blurred image) in order of decreasing map value, with a random order beside them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+from . import similarity as metrics
+
+__all__ = ["deletion_insertion"]
+
+
+def deletion_insertion(
+    model,
+    inputs,
+    explanation,
+    *,
+    targets=None,
+    steps: int = 32,
+    baseline="zeros",
+    blur_sigma: float = 5.0,
+    score: str = "output",
+    batch_size: int = 32,
+    seed: int = 0,
+    max_batch_bytes: int = 256 * 2**20,
+) -> dict:
+    """RISE's deletion and insertion curves of each input and target of ``explanation``.
+
+    Pixels are ranked by ``explanation.maps`` in decreasing order (ties broken in a seeded random
+    order, so flat regions are not visited in raster order). At step ``i`` of ``steps`` the top
+    ``round(i·H·W/steps)`` pixels (all channels) are
+
+    - *deletion*: replaced by ``baseline`` in the image (score should drop fast: low AUC is good);
+    - *insertion*: copied from the image into a blurred copy of it (``scipy.ndimage.gaussian_filter``
+      per channel with ``blur_sigma``; score should rise fast: high AUC is good).
+
+    The same two curves with a random pixel order (seeded, one order per input) are the baseline a
+    map must beat. Every perturbed image is scored through the engine's batched
+    ``forward_scores``: ``score="output"`` (default) scores the model's output as it is, i.e. the
+    softmax probability of the target class for a classifier ending in softmax, as RISE does;
+    ``score="logits"`` scores the values before the softmax.
+
+    Args:
+        model: the model that was explained.
+        inputs: ``[B, H, W, C]`` model inputs the explanation was computed on (``[B, C, H, W]``
+            for a channels-first model: pixels are still removed across all channels).
+        explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``.
+        targets: the target object the explanation was made for (``saliency_kit.targets.region``,
+            ``box``, ``output``, ``unit``): every perturbed copy is scored with its input's target
+            (a region's predicted mask stays the one of the clean input). ``None`` (class targets):
+            the explanation's classes.
+        steps: evaluations per curve minus one (the curve has ``steps + 1`` points, 0 % to 100 %).
+        baseline: ``"zeros"``, ``"blur"`` (the blurred image), a scalar, or an array broadcastable
+            to ``inputs`` (e.g. one ``[H, W, C]`` image).
+        blur_sigma: σ in pixels of the insertion start image.
+        score, batch_size: passed to ``forward_scores``.
+        seed: seed of the random order and of the tie-breaking.
+        max_batch_bytes: the perturbed images of several inputs are built and scored together, up
+            to about this many bytes at a time.
+
+    Returns:
+        A dict of NumPy arrays: ``fractions [S+1]`` (fraction of pixels changed at each step),
+        ``deletion_curve``, ``insertion_curve``, ``random_deletion_curve``,
+        ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
+        ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
+    """
+    from ..engine import channel_axis, forward_scores, target_scores
+
+    given = np.asarray(inputs, dtype=np.float32)
+    maps = np.asarray(explanation.maps)
+    tgt = np.asarray(explanation.targets)
+    if given.ndim != 4:
+        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
+    channels_first = channel_axis(model, given) == 0  # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
+    x = np.moveaxis(given, 1, -1) if channels_first else given
+    batch, height, width, _ = x.shape
+    if maps.ndim != 4 or maps.shape[0] != batch or maps.shape[2:] != (height, width):
+        raise ValueError(
+            f"explanation.maps must be [B, K, H, W] = [{batch}, K, {height}, {width}] to match the inputs "
+            f"(pass the inputs the explanation was computed on); received {maps.shape}."
+        )
+    if tgt.shape != maps.shape[:2] or not np.issubdtype(tgt.dtype, np.integer) or (tgt < 0).any():
+        raise ValueError(
+            f"explanation.targets must be class indices [B, K] = {maps.shape[:2]} (an explanation of a "
+            f"callable target cannot be scored class by class); received {tgt.dtype} {tgt.shape}."
+        )
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)):
+        raise TypeError(f"steps must be a positive int; received {steps!r}.")
+    if steps < 1:
+        raise ValueError(f"steps must be a positive int; received {steps!r}.")
+    n_targets = maps.shape[1]
+    n_pixels = height * width
+    selection = None
+    if targets is not None:
+        from ..api import resolve_selection
+
+        selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
+        if selection.target is not None and np.asarray(selection.columns).shape != tgt.shape:
+            raise ValueError(f"targets must be the target the explanation was made for: it gives "
+                             f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
+                             f"{tgt.shape[1]}; received {targets!r}.")
+        if selection.target is None:
+            selection = None
+
+    blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
+    base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
+    if channels_first:
+        base = np.moveaxis(base, 1, -1)
+    counts = np.rint(np.arange(steps + 1) * n_pixels / steps).astype(np.int64)
+    fractions = counts / n_pixels
+    rng = np.random.default_rng(seed)
+
+    rows_per_input = (2 * n_targets + 2) * (steps + 1)
+    per_input_bytes = rows_per_input * x[0].nbytes
+    chunk = max(1, int(max_batch_bytes // max(per_input_bytes, 1)))
+    curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
+    for start in range(0, batch, chunk):
+        images, positions = [], []
+        for b in range(start, min(start + chunk, batch)):
+            ranks = [_ranks(maps[b, k], rng) for k in range(n_targets)]
+            random_rank = rng.permutation(n_pixels)
+            firsts = [(counts[:, None] > r[None, :]).reshape(steps + 1, height, width, 1) for r in ranks]
+            rand_first = (counts[:, None] > random_rank[None, :]).reshape(steps + 1, height, width, 1)
+            for k, first in enumerate(firsts):
+                images.append(np.where(first, base[b], x[b]))
+                positions.append(("deletion_curve", b, k))
+                images.append(np.where(first, x[b], blurred[b]))
+                positions.append(("insertion_curve", b, k))
+            images.append(np.where(rand_first, base[b], x[b]))
+            positions.append(("random_deletion_curve", b, None))
+            images.append(np.where(rand_first, x[b], blurred[b]))
+            positions.append(("random_insertion_curve", b, None))
+        stacked = np.concatenate(images).astype(x.dtype, copy=False)
+        if channels_first:
+            stacked = np.ascontiguousarray(np.moveaxis(stacked, -1, 1))
+        if selection is None:
+            row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
+            scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
+        else:
+            rows = np.repeat([b for _, b, _ in positions], steps + 1)
+            scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score,
+                                              batch_size=batch_size))
+        scores = scores.reshape(len(positions), steps + 1, n_targets)
+        for (name, b, k), s in zip(positions, scores):
+            if k is None:
+                curves[name][b] = s.T  # random order: one set of images scored for every target
+            else:
+                curves[name][b, k] = s[:, k]
+
+    result = {"fractions": fractions, **curves}
+    for name in _CURVES:
+        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
+    return result
+
+
+_CURVES = ("deletion_curve", "insertion_curve", "random_deletion_curve", "random_insertion_curve")
+
+
+def _ranks(m, rng) -> np.ndarray:
+    """Rank of every pixel (0 = most important) by decreasing value, ties in random order, NaN last."""
+    values = np.nan_to_num(np.asarray(m, dtype=np.float64).ravel(), nan=-np.inf)
+    order = np.lexsort((rng.random(values.size), -values))
+    ranks = np.empty(values.size, dtype=np.int64)
+    ranks[order] = np.arange(values.size)
+    return ranks
+
+
+def _baseline(baseline, x, blurred) -> np.ndarray:
+    if isinstance(baseline, str):
+        if baseline == "zeros":
+            return np.zeros_like(x)
+        if baseline == "blur":
+            return blurred
+        raise ValueError(f"baseline must be 'zeros', 'blur', a number or an array; received {baseline!r}.")
+    value = np.asarray(baseline, dtype=x.dtype)
+    try:
+        return np.broadcast_to(value, x.shape)
+    except ValueError:
+        raise ValueError(
+            f"baseline cannot be broadcast to the inputs' shape {x.shape}: give a scalar, one input's "
+            f"shape or the inputs' shape; received shape {value.shape}."
+        ) from None

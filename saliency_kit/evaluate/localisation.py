@@ -1,0 +1,199 @@
+"""Localisation: does the map fall on the object? (Quantus 0.6.0 definitions and defaults.)
+
+``masks`` are bool ``[B, H, W]`` (True on the object of each input), scored against the pixel maps
+``[B, K, H, W]`` (every target of an input against the same object):
+
+- :func:`pointing_game` — Zhang et al. (2016): does the map's maximum land on the object?
+- :func:`relevance_mass_accuracy` — Arras et al. (2022): the share of the map's mass on the object.
+- :func:`relevance_rank_accuracy` — Arras et al. (2022): of the ``|mask|`` highest-ranked pixels,
+  the share on the object.
+- :func:`top_k_intersection` — Theiner et al. (2021): of the ``k`` highest-ranked pixels, the share
+  on the object.
+- :func:`attribution_localisation` — Kohlbrenner et al. (2020): the share of the map's
+  (magnitude) mass inside the object, optionally weighted by the object's size.
+- :func:`auc` — Fawcett (2006): the ROC AUC of the map as a detector of the object's pixels.
+
+Maps are normalised per map (Quantus normalises by the batch's maximum; the shares and ranks here
+do not change, only thresholds would). Rankings break ties in a stable order (Quantus uses NumPy's
+unstable quicksort order). An input with an empty mask scores NaN. These metrics need no model:
+``auc(maps=maps, masks=masks)``. They reward maps that look like segmentations: a map can be
+faithful to a model that uses the context and still localise badly.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from . import similarity as metrics
+from ._common import check_int, pixel_maps, preprocess
+
+__all__ = ["pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
+           "attribution_localisation", "auc"]
+
+
+def object_masks(masks, count: int) -> np.ndarray:
+    """``masks`` as an array; a ``region`` target gives its own masks (one ``[H, W]`` for every
+    input is repeated ``count`` times)."""
+    from ..targets import Region
+
+    if masks is None:
+        raise ValueError("masks are needed: bool [B, H, W] (True on each object) or the region target the "
+                         "explanation was made for; received None.")
+    if isinstance(masks, Region):
+        if isinstance(masks.masks, str):
+            raise ValueError("a region with masks='predicted' has masks only the model knows: pass the masks "
+                             "(bool [B, H, W]) or a region with given masks; received region(masks='predicted').")
+        array = np.asarray(masks.masks)
+        return np.broadcast_to(array, (count, *array.shape)).copy() if array.ndim == 2 else array
+    return np.asarray(masks)
+
+
+def _maps_and_masks(name, model, inputs, explanation_or_method, targets, maps, masks, normalise, absolute,
+                    seed, batch_size, method_options):
+    """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
+    values = pixel_maps(name, model, inputs, explanation_or_method, targets, maps, seed=seed,
+                        batch_size=batch_size, method_options=method_options)
+    if masks is None:
+        raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")
+    masks = object_masks(masks, values.shape[0])
+    if masks.shape != (values.shape[0], *values.shape[2:]):
+        raise ValueError(f"{name}: masks must be bool [B, H, W] = {(values.shape[0], *values.shape[2:])} to match "
+                         f"the maps; received shape {masks.shape}.")
+    if masks.dtype != bool:
+        raise TypeError(f"{name}: masks must be boolean (True on the object); received dtype {masks.dtype}.")
+    values = preprocess(values, normalise=normalise, absolute=absolute)
+    return values.reshape(*values.shape[:2], -1), masks.reshape(len(masks), 1, -1)
+
+
+def _ranked_on_object(a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``[B, K, F]`` bool: whether the i-th highest-ranked pixel of each map is on the object."""
+    order = np.argsort(-a, axis=-1, kind="stable")
+    return np.take_along_axis(np.broadcast_to(s, a.shape), order, axis=-1)
+
+
+def relevance_mass_accuracy(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
+                            maps=None, masks=None, normalise: bool = True, abs: bool = False, seed: int = 0,
+                            batch_size: int = 32, **method_options) -> np.ndarray:
+    """``Σ_{object} a / Σ a`` of each map: float ``[B, K]`` (1 = all of the mass on the object). With
+    signed maps (``abs=False``, Quantus' default) negative mass outside can push it above 1."""
+    a, s = _maps_and_masks("relevance_mass_accuracy", model, inputs, explanation_or_method, targets, maps, masks,
+                           normalise, abs, seed, batch_size, method_options)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = (a * s).sum(-1) / a.sum(-1)
+    result[np.broadcast_to(s.sum(-1) == 0, result.shape)] = np.nan
+    return result
+
+
+def relevance_rank_accuracy(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
+                            maps=None, masks=None, normalise: bool = True, abs: bool = False, seed: int = 0,
+                            batch_size: int = 32, **method_options) -> np.ndarray:
+    """Of the ``n = |object|`` highest-ranked pixels of each map, the share on the object: float
+    ``[B, K]`` in ``[0, 1]``."""
+    a, s = _maps_and_masks("relevance_rank_accuracy", model, inputs, explanation_or_method, targets, maps, masks,
+                           normalise, abs, seed, batch_size, method_options)
+    on_object = _ranked_on_object(a, s)
+    sizes = s.sum(-1)  # [B, 1]
+    first = np.arange(a.shape[-1]) < sizes[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = (on_object & first).sum(-1) / np.broadcast_to(sizes, a.shape[:2])
+    result[np.broadcast_to(sizes == 0, result.shape)] = np.nan
+    return result
+
+
+def top_k_intersection(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
+                       maps=None, masks=None, k: int = 1000, concept_influence: bool = False,
+                       normalise: bool = True, abs: bool = False, seed: int = 0, batch_size: int = 32,
+                       **method_options) -> np.ndarray:
+    """Of the ``k`` highest-ranked pixels of each map (all of them when the map has fewer), the share
+    on the object: float ``[B, K]``. ``concept_influence=True`` divides by the object's share of the
+    image (``|object| / n``)."""
+    k = check_int("k", k)
+    a, s = _maps_and_masks("top_k_intersection", model, inputs, explanation_or_method, targets, maps, masks,
+                           normalise, abs, seed, batch_size, method_options)
+    result = _ranked_on_object(a, s)[..., :k].mean(-1)
+    sizes = np.broadcast_to(s.sum(-1), result.shape)
+    if concept_influence:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            result = result * a.shape[-1] / sizes
+    result[sizes == 0] = np.nan
+    return result
+
+
+def attribution_localisation(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
+                             maps=None, masks=None, weighted: bool = False, positive_attributions: bool = False,
+                             normalise: bool = True, abs: bool = True, seed: int = 0, batch_size: int = 32,
+                             **method_options) -> np.ndarray:
+    """``Σ_{object} a / (Σ a + 1e-9)`` of each map's magnitudes (Quantus' defaults), float ``[B, K]``;
+    NaN for an empty object or a share above 1 (possible only with signed maps).
+
+    ``positive_attributions=True`` clips the (preprocessed) map at 0; ``weighted=True`` multiplies by the
+    object's share of the image ``|object| / (H·W)`` (Kohlbrenner et al.'s weighting; Quantus 0.6.0
+    divides by the size of a slice of the batch instead of the image's).
+    """
+    a, s = _maps_and_masks("attribution_localisation", model, inputs, explanation_or_method, targets, maps,
+                           masks, normalise, abs, seed, batch_size, method_options)
+    if positive_attributions:
+        a = np.clip(a, 0, None)
+    result = (a * s).sum(-1) / (a.sum(-1) + 1e-9)
+    sizes = np.broadcast_to(s.sum(-1), result.shape)
+    result[sizes == 0] = np.nan
+    result[result > 1] = np.nan
+    if weighted:
+        result = result * sizes / a.shape[-1]
+    return result
+
+
+def auc(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *, maps=None, masks=None,
+        normalise: bool = True, abs: bool = False, seed: int = 0, batch_size: int = 32,
+        **method_options) -> np.ndarray:
+    """ROC AUC of each map as a score for "this pixel is on the object": float ``[B, K]`` (0.5 is
+    chance, 1 a perfect ranking; ties count one half). NaN when the object is empty or the whole image."""
+    a, s = _maps_and_masks("auc", model, inputs, explanation_or_method, targets, maps, masks, normalise, abs,
+                           seed, batch_size, method_options)
+    result = np.full(a.shape[:2], np.nan)
+    for b in range(a.shape[0]):
+        positives = int(s[b, 0].sum())
+        negatives = a.shape[-1] - positives
+        if positives == 0 or negatives == 0:
+            continue
+        for k in range(a.shape[1]):
+            ranks = stats.rankdata(a[b, k])  # average ranks: ties count one half (Mann-Whitney U)
+            result[b, k] = (ranks[s[b, 0]].sum() - positives * (positives + 1) / 2) / (positives * negatives)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Pointing game (Zhang et al. 2016)
+# --------------------------------------------------------------------------------------------
+def pointing_game(explanation, masks, *, tolerance: float = 0) -> np.ndarray:
+    """Whether each map's maximum falls on the object: bool ``[B, K]``.
+
+    Args:
+        explanation: an :class:`saliency_kit.Explanation` (its ``maps [B, K, H, W]`` are used) or
+            an array of maps ``[B, K, H, W]``.
+        masks: bool ``[B, H, W]``, the object of each input; or the ``saliency_kit.targets.region``
+            the explanation was made for, whose own masks are the objects (given masks only:
+            ``"predicted"`` ones are known only to the model).
+        tolerance: a hit may miss the object by up to this many pixels (Euclidean distance; the mask
+            is dilated with ``scipy.ndimage.distance_transform_edt``).
+
+    Ties: when several pixels share a map's maximum, it is a hit only if *all* of them are on the
+    (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
+    """
+    maps = np.asarray(getattr(explanation, "maps", explanation))
+    masks = object_masks(masks, len(maps))
+    if maps.ndim != 4:
+        raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
+    if masks.shape != (maps.shape[0], *maps.shape[2:]):
+        raise ValueError(
+            f"masks must be bool [B, H, W] = {(maps.shape[0], *maps.shape[2:])} to match the maps; received shape "
+            f"{masks.shape}."
+        )
+    if masks.dtype != bool:
+        raise TypeError(f"masks must be boolean (True on the object); received dtype {masks.dtype}.")
+    hits = np.zeros(maps.shape[:2], dtype=bool)
+    for b in range(maps.shape[0]):
+        region = metrics.dilate(masks[b], tolerance)
+        for k in range(maps.shape[1]):
+            hits[b, k] = metrics.points_at(maps[b, k], region)
+    return hits

@@ -1,0 +1,408 @@
+"""Randomisation: does the map change when what it should explain changes?
+
+- :func:`randomization_test` — Adebayo et al. (2018), "Sanity Checks for Saliency Maps": a map
+  that survives re-initialising the model's weights does not explain the model. Modes: Adebayo's
+  ``"cascading"`` and ``"independent"``, and Quantus' ``"mprt"`` (Adebayo et al.),
+  ``"smooth_mprt"`` and ``"efficient_mprt"`` (Hedström et al. 2024).
+- :func:`random_logit` — Sixt et al. (2020): the map of the target compared with the map of a
+  random other class; a class-sensitive method gives dissimilar maps (low SSIM).
+
+The similarity arithmetic lives in :mod:`saliency_kit.evaluate.similarity`. Weights are
+re-initialised with each layer's own initialisers on a copy of the model (Quantus permutes the
+trained weights instead); the user's model is never changed.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from . import similarity as metrics
+from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
+
+__all__ = [
+    "randomization_test",
+    "iter_randomization",
+    "compare_maps",
+    "comparison_maps",
+    "random_logit",
+    "discrete_entropy",
+]
+
+_MODES = ("cascading", "independent")
+_QUANTUS_MODES = ("mprt", "smooth_mprt", "efficient_mprt")
+
+
+# --------------------------------------------------------------------------------------------
+# Model-parameter randomisation (Adebayo et al. 2018)
+# --------------------------------------------------------------------------------------------
+def randomization_test(
+    model,
+    inputs,
+    method: str = "gradient",
+    targets="top1",
+    *,
+    mode: str = "cascading",
+    layers: Sequence[str] | None = None,
+    seed: int = 0,
+    **method_options,
+) -> list[dict]:
+    """Adebayo et al.'s model-parameter randomisation test.
+
+    The maps of ``method`` on ``model`` are compared with the maps of the same method on copies of
+    the model whose weights are re-initialised:
+
+    - ``mode="cascading"``: the weighted layers are re-initialised from the output downwards,
+      cumulatively (step ``i`` has the top ``i + 1`` layers random);
+    - ``mode="independent"``: one layer at a time, every other layer keeping its trained weights.
+
+    Re-initialisation happens on a clone of ``model`` (``keras.models.clone_model(recursive=True)``
+    with the trained weights copied in); ``model`` itself is never changed. Each layer is
+    re-initialised with its own initializers (``kernel_initializer``, ``bias_initializer``,
+    ``gamma_initializer``, ``moving_mean_initializer``, ...) reseeded from ``seed``, so a run is
+    reproducible. Layers inside nested models are included (paths ``"outer/inner"``). The targets
+    are resolved once, on the original model, and kept fixed for every step.
+
+    Args:
+        model: a Functional or Sequential ``keras.Model`` (nested models allowed).
+        inputs: ``[B, ...]`` model inputs, as for :func:`saliency_kit.explain`.
+        method, targets, method_options: passed to :func:`saliency_kit.explain` (``score`` and
+            ``batch_size`` too). A noisy method (``smoothgrad``) gets ``seed=seed`` unless given,
+            so every step sees the same noise.
+        mode: ``"cascading"`` or ``"independent"`` (Adebayo et al.), or Quantus' variants:
+
+            - ``"mprt"``: cascading from the output down; each step also has ``similarity``, the mean
+              of ``per_input [B, K]``: the Spearman correlation of the magnitudes of the element
+              attributions (Quantus' ``MPRT`` defaults);
+            - ``"smooth_mprt"``: the same from the input up, each explanation the mean over
+              ``nr_samples`` (50) copies of the input with Gaussian noise of standard deviation
+              ``noise_magnitude`` (0.1) × the input's range (Quantus' ``SmoothMPRT``);
+            - ``"efficient_mprt"``: one step, every chosen layer random; ``per_input`` is the ratio
+              of the discrete entropies (100-bin histograms) of the randomised and the original
+              explanation, ``similarity`` its mean — above 1 is what a model-sensitive method shows
+              (Quantus' ``EfficientMPRT``).
+
+            ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only.
+        layers: paths of the layers to randomise (a nested model's name stands for all its
+            weighted layers); default all weighted layers. Always visited from the output down.
+        seed: seed of the re-initialisation.
+
+    Returns:
+        One dict per step, in order (the original model is *not* an entry: its similarity to itself
+        is 1 by definition; :func:`iter_randomization` yields its maps first if you need them):
+
+        - ``layer``: the path of the layer re-initialised at this step;
+        - ``spearman_abs``: Spearman rank correlation of the magnitude maps ``Σ_c |attribution|``,
+          mean over inputs and targets;
+        - ``spearman``: the same on the signed maps ``Σ_c attribution``;
+        - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.metrics.normalize_abs`
+          (each divided by its 99th percentile, clipped to [0, 1]);
+        - ``step`` (1-based) and ``randomized``: the paths whose weights are random at this step.
+
+        See :func:`comparison_maps` for the maps compared (CAM maps and non-image attributions
+        are compared as they are).
+    """
+    if mode in _QUANTUS_MODES:
+        return _quantus_mode(model, inputs, method, targets, mode=mode, layers=layers, seed=seed, **method_options)
+    original = None
+    results = []
+    for step, (path, expl, randomized) in enumerate(
+        iter_randomization(model, inputs, method, targets, mode=mode, layers=layers, seed=seed, **method_options)
+    ):
+        if path is None:
+            original = expl
+            continue
+        results.append({"layer": path, **compare_maps(original, expl), "step": step, "randomized": randomized})
+    return results
+
+
+def iter_randomization(
+    model,
+    inputs,
+    method: str = "gradient",
+    targets="top1",
+    *,
+    mode: str = "cascading",
+    layers: Sequence[str] | None = None,
+    seed: int = 0,
+    **method_options,
+) -> Iterator[tuple[str | None, object, list[str]]]:
+    """The explanations behind :func:`randomization_test`, one step at a time.
+
+    Yields ``(layer_path, explanation, randomized_paths)``: first ``(None, original, [])`` for the
+    unchanged clone, then one tuple per step. Arguments as for :func:`randomization_test`.
+    """
+    from ..api import explain
+
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES + _QUANTUS_MODES))}; received {mode!r}.")
+    seed_noise(method, method_options, seed)
+    inputs = np.asarray(inputs)
+    steps = _randomized_copies(model, mode, layers, seed, "top_down")
+    _, clone, _ = next(steps)
+    original = explain(clone, inputs, method, targets, **method_options)
+    fixed_targets = targets if callable(targets) else np.asarray(original.targets)
+    yield None, original, []
+    for path, clone, randomized in steps:
+        yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
+
+
+def _randomized_copies(model, mode: str, layers, seed: int, order: str):
+    """Yields ``(path, copy, randomized_paths)``: first ``(None, copy, [])`` with the trained weights,
+    then the same copy after each step (``order``: ``"top_down"`` from the output, ``"bottom_up"``)."""
+    clone = clone_with_weights(model)
+    all_layers = weighted_layers(clone)
+    if not all_layers:
+        raise ValueError(f"model {model.name!r} has no layer with weights: there is nothing to randomise; "
+                         f"received a model without weights.")
+    index = {path: i for i, (path, _) in enumerate(all_layers)}
+    chosen = _select_layers(all_layers, layers)
+    yield None, clone, []
+    randomized: list[str] = []
+    for path, layer in (reversed(chosen) if order == "top_down" else chosen):
+        saved = [w.numpy() for w in layer.weights] if mode == "independent" else None
+        reinitialize(layer, seed=seed, salt=index[path])
+        randomized = [*randomized, path] if mode != "independent" else [path]
+        yield path, clone, randomized
+        if saved is not None:
+            for w, value in zip(layer.weights, saved):
+                w.assign(value)
+
+
+def compare_maps(original, randomized) -> dict:
+    """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets)."""
+    signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
+    signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
+    if signed_a.shape != signed_b.shape:
+        raise ValueError(f"explanations must have maps of one shape; received {signed_a.shape} and {signed_b.shape}.")
+    return {
+        "spearman_abs": float(np.mean([metrics.spearman(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
+        "spearman": float(np.mean([metrics.spearman(a, b) for a, b in zip(signed_a, signed_b)])),
+        "ssim": float(np.mean([metrics.ssim(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
+    }
+
+
+def _per_map(maps: np.ndarray) -> np.ndarray:
+    """``[B, K, ...]`` -> ``[B·K, ...]``: one map per input and target."""
+    return maps.reshape(-1, *maps.shape[2:])
+
+
+def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
+    """``(signed, magnitude)`` maps ``[B, K, ...]`` the randomisation test compares.
+
+    Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
+    and absolute-value visualisations); channels-first ones ``[B, K, C, H, W]`` (whose ``maps`` are
+    ``[B, K, H, W]``) are summed over C the same way; CAM maps and non-image attributions: ``a``
+    and ``|a|``.
+    """
+    attributions = np.asarray(expl.attributions, dtype=np.float64)
+    if attributions.ndim == 5:  # pixel attributions of images
+        maps_hw = tuple(np.shape(expl.maps)[2:])
+        channels = 2 if attributions.shape[3:] == maps_hw and attributions.shape[2:4] != maps_hw else -1
+        return attributions.sum(axis=channels), np.abs(attributions).sum(axis=channels)
+    return attributions, np.abs(attributions)
+
+
+def clone_with_weights(model):
+    """A checked deep copy of ``model`` (nested models cloned too) holding the same state
+    (:func:`saliency_kit.model.copy.copy_model`)."""
+    from ..model.copy import copy_model
+
+    try:
+        return copy_model(model, what="randomisation copy")
+    except ValueError as error:
+        raise ValueError(
+            f"randomization_test needs a copy of the model to re-initialise: {error}"
+        ) from error
+
+
+def weighted_layers(model) -> list[tuple[str, object]]:
+    """``(path, layer)`` of every layer that has weights, in the model's order, nested models expanded.
+
+    Paths of layers in nested models are ``"outer/inner"``.
+    """
+    from ..model.layers import weighted_layers as walk_weighted
+
+    return walk_weighted(model)
+
+
+def _select_layers(all_layers, layers):
+    if layers is None:
+        return list(all_layers)
+    if isinstance(layers, str):
+        layers = [layers]
+    chosen = set()
+    for name in layers:
+        hits = [p for p, _ in all_layers if p == name or p.startswith(f"{name}/") or p.split("/")[-1] == name]
+        if not hits:
+            raise ValueError(
+                f"layer {name!r} is not a weighted layer of the model; weighted layers are: "
+                + ", ".join(p for p, _ in all_layers) + f"; received {name!r}."
+            )
+        chosen.update(hits)
+    return [(p, layer) for p, layer in all_layers if p in chosen]
+
+
+# variable name -> initializer attributes that may hold its initializer (besides "<name>_initializer")
+_INITIALIZER_ATTRS = {
+    "kernel": ("kernel_initializer", "depthwise_initializer"),
+    "depthwise_kernel": ("depthwise_initializer",),
+    "pointwise_kernel": ("pointwise_initializer",),
+    "recurrent_kernel": ("recurrent_initializer",),
+}
+
+
+def reinitialize(layer, *, seed: int = 0, salt: int = 0) -> None:
+    """Re-draw every weight of ``layer`` from its own initializer, reseeded from ``(seed, salt)``.
+
+    The initializer of a variable named ``v`` is the ``v_initializer`` attribute of the (sub)layer
+    that owns it (``kernel_initializer``, ``bias_initializer``, ``gamma_initializer``,
+    ``moving_variance_initializer``, ...; depthwise and recurrent kernels included). A variable with
+    no initializer to be found gets Glorot-uniform (2-D and up) or zeros.
+    """
+    import keras
+
+    from ..model import keras_private
+
+    owners = [layer, *keras_private.all_sublayers(layer)]
+    for i, variable in enumerate(layer.weights):
+        init = _initializer_for(owners, variable)
+        var_seed = int(np.random.SeedSequence([seed, salt, i]).generate_state(1)[0] % (2**31 - 1))
+        if init is None:
+            init = keras.initializers.GlorotUniform() if len(variable.shape) >= 2 else keras.initializers.Zeros()
+        variable.assign(_reseeded(init, var_seed)(shape=tuple(variable.shape), dtype=variable.dtype))
+
+
+def _initializer_for(owners, variable):
+    name = variable.name.split("/")[-1].split(":")[0]
+    attrs = (*_INITIALIZER_ATTRS.get(name, ()), f"{name}_initializer")
+    holders = [o for o in owners if any(w is variable for w in o.weights)]
+    for owner in reversed(holders):  # the deepest owner first
+        for attr in attrs:
+            init = getattr(owner, attr, None)
+            if init is not None:
+                return init
+    return None
+
+
+def _reseeded(init, seed: int):
+    import keras
+
+    if isinstance(init, keras.initializers.Initializer):
+        config = init.get_config()
+        if "seed" in config:
+            return type(init).from_config({**config, "seed": seed})
+    return init
+
+
+def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samples=50, noise_magnitude=0.1,
+                  **method_options) -> list[dict]:
+    """``randomization_test`` for Quantus' modes (see its docstring)."""
+    from ..api import explain
+
+    smooth = mode == "smooth_mprt"
+    if smooth:
+        nr_samples = check_int("nr_samples", nr_samples)
+        noise_magnitude = check_float("noise_magnitude", noise_magnitude)
+    seed_noise(method, method_options, seed)
+    x = np.asarray(inputs)
+    if smooth:
+        noisy = np.concatenate([
+            xb[None] + rng(seed, "smooth_mprt", b).normal(0.0, noise_magnitude * float(np.ptp(xb)),
+                                                          (nr_samples, *xb.shape))
+            for b, xb in enumerate(x)]).astype(x.dtype)
+        keys = perturbed_keys(seed, len(x), nr_samples)
+
+    def attributions(clone, fixed_targets):
+        """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
+        if not smooth:
+            expl = explain(clone, x, method, fixed_targets, **method_options)
+            return np.asarray(expl.attributions, np.float64), expl.targets
+        expl = explain(clone, noisy, method, np.repeat(np.asarray(fixed_targets), nr_samples, axis=0),
+                       input_keys=keys, **method_options)
+        values = np.asarray(expl.attributions, np.float64)
+        return values.reshape(len(x), nr_samples, *values.shape[1:]).mean(axis=1), fixed_targets
+
+    steps = _randomized_copies(model, "cascading", layers, seed, "top_down" if mode == "mprt" else "bottom_up")
+    _, clone, _ = next(steps)
+    if smooth:
+        from ..api import resolve_targets
+
+        targets = resolve_targets(clone, x, targets)
+    original, fixed_targets = attributions(clone, targets)
+    fixed_targets = np.asarray(fixed_targets)
+    if mode == "efficient_mprt":
+        randomized: list[str] = []
+        for _, clone, randomized in steps:
+            pass
+        random_maps, _ = attributions(clone, fixed_targets)
+        before, after = discrete_entropy(original), discrete_entropy(random_maps)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = after / before
+        return [{"layer": "all", "step": 1, "randomized": randomized, "similarity": float(np.nanmean(ratio)),
+                 "per_input": ratio, "complexity_original": before, "complexity_randomized": after}]
+    results = []
+    reference = preprocess(original, normalise=True, absolute=True)
+    for step, (path, clone, randomized) in enumerate(steps, start=1):
+        current, _ = attributions(clone, fixed_targets)
+        per_input = _spearman_per_map(reference, preprocess(current, normalise=True, absolute=True))
+        results.append({"layer": path, "step": step, "randomized": randomized,
+                        "similarity": float(np.nanmean(per_input)), "per_input": per_input})
+    return results
+
+
+def _spearman_per_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman correlation of each pair of maps ``[B, K, ...]`` -> ``[B, K]``."""
+    from .similarity import spearman_rows
+
+    flat_a, flat_b = a.reshape(*a.shape[:2], -1), b.reshape(*b.shape[:2], -1)
+    return np.array([[spearman_rows(p, q) for p, q in zip(ra, rb)] for ra, rb in zip(flat_a, flat_b)])
+
+
+def discrete_entropy(maps: np.ndarray, n_bins: int = 100) -> np.ndarray:
+    """Entropy (nats) of the ``n_bins``-bin histogram of each map ``[B, K, ...]`` -> ``[B, K]``
+    (Quantus' ``discrete_entropy``)."""
+    from scipy import stats
+
+    flat = np.asarray(maps, dtype=np.float64).reshape(*np.shape(maps)[:2], -1)
+    return np.array([[stats.entropy(np.histogram(m, bins=n_bins)[0]) for m in row] for row in flat])
+
+
+def random_logit(model, inputs, explanation_or_method="gradient", targets="top1", *, num_classes: int | None = None,
+                 normalise: bool = True, abs: bool = False, score: str = "logits", seed: int = 0,
+                 batch_size: int = 32, **method_options) -> np.ndarray:
+    """Sixt et al.'s random logit test: SSIM between the map of each target and the map of a class
+    drawn uniformly among the others: float ``[B, K]``; lower is better (a class-sensitive map).
+
+    As Quantus: the maps are the (flattened) element attributions, normalised (per map here, per
+    batch in Quantus), compared by scikit-image's SSIM with a 7-wide window and the pair's joint
+    range. ``num_classes`` defaults to the model's number of outputs (Quantus: 1000). The other
+    class is drawn per input and target (seeded).
+    """
+    from ..model.scores import score_columns
+
+    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
+                     method_options=method_options)
+    if scored.score_fn is not None:
+        raise ValueError("random_logit draws other classes: give class targets, not a score function; "
+                         "received a callable.")
+    classes = num_classes if num_classes is not None else score_columns(model, None)
+    classes = check_int("num_classes", classes, 2)
+    other = np.empty_like(scored.targets)
+    for b, row in enumerate(scored.targets):
+        generator = rng(seed, "random_logit", b)
+        for k, target in enumerate(row):
+            choice = int(generator.integers(0, classes - 1))
+            other[b, k] = choice + (choice >= target)
+    off = scored.explain(scored.x, other, np.arange(len(scored.x)))
+    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
+    o = preprocess(off, normalise=normalise, absolute=abs)
+    return np.array([[ssim_flat(p.ravel(), q.ravel()) for p, q in zip(ra, rb)] for ra, rb in zip(a, o)])
+
+
+def ssim_flat(a: np.ndarray, b: np.ndarray) -> float:
+    """Quantus' ``ssim``: scikit-image's SSIM of two vectors, 7-wide window, data range the joint range."""
+    from skimage.metrics import structural_similarity
+
+    both = np.concatenate([a, b])
+    return float(structural_similarity(a, b, data_range=float(np.abs(both.max() - both.min()))))

@@ -1,0 +1,334 @@
+"""sk.evaluate against Quantus 0.6.0, the reference implementation of the metrics.
+
+The model-based metrics run on a small Keras network (ours) and its PyTorch twin holding the same
+weights (Quantus'). Quantus draws its randomness from NumPy's global generator; each test feeds it
+the very draws our per-input generators make (``numpy.random`` patched for the duration of the
+Quantus call), so the two compute the same thing on the same perturbations. Where Quantus departs
+from its paper, the test shows the departure and checks the paper's version.
+
+Inputs have one channel so that Quantus' channels-first flattening and ours coincide.
+"""
+import numpy as np
+import pytest
+
+quantus = pytest.importorskip("quantus")
+torch = pytest.importorskip("torch")
+
+import keras  # noqa: E402
+
+from saliency_kit import evaluate  # noqa: E402
+from saliency_kit.evaluate import _common  # noqa: E402
+
+B, H, W, CLASSES = 3, 6, 6, 4
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def twins():
+    """A Keras network ``[B, H, W, 1]`` and its PyTorch twin ``[B, 1, H, W]`` with the same weights."""
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([
+        keras.Input((H, W, 1)),
+        keras.layers.Conv2D(3, 3, padding="same", activation="relu", bias_initializer="random_normal"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(CLASSES, bias_initializer="random_normal"),
+    ])
+    conv, dense = model.layers[0], model.layers[2]
+
+    class Twin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 3, 3, padding=1)
+            self.dense = torch.nn.Linear(H * W * 3, CLASSES)
+
+        def forward(self, x):
+            h = torch.relu(self.conv(x))
+            return self.dense(h.permute(0, 2, 3, 1).reshape(len(x), -1))  # Keras flattens H, W, C
+
+    twin = Twin().eval()
+    with torch.no_grad():
+        twin.conv.weight.copy_(torch.tensor(np.transpose(conv.kernel.numpy(), (3, 2, 0, 1))))
+        twin.conv.bias.copy_(torch.tensor(conv.bias.numpy()))
+        twin.dense.weight.copy_(torch.tensor(dense.kernel.numpy().T))
+        twin.dense.bias.copy_(torch.tensor(dense.bias.numpy()))
+    return model, twin
+
+
+@pytest.fixture(scope="module")
+def data(twins):
+    model, twin = twins
+    rng = np.random.default_rng(3)
+    x = rng.random((B, H, W, 1)).astype(np.float32)
+    x_t = np.moveaxis(x, -1, 1).copy()
+    with torch.no_grad():
+        logits = twin(torch.tensor(x_t)).numpy()
+    np.testing.assert_allclose(logits, model.predict(x, verbose=0), rtol=1e-5, atol=1e-5)  # the twins agree
+    y = logits.argmax(-1)
+    a_t = rng.normal(size=(B, 1, H, W)).astype(np.float32)  # fixed attributions, channels-first
+    return x, x_t, y, a_t
+
+
+def ours(a_t):
+    """Quantus' ``[B, 1, H, W]`` attributions as our element attributions ``[B, K=1, H, W, 1]``."""
+    return np.moveaxis(a_t, 1, -1)[:, None]
+
+
+def torch_gradient(model, inputs, targets, **kwargs):
+    """Quantus' explain_func: the gradient of the target logit, ``[B, 1, H, W]``."""
+    x = torch.tensor(np.asarray(inputs, dtype=np.float32), requires_grad=True)
+    out = model(x)
+    out[torch.arange(len(x)), torch.tensor(np.asarray(targets))].sum().backward()
+    return x.grad.numpy()
+
+
+class Feed:
+    """Replaces a ``numpy.random`` function by one returning the given values in order."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def __call__(self, *args, **kwargs):
+        return self.values.pop(0)
+
+
+def run_quantus(metric, twin, x_t, y, a_t, **kwargs):
+    return np.asarray(metric(model=twin, x_batch=x_t, y_batch=y, a_batch=a_t, channel_first=True, device="cpu",
+                             **kwargs), dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------ faithfulness
+def test_faithfulness_correlation_matches_quantus(twins, data, monkeypatch):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    runs, size = 6, 7
+    subsets = []  # our generator draws all runs of one input in a row; Quantus one input after another
+    for b in range(B):
+        g = _common.rng(0, "faithfulness_correlation", b)
+        subsets.append([g.choice(H * W, size, replace=False) for _ in range(runs)])
+    monkeypatch.setattr(np.random, "choice", Feed(subsets[b][r] for r in range(runs) for b in range(B)))
+    reference = run_quantus(quantus.FaithfulnessCorrelation(nr_runs=runs, subset_size=size, return_aggregate=False,
+                                                            disable_warnings=True), twin, x_t, y, a_t)
+    monkeypatch.undo()
+    got = evaluate.faithfulness_correlation(model, x, ours(a_t), y[:, None], nr_runs=runs, subset_size=size)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+def test_infidelity_matches_quantus(twins, data):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    reference = run_quantus(quantus.Infidelity(perturb_patch_sizes=[2, 3], n_perturb_samples=2, disable_warnings=True),
+                            twin, x_t, y, a_t)
+    got = evaluate.infidelity(model, x, ours(a_t), y[:, None], perturb_patch_sizes=[2, 3], n_perturb_samples=2)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+def test_road_matches_quantus_on_one_channel(twins, data, monkeypatch):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    percentages = [10, 30, 50, 70, 90]
+    draws = {}
+    for b in range(B):
+        g = _common.rng(0, "road", b)
+        draws[b] = [g.standard_normal((1, int(H * W * p / 100))) for p in percentages]
+    monkeypatch.setattr(np.random, "randn", Feed(draws[b][i] for i in range(len(percentages)) for b in range(B)))
+    metric = quantus.ROAD(percentages=percentages, noise=0.05, disable_warnings=True)
+    by_percentage = metric(model=twin, x_batch=x_t, y_batch=y, a_batch=a_t, channel_first=True, device="cpu")
+    monkeypatch.undo()
+    reference = np.asarray([by_percentage[p] for p in percentages])
+    got = evaluate.road(model, x, ours(a_t), y[:, None], percentages=percentages, noise=0.05)
+    np.testing.assert_allclose(got["curve"][:, 0].mean(axis=0), reference, **TOL)  # Quantus keeps the batch mean
+
+
+def test_noisy_linear_imputation_matches_quantus():
+    from quantus.functions.perturb_func import noisy_linear_imputation
+
+    image = np.random.default_rng(0).random((1, 7, 5))
+    indices = np.array([0, 3, 8, 9, 10, 17, 34])
+    noise = np.zeros((1, len(indices)))
+    np.testing.assert_allclose(evaluate.faithfulness.noisy_linear_imputation(image, indices, noise),
+                               noisy_linear_imputation(image.copy(), indices, noise=0.0), rtol=1e-12)
+
+
+def test_road_imputes_every_channel_where_quantus_fails():
+    """Quantus 0.6.0 ranks channels-first elements but imputes pixels: three channels break it."""
+    from quantus.functions.perturb_func import noisy_linear_imputation
+
+    image = np.random.default_rng(1).random((3, 5, 5))
+    indices = np.array([6, 7, 12])
+    ours_3 = evaluate.faithfulness.noisy_linear_imputation(image, indices, np.zeros((3, 3)))
+    for c in range(3):  # each channel is imputed as its own one-channel image
+        np.testing.assert_allclose(ours_3[c], noisy_linear_imputation(image[c:c + 1].copy(), indices, noise=0.0)[0],
+                                   rtol=1e-12)
+    # an imputed pixel is the weighted mean of its neighbours: a constant image stays constant
+    flat = np.full((3, 5, 5), 0.25)
+    np.testing.assert_allclose(evaluate.faithfulness.noisy_linear_imputation(flat, indices, np.zeros((3, 3))), flat)
+
+
+def test_monotonicity_correlation_matches_quantus(twins, data):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    options = dict(nr_samples=2, features_in_step=3, perturb_baseline=0.5)
+    reference = run_quantus(quantus.MonotonicityCorrelation(**options, disable_warnings=True), twin, x_t, y, a_t)
+    got = evaluate.monotonicity_correlation(model, x, ours(a_t), y[:, None], **options)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+@pytest.mark.parametrize("patch_size", [2, 4])  # 4 does not divide 6: Quantus pads the grid
+def test_region_perturbation_matches_quantus(twins, data, patch_size):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    reference = run_quantus(quantus.RegionPerturbation(patch_size=patch_size, regions_evaluation=5,
+                                                       disable_warnings=True), twin, x_t, y, a_t)
+    got = evaluate.region_perturbation(model, x, ours(a_t), y[:, None], patch_size=patch_size, regions_evaluation=5)
+    np.testing.assert_allclose(got["curve"][:, 0], reference, **TOL)
+    np.testing.assert_allclose(got["aopc"], got["curve"].mean(-1))
+
+
+def test_pixel_flipping_matches_quantus(twins, data, monkeypatch):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    reference = run_quantus(quantus.PixelFlipping(features_in_step=4, disable_warnings=True), twin, x_t, y, a_t)
+    got = evaluate.pixel_flipping(model, x, ours(a_t), y[:, None], features_in_step=4)
+    np.testing.assert_allclose(got["curve"][:, 0], reference, **TOL)
+    monkeypatch.setattr(np, "trapz", np.trapezoid, raising=False)  # Quantus 0.6.0 calls NumPy 1's name
+    auc = run_quantus(quantus.PixelFlipping(features_in_step=4, return_auc_per_sample=True, disable_warnings=True),
+                      twin, x_t, y, a_t)
+    np.testing.assert_allclose(got["auc"][:, 0], auc, **TOL)
+
+
+# -------------------------------------------------------------------------------- robustness
+def _uniform_feed(salt, samples, low, high):
+    """Our per-input noise, replayed as Quantus draws it: one ``[B, n]`` array per sample."""
+    noise = [_common.rng(0, salt, b).uniform(low, high, (samples, H, W, 1)) for b in range(B)]
+    return Feed(np.stack([noise[b][s].reshape(-1) for b in range(B)]) for s in range(samples))
+
+
+@pytest.mark.parametrize("name", ["max_sensitivity", "avg_sensitivity"])
+def test_sensitivity_matches_quantus(twins, data, monkeypatch, name):
+    model, twin = twins
+    x, x_t, y, _ = data
+    samples = 4
+    a_t = torch_gradient(twin, x_t, y)
+    monkeypatch.setattr(np.random, "uniform", _uniform_feed(name, samples, -0.2, 0.2))
+    cls = quantus.MaxSensitivity if name == "max_sensitivity" else quantus.AvgSensitivity
+    reference = run_quantus(cls(nr_samples=samples, disable_warnings=True), twin, x_t, y, a_t,
+                            explain_func=torch_gradient)
+    monkeypatch.undo()
+    got = getattr(evaluate, name)(model, x, "gradient", y[:, None], nr_samples=samples)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+def test_relative_input_stability_matches_quantus(twins, data, monkeypatch):
+    model, twin = twins
+    x, x_t, y, _ = data
+    samples = 4
+    a_t = torch_gradient(twin, x_t, y)
+    monkeypatch.setattr(np.random, "uniform", _uniform_feed("relative_input_stability", samples, 0.02, 0.2))
+    reference = run_quantus(quantus.RelativeInputStability(nr_samples=samples, return_nan_when_prediction_changes=False,
+                                                           disable_warnings=True), twin, x_t, y, a_t,
+                            explain_func=torch_gradient)
+    monkeypatch.undo()
+    got = evaluate.relative_input_stability(model, x, "gradient", y[:, None], nr_samples=samples,
+                                            return_nan_when_prediction_changes=False)
+    np.testing.assert_allclose(got[:, 0], reference, rtol=1e-4)  # ratios of float32 gradient differences
+
+
+# ------------------------------------------------------------------------------ localisation
+@pytest.fixture(scope="module")
+def masks():
+    s = np.zeros((B, H, W), dtype=bool)
+    s[0, 1:4, 1:4] = True
+    s[1, :, :2] = True
+    s[2, 2:, 3:] = True
+    return s
+
+
+@pytest.mark.parametrize("name, cls, options", [
+    ("relevance_mass_accuracy", "RelevanceMassAccuracy", {}),
+    ("relevance_rank_accuracy", "RelevanceRankAccuracy", {}),
+    ("top_k_intersection", "TopKIntersection", {"k": 5}),
+    ("top_k_intersection", "TopKIntersection", {"k": 7, "concept_influence": True}),
+    ("attribution_localisation", "AttributionLocalisation", {}),
+    ("auc", "AUC", {}),
+])
+def test_localisation_matches_quantus(data, masks, name, cls, options):
+    x, x_t, y, a_t = data
+    metric = getattr(quantus, cls)(**options, disable_warnings=True)
+    reference = np.asarray(metric(model=None, x_batch=x_t, y_batch=y, a_batch=a_t, s_batch=masks[:, None],
+                                  channel_first=True), dtype=np.float64)
+    got = getattr(evaluate, name)(maps=a_t, masks=masks, **options)  # [B, 1, H, W]: one map per input
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+# -------------------------------------------------------------------------------- complexity
+@pytest.mark.parametrize("name, cls", [("sparseness", "Sparseness"), ("complexity", "Complexity"),
+                                       ("effective_complexity", "EffectiveComplexity")])
+def test_complexity_matches_quantus(data, name, cls):
+    x, x_t, y, a_t = data
+    a = _common.normalise_by_max(a_t[:, None])[:, 0]  # per input, so that Quantus' batch maximum is not needed
+    options = {"eps": 0.3} if name == "effective_complexity" else {}
+    metric = getattr(quantus, cls)(normalise=False, **options, disable_warnings=True)
+    reference = np.asarray(metric(model=None, x_batch=x_t, y_batch=y, a_batch=a.astype(np.float32).copy(),
+                                  channel_first=True), dtype=np.float64)
+    got = getattr(evaluate, name)(maps=a.astype(np.float32), normalise=False, **options)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+def test_discrete_entropy_matches_quantus(data):
+    from quantus.functions.complexity_func import discrete_entropy
+
+    a = data[3]
+    got = evaluate.randomisation.discrete_entropy(a[:, None])
+    np.testing.assert_allclose(got[:, 0], [discrete_entropy(a=m, x=None) for m in a], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- randomisation
+def test_random_logit_matches_quantus(twins, data, monkeypatch):
+    model, twin = twins
+    x, x_t, y, _ = data
+    a_t = torch_gradient(twin, x_t, y)
+    draws = np.array([_common.rng(0, "random_logit", b).integers(0, CLASSES - 1) for b in range(B)])
+    monkeypatch.setattr(np.random, "randint", Feed([draws]))
+    reference = run_quantus(quantus.RandomLogit(num_classes=CLASSES, normalise=False, disable_warnings=True),
+                            twin, x_t, y, a_t, explain_func=torch_gradient)
+    monkeypatch.undo()
+    got = evaluate.random_logit(model, x, "gradient", y[:, None], normalise=False)
+    np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+# --------------------------------------------------------------------------------- axiomatic
+def test_completeness_gap_is_what_quantus_compares_for_equality(twins, data):
+    """Quantus returns ``Σa == Δf`` by exact float equality; the gap it compares is ours."""
+    model, twin = twins
+    x, x_t, y, a_t = data
+    seen = []
+    metric = quantus.Completeness(normalise=False, output_func=lambda d: seen.append(np.asarray(d)) or d,
+                                  disable_warnings=True)
+    equal = run_quantus(metric, twin, x_t, y, a_t)
+    assert not equal.any()  # exact equality of floats: always False on these arrays
+    got = evaluate.completeness(model, x, ours(a_t), y[:, None])
+    np.testing.assert_allclose(got[:, 0], np.abs(a_t.reshape(B, -1).sum(-1) - seen[0]), **TOL)
+
+
+def test_non_sensitivity_matches_quantus(twins, data):
+    model, twin = twins
+    x, x_t, y, a_t = data
+    a = a_t.copy()
+    a[:, :, :2] = 0.0  # some features without attribution
+    reference = run_quantus(quantus.NonSensitivity(disable_warnings=True), twin, x_t, y, a)
+    got = evaluate.non_sensitivity(model, x, ours(a), y[:, None])
+    np.testing.assert_allclose(got[:, 0], reference)
+
+
+def test_input_invariance_shifts_every_pixel_where_quantus_skips_one(twins, data):
+    """Quantus 0.6.0's shift leaves the first pixel unshifted, so the plain gradient fails there;
+    the gradient is input invariant (Kindermans et al.), and passes here."""
+    model, twin = twins
+    x, x_t, y, _ = data
+    a_t = torch_gradient(twin, x_t, y)
+    quantus_says = run_quantus(quantus.InputInvariance(disable_warnings=True), twin, x_t, y, a_t,
+                               explain_func=torch_gradient)
+    assert not quantus_says.all()
+    np.testing.assert_array_equal(evaluate.input_invariance(model, x, "gradient", y[:, None]), 1.0)
+    # gradient × input is not input invariant: its attributions move with the input
+    assert not evaluate.input_invariance(model, x, "gradient_x_input", y[:, None]).any()
