@@ -19,6 +19,7 @@ colormap's zero colour. Nothing here ever produces NaN.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["normalize", "heatmap", "overlay", "grid", "show", "fit_text", "method_title", "save_png", "png_bytes",
+           "Mark", "outline", "draw_box", "draw_mark", "MARK_COLOUR",
            "write_atomic", "atomic_path", "DEFAULT_CMAPS"]
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with
@@ -261,6 +263,105 @@ def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.
 
 
 # --------------------------------------------------------------------------------------------
+# Marks: what a map explains, drawn on it -- a region's outline, a box with its class name
+
+#: The colour of region outlines and boxes: cyan stands out on every default colormap.
+MARK_COLOUR = (0, 255, 255)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """What one map explains, to draw on its overlay: a region ``mask`` (bool ``[h, w]``, any
+    resolution: it is scaled to the picture) and/or a ``box`` ``(x0, y0, x1, y1)`` in the pixels of
+    a ``frame`` ``(height, width)`` (the model's input; ``None``: the picture's own), with a
+    ``label`` written at the box (e.g. its class name)."""
+
+    mask: np.ndarray | None = None
+    box: tuple | None = None
+    label: str | None = None
+    frame: tuple | None = None
+
+
+def _line_width(shape_hw) -> int:
+    """Outline width in pixels: 1 up to 192 px pictures, then 1 more per 192 px of the short side."""
+    return max(1, int(min(shape_hw[:2])) // 192 + 1)
+
+
+def outline(image_uint8, mask, *, colour=MARK_COLOUR, width: int | None = None) -> np.ndarray:
+    """``image_uint8`` ``[H, W, 3]`` with the outline of ``mask`` drawn in ``colour`` -> a new uint8 image.
+
+    ``mask``: bool (or nonzero = in) ``[h, w]``, scaled to ``[H, W]`` by nearest neighbour. The
+    outline is the mask's own pixels within ``width`` pixels (4-neighbour steps; default from the
+    picture's size) of a pixel outside it or of the picture's edge: it never covers the region's
+    surroundings, and an empty mask draws nothing.
+    """
+    from PIL import Image
+
+    rgb = _as_rgb(image_uint8).copy()
+    region = np.asarray(mask)
+    if region.ndim != 2:
+        raise ValueError(f"outline() needs a mask [h, w]; received an array of shape {region.shape}.")
+    region = region.astype(bool)
+    if region.shape != rgb.shape[:2]:
+        scaled = Image.fromarray(region.astype(np.uint8) * 255).resize((rgb.shape[1], rgb.shape[0]),
+                                                                       Image.Resampling.NEAREST)
+        region = np.asarray(scaled) > 127
+    inner = region
+    for _ in range(width or _line_width(rgb.shape)):
+        padded = np.pad(inner, 1, constant_values=False)
+        inner = inner & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
+    rgb[region & ~inner] = colour
+    return rgb
+
+
+def draw_box(image_uint8, box, label: str | None = None, *, frame=None, colour=MARK_COLOUR,
+             width: int | None = None) -> np.ndarray:
+    """``image_uint8`` ``[H, W, 3]`` with ``box`` drawn as a rectangle and ``label`` written on a
+    ``colour`` band at its top-left corner (above the box when there is room, else inside).
+
+    ``box``: ``(x0, y0, x1, y1)`` pixel edges in a ``frame`` ``(height, width)`` (the model's input
+    size; default the picture's own), scaled to the picture; the rectangle's lines are the box's
+    outermost pixels, ``width`` wide (default from the picture's size), clipped to the picture.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+
+    rgb = _as_rgb(image_uint8)
+    values = np.asarray(box, dtype=np.float64).reshape(-1)
+    if values.shape != (4,) or not np.all(np.isfinite(values)):
+        raise ValueError(f"draw_box() needs a box (x0, y0, x1, y1) of 4 finite numbers; received {box!r}.")
+    height, width_px = rgb.shape[:2]
+    frame_h, frame_w = frame if frame is not None else (height, width_px)
+    x0, x1 = values[[0, 2]] * (width_px / frame_w)
+    y0, y1 = values[[1, 3]] * (height / frame_h)
+    x0, y0 = int(np.clip(np.floor(x0 + 0.5), 0, width_px - 1)), int(np.clip(np.floor(y0 + 0.5), 0, height - 1))
+    x1, y1 = int(np.clip(np.floor(x1 + 0.5), x0 + 1, width_px)), int(np.clip(np.floor(y1 + 0.5), y0 + 1, height))
+    picture = Image.fromarray(rgb.copy())
+    draw = ImageDraw.Draw(picture)
+    draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=tuple(colour), width=width or _line_width(rgb.shape))
+    if label:
+        font = ImageFont.load_default(size=max(8, min(height, width_px) // 8))
+        left, top, right, bottom = draw.textbbox((0, 0), str(label), font=font)
+        text_w, text_h = right - left + 2, bottom - top + 2
+        band_top = y0 - text_h if y0 - text_h >= 0 else y0
+        band_left = min(x0, max(0, width_px - text_w))
+        draw.rectangle([band_left, band_top, band_left + text_w - 1, band_top + text_h - 1], fill=tuple(colour))
+        draw.text((band_left + 1 - left, band_top + 1 - top), str(label), fill=(0, 0, 0), font=font)
+    return np.asarray(picture)
+
+
+def draw_mark(image_uint8, mark: "Mark | None") -> np.ndarray:
+    """``image_uint8`` with ``mark``'s region outline and box drawn (unchanged for ``None``)."""
+    rgb = _as_rgb(image_uint8)
+    if mark is None:
+        return rgb
+    if mark.mask is not None:
+        rgb = outline(rgb, mark.mask)
+    if mark.box is not None:
+        rgb = draw_box(rgb, mark.box, mark.label, frame=mark.frame)
+    return rgb
+
+
+# --------------------------------------------------------------------------------------------
 # Grids
 
 
@@ -393,6 +494,7 @@ def grid(
     max_columns: int = 5,
     feature_names: Sequence[str] | None = None,
     max_features: int = 12,
+    marks: Sequence[Sequence["Mark | None"]] | None = None,
 ):
     """A labelled figure of the maps of one or several methods on the same inputs.
 
@@ -417,6 +519,9 @@ def grid(
     largest in magnitude, named by ``feature_names`` (else ``x0``, ``x1``, ...) with the input's
     value when ``originals`` are given. Returns a bare :class:`matplotlib.figure.Figure` (no
     pyplot state); save it with :func:`save_png`.
+
+    ``marks``: per input, one :class:`Mark` (or ``None``) per target column ``k`` -- the region
+    outline or the box a map explains, drawn on that column's image panels of every method.
     """
     from matplotlib.figure import Figure
 
@@ -429,6 +534,8 @@ def grid(
         raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
     if int(max_columns) < 1:
         raise ValueError(f"max_columns must be at least 1; received {max_columns!r}.")
+    if marks is not None and len(marks) != n_inputs:
+        raise ValueError(f"grid() needs one list of marks per input ({n_inputs}); received {len(marks)}.")
     options = dict(sign=sign, clip_percentile=clip_percentile, cmap=cmap)
     tabular = any(_is_tabular(e) for e in items)
     show_input = originals is not None and not tabular  # tabular values are written on the bars
@@ -482,8 +589,9 @@ def grid(
             for c, (e, k) in enumerate(row):
                 ax = axes[first + r, left + c + int(show_input)]
                 ax.set_axis_on()
+                mark = marks[i][k] if marks is not None and k < len(marks[i]) else None
                 _draw_panel(ax, e, i, k, originals, shown, options, overlay_cams=overlay_cams, alpha=alpha,
-                            feature_names=feature_names, max_features=max_features)
+                            feature_names=feature_names, max_features=max_features, mark=mark)
                 target = int(np.asarray(e.targets)[i, k])
                 score = float(np.asarray(e.scores)[i, k])
                 value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
@@ -594,8 +702,10 @@ def method_title(method: str) -> str:
     return method_display(method)[0]
 
 
-def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features):
-    """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap."""
+def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features,
+                mark=None):
+    """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap (an
+    image panel with ``mark`` drawn on it)."""
     if _is_tabular(e):
         features = None if originals is None else originals[i]
         _bars(ax, np.asarray(e.attributions)[i, k], features, feature_names, max_features=max_features)
@@ -605,10 +715,11 @@ def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, 
         ax.imshow(heatmap(map_, **options), aspect="auto", interpolation="nearest")
     elif shown is not None and map_.ndim == 2:
         if method_display(e.method)[1] and overlay_cams:
-            ax.imshow(overlay(shown[i], map_, alpha=alpha, **options))
+            ax.imshow(draw_mark(overlay(shown[i], map_, alpha=alpha, **options), mark))
         else:  # scaled at its own resolution, then shown at the image's size and aspect
             unit = normalize(map_, sign=options["sign"], clip_percentile=options["clip_percentile"])
-            ax.imshow(_colorize(_resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"]))
+            picture = _colorize(_resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"])
+            ax.imshow(draw_mark(picture, mark))
     else:
         square = map_.ndim == 2 and map_.shape[0] == map_.shape[1]
         image_like = originals is None and np.asarray(e.maps).ndim == 4
