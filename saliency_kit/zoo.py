@@ -27,6 +27,14 @@ name or replace a built-in one. Config keys (unknown keys are an error, so typos
 ``weights_file``    the file name Keras caches the ImageNet weights under (in ``$KERAS_HOME/models``
                     or ``~/.keras/models``), checked before any download is attempted
 ``description``     one line for ``saliency models``
+``task``            what the model's output is: ``"classification"`` (the default, ``[B, C]``),
+                    ``"segmentation"`` (``[B, H', W', C]`` logits per pixel) or ``"detection"`` (raw
+                    heads before non-max suppression, ``[B, N, 4 + 1 + C]``: a box in input pixels,
+                    an objectness logit and ``C`` class logits per proposal); ``classes`` names the
+                    C classes
+``score_threshold`` a detector's score a detection needs (default 0.5) and the IoU above which
+``iou_threshold``   non-max suppression drops the weaker of two boxes of a class (default 0.45);
+                    see :func:`saliency_kit.detections.decode`
 ``name``            defaults to the config file's stem
 ==================  ==============================================================================
 
@@ -70,7 +78,9 @@ MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 KERAS_WEIGHTS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
 _PACKAGE_PREFIX = "package:"
 _CONFIG_KEYS = {"name", "constructor", "model_file", "input_size", "preprocess", "classes",
-                "gradcam_layer", "weights_file", "description"}
+                "gradcam_layer", "weights_file", "description", "task", "score_threshold", "iou_threshold"}
+TASKS = ("classification", "segmentation", "detection")
+DETECTION_FIELDS = 5  # a detector's raw output: 4 box coordinates and an objectness logit before the classes
 _SIDECAR_KEYS = _CONFIG_KEYS - {"constructor", "model_file", "weights_file"}
 
 
@@ -155,8 +165,10 @@ class ModelSpec:
     """How to feed and read a model.
 
     ``name``; ``input_size`` ``(H, W)``; ``preprocess``: uint8 ``[B, H, W, 3]`` RGB -> float32 model
-    input; ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
-    (a layer name, nested models as ``"outer/inner"``); ``source``: the config or model file.
+    input; ``class_names``: one name per class; ``gradcam_layer``: the default Grad-CAM layer
+    (a layer name, nested models as ``"outer/inner"``); ``source``: the config or model file;
+    ``task``: ``"classification"``, ``"segmentation"`` or ``"detection"`` (what the output is, see
+    the module docstring); ``score_threshold``, ``iou_threshold``: a detector's decoding.
     """
 
     name: str
@@ -169,6 +181,9 @@ class ModelSpec:
     model_file: str | None = None
     weights_file: str | None = None
     description: str = ""
+    task: str = "classification"
+    score_threshold: float = 0.5
+    iou_threshold: float = 0.45
 
 
 # ------------------------------------------------------------------------------ config files
@@ -179,8 +194,12 @@ def _config_dirs() -> list:
 
 
 def _builtin_config_dir():
-    """The installed ``saliency_kit.pretrained_configs`` package, or, in a source checkout (where
-    pyproject's package-dir mapping has not been applied), the top-level ``pretrained_configs/``."""
+    """The top-level ``pretrained_configs/`` beside the imported package in a source checkout (an
+    editable install may map ``saliency_kit.pretrained_configs`` to another checkout), else the
+    installed ``saliency_kit.pretrained_configs`` package."""
+    checkout = Path(__file__).resolve().parent.parent / "pretrained_configs"
+    if (checkout / "__init__.py").is_file():
+        return checkout
     try:
         return resources.files("saliency_kit.pretrained_configs")
     except ModuleNotFoundError:
@@ -278,6 +297,19 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
         size = tuple(size)
     elif "constructor" in config:
         raise ValueError(f"config {source}: 'input_size' is required with 'constructor'")
+    task = config.get("task", "classification")
+    if task not in TASKS:
+        raise ValueError(f"config {source}: task must be one of {', '.join(map(repr, TASKS))}; received {task!r}.")
+    thresholds = {}
+    for key in ("score_threshold", "iou_threshold"):
+        if key in config:
+            value = config[key]
+            if task != "detection":
+                raise ValueError(f"config {source}: {key} applies to task = \"detection\" only; received it "
+                                 f"with task {task!r}.")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"config {source}: {key} must be a number from 0 to 1; received {value!r}.")
+            thresholds[key] = float(value)
     return ModelSpec(
         name=config.get("name") or _stem(source),
         input_size=size,
@@ -289,6 +321,8 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
         model_file=config.get("model_file"),
         weights_file=config.get("weights_file"),
         description=config.get("description", ""),
+        task=task,
+        **thresholds,
     )
 
 
@@ -383,7 +417,7 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     if None in size:
         raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
                          "input_size = [height, width] in its config")
-    n_out = model.output_shape[-1] if not isinstance(model.output_shape, list) else None
+    n_out = _class_count(spec, model.output_shape)
     names = spec.class_names or [str(i) for i in range(n_out or 0)]
     if n_out is not None and len(names) != n_out:
         raise ValueError(f"{spec.name}: {len(names)} class names for {n_out} model outputs "
@@ -393,6 +427,27 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
         _get_layer(model, layer, spec)
     return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
                     gradcam_layer=layer)
+
+
+def _class_count(spec: ModelSpec, output_shape) -> int | None:
+    """How many classes the output of a ``spec.task`` model scores (``None``: several outputs,
+    or not known); an output that does not fit the task is a ``ValueError``."""
+    if isinstance(output_shape, (list, dict)):
+        return None
+    shape = tuple(output_shape)
+    expected = {"classification": 2, "segmentation": 4, "detection": 3}[spec.task]
+    if len(shape) != expected:
+        form = {"classification": "[B, C]", "segmentation": "[B, H', W', C]",
+                "detection": "[B, N, 4 + 1 + C]"}[spec.task]
+        if spec.task != "classification":  # a classifier config may describe any one-output model
+            raise ValueError(f"{spec.name}: task {spec.task!r} needs an output {form}; received a model whose "
+                             f"output shape is {shape} (config {spec.source}).")
+    if spec.task == "detection":
+        if shape[-1] is None or shape[-1] <= DETECTION_FIELDS:
+            raise ValueError(f"{spec.name}: a detector's output needs 4 box values, an objectness logit and at "
+                             f"least one class logit per proposal; received an output shape {shape}.")
+        return shape[-1] - DETECTION_FIELDS
+    return shape[-1]
 
 
 def _last_4d_layer(model) -> str | None:
@@ -473,6 +528,7 @@ def _load_model_file(path: Path, weights, unsafe: bool):
         from . import layers as _sk_layers  # noqa: F401  registers saliency_kit's own layers
     except ImportError:
         pass
+    from .data import scene_models as _scene_models  # noqa: F401  registers the shipped detector's CellBoxes
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} does not exist")
     try:
