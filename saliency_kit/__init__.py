@@ -28,12 +28,26 @@ _NAMES = {
     "ModelSpec": "zoo",
     "load_images": "images",
 }
-_SUBMODULES = ("gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery")
+# public submodule name -> the module it is
+_SUBMODULES = {
+    "gradients": "gradients",
+    "layers": "gradients.layers",
+    "render": "render",
+    "evaluate": "evaluate",
+    "methods": "methods",
+    "rules": "rules",
+    "composites": "propagation.composites",
+    "callbacks": "callbacks",
+    "gallery": "batch.gallery",
+}
 
 __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
-    from . import callbacks, composites, evaluate, gallery, gradients, layers, methods, render, rules
+    from . import callbacks, evaluate, gradients, methods, render, rules
+    from .batch import gallery
+    from .gradients import layers
+    from .propagation import composites
     from .api import explain, jacobian
     from .explanation import Explanation
     from .images import load_images
@@ -56,7 +70,7 @@ def __getattr__(name: str):
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
+        value = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
     else:
         raise AttributeError(f"module 'saliency_kit' has no attribute {name!r}")
     globals()[name] = value  # later look-ups skip this function

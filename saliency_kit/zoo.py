@@ -7,8 +7,8 @@
     model, spec = sk.load_model("my_model.keras")        # sidecar my_model.keras.toml, if present
     model, spec = sk.load_model("configs/mynet.toml")    # a config file of your own
 
-A *named* model is a TOML config file. The built-in ones live in ``pretrained_configs/`` (installed
-as ``saliency_kit.pretrained_configs``); directories listed in the environment variable
+A *named* model is a TOML config file. The built-in ones live in ``saliency_kit/pretrained_configs/``
+(the package ``saliency_kit.pretrained_configs``); directories listed in the environment variable
 ``SALIENCY_KIT_CONFIGS`` (separated by ``os.pathsep``) are searched first, so a user config can add a
 name or replace a built-in one. Config keys (unknown keys are an error, so typos are caught):
 
@@ -194,16 +194,8 @@ def _config_dirs() -> list:
 
 
 def _builtin_config_dir():
-    """The top-level ``pretrained_configs/`` beside the imported package in a source checkout (an
-    editable install may map ``saliency_kit.pretrained_configs`` to another checkout), else the
-    installed ``saliency_kit.pretrained_configs`` package."""
-    checkout = Path(__file__).resolve().parent.parent / "pretrained_configs"
-    if (checkout / "__init__.py").is_file():
-        return checkout
-    try:
-        return resources.files("saliency_kit.pretrained_configs")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "pretrained_configs"
+    """The package ``saliency_kit.pretrained_configs``: the built-in configs."""
+    return resources.files("saliency_kit.pretrained_configs")
 
 
 def _named_configs() -> dict:
@@ -525,7 +517,7 @@ def _load_model_file(path: Path, weights, unsafe: bool):
     import keras
 
     try:
-        from . import layers as _sk_layers  # noqa: F401  registers saliency_kit's own layers
+        from .gradients import layers as _sk_layers  # noqa: F401  registers saliency_kit's own layers
     except ImportError:
         pass
     from .data import scene_models as _scene_models  # noqa: F401  registers the shipped detector's CellBoxes

@@ -46,7 +46,7 @@ def rss_mib() -> float:
 def write_images(folder: str, count: int, seed: int) -> list[str]:
     from PIL import Image
 
-    from saliency_kit.shapes import make_dataset
+    from saliency_kit.data.shapes import make_dataset
 
     images, _, labels = make_dataset(count, seed=seed)
     paths = []

@@ -6,8 +6,8 @@
 Each run happens in a fresh process of its own (neither profits from the other's warm caches or
 shares its memory), on the same images, with the same method, targets and batch size:
 
-* local: ``saliency_kit.pipeline.run`` (what ``saliency batch`` runs), the model loaded first;
-* ray: ``saliency_kit.ray_runner.run`` on a local Ray instance started by the runner (all
+* local: ``saliency_kit.batch.run.run`` (what ``saliency batch`` runs), the model loaded first;
+* ray: ``saliency_kit.batch.ray.run`` on a local Ray instance started by the runner (all
   cores), ``--workers`` actors, each loading the model itself.
 
 Reported per run: images/s over the whole call (model loading, Ray's start and the actors'
@@ -46,7 +46,9 @@ def part(args) -> None:
 
     from bench_batch import rss_mib
 
-    from saliency_kit import outputs, pipeline, ray_runner
+    from saliency_kit.batch import outputs
+    from saliency_kit.batch import ray as ray_runner
+    from saliency_kit.batch import run as pipeline
 
     TimedWatch = _timed_watch()
     inputs, out = args.inputs, args.out

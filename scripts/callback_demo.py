@@ -11,7 +11,7 @@ import argparse
 import keras
 
 import saliency_kit as sk
-from saliency_kit import shapes
+from saliency_kit.data import shapes
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 import saliency_kit as sk  # noqa: E402
-from saliency_kit import shapes  # noqa: E402
+from saliency_kit.data import shapes  # noqa: E402
 from saliency_kit.cli import sanity  # noqa: E402
 from saliency_kit.evaluate import deletion_insertion, pointing_game, randomization_test  # noqa: E402
 

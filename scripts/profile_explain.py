@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     load_before = os.getloadavg()
-    from saliency_kit import outputs
+    from saliency_kit.batch import outputs
     from saliency_kit.cli import explain, main as run_command, options, startup
 
     startup.import_tensorflow = timed("import tensorflow + keras", startup.import_tensorflow)

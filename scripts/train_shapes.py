@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from saliency_kit import shapes  # noqa: E402
+from saliency_kit.data import shapes  # noqa: E402
 
 TRAIN_SEED, VAL_SEED, TEST_SEED, EXAMPLE_SEED = 1, 2, 3, 5
 WEIGHT_SEED = 0

@@ -35,7 +35,7 @@ import tensorflow as tf  # noqa: E402
 
 from saliency_kit import detections  # noqa: E402
 from saliency_kit.data import scene_models, scenes  # noqa: E402
-from saliency_kit.shapes import CLASS_NAMES, IMAGE_SIZE, preprocess  # noqa: E402
+from saliency_kit.data.shapes import CLASS_NAMES, IMAGE_SIZE, preprocess  # noqa: E402
 
 TRAIN_SEED, VAL_SEED, TEST_SEED = 21, 22, 23
 WEIGHT_SEED = 0

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from saliency_kit.data import scene_models, scenes  # noqa: E402
-from saliency_kit.shapes import preprocess  # noqa: E402
+from saliency_kit.data.shapes import preprocess  # noqa: E402
 
 TRAIN_SEED, VAL_SEED, TEST_SEED = 11, 12, 13
 WEIGHT_SEED = 0

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import saliency_kit
-from saliency_kit.shapes import make_dataset
+from saliency_kit.data.shapes import make_dataset
 
 ROOT = Path(saliency_kit.__file__).resolve().parent.parent
 SHAPES = ROOT / "saliency_kit" / "data" / "shapes.keras"

@@ -6,8 +6,8 @@ import numpy as np
 from PIL import Image
 
 from cli_support import tiny_model  # noqa: F401  (a fixture)
-from saliency_kit import pipeline
-from saliency_kit.shapes import make_dataset
+from saliency_kit.batch import run as pipeline
+from saliency_kit.data.shapes import make_dataset
 
 
 def _folder(root, names, pictures):

@@ -9,7 +9,8 @@ import numpy as np
 
 from cli_support import (TIMEOUT, check_complete, command, finish, image_folder, manifest_records,  # noqa: F401
                          own_lines, python, run, save_tiny_model, tiny_model)
-from saliency_kit import outputs, pipeline
+from saliency_kit.batch import outputs
+from saliency_kit.batch import run as pipeline
 
 
 # ------------------------------------------------------------------------------ batch

@@ -10,7 +10,8 @@ from PIL import Image
 
 from cli_support import (SHAPES, decodes, image_folder, manifest_records, own_lines, python, run,  # noqa: F401
                          save_tiny_model, tiny_model)
-from saliency_kit import outputs, render
+from saliency_kit import render
+from saliency_kit.batch import outputs
 
 
 def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, image_folder):

@@ -10,7 +10,7 @@ from saliency_kit.cli import sanity
 from saliency_kit.files import write_json
 
 #: The shipped model's weighted layers from the output down, as its architecture is documented
-#: (saliency_kit/shapes.py): written out here, not computed by the code under test.
+#: (saliency_kit/data/shapes.py): written out here, not computed by the code under test.
 SHAPES_LAYERS_FROM_THE_TOP = ["predictions", "conv4", "block3/block3_bn", "block3/block3_conv", "bn2", "conv2",
                               "conv1"]
 
@@ -71,7 +71,7 @@ def test_default_methods_come_from_the_declarations():
 # ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shape_png(tmp_path_factory):
-    from saliency_kit.shapes import make_dataset
+    from saliency_kit.data.shapes import make_dataset
 
     images, _, _ = make_dataset(1, seed=4)
     path = tmp_path_factory.mktemp("img") / "shape.png"

@@ -374,7 +374,7 @@ def test_randomization_needs_a_clonable_model():
 @pytest.fixture(scope="module")
 def shapes_data():
     import saliency_kit as sk
-    from saliency_kit.shapes import make_dataset
+    from saliency_kit.data.shapes import make_dataset
 
     model, spec = sk.load_model("shapes")
     images, masks, labels = make_dataset(200, seed=4)

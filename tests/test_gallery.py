@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from saliency_kit import gallery
+from saliency_kit.batch import gallery
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOSTILE = ['quote " and \' here', "</script><script>window.hacked=1</script>", "<b>bold</b> & co",

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from saliency_kit import composites
-from saliency_kit.deeplift import deeplift, rewrite_deeplift
-from saliency_kit.lrp import rewrite_lrp
+from saliency_kit.propagation import composites
+from saliency_kit.propagation.deeplift import deeplift, rewrite_deeplift
+from saliency_kit.propagation.lrp import rewrite_lrp
 from saliency_kit.rules import (
     AlphaBeta,
     Epsilon,

@@ -1,4 +1,4 @@
-"""saliency_kit.pipeline and saliency_kit.outputs: discovery, sharding, output names, the
+"""saliency_kit.batch.run and saliency_kit.batch.outputs: discovery, sharding, output names, the
 crash-tolerant manifest, the run's settings (model fingerprints, a lock for shards starting at
 once) and resume planning.
 
@@ -12,7 +12,9 @@ import shutil
 
 import pytest
 
-from saliency_kit import files, outputs, pipeline
+from saliency_kit import files
+from saliency_kit.batch import outputs
+from saliency_kit.batch import run as pipeline
 
 
 def touch(root, *relative_paths):

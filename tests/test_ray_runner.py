@@ -1,4 +1,4 @@
-"""``saliency batch --ray`` (saliency_kit.ray_runner) on a real local Ray instance.
+"""``saliency batch --ray`` (saliency_kit.batch.ray) on a real local Ray instance.
 
 One Ray instance (2 CPUs, small object store) serves the module and is shut down at its end. The
 reference is the local pipeline's run on the same images: the Ray run must write the same files,
@@ -21,7 +21,8 @@ import pytest
 ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("ray.data")
 
-from saliency_kit import outputs, ray_runner  # noqa: E402
+from saliency_kit.batch import outputs
+from saliency_kit.batch import ray as ray_runner  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # guided backprop, and a seeded SmoothGrad (noise drawn per image); small batches: several chunks
@@ -62,7 +63,7 @@ def images(tmp_path_factory):
     """40 shapes images in 4 folders, plus an empty file and a file that is not an image."""
     from PIL import Image
 
-    from saliency_kit.shapes import make_dataset
+    from saliency_kit.data.shapes import make_dataset
 
     root = tmp_path_factory.mktemp("ray_in")
     pictures, _, labels = make_dataset(40, seed=3)
@@ -204,8 +205,8 @@ def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, imag
 
 def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     import saliency_kit as sk
-    from saliency_kit import pipeline
-    from saliency_kit.shapes import make_dataset
+    from saliency_kit.batch import run as pipeline
+    from saliency_kit.data.shapes import make_dataset
 
     model, spec = sk.load_model("shapes")
     pictures = make_dataset(2, seed=5)[0]

@@ -4,7 +4,7 @@ import pytest
 from skimage.measure import label as connected
 
 from saliency_kit.data import scenes
-from saliency_kit.shapes import CLASS_NAMES
+from saliency_kit.data.shapes import CLASS_NAMES
 
 N = 150
 
@@ -47,7 +47,7 @@ def test_deterministic_prefix_stable_and_apart_from_the_single_shape_images():
     a, b = scenes.make_scenes(6, seed=5), scenes.make_scenes(9, seed=5)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y[:6])
-    from saliency_kit import shapes
+    from saliency_kit.data import shapes
 
     single, _, _ = shapes.make_dataset(6, seed=5)
     assert not any(np.array_equal(s, t) for s, t in zip(single, a.images))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from skimage.measure import regionprops
 
-from saliency_kit import shapes
+from saliency_kit.data import shapes
 
 N = 250  # images checked against the specification
 

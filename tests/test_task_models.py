@@ -9,7 +9,7 @@ import pytest
 import saliency_kit as sk
 from saliency_kit import detections, zoo
 from saliency_kit.data import scene_models, scenes
-from saliency_kit.shapes import CLASS_NAMES, preprocess
+from saliency_kit.data.shapes import CLASS_NAMES, preprocess
 
 N = 200
 

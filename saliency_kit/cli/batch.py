@@ -1,11 +1,12 @@
 """``saliency batch INPUT_DIR --out DIR``: explain every image under a folder (see
-:mod:`saliency_kit.pipeline` for the pipeline, the manifest, settings and resume)."""
+:mod:`saliency_kit.batch.run` for the pipeline, the manifest, settings and resume)."""
 from __future__ import annotations
 
 import os
 import sys
 
-from .. import gallery, outputs, pipeline
+from ..batch import gallery, outputs
+from ..batch import run as pipeline
 from . import options as opt
 from . import ray_options
 from .explain import add_explain_options, check_before_loading, with_model_defaults

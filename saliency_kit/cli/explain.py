@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from .. import gallery, outputs
+from ..batch import gallery, outputs
 from . import options as opt
 from .options import UsageError
 

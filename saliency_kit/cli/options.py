@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import methods as method_registry
-from ..outputs import FORMATS, SIGNS, Look
+from ..batch.outputs import FORMATS, SIGNS, Look
 
 DEFAULT_MODEL = "shapes"
 DEFAULT_METHOD = "guided_backprop"

@@ -1,12 +1,13 @@
 """``saliency batch ... --ray [ADDRESS]``: the flags, their checks, and the call of the Ray runner
-(:mod:`saliency_kit.ray_runner`) in place of the local pipeline."""
+(:mod:`saliency_kit.batch.ray`) in place of the local pipeline."""
 from __future__ import annotations
 
 import argparse
 import math
 import re
 
-from .. import outputs, ray_runner
+from ..batch import outputs
+from ..batch import ray as ray_runner
 from .options import UsageError, positive_int
 
 ADDRESS = re.compile(r"auto|ray://\S+|[\w.-]+:\d+")

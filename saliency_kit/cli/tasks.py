@@ -283,7 +283,7 @@ def _scaled_mask(mask: np.ndarray, shape_hw) -> np.ndarray:
 
 
 def _stem(path: str) -> str:
-    from ..outputs import safe_name
+    from ..batch.outputs import safe_name
 
     return safe_name(os.path.splitext(os.path.basename(path))[0], limit=40)
 
@@ -319,7 +319,7 @@ def _output_questions(plan: TaskPlan, values: np.ndarray) -> list[Question]:
                                  f"(0-{values.size - 1}); received {request.index}.")
             chosen = [request.index]
         picked += [c for c in chosen if c not in picked]
-    from ..outputs import safe_name
+    from ..batch.outputs import safe_name
 
     return [Question("output", c, str(c), f"out-{safe_name(head, limit=30)}", {"output": head}) for c in picked]
 

@@ -21,7 +21,7 @@ import numpy as np
 from keras import layers, ops
 
 from .scenes import SEGMENTATION_CLASSES
-from ..shapes import CLASS_NAMES, IMAGE_SIZE
+from .shapes import CLASS_NAMES, IMAGE_SIZE
 
 __all__ = ["CellBoxes", "build_segmenter", "build_detector", "DETECTOR_STRIDE", "SEGMENTER_CAM_LAYER",
            "DETECTOR_CAM_LAYER"]

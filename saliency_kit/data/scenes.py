@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..shapes import (CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, _gradient_background,
+from .shapes import (CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, _gradient_background,
                       _rasterise, shape_polygon)
 
 __all__ = ["SEGMENTATION_CLASSES", "MAX_OBJECTS", "Scenes", "make_scenes", "scene_boxes"]

@@ -30,7 +30,7 @@ def prepare(request, options: dict) -> dict:
 def deeplift(ctx, baseline):
     from keras import ops
 
-    from ..deeplift import DeepLiftRewrite
+    from ..propagation.deeplift import DeepLiftRewrite
 
     x = ctx.inputs
     reference = baseline + 0 * x

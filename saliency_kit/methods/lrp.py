@@ -1,7 +1,7 @@
 """Layer-wise relevance propagation (Bach et al. 2015; Montavon et al. 2019) with Zennit's composites.
 
 ``a = R(x)``: the relevance of the target score at the input, the input gradient of
-``rewrite_lrp(model, composite, input_relevance=True)`` (see :mod:`saliency_kit.lrp`): every linear
+``rewrite_lrp(model, composite, input_relevance=True)`` (see :mod:`saliency_kit.propagation.lrp`): every linear
 layer passes relevance back by its rule (ε, z⁺, γ, α2β1, flat, ZBox), activations pass it
 unchanged. With zero biases and ε → 0 it sums to the score. Map: signed sum over the last axis.
 """
@@ -11,7 +11,7 @@ import numpy as np
 
 from .base import Option, register
 
-#: the registered composites (``saliency_kit.composites.names()``, listed here so that reading
+#: the registered composites (``saliency_kit.propagation.composites.names()``, listed here so that reading
 #: the declaration does not import TensorFlow; a test checks the two agree)
 COMPOSITES = ("epsilon_plus", "epsilon_plus_flat", "epsilon_gamma_box", "epsilon_alpha2_beta1",
               "epsilon_alpha2_beta1_flat", "epsilon", "gamma", "alpha1_beta0")
@@ -27,7 +27,7 @@ def _bound(name, value):
 
 
 def prepare(request, options: dict) -> dict:
-    from .. import composites
+    from ..propagation import composites
 
     resolved = {**options, "low": _bound("low", options["low"]), "high": _bound("high", options["high"])}
     composites.get(resolved["composite"], **_composite_options(resolved))  # checks names and bounds now
@@ -48,7 +48,7 @@ def _freeze(value):
     summary="layer-wise relevance propagation with a composite of rules (Zennit's); map: sum over the last axis",
     options=[
         Option("composite", "epsilon_plus_flat", choices=COMPOSITES, array=True,
-               help="which rule each layer gets: a registered name, or a saliency_kit.composites.Composite"),
+               help="which rule each layer gets: a registered name, or a saliency_kit.propagation.composites.Composite"),
         Option("epsilon", 1e-6, help="ε of the ε-rule (dense layers)"),
         Option("gamma", 0.25, help="γ of the γ-rule (convolutions in epsilon_gamma_box and gamma)"),
         Option("low", None, type=float, array=True, help="ZBox lower bound of the input (model input space)"),
@@ -59,7 +59,7 @@ def _freeze(value):
     prepare=prepare,
 )
 def lrp(ctx, composite, epsilon, gamma, low, high):
-    from ..lrp import LRPRewrite
+    from ..propagation.lrp import LRPRewrite
 
     options = {k: _freeze(v) for k, v in _composite_options(
         {"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items() if v is not None}

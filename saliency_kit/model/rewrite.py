@@ -230,13 +230,13 @@ def rewrite(model, rule):
         ValueError: no ReLU-family operation (the message names the activations found), a layer
             that cannot be copied or reached (named), or a copy that computes something else.
     """
-    from ..composites import Composite
+    from ..propagation.composites import Composite
 
     if isinstance(rule, Composite):  # LRP: the linear layers get the composite's rules
-        from ..lrp import rewrite_lrp
+        from ..propagation.lrp import rewrite_lrp
 
         return rewrite_lrp(model, rule)
-    if hasattr(rule, "rewrite_model"):  # the lrp/deeplift methods' rewrites (saliency_kit.lrp, .deeplift)
+    if hasattr(rule, "rewrite_model"):  # the lrp/deeplift methods' rewrites (saliency_kit.propagation.lrp, .deeplift)
         return rule.rewrite_model(model)
     rule = as_rule(rule)
     if not isinstance(model, keras.Model):

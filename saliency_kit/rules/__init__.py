@@ -5,7 +5,7 @@
 (:class:`Epsilon`, :class:`Gamma`, :class:`ZPlus`, :class:`AlphaBeta`, :class:`Flat`,
 :class:`WSquare`, :class:`ZBox`) and :class:`Pass` for activations.
 """
-from .lrp import AlphaBeta, Epsilon, Flat, Gamma, LinearRule, Pass, WSquare, ZBox, ZPlus
+from ..propagation.rules import AlphaBeta, Epsilon, Flat, Gamma, LinearRule, Pass, WSquare, ZBox, ZPlus
 from .relu import (
     _KNOWN_RELU,
     _LEAKY,

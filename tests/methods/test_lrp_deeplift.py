@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit import composites
+from saliency_kit.propagation import composites
 from saliency_kit.methods import get
 from saliency_kit.methods.lrp import COMPOSITES
 

@@ -2,7 +2,7 @@
 
 Every function here works eagerly, inside ``tf.function``, inside Keras models trained with
 ``fit`` and under nested ``tf.GradientTape``s. For layers you can put in a model (and save), see
-:mod:`saliency_kit.layers`.
+:mod:`saliency_kit.gradients.layers`.
 
 =======================================  =====================  ==================================
 call                                     forward                backward (``dx`` for incoming ``dy``)

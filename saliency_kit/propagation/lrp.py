@@ -8,7 +8,7 @@ and returns ``dx = R_in / x`` (computed without dividing for the rules whose rel
 proportional to ``x``); an activation with :class:`~saliency_kit.rules.Pass` returns
 ``dx = dy · f(x) / x``. Layers that only move, copy or add values (padding, reshaping,
 ``Concatenate``, ``Add``, max pooling) keep their plain gradient, which in this form *is* the
-relevance rule (see :mod:`saliency_kit.canonizers`).
+relevance rule (see :mod:`saliency_kit.propagation.canonizers`).
 
 Flat, WSquare and ZBox give relevance that is not proportional to the input; where an input is
 exactly 0 its relevance cannot be written as ``x · gradient``. ``rewrite_lrp(..., input_relevance=True)``
@@ -23,10 +23,10 @@ import tensorflow as tf
 
 from . import canonizers
 from .composites import get as get_composite
-from .model import keras_private
-from .model.copy import check_copy, copy_model
-from .rules.lrp import Epsilon, LinearPart, LinearRule, Pass
-from .rules.relu import relu_family_of_function
+from ..model import keras_private
+from ..model.copy import check_copy, copy_model
+from .rules import Epsilon, LinearPart, LinearRule, Pass
+from ..rules.relu import relu_family_of_function
 
 __all__ = ["LRPRewrite", "linear_parts", "rewrite_lrp"]
 
@@ -34,7 +34,7 @@ __all__ = ["LRPRewrite", "linear_parts", "rewrite_lrp"]
 @dataclasses.dataclass(frozen=True)
 class LRPRewrite:
     """The ``rule`` that makes ``sk.rewrite``/the engine build :func:`rewrite_lrp` models, keyed by
-    value: a composite name (or a :class:`~saliency_kit.composites.Composite`), its options as
+    value: a composite name (or a :class:`~saliency_kit.propagation.composites.Composite`), its options as
     sorted ``(name, value)`` pairs, and whether the input gradient is the relevance itself."""
 
     composite: object = "epsilon_plus_flat"
@@ -228,8 +228,8 @@ def rewrite_lrp(model: keras.Model, composite="epsilon_plus_flat", *, input_rele
 
     Args:
         model: a functional or Sequential ``keras.Model`` (nested ones included); never modified.
-        composite: a :class:`~saliency_kit.composites.Composite` or a registered name
-            (``saliency_kit.composites.names()``); ``options`` (``epsilon``, ``gamma``, ``low``,
+        composite: a :class:`~saliency_kit.propagation.composites.Composite` or a registered name
+            (``saliency_kit.propagation.composites.names()``); ``options`` (``epsilon``, ``gamma``, ``low``,
             ``high``, ``stabilizer``) build a named one.
         input_relevance: ``True``: the input gradient *is* the relevance (exact also where an input
             is 0 under the flat, w² and ZBox rules).

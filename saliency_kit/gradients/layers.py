@@ -1,4 +1,4 @@
-"""Keras layers that change the gradient and keep the forward pass (see :mod:`.gradients`).
+"""Keras layers that change the gradient and keep the forward pass (see :mod:`.ops`).
 
 Each is the identity on the forward pass, has no weights, and serialises: a model that contains
 them saves and loads with ``model.save`` / ``keras.models.load_model`` (safe mode included).
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import keras
 
-from . import gradients
+from . import ops as gradients
 
 __all__ = ["GradientScale", "GradientClip", "GradientClipNorm"]
 

@@ -25,8 +25,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from .model import keras_private
-from .rules.relu import relu_family_of_activation as relu_family_of, relu_family_of_function
+from ..model import keras_private
+from ..rules.relu import relu_family_of_activation as relu_family_of, relu_family_of_function
 
 __all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
 

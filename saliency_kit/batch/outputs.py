@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import render
-from .files import npz_bytes, write_atomic
+from .. import render
+from ..files import npz_bytes, write_atomic
 
 MANIFEST = "manifest.jsonl"
 PNG_KINDS = ("heatmap", "overlay")

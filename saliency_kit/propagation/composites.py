@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from .rules import lrp as _rules
+from . import rules as _rules
 
 __all__ = [
     "Composite",

@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from . import canonizers
 from .lrp import _clone, _squash_apart, linear_parts
-from .model.copy import check_copy, copy_model
-from .rules.relu import relu_family_of_function
+from ..model.copy import check_copy, copy_model
+from ..rules.relu import relu_family_of_function
 
 __all__ = ["DELTA_EPSILON", "DeepLiftRewrite", "deeplift", "rewrite_deeplift"]
 

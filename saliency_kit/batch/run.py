@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from . import outputs as out_files
-from .files import remove_partials, write_json
-from .images import ImageLoadError
+from ..files import remove_partials, write_json
+from ..images import ImageLoadError
 
 #: File extensions treated as images (lower case). Anything else under INPUT_DIR is ignored.
 IMAGE_EXTENSIONS = frozenset(
@@ -152,7 +152,7 @@ def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, res
 def still_unreadable(input_dir: str, paths: Sequence[str]) -> dict[str, str]:
     """Of ``paths``, those that still cannot be read as images -> the reason (no model needed):
     a resume whose only work left is files that failed before can finish without the model."""
-    from .images import read_rgb
+    from ..images import read_rgb
 
     bad = {}
     for path in paths:
@@ -177,7 +177,7 @@ def model_fingerprint(model: str, weights: str | None) -> dict:
     """What identifies the model a run uses, whatever path it was given by: the contents of the
     model file, its sidecar or named config, its class names, and a weights file. Reads files
     only (no TensorFlow). ``ValueError``/``FileNotFoundError`` as :func:`saliency_kit.zoo.get_spec`."""
-    from . import zoo
+    from .. import zoo
 
     path = os.fspath(model)
     fingerprint: dict = {}
@@ -346,7 +346,7 @@ def run(
     was measured, writer threads slowed ``explain`` by ~40%). Runs of fewer than four batches,
     or ``write_processes=0``, write from threads instead: starting processes would cost more.
     """
-    from .images import load_image
+    from ..images import load_image
 
     todo = plan.todo
     summary = Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
@@ -433,7 +433,7 @@ def _worker_start(parent: int) -> None:
 
 
 def _warm_up() -> None:
-    from . import render
+    from .. import render
 
     render.heatmap(np.zeros((2, 2)))  # imports matplotlib's colormaps and Pillow in the worker
     render.png_bytes(np.zeros((2, 2, 3), np.uint8))

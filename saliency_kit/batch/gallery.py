@@ -1,6 +1,6 @@
 """A static HTML gallery of a run: ``index.html`` beside the outputs, built from the manifest alone.
 
-    from saliency_kit.gallery import write_gallery
+    from saliency_kit.batch.gallery import write_gallery
     write_gallery("saliency_out")      # -> Path("saliency_out/index.html")
 
 The page is self-contained (inline CSS and JavaScript, no server, no network) and links the images
@@ -91,7 +91,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
-    from .render import method_title
+    from ..render import method_title
 
     out_root = os.path.realpath(os.fspath(out_dir))
     images: dict[str, dict[tuple, dict]] = {}
@@ -205,7 +205,7 @@ def write_gallery(out_dir: str | os.PathLike, *, title: str | None = None, page_
     a page shows at first (the reader can change it). Safe to call again at any time, e.g. after a
     resumed run: the page is rebuilt from the whole manifest.
     """
-    from .render import write_atomic
+    from ..render import write_atomic
 
     out = pathlib.Path(out_dir)
     if not out.is_dir():

@@ -3,7 +3,7 @@
     saliency batch images/ --out /shared/maps --ray              # a local Ray instance, all cores
     saliency batch images/ --out /shared/maps --ray auto --workers 8 --gpus-per-worker 1
 
-Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
+Data flows one way, as in the local run (:mod:`saliency_kit.batch.run`)::
 
     driver: list files, skip complete ones (--resume), split the rest into chunks of
             --batch-images images, one Ray Data row per chunk
@@ -16,7 +16,7 @@ Data flows one way, as in the local run (:mod:`saliency_kit.pipeline`)::
 The chunks are the local run's batches (``--batch-images`` defaults to ``--batch-size``), and the
 actor does exactly what the local loop does with a batch, through the same functions, so the files
 and manifest lines are the local run's, byte for byte (only the order of manifest lines differs).
-Seeded noise (SmoothGrad, ...) is keyed by each image's path (:func:`saliency_kit.pipeline.image_key`),
+Seeded noise (SmoothGrad, ...) is keyed by each image's path (:func:`saliency_kit.batch.run.image_key`),
 so an image's maps do not depend on its chunk, its position there or its worker. A resumed run keeps
 the first run's chunks (without their complete images).
 
@@ -45,8 +45,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import outputs, pipeline
-from .files import remove_partials, write_atomic
+from . import outputs
+from . import run as pipeline
+from ..files import remove_partials, write_atomic
 
 #: How to get the extra that provides Ray Data (printed when it is missing).
 INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
@@ -174,9 +175,9 @@ class ChunkExplainer:
         return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
 
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
-        """What the local loop does with one batch (:func:`saliency_kit.pipeline.run`), through
+        """What the local loop does with one batch (:func:`saliency_kit.batch.run.run`), through
         the same functions: ``[(image, [Output fields] or error message)]``."""
-        from .images import ImageLoadError, load_image
+        from ..images import ImageLoadError, load_image
 
         job = self.job
         folders = dict(chunk)
@@ -207,7 +208,7 @@ class ChunkExplainer:
 
 
 def _decode_results(text: str) -> list:
-    """A chunk's results as :func:`saliency_kit.pipeline._write_batch` returns them."""
+    """A chunk's results as :func:`saliency_kit.batch.run._write_batch` returns them."""
     return [(path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
             for path, written in json.loads(text)]
 
@@ -277,10 +278,10 @@ def run(
     num_cpus: int | None = None,
     progress_stream=None,
 ) -> pipeline.Summary:
-    """:func:`saliency_kit.pipeline.run` on Ray Data: the same files and manifest lines, computed
+    """:func:`saliency_kit.batch.run.run` on Ray Data: the same files and manifest lines, computed
     by a pool of actors.
 
-    Arguments as :func:`saliency_kit.pipeline.run`, except ``model`` (a :class:`ModelSource` each
+    Arguments as :func:`saliency_kit.batch.run.run`, except ``model`` (a :class:`ModelSource` each
     actor loads) and ``targets_for_model(model) -> targets_for``, a function Ray can send to the
     actors (module-level, or a ``functools.partial`` of one). ``address``: see :func:`connect`
     (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
@@ -399,7 +400,7 @@ def targets(target_spec, batch_size: int) -> Callable:
 
 
 def _targets_for(target_spec, batch_size: int, model):
-    from .cli.options import targets_for
+    from ..cli.options import targets_for
 
     return targets_for(target_spec, model, batch_size)
 

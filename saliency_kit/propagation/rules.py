@@ -17,7 +17,7 @@ activation.
 Rules work on a *linear part* (:class:`LinearPart`): a function ``apply(x, kernels, bias) -> z``
 with named kernels and an optional bias, so one rule serves ``Dense``, ``Conv1D/2D/3D``,
 ``DepthwiseConv``, each half of a ``SeparableConv`` and average pooling (no parameters).
-:func:`saliency_kit.lrp.rewrite_lrp` binds them to the layers of a model copy.
+:func:`saliency_kit.propagation.lrp.rewrite_lrp` binds them to the layers of a model copy.
 """
 from __future__ import annotations
 

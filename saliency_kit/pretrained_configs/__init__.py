@@ -1,0 +1,1 @@
+"""Named model configs (TOML), the package ``saliency_kit.pretrained_configs``; see saliency_kit.zoo."""
