@@ -39,12 +39,13 @@ _SUBMODULES = {
     "composites": "propagation.composites",
     "callbacks": "callbacks",
     "gallery": "batch.gallery",
+    "targets": "targets",
 }
 
 __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
-    from . import callbacks, evaluate, gradients, methods, render, rules
+    from . import callbacks, evaluate, gradients, methods, render, rules, targets
     from .batch import gallery
     from .gradients import layers
     from .propagation import composites

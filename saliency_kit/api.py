@@ -15,7 +15,7 @@ from . import engine, methods, targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
-__all__ = ["explain", "jacobian"]
+__all__ = ["explain", "jacobian", "resolve_selection"]
 
 
 def _check_score(score):
@@ -40,23 +40,48 @@ def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
 
 
 def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_names=None) -> np.ndarray:
-    """Any target form of API.md for ``model`` and checked inputs ``x`` as int ``[B, K]``.
+    """Any target form for ``model`` and checked inputs ``x`` as int ``[B, K]`` (the columns).
 
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
+    return _resolve(model, x, targets, score, batch_size, class_names)[0].columns
+
+
+def resolve_selection(model, x, targets, *, score="logits", batch_size=32, class_names=None):
+    """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
+    ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
+    (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
     return _resolve(model, x, targets, score, batch_size, class_names)[0]
 
 
 def _resolve(model, x, targets, score, batch_size, class_names):
-    """``(targets int [B, K], the whole score vector [B, C] when "topK" needed it, else None)``."""
+    """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``."""
+    if targets_module.is_target(targets):
+        request = targets_module.TargetRequest(
+            model, x, score, batch_size, class_names,
+            forward=lambda: engine.outputs(model, x, score=score, batch_size=batch_size))
+        resolved = targets_module.as_target(targets).resolve(request)
+        columns = np.asarray(resolved.columns)
+        if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
+            raise ValueError(f"a target's resolve() must give int columns [{len(x)}, K]; received "
+                             f"{columns.dtype} {columns.shape}.")
+        resolved.columns = columns.astype(np.int64)
+        return resolved, None
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     columns = score_columns(model, score_fn)
+    if columns is None and score_fn is None:
+        from .targets.errors import class_target_error
+
+        raise class_target_error(model, targets)
     spec = targets_module.parse(targets, len(x), columns, class_names)
     scores = None
     if spec.needs_scores:
         scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    return targets_module.resolve(spec, scores, len(x), columns), scores
+    resolved = targets_module.resolve(spec, scores, len(x), columns)
+    kind = "callable" if score_fn is not None else "class"
+    info = targets_module.base.class_info(resolved, None if score_fn else class_names, kind=kind)
+    return targets_module.Resolved(resolved, None, info, None), scores
 
 
 def _differentiated(model, score: str, score_fn) -> str:
@@ -117,7 +142,10 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         targets: an int (every input), a sequence of ``B`` ints or class names, an int array
             ``[B, K]``, ``"topK"`` (the K best classes of each input, best first), a class name,
             or a callable ``score_fn(values) -> [B] or [B, K]`` where ``values`` are what
-            ``score`` selects (logits by default).
+            ``score`` selects (logits by default). For models whose output is not ``[B, C]``: a
+            target object of :mod:`saliency_kit.targets` (``region`` of a segmentation, ``box``
+            of a detector, ``output`` of a multi-output model, ``unit`` inside, a ``Target`` of
+            your own) or a list of them (their columns side by side); every method takes them.
         score: ``"logits"`` — differentiate the values before a final softmax/sigmoid when the
             model has one (fused in a layer or separate) — or ``"output"``.
         batch_size: the most model evaluations (inputs × classes × samples × steps) per
@@ -132,7 +160,8 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
-        an :class:`~saliency_kit.Explanation`; its ``options`` are the method's options as used
+        an :class:`~saliency_kit.Explanation`; its ``target_info[b][k]`` says what column k of
+        input b explains; its ``options`` are the method's options as used
         (defaults and a drawn seed included) and ``"score"``: what was differentiated,
         ``"output"`` when ``score="logits"`` could not look behind the model's final
         softmax/sigmoid.
@@ -154,11 +183,15 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
                               default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
     if chosen.prepare is not None:
         values = chosen.prepare(request, values)
-    resolved, score_vectors = _resolve(model, x, targets, score, batch_size, names)
-    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    selection, score_vectors = _resolve(model, x, targets, score, batch_size, names)
+    resolved = selection.columns
+    score_fn = None
+    if callable(targets) and not isinstance(targets, str) and not targets_module.is_target(targets):
+        score_fn = targets
     out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
                      batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
-                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors)
+                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors,
+                     target=selection.target, payload=selection.payload)
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:
@@ -173,6 +206,7 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),
+        target_info=selection.info,
     )
 
 

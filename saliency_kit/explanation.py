@@ -19,7 +19,9 @@ class Explanation:
             gradient, guided backprop, deconvnet and guided Grad-CAM; the signed sum for
             gradient × input and integrated gradients; the mean for occlusion; SmoothGrad as its
             base method; the CAM itself for Grad-CAM and Grad-CAM++.
-        targets: int64 ``[B, K]``, the class (or ``score_fn`` column) of each attribution.
+        targets: int64 ``[B, K]``, the column each attribution explains: its class (of a
+            classifier, a region or a box), its ``score_fn`` column, its component of an
+            ``output`` head, or its ``unit`` index (flat for a tuple index).
         scores: ``[B, K]``, the score of each target on the input as given (logits by default).
         method: the method's name.
         options: every option of the method, defaults filled in (and a drawn ``seed`` recorded),
@@ -34,6 +36,11 @@ class Explanation:
             (``"model/dense/Relu"``; an activation made of several ops, such as a ReLU with a
             ``max_value`` or ``threshold``, by its last op). For LRP and DeepLIFT: the layer
             paths rewritten.
+        target_info: ``B`` lists of ``K`` dicts, what each column explains: ``"kind"``
+            (``"class"``, ``"callable"``, ``"region"``, ``"box"``, ``"output"``, ``"unit"`` or a
+            kind of your own) and its details (``"class"`` and ``"name"``; a region's
+            ``"pixels"``; a box's ``"box"`` ``(x0, y0, x1, y1)``; a unit's ``"layer"`` and
+            ``"index"``).
     """
 
     attributions: np.ndarray
@@ -45,6 +52,7 @@ class Explanation:
     layer: str | None = None
     completeness_gap: np.ndarray | None = None
     rewritten: list | None = None
+    target_info: list | None = None
 
     def __len__(self) -> int:
         return len(self.attributions)

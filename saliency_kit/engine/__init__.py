@@ -43,6 +43,7 @@ __all__ = [
     "run",
     "gradients",
     "all_scores",
+    "outputs",
     "forward_scores",
     "trace_count",
     "call_count",
@@ -219,15 +220,56 @@ def _tupled(value):
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
+def _payload_layout(payload, B: int, K: int):
+    """``(structure, per-input flags, leaves)`` of a target's payload pytree (``None``: none).
+
+    Leaves are NumPy arrays ``[B, K, ...]`` (one value per input and column) or
+    :class:`~saliency_kit.targets.PerInput` ``[B, ...]`` (one per input)."""
+    if payload is None:
+        return None, (), ()
+    import tensorflow as tf
+
+    from ..targets.base import PerInput
+
+    flat = tf.nest.flatten(payload)
+    per_input = tuple(isinstance(leaf, PerInput) for leaf in flat)
+    leaves = tuple(leaf.array if shared else np.asarray(leaf) for leaf, shared in zip(flat, per_input))
+    for leaf, shared in zip(leaves, per_input):
+        want = (B,) if shared else (B, K)
+        if leaf.shape[: len(want)] != want:
+            raise ValueError(f"a target payload leaf must have shape [{B}{'' if shared else f', {K}'}, ...] "
+                             f"({'per input' if shared else 'per input and column'}); received {leaf.shape}.")
+    structure = tf.nest.pack_sequence_as(payload, list(range(len(flat))))
+    return structure, per_input, leaves
+
+
+def _payload_key(structure, per_input, leaves) -> tuple:
+    if structure is None:
+        return ()
+    return (repr(structure), per_input,
+            tuple((leaf.shape[1 if shared else 2:], leaf.dtype.str) for leaf, shared in zip(leaves, per_input)))
+
+
+def _payload_specs(per_input, leaves, n: int, group: int) -> tuple:
+    from . import tf as backend
+
+    return tuple(backend.array_spec(np.empty((n, *leaf.shape[1:]) if shared else (n, group, *leaf.shape[2:]),
+                                              leaf.dtype)) for leaf, shared in zip(leaves, per_input))
+
+
 def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
         score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1, keys=None, score_vectors=None) -> dict:
+        channel_axis: int = -1, keys=None, score_vectors=None, target=None, payload=None) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
         compute: a method's function (see :mod:`saliency_kit.methods.base`).
         inputs: ``[B, ...]`` from :func:`check_inputs`.
-        targets: int ``[B, K]`` indexing the score vector.
+        targets: int ``[B, K]``: the columns, indexing the score vector (class targets) or as
+            ``target`` resolved them.
+        target, payload: a resolved target object (:class:`saliency_kit.targets.Target`) and its
+            payload pytree (leaves ``[B, K, ...]``, or ``PerInput`` ``[B, ...]``), sliced with the
+            inputs and the column groups and passed to the kernel as tensors.
         options: the method's prepared options; NumPy arrays among them are passed as tensors,
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
@@ -249,8 +291,11 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     layout = chunking.layout(batch_size, B, K, cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
+    structure, per_input, leaves = _payload_layout(payload, B, K)
+    target_key = None if target is None else target.kernel_key()
     key = ("run", compute, score, value_key(score_fn), constants,
-           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, fingerprint(model))
+           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, fingerprint(model),
+           target_key, _payload_key(structure, per_input, leaves))
 
     def build():
         rules_used: list = []
@@ -260,10 +305,13 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
             compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
             shape, dtype, [backend.array_spec(a) for a in arrays],
             backend.vectorise_classes(model), channel_axis, _traced, reports,
+            target=kernel_target, payload=(structure, per_input, _payload_specs(per_input, leaves, layout.n, layout.group)),
         )
-        return kernel, rules_used, reports
+        return kernel, rules_used, reports, kernel_target
 
-    kernel, rules_used, reports = _kernels.get(model, key, build)
+    kernel_target: list = [target]
+    kernel, rules_used, reports, holder = _kernels.get(model, key, build)
+    holder[0] = target  # a retrace (new input dtype promotion, ...) reads the current target
     for rule in rules_used:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
     n, group = layout.n, layout.group
@@ -277,12 +325,17 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         chunk_keys = chunking.pad(keys[start:stop], n)
         for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
             _stats["calls"] += 1
-            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, *arrays)
+            chunk_payload = chunking.payload_slice(leaves, per_input, start, stop, n, k0, k1, group)
+            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, chunk_payload,
+                         *arrays)
             for name, value in out.items():
                 value = backend.to_numpy(value)
                 if name not in results:
                     results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
+    if "scores" not in results and target is not None:  # one batched forward pass with the payload
+        results["scores"] = run(_clean_scores, model, inputs, targets, {}, score=score, batch_size=batch_size,
+                                channel_axis=channel_axis, target=target, payload=payload)["attributions"]
     if "scores" not in results:  # the method took no gradient at the inputs themselves
         if score_vectors is None:
             score_vectors = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
@@ -305,6 +358,11 @@ def _rewritten_by(model, rules_used, reports) -> list | None:
     return changed
 
 
+def _clean_scores(ctx):
+    scores = ctx.scores(ctx.inputs)
+    return {"attributions": scores, "scores": scores}
+
+
 def _jacobian_rows(ctx, rule):
     return ctx.gradients(ctx.inputs, rule=rule)
 
@@ -317,6 +375,33 @@ def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=Non
 
 
 # ---------------------------------------------------------------------------------- forward
+def outputs(model, inputs, *, score="logits", batch_size=32):
+    """The model's raw outputs at ``inputs`` (the score view's values: the logits of a single
+    output with a final softmax/sigmoid under ``score="logits"``), compiled and chunked: the
+    model's output structure with float32 NumPy leaves ``[B, ...]``."""
+    import tensorflow as tf
+
+    from . import tf as backend
+
+    batch_size = check_batch_size(batch_size)
+    inputs = np.asarray(inputs)
+    shape, dtype = inputs.shape[1:], inputs.dtype
+    n = chunking.bucket(len(inputs), batch_size)
+    key = ("outputs", score, shape, dtype.name, n, fingerprint(model))
+    model_ref = weakref.ref(model)
+    kernel = _kernels.get(
+        model, key,
+        lambda: backend.build_values_kernel(lambda: score_view(model_ref(), score), n, shape, dtype, _traced, raw=True),
+    )
+    parts = []
+    for start in range(0, len(inputs), n):
+        stop = min(start + n, len(inputs))
+        _stats["calls"] += 1
+        parts.append(tf.nest.map_structure(lambda t: backend.to_numpy(t)[: stop - start], kernel(
+            chunking.pad(inputs[start:stop], n))))
+    return tf.nest.map_structure(lambda *leaves: np.concatenate(leaves, axis=0), *parts)
+
+
 def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
     """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
     from . import tf as backend

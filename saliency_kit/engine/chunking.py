@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Layout", "layout", "bucket", "pad", "class_groups", "check_batch_size"]
+__all__ = ["Layout", "layout", "bucket", "pad", "pad_columns", "payload_slice", "class_groups", "check_batch_size"]
 
 
 class Layout(NamedTuple):
@@ -62,3 +62,22 @@ def class_groups(targets: np.ndarray, group: int):
     for k0 in range(0, targets.shape[1], group):
         columns = targets[:, k0 : k0 + group]
         yield k0, k0 + columns.shape[1], pad(columns.T, group).T
+
+
+def pad_columns(array: np.ndarray, size: int) -> np.ndarray:
+    """``array [B, k, ...]`` padded along axis 1 to ``size`` columns by repeating its last column."""
+    missing = size - array.shape[1]
+    if missing <= 0:
+        return array
+    return np.concatenate([array, np.repeat(array[:, -1:], missing, axis=1)], axis=1)
+
+
+def payload_slice(leaves, per_input, start: int, stop: int, n: int, k0: int, k1: int, group: int) -> tuple:
+    """The payload leaves of inputs ``start:stop`` (padded to ``n`` rows) and, for per-column
+    leaves ``[B, K, ...]``, of columns ``k0:k1`` (padded to ``group``); per-input leaves
+    ``[B, ...]`` are cut along the inputs only."""
+    out = []
+    for leaf, shared in zip(leaves, per_input):
+        rows = pad(leaf[start:stop], n)
+        out.append(np.ascontiguousarray(rows if shared else pad_columns(rows[:, k0:k1], group)))
+    return tuple(out)

@@ -37,7 +37,7 @@ import tensorflow as tf
 from ..model.copy import input_signature as copy_signature
 from ..model.layers import is_recurrent, walk
 
-__all__ = ["Context", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
+__all__ = ["Context", "Selection", "build_kernel", "build_values_kernel", "weight_sync", "input_signature", "vectorise_classes"]
 
 
 class _OwnKernelsFilter(logging.Filter):
@@ -169,6 +169,73 @@ def _target_scores(values, targets):
     return tf.gather(values, targets, batch_dims=1)
 
 
+class Selection:
+    """What the rows of a block explain: ``columns`` int32 ``[rows, K]``, the target object
+    (``None``: the columns index the score vector, a gather) and its payload (a pytree of
+    tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``)."""
+
+    def __init__(self, columns, target=None, payload=None, per_input=()):
+        self.columns = columns
+        self.target = target
+        self.payload = payload
+        self._per_input = tuple(per_input)  # per flattened payload leaf: shared by the columns
+
+    @property
+    def width(self) -> int:
+        return int(self.columns.shape[1])
+
+    def _map(self, column_fn, input_fn):
+        if self.payload is None:
+            return None
+        leaves = tf.nest.flatten(self.payload)
+        mapped = [input_fn(leaf) if shared else column_fn(leaf) for leaf, shared in zip(leaves, self._per_input)]
+        return tf.nest.pack_sequence_as(self.payload, mapped)
+
+    def repeat(self, copies: int) -> "Selection":
+        """Each row repeated ``copies`` times (row ``b·copies + c`` is copy c of row b)."""
+        if copies == 1:
+            return self
+        rep = lambda t: tf.repeat(t, copies, axis=0)  # noqa: E731
+        return Selection(rep(self.columns), self.target, self._map(rep, rep), self._per_input)
+
+    def per_column(self) -> "Selection":
+        """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
+        n, K = self.columns.shape[0], self.width
+
+        def split(leaf):
+            return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
+
+        return Selection(tf.reshape(self.columns, [n * K, 1]), self.target,
+                         self._map(split, lambda leaf: tf.repeat(leaf, K, axis=0)), self._per_input)
+
+    def _outputs(self, view, z, tap):
+        taps = tuple(self.target.taps)
+        if tap is not None and tap not in taps:
+            taps += (tap,)
+        values, taken = view.raw(z, taps)
+        return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
+
+    def scores(self, view, z, tap=None):
+        """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
+        if self.target is None:  # class columns of the score vector: a gather
+            if tap is None:
+                return _target_scores(view(z), self.columns), None
+            values, activation = view(z, tap=tap)
+            return _target_scores(values, self.columns), activation
+        outputs, activation = self._outputs(view, z, tap)
+        payload = self.columns if self.payload is None else self.payload
+        return self.target.score(outputs, payload), activation
+
+    def probabilities(self, view, z):
+        """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
+        the column's class, or the target object's :meth:`probabilities`."""
+        if self.target is None:
+            return _target_scores(tf.nn.softmax(tf.cast(view(z), tf.float32), axis=-1), self.columns)
+        outputs, _ = self._outputs(view, z, None)
+        payload = self.columns if self.payload is None else self.payload
+        return self.target.probabilities(outputs, payload)
+
+
 def _differentiate(tape, scores, source, vectorise=False):
     """``[n, K, *source.shape[1:]]``: ∂scores[:, k]/∂source, rows independent.
 
@@ -188,15 +255,12 @@ def _differentiate(tape, scores, source, vectorise=False):
     return tape.batch_jacobian(scores, source, unconnected_gradients=zero, experimental_use_pfor=False)
 
 
-def _gradient_at(view, z, targets, tap=None, vectorise=False):
+def _gradient_at(view, z, selection, tap=None, vectorise=False):
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` (or the tapped layer)."""
-    with tf.GradientTape(persistent=targets.shape[1] > 1, watch_accessed_variables=False) as tape:
+    with tf.GradientTape(persistent=selection.width > 1, watch_accessed_variables=False) as tape:
         tape.watch(z)
-        if tap is None:
-            values, source = view(z), z
-        else:
-            values, source = view(z, tap=tap)
-        scores = _target_scores(values, targets)
+        scores, activation = selection.scores(view, z, tap)
+        source = z if tap is None else activation
         if scores.dtype != source.dtype and scores.dtype.name in _SMALL_FLOATS + ("float32",):
             # the per-class loop needs one dtype; mixed precision scores are cast inside the tape
             scores = tf.cast(scores, source.dtype if source.dtype.is_floating else tf.float32)
@@ -213,7 +277,7 @@ def _relu_rule(rule) -> bool:
     return isinstance(rule, (str, ModifiedBackprop))
 
 
-def _gradient_by_rule(view, z, targets, rule, reports: list):
+def _gradient_by_rule(view, z, selection, rule, reports: list):
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family
     activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
     block). The block's report goes to ``reports``; a ReLU the rule cannot reach, or a model with
@@ -221,7 +285,7 @@ def _gradient_by_rule(view, z, targets, rule, reports: list):
     from ..model.override import relu_rule
 
     with relu_rule(rule) as report:
-        scores = _target_scores(view(z), targets)
+        scores, _ = selection.scores(view, z)
         if scores.dtype != z.dtype:
             scores = tf.cast(scores, z.dtype)
     report.check(f"model {view.model.name!r}")
@@ -231,7 +295,7 @@ def _gradient_by_rule(view, z, targets, rule, reports: list):
         raise nothing_to_rewrite(view.model)  # else the map would silently be the plain gradient
     reports.append(report)
     columns = []
-    for k in range(targets.shape[1]):  # one backward pass per class over the shared forward pass
+    for k in range(selection.width):  # one backward pass per class over the shared forward pass
         (g,) = tf.gradients(scores[:, k], [z], unconnected_gradients=tf.UnconnectedGradients.ZERO)
         columns.append(g)
     return tf.cast(scores, tf.float32), tf.stack(columns, axis=1)
@@ -247,7 +311,10 @@ class Context:
 
     Attributes:
         inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
-        targets: int32 ``[n, K]`` the score columns to explain.
+        targets: int32 ``[n, K]`` the columns to explain (the classes of class targets; what a
+            target object resolved to otherwise).
+        selection: the :class:`Selection` of these rows (the columns, the target object and its
+            payload sliced to this chunk).
         index: int32 ``[n]`` each input's position in the whole request.
         keys: int64 ``[n]`` each input's noise key: the ``input_keys`` given to ``explain`` (a
             hash of an image's path in ``saliency batch``), else its position.
@@ -257,12 +324,13 @@ class Context:
             (channels-first models, see :func:`channel_axis`).
     """
 
-    def __init__(self, views, inputs, targets, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
+    def __init__(self, views, inputs, selection, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
                  reports=None):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
-        self.targets = targets
+        self.selection = selection if isinstance(selection, Selection) else Selection(selection)
+        self.targets = self.selection.columns
         self.index = index
         self.keys = keys
         self.seed = seed
@@ -288,16 +356,14 @@ class Context:
 
     # -- evaluation -------------------------------------------------------------------------
     def _rows(self, points):
-        """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, targets, lead shape."""
+        """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, their selection (each
+        copy keeps its input's columns and payload), lead shape."""
         rank = len(self.shape)
         lead = tuple(points.shape[1 : len(points.shape) - rank])
         copies = int(np.prod(lead)) if lead else 1
         n = self.inputs.shape[0]
         rows = tf.reshape(points, [n * copies, *self.shape])
-        targets = self.targets
-        if copies > 1:
-            targets = tf.reshape(tf.repeat(targets[:, None], copies, axis=1), [n * copies, self.num_targets])
-        return rows, targets, lead
+        return rows, self.selection.repeat(copies), lead
 
     def gradients(self, points, rule=None, with_scores=False):
         """Gradients of the target scores at ``points``.
@@ -310,11 +376,11 @@ class Context:
         ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
         at the points come free with their gradients.
         """
-        rows, targets, lead = self._rows(points)
+        rows, selection, lead = self._rows(points)
         if rule is not None and _relu_rule(rule):
-            scores, grads = _gradient_by_rule(self._views(None), rows, targets, rule, self._reports)
+            scores, grads = _gradient_by_rule(self._views(None), rows, selection, rule, self._reports)
         else:
-            scores, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
+            scores, grads = _gradient_at(self._views(rule), rows, selection, vectorise=self._vectorise)
         if self._top and points is self.inputs:
             self.memo.setdefault("scores", scores)  # the clean scores come free
         n, K = self.inputs.shape[0], self.num_targets
@@ -327,15 +393,26 @@ class Context:
         """Target scores (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``."""
         if self._top and points is self.inputs and "scores" in self.memo:
             return self.memo["scores"]
-        rows, targets, lead = self._rows(points)
-        scores = tf.cast(_target_scores(self._views(rule)(rows), targets), tf.float32)
+        rows, selection, lead = self._rows(points)
+        scores = tf.cast(selection.scores(self._views(rule), rows)[0], tf.float32)
         if self._top and points is self.inputs:
             self.memo["scores"] = scores
         return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
 
+    def probabilities(self, points, rule=None):
+        """Target probabilities (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``,
+        forward only: for class targets the softmax over every class taken at the target's class
+        (Score-CAM's weights); for target objects their ``probabilities`` (see each kind)."""
+        rows, selection, lead = self._rows(points)
+        probabilities = tf.cast(selection.probabilities(self._views(rule), rows), tf.float32)
+        return tf.reshape(probabilities, [self.inputs.shape[0], *lead, self.num_targets])
+
     def values(self, points, rule=None):
         """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
-        forward only (Score-CAM's softmax over every class)."""
+        forward only; class targets only (a target object's outputs need not be a vector)."""
+        if self.selection.target is not None:
+            raise ValueError("ctx.values gives the score vector of class targets; with a target object use "
+                             f"ctx.scores or ctx.probabilities; received {self.selection.target!r}.")
         rows, _, lead = self._rows(points)
         values = tf.cast(self._views(rule)(rows), tf.float32)
         return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
@@ -346,16 +423,14 @@ class Context:
         Guided IG), one backward pass per row."""
         n, K = self.inputs.shape[0], self.num_targets
         rows = tf.reshape(points, [n * K, *self.shape])
-        targets = tf.reshape(self.targets, [n * K, 1])
-        _, grads = _gradient_at(self._views(rule), rows, targets, vectorise=self._vectorise)
+        _, grads = _gradient_at(self._views(rule), rows, self.selection.per_column(), vectorise=self._vectorise)
         return tf.reshape(grads, [n, K, *self.shape])
 
     def layer(self, path: str, rule=None):
         """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""
         with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
             tape.watch(self.inputs)  # records the forward pass, so the activations can be sources
-            values, activations = self._views(rule)(self.inputs, tap=path)
-            scores = _target_scores(values, self.targets)
+            scores, activations = self.selection.scores(self._views(rule), self.inputs, tap=path)
             if scores.dtype != activations.dtype:
                 scores = tf.cast(scores, activations.dtype)
         if self._top:
@@ -404,13 +479,13 @@ class Context:
 
     def at(self, points) -> "Context":
         """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
-        copy keeping its input's targets, index and key; results of a method there are
+        copy keeping its input's targets (their payload included), index and key; results of a method there are
         ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
-        rows, targets, lead = self._rows(points)
+        rows, selection, lead = self._rows(points)
         copies = int(np.prod(lead)) if lead else 1
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
-        return Context(self._views, rows, targets, index, keys, self.seed, max(1, self.budget // copies),
+        return Context(self._views, rows, selection, index, keys, self.seed, max(1, self.budget // copies),
                        self._vectorise, self.channel_axis, top=False, reports=self._reports)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -444,8 +519,8 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, reports: list):
-    """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> dict`` of one method.
+                 vectorise: bool, channel_axis, traced, reports: list, target=None, payload=None):
+    """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
     ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the
@@ -457,14 +532,23 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
     Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
     ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
     rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
+
+    ``target``: a one-element list holding the target object (``None`` for class columns), read
+    when tracing; ``payload``: ``(structure, per_input flags, leaf specs)`` of its payload, whose
+    leaves arrive as the tuple argument ``payload`` (``[n, group, ...]`` per column, ``[n, ...]``
+    per input): new masks or boxes reuse the compiled kernel.
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
+    target = target or [None]
+    structure, per_input, leaf_specs = payload or (None, (), ())
 
-    def kernel(x, targets, index, keys, seed, *arrays):
+    def kernel(x, targets, index, keys, seed, leaves, *arrays):
         traced()
         del reports[:]  # a retrace reports afresh
-        ctx = Context(views, x, targets, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports)
+        tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
+        selection = Selection(targets, target[0], tree, per_input)
+        ctx = Context(views, x, selection, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports)
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:
@@ -481,18 +565,22 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
         tf.TensorSpec([n], tf.int32),
         tf.TensorSpec([n], tf.int64),
         tf.TensorSpec([], tf.int64),
+        tuple(leaf_specs),
         *array_specs,
     ]
     return tf.function(kernel, input_signature=signature)
 
 
-def build_values_kernel(views, n, shape, dtype, traced):
-    """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
+def build_values_kernel(views, n, shape, dtype, traced, raw=False):
+    """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
+    (``raw=True``: the model's output structure, float32 leaves ``[n, ...]``)."""
     views = tf.autograph.experimental.do_not_convert(views)
 
     def kernel(x):
         traced()
         view = views()
+        if raw:
+            return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), view.raw(x)[0])
         return tf.cast(view(x), tf.float32)
 
     return tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)])

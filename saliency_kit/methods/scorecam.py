@@ -8,7 +8,9 @@ masked input:
     w_c^k = softmax(f(x ⊙ H_c))_k
     L^k = up( relu( Σ_c w_c^k A_c ) )
 
-with ``f`` the logits (``score="logits"``) and ``up`` bilinear resizing to ``H×W`` (as Grad-CAM
+with ``f`` the logits (``score="logits"``) and ``up`` bilinear resizing. For target objects
+``softmax(f(·))_k`` is the target's probability (``ctx.probabilities``): a region's softmax over
+the classes of its reduced logits, a box's D-RISE score, an output's or unit's value as it is to ``H×W`` (as Grad-CAM
 here). ``max_channels=N`` is Faster-ScoreCAM: only the ``N`` channels of each input whose
 activations vary most over ``h×w`` (standard deviation) take part. Forward passes only:
 ``C`` (or ``N``) forward passes per input, all K classes sharing them; ``batch_size`` bounds the
@@ -79,8 +81,7 @@ def scorecam(ctx, layer, max_channels):
         low = ops.min(up, axis=(2, 3), keepdims=True)
         high = ops.max(up, axis=(2, 3), keepdims=True)
         masks = (up - low) / (high - low + EPSILON)
-        probabilities = ops.softmax(ctx.values(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color)), axis=-1)
-        weights = ops.take_along_axis(probabilities, ops.cast(ctx.targets[:, None, :], "int32"), axis=2)  # [n, m, K]
+        weights = ctx.probabilities(x[:, None] * ops.expand_dims(ops.cast(masks, x.dtype), color))  # [n, m, K]
         return weights[..., None, None] * chosen[:, :, None]
 
     return ctx.resize(ops.relu(ctx.sum(count, channel)), size)

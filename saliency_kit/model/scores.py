@@ -32,7 +32,7 @@ import numpy as np
 from . import keras_private
 from .layers import children, is_graph_model
 
-__all__ = ["ScoreView", "score_columns", "final_squash"]
+__all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "output_shapes"]
 
 _SQUASHERS = ("softmax", "sigmoid")
 # layers that pass values through unchanged (at inference): a squash before them is still final
@@ -231,64 +231,72 @@ class ScoreView:
         return self._squash is not None
 
     # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model, x, tap: Sequence[str], strip: bool, taken: dict):
+    def _run(self, model, x, taps: tuple, strip: bool, taken: dict, prefix: str = ""):
+        """Run ``model``'s graph on ``x``; the activations of each tapped path (a tuple of names
+        from ``model`` down) go to ``taken[prefix + "/".join(path)]``."""
         graph = keras_private.functional_graph(model)
         if graph is None:
+            shown = ", ".join(prefix + "/".join(t) for t in taps) or None
             raise ValueError(
                 f"cannot look inside model {model.name!r}: it is a subclassed keras.Model "
-                f"({type(model).__name__}), whose layers cannot be tapped from outside. Grad-CAM needs "
-                "a functional or Sequential model (build one from its layers), or use a gradient "
-                f"method; received layer {'/'.join(tap) or None!r}."
+                f"({type(model).__name__}), whose layers cannot be tapped from outside. Grad-CAM and unit "
+                "targets need a functional or Sequential model (build one from its layers), or use a "
+                f"gradient method; received layer {shown!r}."
             )
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
 
-        def record(out):
-            taken["activation"] = out
-            return out
+        def recorder(op, fn):
+            if not any(t == (op.name,) for t in taps):
+                return fn
+
+            def record(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                taken[prefix + op.name] = out
+                return out
+
+            return record
 
         def operation_fn(op):
-            here = bool(tap) and op.name == tap[0]
-            if op is final or (here and is_graph_model(op)):
-                inner_tap = tap[1:] if here else ()
-                if op is final and kind == "pure":
-                    if here and len(tap) == 1:
-                        return lambda *args, **kwargs: record(args[0])
-                    return lambda *args, **kwargs: args[0]
-                if op is final and kind == "fused":
-                    twin = _call_op(self._twins[id(op)])
-                    if here and len(tap) == 1:  # a tap on the stripped layer sees its logits
-                        return lambda *args, **kwargs: record(twin(*args, **kwargs))
-                    return twin
-                if is_graph_model(op):
-                    return lambda *args, **kwargs: self._run(
-                        op, args[0], inner_tap, strip=op is final, taken=taken
-                    )
-            if here and len(tap) == 1:
-                plain = _call_op(op)
-                return lambda *args, **kwargs: record(plain(*args, **kwargs))
-            if here and not is_graph_model(op):
+            inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
+            if op is final and kind == "pure":
+                return recorder(op, lambda *args, **kwargs: args[0])
+            if op is final and kind == "fused":  # a tap on the stripped layer sees its logits
+                return recorder(op, _call_op(self._twins[id(op)]))
+            if (op is final or inner) and is_graph_model(op):
+                return recorder(op, lambda *args, **kwargs: self._run(
+                    op, args[0], inner, strip=op is final, taken=taken, prefix=f"{prefix}{op.name}/"))
+            if inner:
                 raise ValueError(
-                    f"layer {'/'.join(tap)!r} is inside {op.name!r} ({type(op).__name__}), which runs "
-                    "it internally: only layers of functional or Sequential models can be tapped; "
-                    f"tap {op.name!r} itself; received {'/'.join(tap)!r}."
+                    f"layer {prefix}{op.name}/{'/'.join(inner[0])!r} is inside {op.name!r} ({type(op).__name__}), "
+                    f"which runs it internally: only layers of functional or Sequential models can be tapped; "
+                    f"tap {prefix + op.name!r} itself; received {prefix}{op.name}/{'/'.join(inner[0])!r}."
                 )
-            return _call_op(op)
+            return recorder(op, _call_op(op))
 
         outputs = keras_private.run_graph(graph, [x], operation_fn)
-        return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        if len(graph.outputs) == 1 and isinstance(outputs, (list, tuple)):
+            return outputs[0]
+        return outputs
+
+    def raw(self, x, taps: Sequence[str] = ()):
+        """``(values, {path: activations})``: the model's outputs (its structure; the logits of a
+        single output with a final softmax/sigmoid under ``score="logits"``) and the activations
+        of each layer in ``taps``. ``score_fn`` is not applied."""
+        taken: dict = {}
+        if not taps and not self.strips_activation:
+            return self.model(x, training=False), taken
+        paths = tuple(tuple(tap.split("/")) for tap in taps)
+        values = self._run(self.model, x, paths, self.strips_activation, taken)
+        missing = [tap for tap in taps if tap not in taken]
+        if missing:
+            raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")
+        return values, taken
 
     def values(self, x, tap: str | None = None):
         """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
-        taken: dict = {}
-        if tap is None and not self.strips_activation:
-            values = self.model(x, training=False)
-        else:
-            parts = tuple(tap.split("/")) if tap else ()
-            values = self._run(self.model, x, parts, self.strips_activation, taken)
-            if tap is not None and "activation" not in taken:
-                raise ValueError(f"layer {tap!r} was not reached when running the model.")
-        return values, taken.get("activation")
+        values, taken = self.raw(x, (tap,) if tap else ())
+        return values, taken.get(tap)
 
     def __call__(self, x, tap: str | None = None):
         values, activation = self.values(x, tap)
@@ -314,6 +322,29 @@ def _output_spec(model):
     if len(outputs) != 1:
         return None
     return (None, *outputs[0].shape[1:]), keras.backend.standardize_dtype(outputs[0].dtype)
+
+
+def output_structure(model):
+    """The model's output structure with each output's shape (a tuple, batch axis ``None``) as
+    its leaf: one tuple, a list of them, or a dict of them."""
+    if is_graph_model(model):
+        outputs = model.output
+    else:
+        from .copy import probe_input
+
+        outputs = model(probe_input(model), training=False)
+    structure = keras.tree.map_structure(lambda t: (None, *tuple(t.shape)[1:]), outputs)
+    if isinstance(structure, tuple) and structure and isinstance(structure[0], tuple):
+        structure = list(structure)
+    return structure
+
+
+def output_shapes(model) -> list:
+    """The shape of each of the model's outputs (batch axis ``None``), flattened."""
+    structure = output_structure(model)
+    if isinstance(structure, dict):
+        return list(structure.values())
+    return structure if isinstance(structure, list) else [structure]
 
 
 def score_columns(model, score_fn: Callable | None = None) -> int | None:

@@ -1,7 +1,6 @@
-"""Targets and scores: which numbers the attributions explain.
+"""Class targets: the one parser of class target requests (no model runs, no gradients).
 
-One job lives here, with no model runs and no gradients: the one parser of target requests, used by ``sk.explain``, the command line and
-  ``saliency sanity`` alike: :func:`parse` (every form of API.md: an ``int``, a sequence of ``B``
+Used by ``sk.explain``, the command line and ``saliency sanity`` alike: :func:`parse` (every class form: an ``int``, a sequence of ``B``
   ints or class names, an array ``[B, K]``, ``"topK"``, a class name, a callable),
   :func:`parse_string` (one command-line ``--target``), :func:`combine` (several of them) and
   :func:`resolve` (a spec and, for ``topK``, the scores → int ``[B, K]``). Everything is
@@ -152,7 +151,7 @@ def combine(specs: Sequence[TargetSpec]) -> TargetSpec:
 def parse(targets, num_inputs: int, num_classes: int | None, class_names=None) -> TargetSpec:
     """Check ``targets`` against ``num_inputs`` inputs and ``num_classes`` outputs.
 
-    Every form of API.md: an ``int`` (every input), a sequence of ``num_inputs`` ints or class
+    Every class form: an ``int`` (every input), a sequence of ``num_inputs`` ints or class
     names (one per input), an int array ``[B, K]``, a string (see :func:`parse_string`) or a
     callable ``score_fn(values) -> [B] or [B, K]``. ``class_names``: a list of str or a
     ``ModelSpec``. Raises ``TypeError`` for wrong types (booleans, floats, other objects) and

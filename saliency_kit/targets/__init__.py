@@ -1,0 +1,48 @@
+"""What the attributions explain: class targets and target objects.
+
+Class targets (an int, names, ``"topK"``, an array ``[B, K]``, a callable) are parsed by
+:func:`parse` and turned into int ``[B, K]`` by :func:`resolve` (:mod:`.parse`; no model runs).
+Target objects say what to explain on models whose output is not ``[B, C]``; each carries a
+per-input payload through the engine's chunking (:mod:`.base`), and every method accepts them:
+
+* :func:`region` — a class's logits over a region of a dense output (segmentation);
+* :func:`box` — the D-RISE similarity of a box to a detector's raw proposals;
+* :func:`output` — one head of a multi-output model (regression included);
+* :func:`unit` — the activation of an inner unit;
+* :class:`Target` — subclass it for a kind of your own.
+
+A list of target objects puts their columns side by side. Importing this package imports
+neither TensorFlow nor Keras.
+"""
+from __future__ import annotations
+
+from .base import Classes, PerInput, Resolved, Several, Target, TargetRequest, as_target, is_target
+from .box import Box, box
+from .heads import Output, Unit, output, unit
+from .parse import TargetSpec, class_names_of, combine, parse, parse_string, resolve
+from .region import Region, region
+
+__all__ = [
+    "Target",
+    "PerInput",
+    "Resolved",
+    "TargetRequest",
+    "region",
+    "box",
+    "output",
+    "unit",
+    "Region",
+    "Box",
+    "Output",
+    "Unit",
+    "Classes",
+    "Several",
+    "is_target",
+    "as_target",
+    "TargetSpec",
+    "parse",
+    "parse_string",
+    "combine",
+    "resolve",
+    "class_names_of",
+]

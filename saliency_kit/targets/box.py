@@ -1,0 +1,253 @@
+"""``box``: how well a detector's raw proposals find a given box (D-RISE similarity).
+
+For a detector's raw output before non-max suppression, ``N`` proposals per input, either one
+tensor ``[B, N, 4 + 1 + C]`` (``x0, y0, x1, y1``, objectness, class logits) or a dict
+``{"boxes": [B, N, 4], "classification": [B, N, C]}`` (no objectness: 1), boxes in input
+pixels. For a target box ``t`` of class ``c``:
+
+    score="drise":  s = max_j IoU(t, b_j) · o_j · p_j[c]
+    score="class":  s = z_{j*}[c],  j* = argmax_j IoU(t, b_j)
+
+with ``o`` the objectness, ``p`` the class probabilities (``class_activation``: a softmax of
+the logits for the tensor form, a sigmoid per class for the dict form, or ``"none"`` when the
+model gives probabilities) and ``z`` the class logits. The K boxes of one input are its K
+columns: they share its forward pass. Score-CAM's probability of a box: the D-RISE score
+itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class probability.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .base import Resolved, Target, TargetRequest
+
+__all__ = ["Box", "box"]
+
+_ACTIVATIONS = ("softmax", "sigmoid", "none")
+
+
+class Box(Target):
+    """See :func:`box`."""
+
+    kind = "box"
+
+    def __init__(self, boxes, classes=None, score: str = "drise", class_activation: str | None = None):
+        if score not in ("drise", "class"):
+            raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
+        if class_activation is not None and class_activation not in _ACTIVATIONS:
+            raise ValueError(f"class_activation must be one of {', '.join(map(repr, _ACTIVATIONS))} or None; "
+                             f"received {class_activation!r}.")
+        self.boxes = boxes
+        self.classes = classes
+        self.mode = score
+        self.class_activation = class_activation
+        self.form = None  # "tensor" or "dict", set when bound to a model
+
+    def kernel_key(self):
+        return (type(self), self.mode, self.class_activation, self.form)
+
+    def __repr__(self) -> str:
+        return f"box(boxes={_describe(self.boxes)}, classes={self.classes!r}, score={self.mode!r})"
+
+    # -- host ----------------------------------------------------------------------------------
+    def resolve(self, request: TargetRequest) -> Resolved:
+        form, C = _detector_form(request.model)
+        B = request.num_inputs
+        boxes, padding = _boxes(self.boxes, B)  # [B, K, 4], bool [B, K]
+        K = boxes.shape[1]
+        classes = self._classes(request, boxes, C, form)
+        bound = Box(None, None, self.mode, self.class_activation or ("softmax" if form == "tensor" else "sigmoid"))
+        bound.form = form
+        names = request.class_names
+        info = [[{"kind": "box", "box": tuple(float(v) for v in boxes[b, k]), "class": int(classes[b, k]),
+                  **({"name": names[classes[b, k]]} if names and classes[b, k] < len(names) else {}),
+                  **({"padding": True} if padding[b, k] else {})}
+                 for k in range(K)] for b in range(B)]
+        payload = {"boxes": boxes.astype(np.float32), "classes": classes}
+        return Resolved(classes, payload, info, bound)
+
+    def _classes(self, request, boxes, C, form) -> np.ndarray:
+        B, K = boxes.shape[:2]
+        given = self.classes
+        if given is None:  # each box's class: that of its best-matching proposal at the clean input
+            outputs = request.clean_outputs()
+            proposals, _, logits = _split_numpy(outputs, form)
+            best = np.argmax(_iou_numpy(boxes, proposals), axis=-1)  # [B, K]
+            return np.argmax(np.take_along_axis(logits, best[..., None], axis=1), axis=-1).astype(np.int64)
+        if isinstance(given, str):
+            from .parse import parse_string
+
+            given = parse_string(given, C, request.class_names).parts[0]
+            if given[0] != "class":
+                raise ValueError(f"box classes must be a class index or name, not 'topK'; received {self.classes!r}.")
+            given = given[1]
+        if isinstance(given, numbers.Integral) and not isinstance(given, bool):
+            array = np.full((B, K), int(given))
+        else:
+            array = np.asarray(given)
+            if array.dtype.kind not in "iu":
+                raise TypeError(f"box classes must be None, an int, a class name or ints shaped like the boxes; "
+                                f"received {self.classes!r}.")
+            if array.shape == (K,):
+                array = np.tile(array, (B, 1))
+            if array.shape != (B, K):
+                raise ValueError(f"box classes must hold one class per box, shape {[B, K]} (or {[K]}); "
+                                 f"received shape {list(array.shape)}.")
+        if array.min() < 0 or array.max() >= C:
+            raise ValueError(f"box classes must lie in [0, {C - 1}]; received values from {array.min()} to {array.max()}.")
+        return array.astype(np.int64)
+
+    # -- kernel --------------------------------------------------------------------------------
+    def _parts(self, outputs):
+        """``(proposals [n, N, 4], objectness [n, N], class logits [n, N, C])`` float32."""
+        import tensorflow as tf
+
+        if self.form == "dict":
+            proposals = tf.cast(outputs["boxes"], tf.float32)
+            logits = tf.cast(outputs["classification"], tf.float32)
+            return proposals, tf.ones_like(logits[..., 0]), logits
+        values = tf.cast(outputs, tf.float32)
+        return values[..., :4], values[..., 4], values[..., 5:]
+
+    def _probabilities(self, logits):
+        import tensorflow as tf
+
+        if self.class_activation == "softmax":
+            return tf.nn.softmax(logits, axis=-1)
+        if self.class_activation == "sigmoid":
+            return tf.sigmoid(logits)
+        return logits
+
+    def _matched(self, outputs, payload, probability: bool):
+        import tensorflow as tf
+
+        proposals, objectness, logits = self._parts(outputs)
+        targets = tf.cast(payload["boxes"], tf.float32)  # [n, K, 4]
+        classes = tf.cast(payload["classes"], tf.int32)  # [n, K]
+        iou = _iou(targets, proposals)  # [n, K, N]
+        if self.mode == "drise":
+            p = tf.gather(self._probabilities(logits), classes, axis=2, batch_dims=1)  # [n, N, K]
+            return tf.reduce_max(iou * objectness[:, None, :] * tf.transpose(p, [0, 2, 1]), axis=-1)
+        best = tf.argmax(iou, axis=-1, output_type=tf.int32)  # [n, K]
+        chosen = tf.gather(logits, best, axis=1, batch_dims=1)  # [n, K, C]
+        if probability:
+            chosen = self._probabilities(chosen)
+        return tf.gather(chosen, classes, axis=2, batch_dims=2)
+
+    def score(self, outputs, payload):
+        return self._matched(outputs, payload, probability=False)
+
+    def probabilities(self, outputs, payload):
+        return self._matched(outputs, payload, probability=True)
+
+
+def _iou(a, b):
+    """IoU of boxes ``a [n, K, 4]`` and ``b [n, N, 4]`` (``x0, y0, x1, y1``): ``[n, K, N]``."""
+    import tensorflow as tf
+
+    a, b = a[:, :, None], b[:, None]
+    width = tf.nn.relu(tf.minimum(a[..., 2], b[..., 2]) - tf.maximum(a[..., 0], b[..., 0]))
+    height = tf.nn.relu(tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]))
+    inter = width * height
+
+    def area(box):
+        return tf.nn.relu(box[..., 2] - box[..., 0]) * tf.nn.relu(box[..., 3] - box[..., 1])
+
+    return tf.math.divide_no_nan(inter, area(a) + area(b) - inter)
+
+
+def _iou_numpy(a, b):
+    a, b = a[:, :, None], b[:, None]
+    width = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+    height = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
+    inter = width * height
+    area_a = np.clip(a[..., 2] - a[..., 0], 0, None) * np.clip(a[..., 3] - a[..., 1], 0, None)
+    area_b = np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
+    union = area_a + area_b - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def _split_numpy(outputs, form):
+    if form == "dict":
+        return np.asarray(outputs["boxes"]), None, np.asarray(outputs["classification"])
+    values = np.asarray(outputs)
+    return values[..., :4], values[..., 4], values[..., 5:]
+
+
+def _detector_form(model) -> tuple[str, int]:
+    """``("tensor" | "dict", C)`` of a detector's raw output, else ``ValueError``."""
+    from ..model.scores import output_structure
+
+    structure = output_structure(model)
+    if isinstance(structure, dict) and {"boxes", "classification"} <= set(structure):
+        boxes, classes = tuple(structure["boxes"]), tuple(structure["classification"])
+        if len(boxes) == 3 and boxes[-1] == 4 and len(classes) == 3 and classes[-1]:
+            return "dict", int(classes[-1])
+    elif isinstance(structure, tuple) and (not structure or not isinstance(structure[0], tuple)):
+        if len(structure) == 3 and structure[-1] is not None and structure[-1] > 5:
+            return "tensor", int(structure[-1]) - 5
+    raise ValueError(
+        "box targets need a detector's raw output: [B, N, 4 + 1 + C] (x0, y0, x1, y1, objectness, class "
+        "logits, C ≥ 1) or a dict {'boxes': [B, N, 4], 'classification': [B, N, C]}; model "
+        f"{model.name!r} gives {structure}; received box(...)."
+    )
+
+
+def _boxes(boxes, B: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(float [B, K, 4], padding bool [B, K])`` from ``[K, 4]`` (every input), ``[B, K, 4]`` or
+    ``B`` lists of boxes (a shorter list repeats its last box, marked as padding)."""
+    if boxes is None:
+        raise ValueError("box targets need boxes: per input a list of [x0, y0, x1, y1]; received None.")
+    try:
+        array = np.asarray(boxes, np.float64)
+    except (ValueError, TypeError):
+        array = None
+    if array is not None and array.ndim == 2 and array.shape[-1] == 4 and len(array):
+        array = np.broadcast_to(array, (B, *array.shape))
+    if array is not None and array.ndim == 3 and array.shape[0] == B and array.shape[-1] == 4 and array.shape[1]:
+        padding = np.zeros(array.shape[:2], bool)
+    else:
+        rows = list(boxes) if isinstance(boxes, (list, tuple)) else None
+        if rows is None or len(rows) != B or any(len(np.reshape(r, (-1, 4))) == 0 or np.size(r) % 4 for r in rows):
+            raise ValueError(
+                f"boxes must be per input a non-empty list of [x0, y0, x1, y1] ({B} lists), an array "
+                f"[{B}, K, 4], or [K, 4] for every input; received {_describe(boxes)}."
+            )
+        lists = [np.reshape(np.asarray(r, np.float64), (-1, 4)) for r in rows]
+        K = max(len(r) for r in lists)
+        array = np.stack([np.concatenate([r, np.repeat(r[-1:], K - len(r), axis=0)]) for r in lists])
+        padding = np.array([[k >= len(r) for k in range(K)] for r in lists])
+    if not np.all(np.isfinite(array)) or np.any(array[..., 2] < array[..., 0]) or np.any(array[..., 3] < array[..., 1]):
+        raise ValueError("boxes must be finite [x0, y0, x1, y1] with x0 ≤ x1 and y0 ≤ y1; received "
+                         f"{_describe(boxes)}.")
+    return np.ascontiguousarray(array), padding
+
+
+def _describe(boxes) -> str:
+    shape = getattr(boxes, "shape", None)
+    if shape is not None:
+        return f"an array of shape {list(shape)}"
+    text = repr(boxes)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+def box(boxes, classes=None, *, score: str = "drise", class_activation: str | None = None) -> Box:
+    """Boxes to explain on a detector's raw output (before non-max suppression).
+
+    Args:
+        boxes: per input a list of ``[x0, y0, x1, y1]`` in input pixels (``B`` lists; a shorter
+            list repeats its last box, recorded as ``"padding"`` in ``target_info``), a float
+            array ``[B, K, 4]``, or ``[K, 4]`` for every input. The K boxes of an input are its
+            K columns and share its forward pass.
+        classes: ``None`` (each box's class is that of its best-matching proposal at the clean
+            input), an int or class name (every box), or ints ``[B, K]`` / ``[K]``.
+        score: ``"drise"``: max over proposals of IoU × objectness × class probability;
+            ``"class"``: the class logit of the proposal of highest IoU.
+        class_activation: how class probabilities come from the class outputs: ``"softmax"``
+            (default for ``[B, N, 4 + 1 + C]``), ``"sigmoid"`` (default for the dict form) or
+            ``"none"`` (the model gives probabilities).
+
+    ``Explanation.target_info[b][k]``: ``{"kind": "box", "box", "class"}``.
+    """
+    return Box(boxes, classes, score, class_activation)

@@ -1,0 +1,236 @@
+"""``output`` (one head of a multi-output model) and ``unit`` (an inner unit's activation).
+
+``output(name_or_index, classes)``: the head's values as they are (a regression head is scored
+on its values, a classifier head on its outputs: ``score="output"`` semantics), column k being
+component ``classes[:, k]`` of the head flattened to ``[B, D]``; default every component.
+
+``unit(layer, index)``: the activation of one unit of an inner layer, read from the layer's
+output ``a``: an int ``index`` is a channel averaged over the other axes (a neuron of a
+``Dense`` output ``[B, D]``; a convolution's channel ``c`` over space,
+``mean_{h,w} a[:, h, w, c]``); a tuple is one element ``a[:, *index]``. A list of indices gives
+several columns from one forward pass.
+
+Score-CAM's probability of either: the score itself.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .base import Resolved, Target, TargetRequest, class_info
+
+__all__ = ["Output", "Unit", "output", "unit"]
+
+
+class Output(Target):
+    """See :func:`output`."""
+
+    kind = "output"
+
+    def __init__(self, head, classes=None):
+        if isinstance(head, bool) or not isinstance(head, (str, numbers.Integral)):
+            raise TypeError(f"output() takes a head's name or index; received {head!r}.")
+        self.head = head
+        self.classes = classes
+        self.key = None  # the head's place in the model's output structure, set when bound
+
+    def kernel_key(self):
+        return (type(self), self.key)
+
+    def __repr__(self) -> str:
+        return f"output({self.head!r}, classes={self.classes!r})"
+
+    def resolve(self, request: TargetRequest) -> Resolved:
+        from .parse import parse, resolve
+
+        key, shape = _head(request.model, self.head)
+        width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        if any(s is None for s in shape[1:]):
+            raise ValueError(f"output {self.head!r} has an unknown size {list(shape)}; received {self.head!r}.")
+        bound = Output(self.head, None)
+        bound.key = key
+        B = request.num_inputs
+        if self.classes is None:
+            columns = np.tile(np.arange(width, dtype=np.int64), (B, 1))
+        else:
+            spec = parse(self.classes, B, width, request.class_names)
+            values = None
+            if spec.needs_scores:
+                outputs = request.clean_outputs()
+                values = np.asarray(outputs[key]).reshape(B, -1)
+            columns = resolve(spec, values, B, width)
+        info = class_info(columns, request.class_names, kind="output")
+        for row in info:
+            for entry in row:
+                entry["output"] = self.head
+        return Resolved(columns, None, info, bound)
+
+    def outputs(self, values, taps):
+        return _getitem(values, self.key)
+
+    def score(self, outputs, payload):
+        import tensorflow as tf
+
+        flat = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
+        return tf.gather(flat, tf.cast(payload, tf.int32), batch_dims=1)
+
+
+def _head(model, head) -> tuple:
+    """``(key into the output structure, shape)`` of the head called or numbered ``head``."""
+    from ..model.scores import output_structure
+
+    structure = output_structure(model)
+    if isinstance(structure, dict):
+        keys = list(structure)
+        if isinstance(head, str) and head in structure:
+            return head, structure[head]
+        if isinstance(head, numbers.Integral) and 0 <= head < len(keys):
+            return keys[head], structure[keys[head]]
+        raise ValueError(f"output must be one of the model's outputs {keys} (or their index); received {head!r}.")
+    heads = structure if isinstance(structure, list) else [structure]
+    names = list(getattr(model, "output_names", None) or [])
+    if isinstance(head, str):
+        if head not in names:
+            raise ValueError(f"output {head!r} is not an output of model {model.name!r}; its outputs are "
+                             f"{names or 'unnamed: give an index'}; received {head!r}.")
+        index = names.index(head)
+    else:
+        index = int(head)
+        if not 0 <= index < len(heads):
+            raise ValueError(f"output index must lie in [0, {len(heads) - 1}] (model {model.name!r} has "
+                             f"{len(heads)} outputs); received {head!r}.")
+    return (index if isinstance(structure, list) else _WHOLE), heads[index]
+
+
+class _Whole:
+    """The key of a single output: the values themselves."""
+
+    def __repr__(self):
+        return "<whole output>"
+
+    def __hash__(self):
+        return 0
+
+    def __eq__(self, other):
+        return isinstance(other, _Whole)
+
+
+_WHOLE = _Whole()
+
+
+def _getitem(values, key):
+    return values if isinstance(key, _Whole) else values[key]
+
+
+class Unit(Target):
+    """See :func:`unit`."""
+
+    kind = "unit"
+
+    def __init__(self, layer, index):
+        def check(i):
+            if isinstance(i, bool) or not isinstance(i, (numbers.Integral, tuple)) or (
+                    isinstance(i, tuple) and not all(isinstance(j, numbers.Integral) for j in i)):
+                raise TypeError(f"unit index must be an int (a channel), a tuple of ints (one element) or a list of "
+                                f"them; received {index!r}.")
+            return i
+
+        self.layer = layer
+        self.index = [check(i) for i in index] if isinstance(index, list) else check(index)
+        self.path = None
+        self.channels = None  # True: a channel averaged over the other axes; False: one element
+        self.channel_axis = -1
+
+    @property
+    def taps(self):
+        return (self.path,) if self.path else ()
+
+    def kernel_key(self):
+        return (type(self), self.path, self.channels, self.channel_axis)
+
+    def __repr__(self) -> str:
+        return f"unit({getattr(self.layer, 'name', self.layer)!r}, {self.index!r})"
+
+    def resolve(self, request: TargetRequest) -> Resolved:
+        from ..model.layers import find_layer, layer_at
+
+        path = find_layer(request.model, self.layer)
+        found = layer_at(request.model, path)
+        try:
+            shape = tuple(found.output.shape)
+        except (AttributeError, ValueError):
+            raise ValueError(f"unit targets need a layer with one known output shape; layer {path!r} has none "
+                             f"(a layer called several times, or inside a subclassed model); received {path!r}.") from None
+        indices = self.index if isinstance(self.index, list) else [self.index]
+        kinds = {isinstance(i, tuple) for i in indices}
+        if len(kinds) != 1:
+            raise ValueError(f"unit indices must be all ints or all tuples; received {self.index!r}.")
+        element = kinds.pop()
+        bound = Unit(self.layer, self.index)
+        bound.path, bound.channels = path, not element
+        first = getattr(found, "data_format", None) == "channels_first" and len(shape) > 2
+        bound.channel_axis = 1 if first else -1
+        inner = shape[1:]
+        if element:
+            if any(len(i) != len(inner) for i in indices) or any(s is None for s in inner):
+                raise ValueError(f"a tuple unit index needs one int per axis of layer {path!r}'s output "
+                                 f"{list(shape)}; received {self.index!r}.")
+            try:
+                flat = [int(np.ravel_multi_index(i, inner)) for i in indices]
+            except ValueError:
+                raise ValueError(f"unit index {self.index!r} is outside layer {path!r}'s output {list(shape)}; "
+                                 f"received {self.index!r}.") from None
+        else:
+            size = inner[bound.channel_axis if bound.channel_axis < 0 else 0]
+            if any(not 0 <= i < size for i in indices):
+                raise ValueError(f"unit channel must lie in [0, {size - 1}] for layer {path!r} (output "
+                                 f"{list(shape)}); received {self.index!r}.")
+            flat = [int(i) for i in indices]
+        B = request.num_inputs
+        columns = np.tile(np.array(flat, np.int64), (B, 1))
+        info = [[{"kind": "unit", "layer": path, "index": i} for i in indices] for _ in range(B)]
+        return Resolved(columns, None, info, bound)
+
+    def outputs(self, values, taps):
+        return taps[self.path]
+
+    def score(self, outputs, payload):
+        import tensorflow as tf
+
+        activations = tf.cast(outputs, tf.float32)
+        if self.channels:
+            rank = len(activations.shape)
+            axis = rank - 1 if self.channel_axis < 0 else 1
+            others = [a for a in range(1, rank) if a != axis]
+            activations = tf.reduce_mean(activations, axis=others) if others else activations
+        else:
+            activations = tf.reshape(activations, [tf.shape(activations)[0], -1])
+        return tf.gather(activations, tf.cast(payload, tf.int32), batch_dims=1)
+
+
+def output(name_or_index, classes=None) -> Output:
+    """One head of a multi-output model: its values (component ``classes``; default all).
+
+    Args:
+        name_or_index: the output's name (``model.output_names``, or a key of a dict output) or
+            its position.
+        classes: which components of the head (flattened to ``[B, D]``) are the columns:
+            ``None`` (all ``D``), or as class targets (an int, a sequence of ``B`` ints, an
+            int array ``[B, K]``, ``"topK"`` of the head's values).
+
+    ``Explanation.target_info[b][k]``: ``{"kind": "output", "output", "class"}``.
+    """
+    return Output(name_or_index, classes)
+
+
+def unit(layer, index) -> Unit:
+    """The activation of an inner unit of ``layer`` (a name, a path ``"outer/inner"`` or the layer).
+
+    ``index``: an int, a channel (of a ``Dense`` output: a neuron; of a convolution: its channel
+    averaged over space); a tuple, one element of the layer's output ``[B, ...]``; or a list of
+    either (several columns). Subclassed models cannot be tapped from outside.
+
+    ``Explanation.target_info[b][k]``: ``{"kind": "unit", "layer", "index"}``.
+    """
+    return Unit(layer, index)
