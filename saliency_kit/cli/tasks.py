@@ -39,7 +39,7 @@ import numpy as np
 from .options import UsageError, did_you_mean, message
 
 __all__ = ["Request", "Question", "TaskPlan", "parse", "forward", "describe", "questions", "build_targets",
-           "BACKGROUND"]
+           "Asker", "BACKGROUND"]
 
 BACKGROUND = "background"
 _TOP = re.compile(r"top([0-9]+)", re.IGNORECASE)
@@ -394,6 +394,24 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
                         add(detection(rank, d))
         result.append(picked)
     return result
+
+
+# ----------------------------------------------------------------------- batches of images
+class Asker:
+    """``ask(inputs, sizes) -> (questions per image, targets)`` for ``saliency batch``
+    (:func:`saliency_kit.batch.run.explain_asked`): one forward pass per batch, then each image's
+    questions and the ``sk.explain`` targets of those that ask something (``None`` if none do)."""
+
+    asks_questions = True
+
+    def __init__(self, plan: TaskPlan, spec, model, batch_size: int):
+        self.plan, self.spec, self.model, self.batch_size = plan, spec, model, batch_size
+
+    def __call__(self, inputs, sizes):
+        raw = forward(self.model, inputs, self.batch_size, self.plan)
+        per_image = questions(self.plan, self.spec, raw, sizes)
+        asking = [q for q in per_image if q]
+        return per_image, (build_targets(asking)[0] if asking else None)
 
 
 # ------------------------------------------------------------------------------- targets
