@@ -51,8 +51,8 @@ def task_plan(args, spec):
     from . import tasks
 
     if spec.task == "classification" and args.output is None:
-        if args.boxes is not None:
-            tasks.parse(args.target, args.boxes, None, spec)  # the usage error --boxes gets on a classifier
+        if args.boxes is not None or any("@" in text for text in args.target or []):
+            tasks.parse(args.target, args.boxes, None, spec)  # the usage error these get on a classifier
         return None
     return tasks.parse(args.target, args.boxes, args.output, spec)
 
@@ -62,7 +62,8 @@ def check_before_loading(args):
     the model's config names its classes. Returns ``(plan, spec or None)``."""
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
-    if spec is not None and (spec.task != "classification" or args.output is not None or args.boxes is not None):
+    if spec is not None and (spec.task != "classification" or args.output is not None or args.boxes is not None
+                             or any("@" in text for text in args.target or [])):
         task_plan(args, spec)
     elif spec is not None and spec.class_names:
         opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
