@@ -179,3 +179,36 @@ def test_mask_and_box_errors_are_one_line_exit_2(tmp_path, scene_files, capsys, 
     lines = own_lines(err, "explain")
     assert len(lines) == 1 and lines[0].startswith("saliency explain: error: ") and expected in lines[0], err
     assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def test_output_picks_a_head_of_a_multi_output_model(tmp_path, scene_files, capsys):
+    import keras
+
+    import saliency_kit as sk
+
+    root, data, _ = scene_files
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((64, 64, 3))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs))
+    keras.Model(inputs, {"age": keras.layers.Dense(1, name="age")(x),
+                         "kind": keras.layers.Dense(3, name="kind")(x)}).save(tmp_path / "multi.keras")
+    base = ["explain", str(root / "scene0.png"), "--model", str(tmp_path / "multi.keras"), "--method", "gradient",
+            "--format", "npz"]
+    assert main([*base, "--output", "kind", "--target", "top2", "--out", str(tmp_path / "kind")]) == 0
+    model, _ = sk.load_model(tmp_path / "multi.keras")
+    x = preprocess(data.images[:1])
+    values = np.asarray(model(x)["kind"])[0]
+    records = manifest_records(tmp_path / "kind" / "manifest.jsonl")
+    assert [r["class"] for r in records] == list(np.argsort(-values)[:2])
+    assert {r["target"] for r in records} == {"out-kind"} and {r["output"] for r in records} == {"kind"}
+    for r in records:  # the map of a head's component: the gradient of that component alone
+        with np.load(tmp_path / "kind" / r["file"]) as saved:
+            reference = sk.explain(model, x, "gradient", sk.targets.output("kind", [[r["class"]]])).maps[0, 0]
+            np.testing.assert_allclose(saved["map"], reference, rtol=1e-4, atol=1e-7)
+    capsys.readouterr()
+    for extra, expected in ((["--output", "nope"], "has no such output; its outputs: age, kind"),
+                            ([], "has several outputs (age, kind); pick one with --output NAME"),
+                            (["--output", "age", "--target", "star"], "with --output, a target is topK")):
+        assert main([*base, *extra, "--out", str(tmp_path / "bad")]) == 2
+        lines = own_lines(capsys.readouterr().err, "explain")
+        assert len(lines) == 1 and expected in lines[0], lines

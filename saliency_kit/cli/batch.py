@@ -77,7 +77,7 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    tasks_plan = task_plan(args, spec)
+    tasks_plan = task_plan(args, spec, model)
     if tasks_plan is None:
         target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
         targets_for = opt.targets_for(target_spec, model, args.batch_size)

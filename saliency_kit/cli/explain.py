@@ -45,11 +45,15 @@ def add_explain_options(parser) -> None:
     opt.add_render_options(parser)
 
 
-def task_plan(args, spec):
+def task_plan(args, spec, model=None):
     """The checked plan of a segmentation model, a detector or an output head (:mod:`.tasks`), or
-    ``None`` for a classifier's class targets."""
+    ``None`` for a classifier's class targets. With the ``model``: one with several outputs needs
+    ``--output``."""
     from . import tasks
 
+    if model is not None and args.output is None and len(getattr(model, "outputs", None) or []) > 1:
+        names = ", ".join(map(str, getattr(model, "output_names", None) or range(len(model.outputs))))
+        raise UsageError(f"model {spec.name!r} has several outputs ({names}); pick one with --output NAME.")
     if spec.task == "classification" and args.output is None:
         if args.boxes is not None or any("@" in text for text in args.target or []):
             tasks.parse(args.target, args.boxes, None, spec)  # the usage error these get on a classifier
@@ -92,7 +96,7 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    tasks_plan = task_plan(args, spec)
+    tasks_plan = task_plan(args, spec, model)
     if tasks_plan is None:
         target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
     plan = with_model_defaults(plan, spec)
