@@ -212,3 +212,31 @@ def test_output_picks_a_head_of_a_multi_output_model(tmp_path, scene_files, caps
         assert main([*base, *extra, "--out", str(tmp_path / "bad")]) == 2
         lines = own_lines(capsys.readouterr().err, "explain")
         assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_two_boxes_of_one_class_are_two_outputs_and_two_gallery_maps(tmp_path):
+    from saliency_kit.batch import gallery
+    from saliency_kit.cli.tasks import Question
+
+    original = np.full((64, 64, 3), 90, np.uint8)
+    subjects = [Question("box", 3, "star", f"box{n}", {"box": list(box), "detection": n}, box=box)
+                for n, box in ((1, (2.0, 2.0, 12.0, 12.0)), (2, (16.0, 16.0, 30.0, 30.0)))]
+    maps = np.random.default_rng(0).random((2, 16, 16)).astype(np.float32)
+    result = outputs.MethodMaps("gradient", maps, np.array([3, 3]), np.array([0.5, 0.25]), subjects=subjects)
+    written = outputs.write_image_outputs(str(tmp_path), "img", original, [result], ["a", "b", "c", "star"],
+                                          ("png",), input_size=(32, 32))
+    assert [w.file for w in written] == [f"img/gradient-c3-star-box{n}-{kind}.png" for n in (1, 2)
+                                         for kind in ("heatmap", "overlay")]
+    cyan = cyan_pixels(tmp_path / "img" / "gradient-c3-star-box2-overlay.png")
+    assert cyan[32:60, 32].all() and cyan[59, 32:60].all()  # the box (16..30 of 32 px), scaled to 32..59 of 64 px
+    assert not cyan[34:58, 34:58].any()
+    lines = outputs.manifest_lines("img.png", written)
+    assert [line["target"] for line in lines] == ["box1", "box1", "box2", "box2"]
+    assert lines[2]["box"] == [16.0, 16.0, 30.0, 30.0] and lines[2]["detection"] == 2
+    (tmp_path / outputs.MANIFEST).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = gallery.gallery_data(tmp_path)
+    shown = data["images"][0]["outputs"]
+    assert [(o["class_name"], o["subject"]) for o in shown] == [("star", "box1"), ("star", "box2")]
+    assert all(o["overlay"].endswith(f"{o['subject']}-overlay.png") for o in shown)
+    html = gallery.write_gallery(tmp_path).read_text()
+    assert '"box1"' in html and '"box2"' in html
