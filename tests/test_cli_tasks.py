@@ -2,6 +2,7 @@
 for real (``python -m saliency_kit`` in subprocesses) on real PNG files: the files and manifest
 lines each region or box gets, the maps they hold against the library called in-process with the
 same target objects, the outlines and boxes drawn on the overlays, and one-line usage errors."""
+import dataclasses
 import json
 
 import numpy as np
@@ -240,3 +241,25 @@ def test_two_boxes_of_one_class_are_two_outputs_and_two_gallery_maps(tmp_path):
     assert all(o["overlay"].endswith(f"{o['subject']}-overlay.png") for o in shown)
     html = gallery.write_gallery(tmp_path).read_text()
     assert '"box1"' in html and '"box2"' in html
+
+
+def test_names_of_regions_and_boxes_stay_distinct(tmp_path, scene_files):
+    from saliency_kit import zoo
+    from saliency_kit.cli import tasks
+
+    root, data, first = scene_files
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(first.astype(np.uint8) * 255).save(tmp_path / folder / "m.png")
+    spec = zoo.get_spec("shapes_seg")
+    plan = tasks.parse(["star@" + str(tmp_path / "a" / "m.png"), "star@" + str(tmp_path / "b" / "m.png"),
+                        "star@" + str(tmp_path / "a" / "m.png")], None, None, spec)
+    logits = np.zeros((1, 64, 64, 6), np.float32)
+    asked = tasks.questions(plan, spec, logits, [(64, 64)])[0]
+    names = [q.name for q in asked]
+    assert len(names) == 2 and names[0] != names[1] and all(n.startswith("mask-m-") for n in names)
+    spec = dataclasses.replace(zoo.get_spec("shapes_det"), input_size=(64, 64))  # as load_model completes it
+    plan = tasks.parse(["star@10.2,12,40,44", "star@10.4,12,40,44", "star@10,12,40,44"], None, None, spec)
+    raw = np.zeros((1, 4, 10), np.float32)
+    asked = tasks.questions(plan, spec, raw, [(64, 64)])[0]
+    assert [q.name for q in asked] == ["box-10.2-12-40-44", "box-10.4-12-40-44", "box-10-12-40-44"]

@@ -289,7 +289,19 @@ def _stem(path: str) -> str:
 
 
 def _box_name(box) -> str:
-    return "box-" + "-".join(str(int(round(v))) for v in box)
+    """``box-12-20-34-40`` (``box-10.5-20-34-40`` for fractional pixels): distinct boxes, distinct names."""
+    return "box-" + "-".join(f"{v:g}" for v in box)
+
+
+def _mask_names(requests) -> dict:
+    """``{mask file: file-name part}``: ``mask-STEM``, plus a short hash of the path when two
+    different files share a stem."""
+    import hashlib
+
+    files = list(dict.fromkeys(os.path.realpath(r.mask_file) for r in requests if r.kind == "mask"))
+    stems = [_stem(f) for f in files]
+    return {f: f"mask-{stem}" if stems.count(stem) == 1 else
+            f"mask-{stem}-{hashlib.sha256(f.encode()).hexdigest()[:6]}" for f, stem in zip(files, stems)}
 
 
 def questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes: Sequence[tuple[int, int]]) -> list[list[Question]]:
@@ -335,6 +347,7 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
     names = [n.lower() for n in spec.class_names]
     ranked = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c] > 0 and names[c] != BACKGROUND]
     found, seen = [], set()
+    mask_names = _mask_names(plan.requests)
 
     def add(question):
         key = (question.index, question.name)
@@ -344,8 +357,8 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
 
     for request in plan.requests or [Request("", "top", count=len(spec.class_names))]:
         if request.kind == "mask":
-            add(_region(request.index, spec, _scaled_mask(request.mask, predicted.shape), f"mask-{_stem(request.mask_file)}",
-                        request.mask_file))
+            add(_region(request.index, spec, _scaled_mask(request.mask, predicted.shape),
+                        mask_names[os.path.realpath(request.mask_file)], request.mask_file))
             continue
         chosen = ranked[: request.count] if request.kind == "top" else [request.index]
         for c in chosen:
