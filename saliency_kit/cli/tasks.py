@@ -346,14 +346,9 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
     counts = np.bincount(predicted.ravel(), minlength=len(spec.class_names))
     names = [n.lower() for n in spec.class_names]
     ranked = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c] > 0 and names[c] != BACKGROUND]
-    found, seen = [], set()
+    found: list[Question] = []
     mask_names = _mask_names(plan.requests)
-
-    def add(question):
-        key = (question.index, question.name)
-        if key not in seen:
-            seen.add(key)
-            found.append(question)
+    add = found_once(found)
 
     for request in plan.requests or [Request("", "top", count=len(spec.class_names))]:
         if request.kind == "mask":
@@ -367,6 +362,25 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
     return found
 
 
+def found_once(found: list):
+    """``add(question)``: appends to ``found`` a question not already there (same class and name)."""
+    keys = {(q.index, q.name) for q in found}
+
+    def add(question: Question) -> None:
+        if (question.index, question.name) not in keys:
+            keys.add((question.index, question.name))
+            found.append(question)
+
+    return add
+
+
+def _detection(spec, rank: int, found) -> Question:
+    """Detection number ``rank`` (best first) of an image as a question."""
+    return Question("box", found.label, spec.class_names[found.label], f"box{rank}",
+                    {"box": [round(v, 2) for v in found.box], "detection": rank,
+                     "detection_score": round(found.score, 4)}, box=found.box)
+
+
 def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[list[Question]]:
     from .. import detections
 
@@ -374,19 +388,9 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
     found_all = detections.decode(raw, score_threshold=spec.score_threshold, iou_threshold=spec.iou_threshold)
     result = []
     for found, (height, width) in zip(found_all, image_sizes):
-        ranked = [(rank, d) for rank, d in enumerate(found, start=1)]
-        picked, seen = [], set()
-
-        def add(question):
-            key = (question.index, question.name)
-            if key not in seen:
-                seen.add(key)
-                picked.append(question)
-
-        def detection(rank, d):
-            return Question("box", d.label, spec.class_names[d.label], f"box{rank}",
-                            {"box": [round(v, 2) for v in d.box], "detection": rank, "detection_score": round(d.score, 4)},
-                            box=d.box)
+        ranked = list(enumerate(found, start=1))
+        picked: list[Question] = []
+        add = found_once(picked)
 
         requests = plan.requests or [Request("", "top", count=plan.boxes or len(found))]
         for request in requests:
@@ -400,11 +404,11 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
                              {"box": [round(v, 2) for v in box]}, box=box))
             elif request.kind == "top":
                 for rank, d in ranked[: request.count]:
-                    add(detection(rank, d))
+                    add(_detection(spec, rank, d))
             else:
                 for rank, d in ranked:
                     if d.label == request.index:
-                        add(detection(rank, d))
+                        add(_detection(spec, rank, d))
         result.append(picked)
     return result
 
