@@ -60,7 +60,7 @@ def _resolve(model, x, targets, score, batch_size, class_names):
     if targets_module.is_target(targets):
         request = targets_module.TargetRequest(
             model, x, score, batch_size, class_names,
-            forward=lambda: engine.outputs(model, x, score=score, batch_size=batch_size))
+            forward=lambda strip: engine.outputs(model, x, score=score, batch_size=batch_size, strip=strip))
         resolved = targets_module.as_target(targets).resolve(request)
         columns = np.asarray(resolved.columns)
         if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":

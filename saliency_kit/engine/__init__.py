@@ -45,6 +45,7 @@ __all__ = [
     "all_scores",
     "outputs",
     "forward_scores",
+    "target_scores",
     "trace_count",
     "call_count",
     "kernel_count",
@@ -358,6 +359,22 @@ def _rewritten_by(model, rules_used, reports) -> list | None:
     return changed
 
 
+def target_scores(model, inputs, selection, *, score="logits", batch_size=32) -> np.ndarray:
+    """Scores ``[B, K]`` (float32) of a resolved target (``saliency_kit.targets.Resolved``, e.g.
+    from ``saliency_kit.api.resolve_selection``) at ``inputs`` ``[B, ...]``, row b scored with
+    row b of the payload: batched and compiled like :func:`run` (new payloads do not recompile).
+    For perturbed copies of inputs, pass ``selection.take(rows)``."""
+    inputs = check_inputs(model, inputs)
+    columns = np.asarray(selection.columns, np.int64)
+    if len(columns) != len(inputs):
+        raise ValueError(f"the target must have one row per input ({len(inputs)}); received {len(columns)} rows.")
+    if selection.target is None:
+        values = all_scores(model, inputs, score=score, batch_size=batch_size)
+        return np.take_along_axis(values, columns, axis=1)
+    return run(_clean_scores, model, inputs, columns, {}, score=score, batch_size=batch_size,
+               target=selection.target, payload=selection.payload)["attributions"]
+
+
 def _clean_scores(ctx):
     scores = ctx.scores(ctx.inputs)
     return {"attributions": scores, "scores": scores}
@@ -375,10 +392,10 @@ def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=Non
 
 
 # ---------------------------------------------------------------------------------- forward
-def outputs(model, inputs, *, score="logits", batch_size=32):
+def outputs(model, inputs, *, score="logits", batch_size=32, strip=True):
     """The model's raw outputs at ``inputs`` (the score view's values: the logits of a single
-    output with a final softmax/sigmoid under ``score="logits"``), compiled and chunked: the
-    model's output structure with float32 NumPy leaves ``[B, ...]``."""
+    output with a final softmax/sigmoid under ``score="logits"``, unless ``strip=False``),
+    compiled and chunked: the model's output structure with float32 NumPy leaves ``[B, ...]``."""
     import tensorflow as tf
 
     from . import tf as backend
@@ -387,11 +404,12 @@ def outputs(model, inputs, *, score="logits", batch_size=32):
     inputs = np.asarray(inputs)
     shape, dtype = inputs.shape[1:], inputs.dtype
     n = chunking.bucket(len(inputs), batch_size)
-    key = ("outputs", score, shape, dtype.name, n, fingerprint(model))
+    key = ("outputs", score, strip, shape, dtype.name, n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = _kernels.get(
         model, key,
-        lambda: backend.build_values_kernel(lambda: score_view(model_ref(), score), n, shape, dtype, _traced, raw=True),
+        lambda: backend.build_values_kernel(lambda: score_view(model_ref(), score), n, shape, dtype, _traced,
+                                    raw=True if strip else "unstripped"),
     )
     parts = []
     for start in range(0, len(inputs), n):

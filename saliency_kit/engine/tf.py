@@ -212,7 +212,7 @@ class Selection:
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)
-        values, taken = view.raw(z, taps)
+        values, taken = view.raw(z, taps, strip=getattr(self.target, "logits", True))
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
     def scores(self, view, z, tap=None):
@@ -579,8 +579,8 @@ def build_values_kernel(views, n, shape, dtype, traced, raw=False):
     def kernel(x):
         traced()
         view = views()
-        if raw:
-            return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), view.raw(x)[0])
+        if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
+            return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), view.raw(x, strip=raw != "unstripped")[0])
         return tf.cast(view(x), tf.float32)
 
     return tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)])

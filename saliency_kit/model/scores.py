@@ -279,15 +279,17 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x, taps: Sequence[str] = ()):
+    def raw(self, x, taps: Sequence[str] = (), strip: bool = True):
         """``(values, {path: activations})``: the model's outputs (its structure; the logits of a
-        single output with a final softmax/sigmoid under ``score="logits"``) and the activations
-        of each layer in ``taps``. ``score_fn`` is not applied."""
+        single output with a final softmax/sigmoid under ``score="logits"``, unless
+        ``strip=False``) and the activations of each layer in ``taps``. ``score_fn`` is not
+        applied."""
         taken: dict = {}
-        if not taps and not self.strips_activation:
+        strip = strip and self.strips_activation
+        if not taps and not strip:
             return self.model(x, training=False), taken
         paths = tuple(tuple(tap.split("/")) for tap in taps)
-        values = self._run(self.model, x, paths, self.strips_activation, taken)
+        values = self._run(self.model, x, paths, strip, taken)
         missing = [tap for tap in taps if tap not in taken]
         if missing:
             raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")

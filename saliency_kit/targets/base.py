@@ -52,6 +52,18 @@ class Resolved:
     def shape(self) -> tuple:
         return tuple(self.columns.shape)
 
+    def take(self, rows) -> "Resolved":
+        """The rows ``rows`` (int ``[M]``, repeats allowed) of every per-input array: the target of
+        ``M`` inputs that are copies of these (perturbed images scored with their own payload)."""
+        import tensorflow as tf
+
+        rows = np.asarray(rows, np.int64)
+        payload = None if self.payload is None else tf.nest.map_structure(
+            lambda leaf: PerInput(leaf.array[rows]) if isinstance(leaf, PerInput) else np.asarray(leaf)[rows],
+            self.payload)
+        info = [self.info[r] for r in rows] if self.info else []
+        return Resolved(self.columns[rows], payload, info, self.target)
+
 
 @dataclass
 class TargetRequest:
@@ -74,10 +86,11 @@ class TargetRequest:
     def num_inputs(self) -> int:
         return len(self.inputs)
 
-    def clean_outputs(self):
-        if "outputs" not in self._memo:
-            self._memo["outputs"] = self.forward()
-        return self._memo["outputs"]
+    def clean_outputs(self, strip: bool = True):
+        """``strip=False``: the outputs as the model gives them, a final softmax/sigmoid kept."""
+        if strip not in self._memo:
+            self._memo[strip] = self.forward(strip)
+        return self._memo[strip]
 
 
 class Target:
@@ -107,10 +120,13 @@ class Target:
     Attributes:
         kind: a short name recorded in ``Explanation.target_info``.
         taps: paths of inner layers whose outputs :meth:`outputs` needs (``unit`` targets).
+        logits: whether ``score="logits"`` removes a single output's final softmax/sigmoid before
+            :meth:`score` reads it (a detector's boxes must be read as the model gives them).
     """
 
     kind: str = "target"
     taps: tuple = ()
+    logits: bool = True
 
     def resolve(self, request: TargetRequest) -> Resolved:
         """``Resolved(columns int [B, K], payload, info, target)`` for ``request``'s inputs."""
@@ -222,6 +238,7 @@ class Several(Target):
 
     def __init__(self, parts: tuple):
         self.parts = tuple(parts)
+        self.logits = all(part.logits for part in self.parts)
         self.taps = tuple(dict.fromkeys(path for part in self.parts for path in part.taps))
 
     def kernel_key(self):

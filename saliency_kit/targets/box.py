@@ -8,7 +8,8 @@ pixels. For a target box ``t`` of class ``c``:
     score="drise":  s = max_j IoU(t, b_j) · o_j · p_j[c]
     score="class":  s = z_{j*}[c],  j* = argmax_j IoU(t, b_j)
 
-with ``o`` the objectness, ``p`` the class probabilities (``class_activation``: a softmax of
+with ``o`` the objectness, ``p`` the class probabilities (the outputs are read as the model gives
+them, ``score="logits"`` removes nothing) (``class_activation``: a softmax of
 the logits for the tensor form, a sigmoid per class for the dict form, or ``"none"`` when the
 model gives probabilities) and ``z`` the class logits. The K boxes of one input are its K
 columns: they share its forward pass. Score-CAM's probability of a box: the D-RISE score
@@ -31,6 +32,7 @@ class Box(Target):
     """See :func:`box`."""
 
     kind = "box"
+    logits = False  # the proposals as the model gives them, a final sigmoid kept
 
     def __init__(self, boxes, classes=None, score: str = "drise", class_activation: str | None = None):
         if score not in ("drise", "class"):
@@ -71,7 +73,7 @@ class Box(Target):
         B, K = boxes.shape[:2]
         given = self.classes
         if given is None:  # each box's class: that of its best-matching proposal at the clean input
-            outputs = request.clean_outputs()
+            outputs = request.clean_outputs(strip=False)
             proposals, _, logits = _split_numpy(outputs, form)
             best = np.argmax(_iou_numpy(boxes, proposals), axis=-1)  # [B, K]
             return np.argmax(np.take_along_axis(logits, best[..., None], axis=1), axis=-1).astype(np.int64)
