@@ -53,12 +53,14 @@ def test_deterministic_prefix_stable_and_apart_from_the_single_shape_images():
     assert not any(np.array_equal(s, t) for s, t in zip(single, a.images))
     one = scenes.make_scenes(20, seed=2, objects=(1, 1))
     assert (one.counts == 1).all()
+    empty = scenes.make_scenes(5, seed=2, objects=(0, 0))
+    assert (empty.counts == 0).all() and not empty.label_maps.any() and (empty.labels == -1).all()
 
 
 @pytest.mark.parametrize("n, objects, match", [(-1, (1, 3), "non-negative whole number"),
                                                (2.5, (1, 3), "non-negative whole number"),
-                                               (3, (0, 2), r"1 <= low <= high <= 3"),
-                                               (3, (2, 4), r"1 <= low <= high <= 3")])
+                                               (3, (-1, 2), r"0 <= low <= high <= 3"),
+                                               (3, (2, 4), r"0 <= low <= high <= 3")])
 def test_bad_arguments(n, objects, match):
     with pytest.raises(ValueError, match=match):
         scenes.make_scenes(n, objects=objects)

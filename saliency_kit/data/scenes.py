@@ -16,7 +16,8 @@ Data specification (what ``make_scenes`` guarantees):
 - Segmentation classes, in this order: ``SEGMENTATION_CLASSES = ("background", "circle", "square",
   "triangle", "star", "cross")``; shape classes as in ``shapes.CLASS_NAMES`` (index k there is
   k + 1 in a label map).
-- The number of shapes is uniform over 1..3 (``objects`` changes the range). Each shape's
+- The number of shapes is uniform over 1..3 (``objects`` changes the range; ``(0, 0)`` gives the
+  backgrounds alone). Each shape's
   circumscribed circle has a diameter uniform in 16..28 px, lies inside the image at least one
   pixel from every edge, and is at least two pixels from every other shape's circle: shapes never
   touch, so every shape's mask and box are its own.
@@ -123,8 +124,8 @@ def make_scenes(n: int, seed: int = 0, *, objects: tuple[int, int] = (1, MAX_OBJ
     if int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative whole number; received {n!r}.")
     low, high = (int(v) for v in objects)
-    if not 1 <= low <= high <= MAX_OBJECTS:
-        raise ValueError(f"objects must be (low, high) with 1 <= low <= high <= {MAX_OBJECTS}; "
+    if not 0 <= low <= high <= MAX_OBJECTS:
+        raise ValueError(f"objects must be (low, high) with 0 <= low <= high <= {MAX_OBJECTS}; "
                          f"received {objects!r}.")
     n = int(n)
     images = np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
