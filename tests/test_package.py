@@ -35,7 +35,7 @@ def test_public_name_resolves(name):
 EXPECTED_ALL = {
     "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "rewrite", "explain", "jacobian",
     "Explanation", "load_model", "list_models", "ModelSpec", "load_images",
-    "gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery",
+    "gradients", "layers", "render", "evaluate", "methods", "rules", "composites", "callbacks", "gallery", "targets",
     "__version__",
 }
 
