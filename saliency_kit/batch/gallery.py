@@ -90,9 +90,10 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     """What the page shows, as plain JSON-able data.
 
     ``{"images": [{"image", "outputs": [{"method", "class", "class_name", "score", "overlay",
-    "heatmap", "npz"}]}], "methods": [{"name", "title"}], "classes": [names], "failed":
-    [{"image", "error"}], "missing": int, "metrics": [file names]}`` (``metrics`` lists the
-    ``saliency evaluate`` table and chart when ``--out`` holds them). Images keep the order of their first manifest line;
+    "heatmap", "npz"} (+ ``"subject"``: the region or box a map explains, e.g. ``"box2"``)]}],
+    "methods": [{"name", "title"}], "classes": [names], "failed": [{"image", "error"}], "missing":
+    int, "metrics": [file names]}`` (``metrics`` lists the ``saliency evaluate`` table and chart
+    when ``--out`` holds them). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
@@ -124,8 +125,11 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         target = record.get("class")
         target = target if isinstance(target, (int, str)) or target is None else str(target)
         class_name = str(record.get("class_name", target))
-        output = images.setdefault(image, {}).setdefault((method, target, class_name), {
+        subject = record.get("target")
+        subject = str(subject) if subject is not None else None
+        output = images.setdefault(image, {}).setdefault((method, target, class_name, subject), {
             "method": method, "class": target, "class_name": class_name, "score": _number(record.get("score")),
+            **({"subject": subject} if subject else {}),
         })
         output[kind] = file
         classes.setdefault(class_name, None)
@@ -169,7 +173,7 @@ def _packed(data: dict) -> dict:
     """``data`` in the compact form the page unpacks (a run of 10,000 images is megabytes of it).
 
     Each image is ``[name, folder, outputs]`` and each output ``[method index, class, class-name
-    index, score, files]``; ``files`` is ``[stem, kinds]`` when the names follow the batch naming
+    index, score, files]`` (then its subject, when it has one); ``files`` is ``[stem, kinds]`` when the names follow the batch naming
     (``<stem>-overlay.png``, ``<stem>-heatmap.png``, ``<stem>.npz``; ``kinds`` is a bit mask 1, 2,
     4), else ``{kind: name}``. Names are relative to ``folder``.
     """
@@ -192,7 +196,8 @@ def _packed(data: dict) -> dict:
                 files = [stems.pop(), sum(bit for k, _, bit in suffixes if k in names)]
             else:
                 files = names
-            outputs.append([method_index[o["method"]], o["class"], class_index[o["class_name"]], o["score"], files])
+            outputs.append([method_index[o["method"]], o["class"], class_index[o["class_name"]], o["score"], files,
+                            *([o["subject"]] if o.get("subject") else [])])
         images.append([entry["image"], folder, outputs])
     return {**data, "images": images}
 

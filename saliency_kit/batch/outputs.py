@@ -1,7 +1,12 @@
 """What ``saliency explain`` and ``saliency batch`` write for each image, and the manifest that lists it.
 
 Per image, method and class: ``METHOD-cCLASS-NAME-heatmap.png`` and ``...-overlay.png`` (and/or
-``METHOD-cCLASS-NAME.npz``), in one folder per image, and one ``manifest.jsonl`` line per file::
+``METHOD-cCLASS-NAME.npz``), in one folder per image, and one ``manifest.jsonl`` line per file.
+A map of a region or a box (segmentation models, detectors) adds what it explains to the name --
+``gradcam-c4-star-region-overlay.png`` (the predicted region), ``...-mask-road-...`` (a mask file),
+``...-box2-...`` (the second best detection), ``...-box-12-20-34-40-...`` (a given box) -- and to
+its manifest lines (``"region"``, ``"pixels"``, ``"box"``, ``"detection"``); its overlay draws
+the region's outline or the box::
 
     {"image": "cats/tom.jpg", "status": "ok", "method": "gradcam", "class": 3, "class_name": "star",
      "score": 4.2, "kind": "heatmap", "file": "cats/tom/gradcam-c3-star-heatmap.png", "outputs": 6}
@@ -87,9 +92,12 @@ def explain_dirs(paths: Sequence[str]) -> dict[str, str]:
     return folders
 
 
-def output_name(method: str, target: int, class_name: str, kind: str) -> str:
-    """``guided_backprop-c0-circle-heatmap.png`` / ``...-overlay.png`` / ``guided_backprop-c0-circle.npz``."""
+def output_name(method: str, target: int, class_name: str, kind: str, subject: str | None = None) -> str:
+    """``guided_backprop-c0-circle-heatmap.png`` / ``...-overlay.png`` / ``guided_backprop-c0-circle.npz``;
+    with a ``subject`` (``"region"``, ``"box2"``, ...): ``gradcam-c4-star-box2-overlay.png``."""
     base = f"{safe_name(method)}-c{int(target)}-{safe_name(class_name)}"
+    if subject:
+        base += f"-{safe_name(subject)}"
     return f"{base}.npz" if kind == "npz" else f"{base}-{kind}.png"
 
 
@@ -123,7 +131,9 @@ class Look:
 @dataclasses.dataclass
 class MethodMaps:
     """One method's results for one image: ``maps`` ``[K, H, W]``, ``targets`` ``[K]``, ``scores``
-    ``[K]``, ``attributions`` ``[K, ...]`` (only when NPZ files are written), drawn with ``look``."""
+    ``[K]``, ``attributions`` ``[K, ...]`` (only when NPZ files are written), drawn with ``look``;
+    ``subjects``: for a region or box target, what each column explains (``name`` for the file
+    name, ``record`` for the manifest, ``mask``/``box`` and ``mark(input_size)`` for the overlay)."""
 
     method: str
     maps: np.ndarray
@@ -131,12 +141,23 @@ class MethodMaps:
     scores: np.ndarray
     attributions: np.ndarray | None = None
     look: Look = Look()
+    subjects: Sequence | None = None
 
 
-def per_image(explanations: Sequence, row: int, looks: dict, with_attributions: bool) -> list[MethodMaps]:
-    """Row ``row`` of each Explanation (one per method) as :class:`MethodMaps`."""
-    return [MethodMaps(e.method, np.asarray(e.maps[row]), np.asarray(e.targets[row]), np.asarray(e.scores[row]),
-                       np.asarray(e.attributions[row]) if with_attributions else None, looks[e.method])
+def per_image(explanations: Sequence, row: int, looks: dict, with_attributions: bool,
+              subjects: Sequence | None = None) -> list[MethodMaps]:
+    """Row ``row`` of each Explanation (one per method) as :class:`MethodMaps`; with ``subjects``
+    (one per column the image asks; a batch pads the others), its first ``len(subjects)`` columns,
+    each targeting its subject's class."""
+    if subjects is None:
+        return [MethodMaps(e.method, np.asarray(e.maps[row]), np.asarray(e.targets[row]), np.asarray(e.scores[row]),
+                           np.asarray(e.attributions[row]) if with_attributions else None, looks[e.method])
+                for e in explanations]
+    k = len(subjects)
+    classes = np.array([s.index for s in subjects], np.int64)
+    return [MethodMaps(e.method, np.asarray(e.maps[row])[:k], classes, np.asarray(e.scores[row])[:k],
+                       np.asarray(e.attributions[row])[:k] if with_attributions else None, looks[e.method],
+                       list(subjects))
             for e in explanations]
 
 
@@ -150,14 +171,18 @@ class Output:
     score: float
     kind: str
     file: str  # relative to the output root
+    subject: dict = dataclasses.field(default_factory=dict)  # a region's or box's manifest fields
 
 
 def write_image_outputs(out_root: str, folder: str, original: np.ndarray, results: Sequence[MethodMaps],
-                        class_names, formats: Sequence[str], *, durable: bool = True) -> list[Output]:
+                        class_names, formats: Sequence[str], *, durable: bool = True,
+                        input_size: tuple | None = None) -> list[Output]:
     """Render and atomically write the outputs of one image; returns what was written.
 
     A class requested twice (``top1`` and its name) is written once. ``durable``: fsync each file
-    before its rename (see :func:`saliency_kit.files.atomic_path`).
+    before its rename (see :func:`saliency_kit.files.atomic_path`). Subjects (regions, boxes) are
+    drawn on the overlays; their boxes are in the pixels of ``input_size`` ``(H, W)``, the model's
+    input (default: the image's).
     """
     written: list[Output] = []
     seen = set()
@@ -165,13 +190,16 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
     for result in results:
         method, look = result.method, result.look
         for k, target in enumerate(np.asarray(result.targets).tolist()):
-            if (method, target) in seen:
+            subject = result.subjects[k] if result.subjects is not None else None
+            label = subject.name if subject is not None else None
+            if (method, target, label) in seen:
                 continue
-            seen.add((method, target))
+            seen.add((method, target, label))
             name = class_name_of(class_names, target)
             score = float(result.scores[k])
+            frame = tuple(input_size) if input_size is not None else tuple(original.shape[:2])
             for kind in kinds:
-                file = output_name(method, target, name, kind)
+                file = output_name(method, target, name, kind, label)
                 relative = f"{folder}/{file}" if folder else file
                 path = os.path.join(out_root, relative)
                 if not inside(out_root, path):
@@ -180,14 +208,21 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
                 if kind == "heatmap":
                     data = png_bytes(render.heatmap(result.maps[k], **look.heatmap_options()))
                 elif kind == "overlay":
-                    data = png_bytes(render.overlay(original, result.maps[k], alpha=look.alpha,
-                                                           **look.heatmap_options()))
+                    picture = render.overlay(original, result.maps[k], alpha=look.alpha, **look.heatmap_options())
+                    if subject is not None:
+                        picture = render.draw_mark(picture, subject.mark(frame))
+                    data = png_bytes(picture)
                 else:
                     extra = {} if result.attributions is None else {"attributions": np.asarray(result.attributions[k])}
+                    if subject is not None and getattr(subject, "mask", None) is not None:
+                        extra["mask"] = np.asarray(subject.mask, bool)
+                    if subject is not None and getattr(subject, "box", None) is not None:
+                        extra["box"] = np.asarray(subject.box, np.float32)
                     data = npz_bytes(map=np.asarray(result.maps[k]), target=np.int64(target), score=np.float32(score),
                                      method=np.str_(method), class_name=np.str_(name), **extra)
                 write_atomic(path, data, durable=durable)
-                written.append(Output(method, int(target), name, score, kind, relative))
+                written.append(Output(method, int(target), name, score, kind, relative,
+                                      dict(subject.record, target=subject.name) if subject is not None else {}))
     return written
 
 
@@ -195,7 +230,7 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
 def manifest_lines(image: str, outputs: Sequence[Output]) -> list[dict]:
     """The manifest lines of one image's written files."""
     return [{"image": image, "status": "ok", "method": o.method, "class": o.target, "class_name": o.class_name,
-             "score": o.score, "kind": o.kind, "file": o.file, "outputs": len(outputs)} for o in outputs]
+             "score": o.score, "kind": o.kind, "file": o.file, **o.subject, "outputs": len(outputs)} for o in outputs]
 
 
 def failure_line(image: str, error: str) -> dict:

@@ -88,6 +88,25 @@ def explain_batch(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]]
             for name, options in methods]
 
 
+def explain_asked(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]], ask: Callable, batch_size: int,
+                  paths: Sequence[str], sizes: Sequence[tuple[int, int]]) -> tuple[list, list]:
+    """For a segmentation model, a detector or an output head: ``ask(inputs, sizes)`` gives each
+    image's questions (regions, boxes; see :mod:`saliency_kit.cli.tasks`) and ``targets`` for
+    the images that ask something, which alone are explained. Returns ``(explanations, asked)``
+    with ``asked[row] = (row in the explanations or None, questions)``."""
+    from ..api import explain
+
+    per_row, targets = ask(inputs, sizes)
+    rows = [row for row, questions in enumerate(per_row) if questions]
+    asked = [(rows.index(row) if questions else None, questions) for row, questions in enumerate(per_row)]
+    if not rows:
+        return [], asked
+    keys = [image_key(paths[row]) for row in rows]
+    explanations = [explain(model, inputs[rows], name, targets, batch_size=batch_size, input_keys=keys,
+                               **options) for name, options in methods]
+    return explanations, asked
+
+
 def run(
     *,
     input_dir: str,
@@ -107,7 +126,8 @@ def run(
     """Explain every image of ``plan.todo``; write outputs and manifest lines.
 
     ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns int ``[B, K]`` for a
-    batch (one forward pass at most, shared by every method). ``looks``: method -> ``outputs.Look``.
+    batch (one forward pass at most, shared by every method); or, when it has a true
+    ``asks_questions`` attribute, it is the ``ask`` of :func:`explain_asked` (regions, boxes). ``looks``: method -> ``outputs.Look``.
     Unreadable files are recorded and skipped; lines already in the manifest are not written again.
 
     Images are decoded by ``decode_workers`` threads; maps are rendered and written by
@@ -151,13 +171,22 @@ def run(
                 originals.append(original)
 
             items = []
-            if good:
+            if good and getattr(targets_for, "asks_questions", False):
+                explanations, asked = explain_asked(model, np.stack(inputs), methods, targets_for, batch_size, good,
+                                                    [o.shape[:2] for o in originals])
+                items = [(path, plan.folders[path], originals[row],
+                          [] if at is None else out_files.per_image(explanations, at, looks, "npz" in formats,
+                                                                    subjects=questions))
+                         for row, (path, (at, questions)) in enumerate(zip(good, asked))]
+                del explanations
+            elif good:
                 explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
                 items = [(path, plan.folders[path], originals[row],
                           out_files.per_image(explanations, row, looks, "npz" in formats))
                          for row, path in enumerate(good)]
                 del explanations
-            job = writers.submit(write_batch, out_dir, items, spec.class_names, formats) if items else None
+            job = writers.submit(write_batch, out_dir, items, spec.class_names, formats,
+                                 tuple(spec.input_size)) if items else None
             del inputs, originals, items
 
             # Record the previous batch while this one is being written.
@@ -210,13 +239,14 @@ def _warm_up() -> None:
     png_bytes(np.zeros((2, 2, 3), np.uint8))
 
 
-def write_batch(out_dir: str, items, class_names, formats) -> list[tuple[str, list | str]]:
-    """Worker job: write the outputs of a batch's images -> ``[(image, outputs or error message)]``."""
+def write_batch(out_dir: str, items, class_names, formats, input_size=None) -> list[tuple[str, list | str]]:
+    """Worker job: write the outputs of a batch's images -> ``[(image, outputs or error message)]``;
+    boxes are drawn from the pixels of ``input_size``, the model's input."""
     done = []
     for path, folder, original, results in items:
         try:
             done.append((path, out_files.write_image_outputs(out_dir, folder, original, results, class_names,
-                                                             formats, durable=False)))
+                                                             formats, durable=False, input_size=input_size)))
         except OSError as error:  # e.g. disk full, permission denied: report the image, keep going
             done.append((path, one_line(error)))
     return done

@@ -11,7 +11,7 @@ from ..batch import run as pipeline
 from ..batch.discovery import parse_shard
 from . import options as opt
 from . import ray_options
-from .explain import add_explain_options, check_before_loading, with_model_defaults
+from .explain import add_explain_options, check_before_loading, task_plan, with_model_defaults
 from .options import UsageError
 
 
@@ -48,7 +48,9 @@ def settings(args, plan, looks, fingerprint) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
     return {"model": fingerprint,
             "methods": [[name, options, vars(looks[name]).copy()] for name, options in plan],
-            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format}
+            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format,
+            **({"boxes": args.boxes} if args.boxes is not None else {}),
+            **({"output": args.output} if args.output is not None else {})}
 
 
 def run(args) -> int:
@@ -77,7 +79,17 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
+    tasks_plan = task_plan(args, spec, model)
+    if tasks_plan is None:
+        target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
+        targets_for = pipeline.targets_for(target_spec, model, args.batch_size)
+    elif args.ray is not None:
+        raise UsageError(f"--ray explains classifiers; model {spec.name!r} is a {spec.task} model (or --output "
+                         "was given): run saliency batch without --ray, or with --shard I/N on several machines.")
+    else:
+        from .tasks import Asker
+
+        targets_for = Asker(tasks_plan, spec, model, args.batch_size)
     methods = with_model_defaults(methods, spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     if args.ray is not None:
@@ -85,7 +97,7 @@ def run(args) -> int:
     else:
         summary = pipeline.run(
             input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-            targets_for=pipeline.targets_for(target_spec, model, args.batch_size), looks=looks,
+            targets_for=targets_for, looks=looks,
             batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
         )
     _report(summary, plan_.manifest.path)

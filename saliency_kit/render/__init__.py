@@ -25,8 +25,9 @@ from __future__ import annotations
 from ..files import png_bytes, save_png
 from .colour import DEFAULT_CMAPS, heatmap, normalize, overlay
 from .figure import explanation_png, fit_text, grid, show
+from .marks import MARK_COLOUR, Mark, draw_box, draw_mark, outline
 from .sequences import check_tokens, series, tokens_html, volume
 from .titles import method_title
 
-__all__ = ["DEFAULT_CMAPS", "check_tokens", "explanation_png", "fit_text", "grid", "heatmap", "method_title",
+__all__ = ["DEFAULT_CMAPS", "MARK_COLOUR", "Mark", "check_tokens", "draw_box", "draw_mark", "outline", "explanation_png", "fit_text", "grid", "heatmap", "method_title",
            "normalize", "overlay", "png_bytes", "save_png", "series", "show", "tokens_html", "volume"]

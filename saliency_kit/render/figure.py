@@ -11,6 +11,7 @@ import numpy as np
 
 from ..files import png_bytes, save_png
 from .colour import as_rgb, colorize, heatmap, normalize, overlay, resize_unit
+from .marks import Mark, draw_mark
 from .titles import method_display, method_title
 
 __all__ = ["explanation_png", "fit_text", "grid", "show"]
@@ -145,6 +146,7 @@ def grid(
     max_columns: int = 5,
     feature_names: Sequence[str] | None = None,
     max_features: int = 12,
+    marks: Sequence[Sequence["Mark | None"]] | None = None,
 ):
     """A labelled figure of the maps of one or several methods on the same inputs.
 
@@ -169,6 +171,9 @@ def grid(
     largest in magnitude, named by ``feature_names`` (else ``x0``, ``x1``, ...) with the input's
     value when ``originals`` are given. Returns a bare :class:`matplotlib.figure.Figure` (no
     pyplot state); save it with :func:`save_png`.
+
+    ``marks``: per input, one :class:`Mark` (or ``None``) per target column ``k`` -- the region
+    outline or the box a map explains, drawn on that column's image panels of every method.
     """
     from matplotlib.figure import Figure
 
@@ -185,6 +190,8 @@ def grid(
         raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
     if int(max_columns) < 1:
         raise ValueError(f"max_columns must be at least 1; received {max_columns!r}.")
+    if marks is not None and len(marks) != n_inputs:
+        raise ValueError(f"grid() needs one list of marks per input ({n_inputs}); received {len(marks)}.")
     options = dict(sign=sign, clip_percentile=clip_percentile, cmap=cmap)
     tabular = any(_is_tabular(e) for e in items)
     show_input = originals is not None and not tabular  # tabular values are written on the bars
@@ -238,8 +245,9 @@ def grid(
             for c, (e, k) in enumerate(row):
                 ax = axes[first + r, left + c + int(show_input)]
                 ax.set_axis_on()
+                mark = marks[i][k] if marks is not None and k < len(marks[i]) else None
                 _draw_panel(ax, e, i, k, originals, shown, options, overlay_cams=overlay_cams, alpha=alpha,
-                            feature_names=feature_names, max_features=max_features)
+                            feature_names=feature_names, max_features=max_features, mark=mark)
                 target = int(np.asarray(e.targets)[i, k])
                 score = float(np.asarray(e.scores)[i, k])
                 value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
@@ -349,8 +357,10 @@ def _column_header(ax, text: str) -> None:
             fontsize=8.5, fontweight="bold", clip_on=False)
 
 
-def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features):
-    """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap."""
+def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features,
+                mark=None):
+    """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap (an
+    image panel with ``mark`` drawn on it)."""
     if _is_tabular(e):
         features = None if originals is None else originals[i]
         _bars(ax, np.asarray(e.attributions)[i, k], features, feature_names, max_features=max_features)
@@ -360,10 +370,11 @@ def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, 
         ax.imshow(heatmap(map_, **options), aspect="auto", interpolation="nearest")
     elif shown is not None and map_.ndim == 2:
         if method_display(e.method)[1] and overlay_cams:
-            ax.imshow(overlay(shown[i], map_, alpha=alpha, **options))
+            ax.imshow(draw_mark(overlay(shown[i], map_, alpha=alpha, **options), mark))
         else:  # scaled at its own resolution, then shown at the image's size and aspect
             unit = normalize(map_, sign=options["sign"], clip_percentile=options["clip_percentile"])
-            ax.imshow(colorize(resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"]))
+            picture = colorize(resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"])
+            ax.imshow(draw_mark(picture, mark))
     else:
         square = map_.ndim == 2 and map_.shape[0] == map_.shape[1]
         image_like = originals is None and np.asarray(e.maps).ndim == 4

@@ -27,6 +27,14 @@ name or replace a built-in one. Config keys (unknown keys are an error, so typos
 ``weights_file``    the file name Keras caches the ImageNet weights under (in ``$KERAS_HOME/models``
                     or ``~/.keras/models``), checked before any download is attempted
 ``description``     one line for ``saliency models``
+``task``            what the model's output is: ``"classification"`` (the default, ``[B, C]``),
+                    ``"segmentation"`` (``[B, H', W', C]`` logits per pixel) or ``"detection"`` (raw
+                    heads before non-max suppression, ``[B, N, 4 + 1 + C]``: a box in input pixels,
+                    an objectness logit and ``C`` class logits per proposal); ``classes`` names the
+                    C classes
+``score_threshold`` a detector's score a detection needs (default 0.5) and the IoU above which
+``iou_threshold``   non-max suppression drops the weaker of two boxes of a class (default 0.45);
+                    see :func:`saliency_kit.detections.decode`
 ``name``            defaults to the config file's stem
 ==================  ==============================================================================
 

@@ -33,7 +33,9 @@ _PACKAGE_PREFIX = "package:"
 
 
 _CONFIG_KEYS = {"name", "constructor", "model_file", "input_size", "preprocess", "classes",
-                "gradcam_layer", "weights_file", "description"}
+                "gradcam_layer", "weights_file", "description", "task", "score_threshold", "iou_threshold"}
+TASKS = ("classification", "segmentation", "detection")
+DETECTION_FIELDS = 5  # a detector's raw output: 4 box coordinates and an objectness logit before the classes
 
 
 _SIDECAR_KEYS = _CONFIG_KEYS - {"constructor", "model_file", "weights_file"}
@@ -133,6 +135,9 @@ class ModelSpec:
     model_file: str | None = None
     weights_file: str | None = None
     description: str = ""
+    task: str = "classification"
+    score_threshold: float = 0.5
+    iou_threshold: float = 0.45
 
 
 # ------------------------------------------------------------------------------ config files
@@ -266,6 +271,19 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
         size = tuple(size)
     elif "constructor" in config:
         raise ValueError(f"config {source}: 'input_size' is required with 'constructor'")
+    task = config.get("task", "classification")
+    if task not in TASKS:
+        raise ValueError(f"config {source}: task must be one of {', '.join(map(repr, TASKS))}; received {task!r}.")
+    thresholds = {}
+    for key in ("score_threshold", "iou_threshold"):
+        if key in config:
+            value = config[key]
+            if task != "detection":
+                raise ValueError(f"config {source}: {key} applies to task = \"detection\" only; received it "
+                                 f"with task {task!r}.")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"config {source}: {key} must be a number from 0 to 1; received {value!r}.")
+            thresholds[key] = float(value)
     return ModelSpec(
         name=config.get("name") or _stem(source),
         input_size=size,
@@ -277,6 +295,8 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
         model_file=config.get("model_file"),
         weights_file=config.get("weights_file"),
         description=config.get("description", ""),
+        task=task,
+        **thresholds,
     )
 
 

@@ -9,7 +9,7 @@ import weakref
 from importlib import resources
 from pathlib import Path
 
-from .config import MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
+from .config import DETECTION_FIELDS, MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
 from .weights import check_imagenet_weights, load_weights_into
 
 __all__ = ["load_model", "spec_of"]
@@ -69,7 +69,7 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     if None in size:
         raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
                          "input_size = [height, width] in its config")
-    n_out = model.output_shape[-1] if not isinstance(model.output_shape, list) else None
+    n_out = _class_count(spec, model.output_shape)
     names = spec.class_names or [str(i) for i in range(n_out or 0)]
     if n_out is not None and len(names) != n_out:
         raise ValueError(f"{spec.name}: {len(names)} class names for {n_out} model outputs "
@@ -99,6 +99,27 @@ def keras_dtype(model) -> str:
     import keras
 
     return keras.backend.standardize_dtype(model.inputs[0].dtype) if getattr(model, "inputs", None) else "float32"
+
+
+def _class_count(spec: ModelSpec, output_shape) -> int | None:
+    """How many classes the output of a ``spec.task`` model scores (``None``: several outputs,
+    or not known); an output that does not fit the task is a ``ValueError``."""
+    if isinstance(output_shape, (list, dict)):
+        return None
+    shape = tuple(output_shape)
+    expected = {"classification": 2, "segmentation": 4, "detection": 3}[spec.task]
+    if len(shape) != expected:
+        form = {"classification": "[B, C]", "segmentation": "[B, H', W', C]",
+                "detection": "[B, N, 4 + 1 + C]"}[spec.task]
+        if spec.task != "classification":  # a classifier config may describe any one-output model
+            raise ValueError(f"{spec.name}: task {spec.task!r} needs an output {form}; received a model whose "
+                             f"output shape is {shape} (config {spec.source}).")
+    if spec.task == "detection":
+        if shape[-1] is None or shape[-1] <= DETECTION_FIELDS:
+            raise ValueError(f"{spec.name}: a detector's output needs 4 box values, an objectness logit and at "
+                             f"least one class logit per proposal; received an output shape {shape}.")
+        return shape[-1] - DETECTION_FIELDS
+    return shape[-1]
 
 
 def _last_4d_layer(model) -> str | None:
@@ -159,6 +180,7 @@ def _load_model_file(path: Path, weights, unsafe: bool):
         from ..gradients import layers as _sk_layers  # noqa: F401  registers saliency_kit's own layers
     except ImportError:
         pass
+    from ..data import scene_models as _scene_models  # noqa: F401  registers the shipped detector's CellBoxes
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} does not exist")
     try:
