@@ -45,7 +45,7 @@ def test_both_load_offline_with_their_task_and_classes(segmenter, detector):
     assert zoo.get_spec("shapes").task == "classification"
     for name, (model, _) in (("shapes_seg", segmenter), ("shapes_det", detector)):  # tiny: a few hundred kB
         assert model.count_params() < 60_000
-        path = zoo._resolve(f"package:{name}.keras", None)
+        path = zoo.config.resolve_path(f"package:{name}.keras", None)
         assert 100_000 < path.stat().st_size < 400_000
 
 
