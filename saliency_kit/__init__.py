@@ -7,6 +7,7 @@
 Public names are imported lazily, on first use, so that ``import saliency_kit`` and the command
 line's ``--help`` stay quick; ``dir(sk)`` and ``sk.__all__`` list them all.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -46,13 +47,13 @@ __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
     from . import callbacks, evaluate, gradients, methods, render, rules, targets
-    from .batch import gallery
-    from .gradients import layers
-    from .propagation import composites
     from .api import explain, jacobian
+    from .batch import gallery
     from .explanation import Explanation
+    from .gradients import layers
     from .images import load_images
     from .model.rewrite import rewrite
+    from .propagation import composites
     from .rules import DeconvBackprop, GuidedBackprop, ModifiedBackprop
     from .zoo import ModelSpec, list_models, load_model
 

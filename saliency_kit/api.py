@@ -4,6 +4,7 @@
 targets), resolves ``"topK"`` targets with one batched forward pass, runs the method's function
 through the engine and builds the :class:`~saliency_kit.Explanation`.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -11,7 +12,8 @@ import warnings
 
 import numpy as np
 
-from . import engine, methods, targets as targets_module
+from . import engine, methods
+from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
@@ -59,13 +61,19 @@ def _resolve(model, x, targets, score, batch_size, class_names):
     """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``."""
     if targets_module.is_target(targets):
         request = targets_module.TargetRequest(
-            model, x, score, batch_size, class_names,
-            forward=lambda strip: engine.outputs(model, x, score=score, batch_size=batch_size, strip=strip))
+            model,
+            x,
+            score,
+            batch_size,
+            class_names,
+            forward=lambda strip: engine.outputs(model, x, score=score, batch_size=batch_size, strip=strip),
+        )
         resolved = targets_module.as_target(targets).resolve(request)
         columns = np.asarray(resolved.columns)
         if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
-            raise ValueError(f"a target's resolve() must give int columns [{len(x)}, K]; received "
-                             f"{columns.dtype} {columns.shape}.")
+            raise ValueError(
+                f"a target's resolve() must give int columns [{len(x)}, K]; received {columns.dtype} {columns.shape}."
+            )
         resolved.columns = columns.astype(np.int64)
         return resolved, None
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
@@ -117,8 +125,9 @@ def check_input_keys(input_keys, count: int) -> np.ndarray | None:
     try:
         keys = np.asarray(input_keys)
     except Exception:
-        raise TypeError(f"input_keys must be a sequence of ints, one per input; received "
-                        f"{type(input_keys).__name__}.") from None
+        raise TypeError(
+            f"input_keys must be a sequence of ints, one per input; received {type(input_keys).__name__}."
+        ) from None
     if keys.size and (not np.issubdtype(keys.dtype, np.integer) or keys.dtype == np.bool_):
         raise TypeError(f"input_keys must be a sequence of ints, one per input; received dtype {keys.dtype}.")
     if keys.shape != (count,):
@@ -128,8 +137,19 @@ def check_input_keys(input_keys, count: int) -> np.ndarray | None:
     return keys.astype(np.int64)
 
 
-def explain(model, inputs, method="gradient", targets="top1", *, score="logits", batch_size=32,
-            class_names=None, input_keys=None, channels_axis=None, **options) -> Explanation:
+def explain(
+    model,
+    inputs,
+    method="gradient",
+    targets="top1",
+    *,
+    score="logits",
+    batch_size=32,
+    class_names=None,
+    input_keys=None,
+    channels_axis=None,
+    **options,
+) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
     Args:
@@ -187,10 +207,23 @@ def explain(model, inputs, method="gradient", targets="top1", *, score="logits",
     score_fn = None
     if callable(targets) and not isinstance(targets, str) and not targets_module.is_target(targets):
         score_fn = targets
-    out = engine.run(chosen.compute, model, x, resolved, values, score=score, score_fn=score_fn,
-                     batch_size=batch_size, cost=chosen.cost(values) if chosen.cost else 1,
-                     channel_axis=channel_axis, keys=keys, score_vectors=score_vectors, layer_axis=layer_axis,
-                     target=selection.target, payload=selection.payload)
+    out = engine.run(
+        chosen.compute,
+        model,
+        x,
+        resolved,
+        values,
+        score=score,
+        score_fn=score_fn,
+        batch_size=batch_size,
+        cost=chosen.cost(values) if chosen.cost else 1,
+        channel_axis=channel_axis,
+        keys=keys,
+        score_vectors=score_vectors,
+        layer_axis=layer_axis,
+        target=selection.target,
+        payload=selection.payload,
+    )
     attributions = out.pop("attributions")
     scores = out.pop("scores")
     if chosen.warn_zero:
@@ -224,8 +257,15 @@ def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict,
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     channel_axis = engine.channel_axis(model, x, channels_axis)
-    request = methods.Request(model, x, None, score, batch_size,
-                              default_layer=getattr(class_names, "gradcam_layer", None), channel_axis=channel_axis)
+    request = methods.Request(
+        model,
+        x,
+        None,
+        score,
+        batch_size,
+        default_layer=getattr(class_names, "gradcam_layer", None),
+        channel_axis=channel_axis,
+    )
     if chosen.prepare is not None:
         values = chosen.prepare(request, values)
     return x, channel_axis, values
@@ -250,7 +290,9 @@ def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_si
     x = engine.check_inputs(model, inputs)
     columns = score_columns(model)
     if columns is None:
-        raise ValueError("jacobian needs a model whose output is [batch, classes]; received a model whose output is not.")
+        raise ValueError(
+            "jacobian needs a model whose output is [batch, classes]; received a model whose output is not."
+        )
     if classes is None:
         classes = np.arange(columns)
     array = np.asarray(classes)

@@ -18,6 +18,7 @@ every call, and its compiled kernels are reused from one epoch to the next: one 
 whole run). The NumPy and ``random`` global generators are restored after each explanation, so a
 seeded run trains to the same weights with or without the callback.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,17 +51,31 @@ class SaliencyCallback(keras.callbacks.Callback):
     passes it), or None: only the last, so that a long run does not keep every map in memory.
     """
 
-    def __init__(self, inputs, method: str = "guided_backprop", targets="top1", *, every_n_epochs: int = 1,
-                 log_dir=None, out=None, originals=None, class_names=None, tag: str | None = None,
-                 batch_size: int | None = None, **options):
+    def __init__(
+        self,
+        inputs,
+        method: str = "guided_backprop",
+        targets="top1",
+        *,
+        every_n_epochs: int = 1,
+        log_dir=None,
+        out=None,
+        originals=None,
+        class_names=None,
+        tag: str | None = None,
+        batch_size: int | None = None,
+        **options,
+    ):
         super().__init__()
         if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)):
             raise TypeError(f"every_n_epochs must be an int; received {type(every_n_epochs).__name__}.")
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be at least 1; received {every_n_epochs}.")
         if log_dir is None and out is None:
-            raise ValueError("SaliencyCallback needs somewhere to write: log_dir (TensorBoard) and/or out "
-                             "(PNG files); received neither.")
+            raise ValueError(
+                "SaliencyCallback needs somewhere to write: log_dir (TensorBoard) and/or out "
+                "(PNG files); received neither."
+            )
         if not isinstance(method, str):
             raise TypeError(f"method must be a method name (str); received {type(method).__name__}.")
         self.inputs = inputs
@@ -88,8 +103,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         png = files.png_bytes(figure)
         if self.out is not None:
             os.makedirs(self.out, exist_ok=True)
-            files.write_atomic(os.path.join(self.out, f"{self.method}-epoch-{epoch + 1:04d}.png"), png,
-                                durable=False)
+            files.write_atomic(os.path.join(self.out, f"{self.method}-epoch-{epoch + 1:04d}.png"), png, durable=False)
         if self.log_dir is not None:
             self._log_image(png, step=epoch)
 
@@ -117,9 +131,11 @@ class SaliencyCallback(keras.callbacks.Callback):
         from PIL import Image
 
         if not hasattr(tf.summary, "image"):
-            raise ImportError("SaliencyCallback(log_dir=...) writes TensorBoard images with tf.summary.image, "
-                              "which needs the tensorboard package: pip install tensorboard "
-                              "(or saliency_kit[tensorboard]); or pass out=... for PNG files instead.")
+            raise ImportError(
+                "SaliencyCallback(log_dir=...) writes TensorBoard images with tf.summary.image, "
+                "which needs the tensorboard package: pip install tensorboard "
+                "(or saliency_kit[tensorboard]); or pass out=... for PNG files instead."
+            )
         if self._writer is None:
             os.makedirs(self.log_dir, exist_ok=True)
             self._writer = tf.summary.create_file_writer(self.log_dir)

@@ -12,14 +12,14 @@ kept with its best class when that score is at least ``score_threshold``, then s
 overlaps a higher-scoring kept box of the same class by an IoU above ``iou_threshold``.
 NumPy only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Detection", "DEFAULT_SCORE_THRESHOLD", "DEFAULT_IOU_THRESHOLD", "decode", "box_iou",
-           "proposal_scores"]
+__all__ = ["Detection", "DEFAULT_SCORE_THRESHOLD", "DEFAULT_IOU_THRESHOLD", "decode", "box_iou", "proposal_scores"]
 
 DEFAULT_SCORE_THRESHOLD = 0.5
 DEFAULT_IOU_THRESHOLD = 0.45
@@ -53,8 +53,10 @@ def _split(raw):
     if isinstance(raw, dict):
         missing = {"boxes", "classification"} - set(raw)
         if missing:
-            raise ValueError("a detector's dict output needs the keys 'boxes' and 'classification'; "
-                             f"received the keys {sorted(raw)}.")
+            raise ValueError(
+                "a detector's dict output needs the keys 'boxes' and 'classification'; "
+                f"received the keys {sorted(raw)}."
+            )
         boxes, classes = np.asarray(raw["boxes"], np.float64), np.asarray(raw["classification"], np.float64)
         if boxes.ndim == 2:
             boxes, classes = boxes[None], classes[None]
@@ -63,8 +65,10 @@ def _split(raw):
     if raw.ndim == 2:
         raw = raw[None]
     if raw.ndim != 3 or raw.shape[-1] < 6:
-        raise ValueError("a detector's raw output must be [B, N, 4 + 1 + C] (a box, an objectness "
-                         f"logit and at least one class logit per proposal); received shape {raw.shape}.")
+        raise ValueError(
+            "a detector's raw output must be [B, N, 4 + 1 + C] (a box, an objectness "
+            f"logit and at least one class logit per proposal); received shape {raw.shape}."
+        )
     return raw[..., :4], raw[..., 4], raw[..., 5:]
 
 
@@ -79,8 +83,13 @@ def proposal_scores(raw) -> tuple[np.ndarray, np.ndarray]:
     return boxes, scores
 
 
-def decode(raw, *, score_threshold: float = DEFAULT_SCORE_THRESHOLD, iou_threshold: float = DEFAULT_IOU_THRESHOLD,
-           max_detections: int | None = None) -> list[list[Detection]]:
+def decode(
+    raw,
+    *,
+    score_threshold: float = DEFAULT_SCORE_THRESHOLD,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+    max_detections: int | None = None,
+) -> list[list[Detection]]:
     """Detections of every input, best first: ``raw`` ``[B, N, 4 + 1 + C]`` (or ``[N, 4 + 1 + C]``
     for one input, or the ``{"boxes", "classification"}`` dict) -> ``B`` lists of :class:`Detection`.
 

@@ -8,6 +8,7 @@ kernel into the error the user sees: an error raised on purpose (the project's o
 ``raise`` in a method of the user's) keeps its type with its message on one line; anything
 TensorFlow or Keras raised becomes a :class:`ComputeError` naming what was being done.
 """
+
 from __future__ import annotations
 
 import dis
@@ -19,8 +20,17 @@ __all__ = ["ComputeError", "one_line", "translated"]
 
 _PATH = re.compile(r"""(?:[A-Za-z]:)?(?:[\\/][^\s'":,()\[\]]+)+\.py(?::\d+)?|File "[^"]*", line \d+(?:, in \S+)?""")
 _NOISE = (
-    "in user code:", "Graph execution error:", "Detected at node", "Traceback", "defined at",
-    "[[{{node", "[Op:", "Stack trace", "Function call stack", "Captured ", "During handling",
+    "in user code:",
+    "Graph execution error:",
+    "Detected at node",
+    "Traceback",
+    "defined at",
+    "[[{{node",
+    "[Op:",
+    "Stack trace",
+    "Function call stack",
+    "Captured ",
+    "During handling",
 )
 
 

@@ -1,4 +1,5 @@
 """``Explanation``: what :func:`saliency_kit.explain` returns."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -65,14 +66,15 @@ class Explanation:
         extra = f", layer={self.layer!r}" if self.layer else ""
         if self.rewritten is not None:
             extra += f", rewritten=[{len(self.rewritten)} names]"
+        targets = self.targets.tolist() if self.targets.size <= 16 else self.targets.shape
         return (
             f"Explanation(method={self.method!r}, attributions={tuple(self.attributions.shape)}, "
-            f"maps={tuple(self.maps.shape)}, targets={self.targets.tolist() if self.targets.size <= 16 else self.targets.shape}{extra})"
+            f"maps={tuple(self.maps.shape)}, targets={targets}{extra})"
         )
 
     # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid), a
     # volume as slices (render.volume), tokens as coloured spans (with_tokens, render.tokens_html).
-    def with_originals(self, originals, class_names=None) -> "Explanation":
+    def with_originals(self, originals, class_names=None) -> Explanation:
         """A copy that displays with ``originals`` (the images as loaded) and ``class_names``;
         the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
         import copy
@@ -81,7 +83,7 @@ class Explanation:
         shown.__dict__["_display"] = (originals, class_names)
         return shown
 
-    def with_tokens(self, tokens) -> "Explanation":
+    def with_tokens(self, tokens) -> Explanation:
         """A copy that displays in notebooks as its ``tokens`` coloured by their maps
         (:func:`saliency_kit.render.tokens_html`), for maps ``[B, K, T]`` of token sequences:
         ``tokens`` is a list of str per input (or one list for one input), at most ``T`` each.
@@ -119,4 +121,3 @@ class Explanation:
             return None
         originals, class_names = self.__dict__.get("_display", (None, None))
         return explanation_png(self, originals, class_names)
-

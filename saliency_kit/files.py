@@ -9,6 +9,7 @@ Every file is first written to a hidden ``.NAME.*.partial`` file in the same fol
 onto its name, so a reader sees either the old file or the complete new one. ``durable=True``
 also flushes the contents to disk (``fsync``) before the rename, so they survive a power cut too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,16 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["png_bytes", "save_png", "atomic_path", "write_atomic", "write_json", "npz_bytes", "PARTIAL_SUFFIX", "remove_partials"]
+__all__ = [
+    "png_bytes",
+    "save_png",
+    "atomic_path",
+    "write_atomic",
+    "write_json",
+    "npz_bytes",
+    "PARTIAL_SUFFIX",
+    "remove_partials",
+]
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -138,13 +148,16 @@ def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
 
     buffer = io.BytesIO()
     if hasattr(array_or_figure, "savefig"):
-        array_or_figure.savefig(buffer, format="png", dpi=dpi or "figure", facecolor="white",
-                                bbox_inches="tight", pad_inches=0.05)
+        array_or_figure.savefig(
+            buffer, format="png", dpi=dpi or "figure", facecolor="white", bbox_inches="tight", pad_inches=0.05
+        )
     else:
         array = np.asarray(array_or_figure)
         if array.dtype != np.uint8 or array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-            raise ValueError(f"save_png() expects a Figure or a uint8 image [H, W(, 3|4)]; got "
-                             f"{array.dtype} {array.shape} (use heatmap() or overlay() to make one)")
+            raise ValueError(
+                f"save_png() expects a Figure or a uint8 image [H, W(, 3|4)]; got "
+                f"{array.dtype} {array.shape} (use heatmap() or overlay() to make one)"
+            )
         Image.fromarray(array).save(buffer, format="PNG", compress_level=1)  # fastest; no bigger here
     return buffer.getvalue()
 

@@ -24,6 +24,7 @@ Every file goes through the same steps:
    image's borders out of every map.) An image already at the input size is not resampled.
 5. **Preprocess** with ``spec.preprocess`` -> float32 ``[H, W, 3]`` model input.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,9 +89,12 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
             with Image.open(path) as image:
                 width, height = image.size
                 if limit is not None and width * height > limit:
-                    raise ImageLoadError(path, f"{width}x{height} = {width * height} pixels is over "
-                                         f"the limit of {limit} (a decompression bomb?); raise "
-                                         "max_pixels if you trust the file")
+                    raise ImageLoadError(
+                        path,
+                        f"{width}x{height} = {width * height} pixels is over "
+                        f"the limit of {limit} (a decompression bomb?); raise "
+                        "max_pixels if you trust the file",
+                    )
                 image.load()  # decode now, so truncated/corrupt data fails here, inside the try
                 image = ImageOps.exif_transpose(image)  # a copy: still valid once the file is closed
     except ImageLoadError:
@@ -101,8 +105,7 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
         raise ImageLoadError(path, f"too many pixels (decompression-bomb guard): {e}") from None
     except PermissionError:
         raise ImageLoadError(path, "permission denied") from None
-    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError,
-            MemoryError) as e:
+    except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError, MemoryError) as e:
         reason = str(e) or type(e).__name__
         if "truncated" in reason:
             reason = f"the file is truncated ({reason})"

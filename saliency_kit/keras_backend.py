@@ -6,6 +6,7 @@ Keras picks its backend once, when first imported: ``$KERAS_BACKEND``, else ``"b
 ``numpy`` the package would fail deep inside (a ``ModuleNotFoundError`` for a backend that is not
 installed, or TensorFlow ops handed foreign tensors); :func:`require_tensorflow` says so first.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,4 +52,5 @@ def require_tensorflow() -> None:
         raise BackendError(
             f"saliency_kit needs Keras' TensorFlow backend (its gradients, rewriting and compiled "
             f"kernels are TensorFlow code); unset KERAS_BACKEND or set KERAS_BACKEND=tensorflow "
-            f"(set by {source}); received backend {backend!r}.")
+            f"(set by {source}); received backend {backend!r}."
+        )

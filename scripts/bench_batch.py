@@ -17,6 +17,7 @@ What it does:
 Reported: images/s of each, their ratio (target >= 0.9), and RSS after 100 and after all images
 (target: growth <= 10%). The machine is shared: repeat the run before trusting a single figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import numpy as np  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -103,7 +102,7 @@ def engine_only(args) -> None:
     cpu_start = time.process_time()
     start = time.perf_counter()
     for i in range(0, len(x), args.batch_size):
-        sk.explain(model, x[i:i + args.batch_size], args.method, "top1", batch_size=args.batch_size)
+        sk.explain(model, x[i : i + args.batch_size], args.method, "top1", batch_size=args.batch_size)
     print(time.perf_counter() - start, time.process_time() - cpu_start)
 
 
@@ -117,8 +116,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files (default: a temporary folder)")
     parser.add_argument("--engine-only", metavar="DIR", help=argparse.SUPPRESS)
-    parser.add_argument("--ray", action="store_true",
-                        help="instead: the Ray runner (--workers actors) against the local run (scripts/bench_ray.py)")
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="instead: the Ray runner (--workers actors) against the local run (scripts/bench_ray.py)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="--ray: Ray actors (default 2)")
     parser.add_argument("--timeline", action="store_true", help="--ray: also print when images were recorded")
     parser.add_argument("--ray-part", choices=("local", "ray"), help=argparse.SUPPRESS)
@@ -138,7 +140,7 @@ def main() -> int:
         inputs, out = os.path.join(work, "in"), os.path.join(work, "out")
         if os.path.exists(out):
             raise SystemExit(f"{out} exists: remove it or choose another --keep folder")
-        paths = sorted(write_images(inputs, args.images, args.seed))
+        write_images(inputs, args.images, args.seed)
 
         from saliency_kit.cli import main as saliency
 
@@ -149,8 +151,21 @@ def main() -> int:
         start = time.perf_counter()
         with contextlib.redirect_stdout(printed):
             weights = ["--weights", args.weights] if args.weights else []
-            status = saliency(["batch", inputs, "--out", out, "--model", args.model, *weights,
-                               "--method", args.method, "--batch-size", str(args.batch_size)])
+            status = saliency(
+                [
+                    "batch",
+                    inputs,
+                    "--out",
+                    out,
+                    "--model",
+                    args.model,
+                    *weights,
+                    "--method",
+                    args.method,
+                    "--batch-size",
+                    str(args.batch_size),
+                ]
+            )
         wall = time.perf_counter() - start
         batch_cpu = time.process_time() - cpu_start
         watch.stop.set()
@@ -164,10 +179,23 @@ def main() -> int:
         # The engine alone, in a fresh process like the batch run (so that neither profits from
         # the other's warm caches: TensorFlow's tracing, autograph's conversions).
         measured = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--engine-only", inputs, "--model", args.model,
-             "--method", args.method, "--batch-size", str(args.batch_size),
-             *(["--weights", args.weights] if args.weights else [])],
-            check=True, capture_output=True, text=True).stdout
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--engine-only",
+                inputs,
+                "--model",
+                args.model,
+                "--method",
+                args.method,
+                "--batch-size",
+                str(args.batch_size),
+                *(["--weights", args.weights] if args.weights else []),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         engine_seconds, engine_cpu = map(float, measured.split()[-2:])
 
     batch_rate, engine_rate = args.images / loop_seconds, args.images / engine_seconds
@@ -175,14 +203,20 @@ def main() -> int:
     late = [rss for done, rss in watch.samples if done >= args.images] or [rss_end]
     at_end = max(late)
     print(f"images: {args.images} ({args.model}, {args.method}, batch size {args.batch_size})")
-    print(f"saliency batch : {batch_rate:7.1f} images/s (processing loop {loop_seconds:.1f} s; "
-          f"whole command incl. model load {wall:.1f} s)")
+    print(
+        f"saliency batch : {batch_rate:7.1f} images/s (processing loop {loop_seconds:.1f} s; "
+        f"whole command incl. model load {wall:.1f} s)"
+    )
     print(f"engine alone   : {engine_rate:7.1f} images/s ({engine_seconds:.1f} s)")
     print(f"ratio          : {batch_rate / engine_rate:.2f} (target >= 0.9)")
-    print(f"CPU time per image (all threads): saliency batch {1e3 * batch_cpu / args.images:.1f} ms "
-          f"(whole command), engine alone {1e3 * engine_cpu / args.images:.1f} ms")
-    print(f"RSS after 100 images: {at_100:.0f} MiB; after {args.images}: {at_end:.0f} MiB; "
-          f"growth {100 * (at_end / at_100 - 1):+.1f}% (target <= 10%)")
+    print(
+        f"CPU time per image (all threads): saliency batch {1e3 * batch_cpu / args.images:.1f} ms "
+        f"(whole command), engine alone {1e3 * engine_cpu / args.images:.1f} ms"
+    )
+    print(
+        f"RSS after 100 images: {at_100:.0f} MiB; after {args.images}: {at_end:.0f} MiB; "
+        f"growth {100 * (at_end / at_100 - 1):+.1f}% (target <= 10%)"
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ same per-axis linear resize), as a ratio of times.
 The classes are given (the top class, ranked beforehand), so neither side ranks them. Both are timed
 after a first (compiling) call; the best of ``--repeats`` runs is kept.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,17 +27,29 @@ import saliency_kit as sk  # noqa: E402
 
 
 def series_net():
-    return keras.Sequential([keras.Input((512, 8)), keras.layers.Conv1D(32, 7, padding="same", activation="relu"),
-                             keras.layers.MaxPooling1D(4),
-                             keras.layers.Conv1D(64, 5, padding="same", activation="relu", name="cam"),
-                             keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(10)])
+    return keras.Sequential(
+        [
+            keras.Input((512, 8)),
+            keras.layers.Conv1D(32, 7, padding="same", activation="relu"),
+            keras.layers.MaxPooling1D(4),
+            keras.layers.Conv1D(64, 5, padding="same", activation="relu", name="cam"),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 def volume_net():
-    return keras.Sequential([keras.Input((24, 48, 48, 1)), keras.layers.Conv3D(8, 3, padding="same", activation="relu"),
-                             keras.layers.MaxPooling3D(2),
-                             keras.layers.Conv3D(16, 3, padding="same", activation="relu", name="cam"),
-                             keras.layers.GlobalAveragePooling3D(), keras.layers.Dense(10)])
+    return keras.Sequential(
+        [
+            keras.Input((24, 48, 48, 1)),
+            keras.layers.Conv3D(8, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling3D(2),
+            keras.layers.Conv3D(16, 3, padding="same", activation="relu", name="cam"),
+            keras.layers.GlobalAveragePooling3D(),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 def baseline(model):
@@ -87,8 +100,10 @@ def main(argv=None) -> int:
         expected = plain(tf.constant(x), tf.constant(targets)).numpy()
         got = sk.explain(model, x, "gradcam", targets, layer="cam", batch_size=batch).maps[:, 0]
         gap = float(np.abs(got - expected).max() / (np.abs(expected).max() + 1e-12))
-        print(f"{name}: sk.explain {ours * 1e3:.1f} ms, plain TF {theirs * 1e3:.1f} ms, ratio {ours / theirs:.2f} "
-              f"(max relative difference of the maps {gap:.1e})")
+        print(
+            f"{name}: sk.explain {ours * 1e3:.1f} ms, plain TF {theirs * 1e3:.1f} ms, ratio {ours / theirs:.2f} "
+            f"(max relative difference of the maps {gap:.1e})"
+        )
     return 0
 
 

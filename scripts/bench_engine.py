@@ -24,6 +24,7 @@ Times are the minimum over ``--repeats`` rounds after one warm-up (compilation) 
 times every measurement once, so a change of load affects all alike. On a shared machine they
 are still noisy; say so when quoting them. Prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,14 +73,16 @@ def memory_child(samples: int) -> None:
     import saliency_kit as sk
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((64, 64, 3)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((64, 64, 3)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     x = np.random.default_rng(0).uniform(size=(16, 64, 64, 3)).astype("float32")
     sk.explain(model, x[:1], "gradient", 0)  # the runtime's own start-up allocations
     before = _status_mb("VmRSS")
@@ -91,7 +94,9 @@ def memory_child(samples: int) -> None:
 def _memory(samples: int) -> dict:
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--memory-child", str(samples)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -107,10 +112,18 @@ def main() -> None:
     parser.add_argument("--masks", type=int, default=16, help="RISE masks (default 16)")
     parser.add_argument("--new-methods-only", action="store_true", help="only the rows of the new methods")
     parser.add_argument("--lrp-only", action="store_true", help="only the LRP and DeepLIFT rows")
-    parser.add_argument("--core-only", action="store_true",
-                        help="only the first table (the rows older versions of this script had: compare releases)")
-    parser.add_argument("--composites", nargs="*", default=[], metavar="NAME",
-                        help="further LRP composites to time beside the default (e.g. epsilon epsilon_gamma_box)")
+    parser.add_argument(
+        "--core-only",
+        action="store_true",
+        help="only the first table (the rows older versions of this script had: compare releases)",
+    )
+    parser.add_argument(
+        "--composites",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help="further LRP composites to time beside the default (e.g. epsilon epsilon_gamma_box)",
+    )
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
@@ -166,17 +179,31 @@ def main() -> None:
     rows = [("raw compiled forward+backward, batch 8", base, 1.0, "–")]
     for method, limit in (("gradient", 1.10), ("guided_backprop", 1.10), ("deconvnet", 1.10), ("gradcam", 1.0)):
         rows.append((method, best[method], best[method] / base, f"≤ {limit:.2f}"))
-    rows.append((f"smoothgrad, {n_samples} samples (ratio / n)", best["smoothgrad"],
-                 best["smoothgrad"] / base / n_samples, "≤ 1.10"))
-    rows.append((f"integrated_gradients, {n_steps} steps (ratio / n)", best["integrated_gradients"],
-                 best["integrated_gradients"] / base / n_steps, "≤ 1.10"))
+    rows.append(
+        (
+            f"smoothgrad, {n_samples} samples (ratio / n)",
+            best["smoothgrad"],
+            best["smoothgrad"] / base / n_samples,
+            "≤ 1.10",
+        )
+    )
+    rows.append(
+        (
+            f"integrated_gradients, {n_steps} steps (ratio / n)",
+            best["integrated_gradients"],
+            best["integrated_gradients"] / base / n_steps,
+            "≤ 1.10",
+        )
+    )
     shared, single = best["shared"], best["separate"]
     rows.append(("K=10 classes, one shared forward (jacobian)", shared, None, ""))
     rows.append(("10 single-class calls", single, None, ""))
     rows.append(("shared / separate", shared / single, shared / single, "≤ 0.75"))
 
-    print(f"\nResNet50 (weights=None), batch 8, {size}×{size}; best of {reps} rounds after a warm-up; "
-          f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)\n")
+    print(
+        f"\nResNet50 (weights=None), batch 8, {size}×{size}; best of {reps} rounds after a warm-up; "
+        f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)\n"
+    )
     print("| measurement | seconds | ratio | target |")
     print("|---|---:|---:|---|")
     for name, seconds, ratio, target in rows:
@@ -272,6 +299,7 @@ def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: i
 
     def pair_xrai():
         from saliency.core import XRAI
+
         return XRAI().GetMask(image, None, base_attribution=attribution)
 
     runs = {
@@ -288,11 +316,36 @@ def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: i
     rows = [
         ("raw compiled forward+backward, batch 8", best["raw"], 1.0, "–"),
         ("raw compiled forward, batch 8", best["forward"], 1.0, "–"),
-        (f"blur_ig, {steps} steps (ratio to forward+backward / n)", best["blur_ig"], best["blur_ig"] / best["raw"] / steps, "≤ 1.20"),
-        (f"guided_ig, {steps} steps (ratio to forward+backward / n)", best["guided_ig"], best["guided_ig"] / best["raw"] / steps, "≤ 1.20"),
-        (f"scorecam, {channels} channels (ratio to forward / channels)", best["scorecam"], best["scorecam"] / best["forward"] / channels, "≤ 1.10"),
-        (f"rise, {masks} masks (ratio to forward / masks)", best["rise"], best["rise"] / best["forward"] / masks, "≤ 1.10"),
-        ("xrai on one image, segments + ranking (ratio to PAIR's XRAI)", best["xrai"], best["xrai"] / best["pair_xrai"], "≤ 0.50"),
+        (
+            f"blur_ig, {steps} steps (ratio to forward+backward / n)",
+            best["blur_ig"],
+            best["blur_ig"] / best["raw"] / steps,
+            "≤ 1.20",
+        ),
+        (
+            f"guided_ig, {steps} steps (ratio to forward+backward / n)",
+            best["guided_ig"],
+            best["guided_ig"] / best["raw"] / steps,
+            "≤ 1.20",
+        ),
+        (
+            f"scorecam, {channels} channels (ratio to forward / channels)",
+            best["scorecam"],
+            best["scorecam"] / best["forward"] / channels,
+            "≤ 1.10",
+        ),
+        (
+            f"rise, {masks} masks (ratio to forward / masks)",
+            best["rise"],
+            best["rise"] / best["forward"] / masks,
+            "≤ 1.10",
+        ),
+        (
+            "xrai on one image, segments + ranking (ratio to PAIR's XRAI)",
+            best["xrai"],
+            best["xrai"] / best["pair_xrai"],
+            "≤ 0.50",
+        ),
         ("PAIR's XRAI.GetMask, same base attributions", best["pair_xrai"], None, ""),
     ]
     print("\nNew methods, same model and batch\n")

@@ -18,6 +18,7 @@ Prints, each figure measured in a fresh subprocess:
 No timing; figures vary with the allocator and the machine (a shared one included), so quote them
 as measured.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,6 +82,7 @@ def child_kernels(calls: int) -> dict:
     for _ in range(calls):
         sk.jacobian(model, x, [0], rule=sk.GuidedBackprop())
     rules = engine.kernel_count(model) - before
+
     def column():  # a new lambda object on every call, written once
         return lambda out: out[:, 1]
 
@@ -92,17 +94,32 @@ def child_kernels(calls: int) -> dict:
 
     import keras
 
-    sizes = keras.Sequential([keras.Input((None, 3)), keras.layers.Conv1D(4, 1, activation="relu"),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    sizes = keras.Sequential(
+        [
+            keras.Input((None, 3)),
+            keras.layers.Conv1D(4, 1, activation="relu"),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(2),
+        ]
+    )
     for length in range(1, 121):
         sk.explain(sizes, np.ones((1, length, 3), "float32"), "gradient", 0)
-    return {"new_rule_kernels": rules, "new_lambda_kernels": lambdas,
-            "sizes_kernels": engine.kernel_count(sizes), "bound": engine.KERNELS_PER_MODEL}
+    return {
+        "new_rule_kernels": rules,
+        "new_lambda_kernels": lambdas,
+        "sizes_kernels": engine.kernel_count(sizes),
+        "bound": engine.KERNELS_PER_MODEL,
+    }
 
 
 def _child(*args) -> dict:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *map(str, args)],
-                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -126,8 +143,12 @@ def main() -> None:
     print(f"| gradient | {plain:.1f} MB | – |")
     print(f"| guided_backprop | {guided:.1f} MB | – |")
     print(f"| guided / gradient | {guided / max(plain, 1e-9):.2f} | ≤ 1.5 |")
-    print(f"| kernels added by {args.calls} calls with a new GuidedBackprop() each | {kernels['new_rule_kernels']} | 0 |")
-    print(f"| kernels added by {args.calls} calls with a new lambda target each | {kernels['new_lambda_kernels']} | 0 |")
+    print(
+        f"| kernels added by {args.calls} calls with a new GuidedBackprop() each | {kernels['new_rule_kernels']} | 0 |"
+    )
+    print(
+        f"| kernels added by {args.calls} calls with a new lambda target each | {kernels['new_lambda_kernels']} | 0 |"
+    )
     print(f"| kernels kept after 120 input sizes | {kernels['sizes_kernels']} | ≤ {kernels['bound']} |")
 
 

@@ -16,6 +16,7 @@ plain TensorFlow, which no implementation can beat. Quantus 0.6.0 already batche
 metrics over the inputs and runs the model through ``model.predict``, so on a large network both
 are close to that floor; the ratio grows with the per-call overheads (small models, small inputs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, help="max_sensitivity's noisy copies per input (default 10)")
     parser.add_argument("--runs", type=int, help="faithfulness_correlation's subsets (default 100)")
     parser.add_argument("--regions", type=int, help="region_perturbation's regions (default 100)")
-    parser.add_argument("--only", action="append", choices=("max_sensitivity", "faithfulness_correlation",
-                                                            "region_perturbation"), help="run only these metrics")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("max_sensitivity", "faithfulness_correlation", "region_perturbation"),
+        help="run only these metrics",
+    )
     args = parser.parse_args()
 
     import keras
@@ -56,9 +61,11 @@ def main() -> None:
     sk.engine.all_scores(model, np.resize(x, (32, *x.shape[1:])))  # the forward kernel, as after any first batch
     y = expl.targets[:, 0]
     pixels = expl.attributions.sum(axis=-1)  # [B, 1, H, W]: one map per input, broadcast over channels
-    print(f"ResNet50 (weights=None) on {count} inputs {size}x{size}; max_sensitivity {samples} samples, "
-          f"faithfulness_correlation {runs} subsets, region_perturbation {regions} regions; "
-          f"{os.cpu_count()} CPUs (shared machine)")
+    print(
+        f"ResNet50 (weights=None) on {count} inputs {size}x{size}; max_sensitivity {samples} samples, "
+        f"faithfulness_correlation {runs} subsets, region_perturbation {regions} regions; "
+        f"{os.cpu_count()} CPUs (shared machine)"
+    )
 
     @tf.function(jit_compile=False, reduce_retracing=True)
     def forward(batch):
@@ -93,19 +100,33 @@ def main() -> None:
         "max_sensitivity": (
             lambda: sk.evaluate.max_sensitivity(model, x, "gradient", y[:, None], nr_samples=samples),
             lambda: quantus.MaxSensitivity(nr_samples=samples, disable_warnings=True)(
-                model=model, x_batch=x, y_batch=y, a_batch=np.moveaxis(expl.attributions[:, 0], -1, 1),
-                channel_first=False, explain_func=quantus_gradient, batch_size=count),
-            count * samples, True),
+                model=model,
+                x_batch=x,
+                y_batch=y,
+                a_batch=np.moveaxis(expl.attributions[:, 0], -1, 1),
+                channel_first=False,
+                explain_func=quantus_gradient,
+                batch_size=count,
+            ),
+            count * samples,
+            True,
+        ),
         "faithfulness_correlation": (
             lambda: sk.evaluate.faithfulness_correlation(model, x, pixels, y[:, None], nr_runs=runs),
             lambda: quantus.FaithfulnessCorrelation(nr_runs=runs, return_aggregate=False, disable_warnings=True)(
-                model=model, x_batch=x, y_batch=y, a_batch=pixels, channel_first=False, batch_size=count),
-            count * runs, False),
+                model=model, x_batch=x, y_batch=y, a_batch=pixels, channel_first=False, batch_size=count
+            ),
+            count * runs,
+            False,
+        ),
         "region_perturbation": (
             lambda: sk.evaluate.region_perturbation(model, x, pixels, y[:, None], regions_evaluation=regions),
             lambda: quantus.RegionPerturbation(regions_evaluation=regions, disable_warnings=True)(
-                model=model, x_batch=x, y_batch=y, a_batch=pixels, channel_first=False, batch_size=count),
-            count * regions, False),
+                model=model, x_batch=x, y_batch=y, a_batch=pixels, channel_first=False, batch_size=count
+            ),
+            count * regions,
+            False,
+        ),
     }
     for name in args.only or list(work):
         ours, theirs, evaluations, backward = work[name]
@@ -116,8 +137,11 @@ def main() -> None:
         theirs()
         t_quantus = time.perf_counter() - start
         t_floor = floor(evaluations, backward)
-        print(f"{name:26s} sk.evaluate {t_ours:8.1f} s   Quantus {t_quantus:8.1f} s   ratio {t_quantus / t_ours:5.2f}x   "
-              f"floor ({evaluations} {'gradients' if backward else 'forwards'}) {t_floor:8.1f} s", flush=True)
+        print(
+            f"{name:26s} sk.evaluate {t_ours:8.1f} s   Quantus {t_quantus:8.1f} s   ratio {t_quantus / t_ours:5.2f}x   "
+            f"floor ({evaluations} {'gradients' if backward else 'forwards'}) {t_floor:8.1f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

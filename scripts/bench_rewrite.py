@@ -7,6 +7,7 @@ weights and checks the copy against the original on a generated input, which clo
 the check's share is printed on its own row), and the time of one compiled input-gradient call through the
 guided and deconv models over the same call through the original (target: <= 1.10x).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,10 @@ def main():
             rounds[name].append(time.perf_counter() - start)
     plain_s = statistics.median(rounds["plain"])
 
-    print(f"ResNet50 (weights=None), batch {args.batch}, {args.size}x{args.size}, "
-          f"{len(guided.rewritten_layers)} ReLUs rewritten, median of {args.repeats} runs")
+    print(
+        f"ResNet50 (weights=None), batch {args.batch}, {args.size}x{args.size}, "
+        f"{len(guided.rewritten_layers)} ReLUs rewritten, median of {args.repeats} runs"
+    )
     print("| measurement | seconds | ratio |")
     print("|---|---:|---:|")
     print(f"| keras.models.clone_model | {clone_s:.3f} | 1.00 |")

@@ -17,6 +17,7 @@
 Times are the minimum over ``--repeats`` rounds after one warm-up (compilation) run; each round
 times every measurement once. On a shared machine they are noisy; say so when quoting them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,8 +109,12 @@ def memory_child(count: int, size: int) -> None:
 
 
 def _memory(count: int, size: int) -> dict:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-child", str(count), "--size", str(size)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--memory-child", str(count), "--size", str(size)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -160,12 +165,15 @@ def main() -> None:
             score = drise(model(z, training=False), tf.constant(boxes[0, 0]), 1)
         return tape.gradient(score, z)
 
-    times = _best_times({
-        "forward": lambda: forward(xt).numpy(),
-        "forward + 1 backward": lambda: forward_backward(xt).numpy(),
-        f"explain, {K} boxes": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes, 1), batch_size=64),
-        "explain, 1 box": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes[:, :1], 1), batch_size=64),
-    }, args.repeats)
+    times = _best_times(
+        {
+            "forward": lambda: forward(xt).numpy(),
+            "forward + 1 backward": lambda: forward_backward(xt).numpy(),
+            f"explain, {K} boxes": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes, 1), batch_size=64),
+            "explain, 1 box": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes[:, :1], 1), batch_size=64),
+        },
+        args.repeats,
+    )
     backward = times["forward + 1 backward"] - times["forward"]
     bound = times["forward"] + K * backward
     print(f"\nBoxes: detector {size}×{size}×3, {model.output.shape[1]} proposals, gradient, batch_size=64\n")
@@ -173,11 +181,15 @@ def main() -> None:
     for name, seconds in times.items():
         print(f"| {name} | {1000 * seconds:.1f} |")
     print(f"| bound: forward + {K} × backward | {1000 * bound:.1f} |")
-    print(f"\ntime ratio, {K} boxes / (forward + {K} backward): {times[f'explain, {K} boxes'] / bound:.3f} (target ≤ 1.0)")
+    print(
+        f"\ntime ratio, {K} boxes / (forward + {K} backward): {times[f'explain, {K} boxes'] / bound:.3f} (target ≤ 1.0)"
+    )
 
     one, many = _memory(1, size), _memory(K, size)
-    print(f"peak memory (VmHWM, fresh subprocesses): 1 box {one['peak_mb']:.0f} MB, {K} boxes "
-          f"{many['peak_mb']:.0f} MB; ratio {many['peak_mb'] / one['peak_mb']:.3f} (target ≤ 1.2)")
+    print(
+        f"peak memory (VmHWM, fresh subprocesses): 1 box {one['peak_mb']:.0f} MB, {K} boxes "
+        f"{many['peak_mb']:.0f} MB; ratio {many['peak_mb'] / one['peak_mb']:.3f} (target ≤ 1.2)"
+    )
 
     keras.utils.set_random_seed(0)
     inputs, h = backbone(size)
@@ -186,12 +198,17 @@ def main() -> None:
     images = np.random.default_rng(2).uniform(size=(8, size, size, 3)).astype("float32")
     whole = np.ones(segmentation.output.shape[1:3], bool)
     region = sk.targets.region(whole, 3)
-    times = _best_times({
-        "class 3 (classifier)": lambda: sk.explain(classifier, images, "gradient", 3),
-        "region, class 3 (segmentation)": lambda: sk.explain(segmentation, images, "gradient", region),
-    }, args.repeats)
-    gap = np.abs(sk.explain(classifier, images, "gradient", 3).attributions
-                 - sk.explain(segmentation, images, "gradient", region).attributions).max()
+    times = _best_times(
+        {
+            "class 3 (classifier)": lambda: sk.explain(classifier, images, "gradient", 3),
+            "region, class 3 (segmentation)": lambda: sk.explain(segmentation, images, "gradient", region),
+        },
+        args.repeats,
+    )
+    gap = np.abs(
+        sk.explain(classifier, images, "gradient", 3).attributions
+        - sk.explain(segmentation, images, "gradient", region).attributions
+    ).max()
     print(f"\nRegion against class: 8 inputs {size}×{size}×3, gradient\n")
     print("| measurement | ms |\n|---|---|")
     for name, seconds in times.items():

@@ -6,6 +6,7 @@
 Writes ``OUT/logs`` (TensorBoard event files) and ``OUT/png/guided_backprop-epoch-NNNN.png``.
 The guided-backprop maps sharpen onto the shapes as the network learns them.
 """
+
 import argparse
 
 import keras
@@ -24,11 +25,18 @@ def main() -> None:
     images, _, labels = shapes.make_dataset(3000, seed=11)
     watched, _, _ = shapes.make_dataset(4, seed=99)
     model = shapes.build_model()
-    model.compile(optimizer="adam", metrics=["accuracy"],
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", metrics=["accuracy"], loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     watch = sk.callbacks.SaliencyCallback(
-        shapes.preprocess(watched), "guided_backprop", "top1", originals=watched,
-        class_names=shapes.CLASS_NAMES, log_dir=f"{args.out}/logs", out=f"{args.out}/png")
+        shapes.preprocess(watched),
+        "guided_backprop",
+        "top1",
+        originals=watched,
+        class_names=shapes.CLASS_NAMES,
+        log_dir=f"{args.out}/logs",
+        out=f"{args.out}/png",
+    )
     model.fit(shapes.preprocess(images), labels, epochs=args.epochs, batch_size=64, callbacks=[watch])
 
 

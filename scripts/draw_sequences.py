@@ -14,6 +14,7 @@ axis, of the positive class's logit. They are wrapped in an ``Explanation`` and 
 ``sk.render.tokens_html`` (the HTML file) and, as a picture for the README, by a few lines of
 matplotlib below using the same colour scale.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,22 +54,31 @@ def time_series_picture(out: Path) -> Path:
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     x, y = bump_series(rng, 2000)
-    model = keras.Sequential([
-        keras.Input((T, FEATURES)),
-        keras.layers.Conv1D(16, 5, padding="same", activation="relu"),
-        keras.layers.MaxPooling1D(2),
-        keras.layers.Conv1D(16, 5, padding="same", activation="relu", name="last_conv"),
-        keras.layers.GlobalMaxPooling1D(),
-        keras.layers.Dense(2),
-    ], name="bump_detector")
+    model = keras.Sequential(
+        [
+            keras.Input((T, FEATURES)),
+            keras.layers.Conv1D(16, 5, padding="same", activation="relu"),
+            keras.layers.MaxPooling1D(2),
+            keras.layers.Conv1D(16, 5, padding="same", activation="relu", name="last_conv"),
+            keras.layers.GlobalMaxPooling1D(),
+            keras.layers.Dense(2),
+        ],
+        name="bump_detector",
+    )
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(x, y, epochs=6, batch_size=64, verbose=0)
     test, labels = bump_series(np.random.default_rng(1), 200)
     accuracy = float(np.mean(np.argmax(model.predict(test, verbose=0), -1) == labels))
     example = test[labels == 1][:1]
     explanation = sk.explain(model, example, "gradcam", targets=1)
-    figure = sk.render.series(explanation, example, feature_names=["signal", "distractor"],
-                              class_names=["no bump", "bump"], width_inches=7.0, dpi=110)
+    figure = sk.render.series(
+        explanation,
+        example,
+        feature_names=["signal", "distractor"],
+        class_names=["no bump", "bump"],
+        width_inches=7.0,
+        dpi=110,
+    )
     path = out / "time_series.png"
     sk.render.save_png(figure, path)
     print(f"{path}: Grad-CAM on {explanation.layer!r} of a Conv1D net (test accuracy {accuracy:.2f})")
@@ -123,8 +133,14 @@ def draw_tokens(explanation, tokens, path: Path) -> None:
             width = text.get_window_extent(renderer=renderer).width / figure.bbox.width
             x += width + 0.015
             at += 1
-    figure.text(0.02, 0.03, "blue: against \u201cpositive\u201d \u00b7 white: 0 \u00b7 red: for (gradient \u00d7 embedding, "
-                "summed over the embedding axis)", fontsize=7.5, color="0.35")
+    figure.text(
+        0.02,
+        0.03,
+        "blue: against \u201cpositive\u201d \u00b7 white: 0 \u00b7 red: for (gradient \u00d7 embedding, "
+        "summed over the embedding axis)",
+        fontsize=7.5,
+        color="0.35",
+    )
     sk.render.save_png(figure, path)
 
 
@@ -138,20 +154,27 @@ def token_picture(out: Path) -> tuple[Path, Path]:
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(ids, labels, epochs=8, batch_size=64, verbose=0)
 
-    texts = ["the acting was superb and the music lovely",
-             "a dull plot and very poor acting",
-             "the film was good but its plot boring"]
+    texts = [
+        "the acting was superb and the music lovely",
+        "a dull plot and very poor acting",
+        "the film was good but its plot boring",
+    ]
     tokens = [t.split() for t in texts]
     batch = np.zeros((len(texts), ids.shape[1]), "int32")
     for b, row in enumerate(tokens):
         batch[b, : len(row)] = [VOCABULARY.index(w) if w in VOCABULARY else 0 for w in row]
     maps, logits = token_attributions(embedding, head, batch)
-    explanation = sk.Explanation(attributions=maps[:, None, :, None].astype("float32"), maps=maps[:, None].astype("float32"),
-                                 targets=np.ones((len(texts), 1), "int64"), scores=logits[:, 1:2].astype("float32"),
-                                 method="gradient_x_input")
+    explanation = sk.Explanation(
+        attributions=maps[:, None, :, None].astype("float32"),
+        maps=maps[:, None].astype("float32"),
+        targets=np.ones((len(texts), 1), "int64"),
+        scores=logits[:, 1:2].astype("float32"),
+        method="gradient_x_input",
+    )
     html_path = out / "tokens.html"
-    html_path.write_text(sk.render.tokens_html(explanation, tokens, class_names=["negative", "positive"]) + "\n",
-                         encoding="utf-8")
+    html_path.write_text(
+        sk.render.tokens_html(explanation, tokens, class_names=["negative", "positive"]) + "\n", encoding="utf-8"
+    )
     png_path = out / "tokens.png"
     draw_tokens(explanation, tokens, png_path)
     print(f"{png_path}, {html_path}: gradient × embedding of a tiny text classifier")

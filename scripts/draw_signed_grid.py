@@ -7,6 +7,7 @@ explain the shipped ``shapes`` model's top class on ``examples/shapes/*.png``. E
 with ``sign="all"``: evidence for the class in red, against it in blue, each map scaled by its
 99th percentile of |a|.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     model, spec = sk.load_model("shapes")
-    images = np.stack([np.asarray(Image.open(ROOT / "examples" / "shapes" / f"{name}.png").convert("RGB"))
-                       for name in SHAPES])
+    images = np.stack(
+        [np.asarray(Image.open(ROOT / "examples" / "shapes" / f"{name}.png").convert("RGB")) for name in SHAPES]
+    )
     x = spec.preprocess(images)
     explanations = [sk.explain(model, x, method, targets="top1") for method in METHODS]
     figure = sk.render.grid(explanations, images, spec.class_names, sign="all", score_name="logit")

@@ -7,12 +7,14 @@ Writes ``examples/scenes/`` (three scenes of seed 5 -- one shape of each kind at
 them, unseen in training -- and ``star_mask.png``, the star of the first one), then runs::
 
     saliency explain examples/scenes/scene1.png --model shapes_seg --method gradient --method gradcam
-    saliency explain examples/scenes/scene1.png --model shapes_seg --method gradient --target star@examples/scenes/star_mask.png
+    saliency explain examples/scenes/scene1.png --model shapes_seg --method gradient \
+        --target star@examples/scenes/star_mask.png
     saliency explain examples/scenes/scene1.png --model shapes_det --method gradient --method gradcam
 
 and copies each run's ``grid.png`` to ``docs/shapes_seg_grid.png``, ``docs/shapes_seg_mask_grid.png``
 and ``docs/shapes_det_grid.png``; prints each command's output.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +43,11 @@ def write_examples() -> None:
     EXAMPLES.mkdir(parents=True, exist_ok=True)
     data = scenes.make_scenes(200, seed=EXAMPLE_SEED)
     star = scenes.SEGMENTATION_CLASSES.index("star")
-    chosen = [i for i in range(len(data.counts)) if data.counts[i] == 3 and len(set(data.labels[i])) == 3
-              and star - 1 in data.labels[i]][:3]
+    chosen = [
+        i
+        for i in range(len(data.counts))
+        if data.counts[i] == 3 and len(set(data.labels[i])) == 3 and star - 1 in data.labels[i]
+    ][:3]
     for n, i in enumerate(chosen, start=1):
         Image.fromarray(data.images[i]).save(EXAMPLES / f"scene{n}.png")
         print(f"wrote {EXAMPLES / f'scene{n}.png'} (scene {i} of seed {EXAMPLE_SEED})")
@@ -55,8 +60,9 @@ def explain(arguments: list[str], picture: str) -> None:
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "saliency_kit", "explain", *arguments, "--out", out]
         print("$ saliency explain " + " ".join(arguments), flush=True)
-        done = subprocess.run(command, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            command, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True
+        )
         print(done.stdout.replace(out, "saliency_out"), end="")
         if done.returncode != 0:
             raise SystemExit(f"the command failed ({done.returncode}): {done.stderr}")
@@ -69,8 +75,10 @@ def main() -> int:
     write_examples()
     scene = "examples/scenes/scene1.png"
     explain([scene, "--model", "shapes_seg", "--method", "gradient", "--method", "gradcam"], "shapes_seg_grid.png")
-    explain([scene, "--model", "shapes_seg", "--method", "gradient", "--target", "star@examples/scenes/star_mask.png"],
-            "shapes_seg_mask_grid.png")
+    explain(
+        [scene, "--model", "shapes_seg", "--method", "gradient", "--target", "star@examples/scenes/star_mask.png"],
+        "shapes_seg_mask_grid.png",
+    )
     explain([scene, "--model", "shapes_det", "--method", "gradient", "--method", "gradcam"], "shapes_det_grid.png")
     return 0
 

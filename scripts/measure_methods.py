@@ -17,6 +17,7 @@ For each method, on freshly generated shapes images (seed 3, the held-out test s
 
 Prints a markdown table and writes the sanity figure of one image to ``--figure``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 import saliency_kit as sk  # noqa: E402
-from saliency_kit.data import shapes  # noqa: E402
 from saliency_kit.cli import sanity  # noqa: E402
-from saliency_kit.methods import builtins as builtin_methods  # noqa: E402
+from saliency_kit.data import shapes  # noqa: E402
 from saliency_kit.evaluate import deletion_insertion, pointing_game, randomization_test  # noqa: E402
+from saliency_kit.methods import builtins as builtin_methods  # noqa: E402
 
 ALL_METHODS = tuple(builtin_methods())  # every built-in method, in the order `saliency methods` lists them
 # options per method (the API defaults otherwise; occlusion: 8x8 windows, stride 4 on 64x64)
@@ -72,8 +73,9 @@ def measure(model, method, x, masks, labels, args) -> dict:
     m = args.randomization_images
     start = time.perf_counter()
     noise_free = {k: v for k, v in options.items() if k != "seed"}  # smoothgrad's noise uses seed=0
-    steps = randomization_test(model, x[:m], method, "top1", mode="cascading", seed=0,
-                               batch_size=args.batch_size, **noise_free)
+    steps = randomization_test(
+        model, x[:m], method, "top1", mode="cascading", seed=0, batch_size=args.batch_size, **noise_free
+    )
     row["randomization_s"] = time.perf_counter() - start
     row.update({f"rand_{k}": steps[-1][k] for k in ("spearman_abs", "spearman", "ssim")})
     row["top_spearman_abs"] = steps[0]["spearman_abs"]
@@ -84,10 +86,10 @@ def measure(model, method, x, masks, labels, args) -> dict:
 
 def markdown(rows, args) -> str:
     head = (
-        f"| method | pointing game, tol 2 px (0 px) ↑ | deletion AUC, zeros ↓ (random order) "
-        f"| deletion AUC, blur ↓ (random order) | insertion AUC ↑ (random order) "
-        f"| output layer randomised: Spearman abs (signed) | all layers randomised: Spearman abs ↓ "
-        f"| Spearman ↓ | SSIM ↓ |"
+        "| method | pointing game, tol 2 px (0 px) ↑ | deletion AUC, zeros ↓ (random order) "
+        "| deletion AUC, blur ↓ (random order) | insertion AUC ↑ (random order) "
+        "| output layer randomised: Spearman abs (signed) | all layers randomised: Spearman abs ↓ "
+        "| Spearman ↓ | SSIM ↓ |"
     )
     lines = [head, "|" + "---|" * 9]
     for r in rows:

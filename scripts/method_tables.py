@@ -7,6 +7,7 @@ README.md's table of the built-in methods (between its two marker comments) and 
 Without ``--write`` it prints which of them is stale and exits 1 (``tests/methods/test_base.py``
 runs the same comparison); with ``--write`` it rewrites them.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -10,6 +10,7 @@ CPU time above wall time means several cores worked; wall above CPU means waitin
 holding the cores, the disk, a lock). ``os.getloadavg()`` is printed before and after: on a shared
 machine the ratio says as much about the neighbours as about the command.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     load_before = os.getloadavg()
     from saliency_kit.batch import outputs
-    from saliency_kit.cli import explain, main as run_command, options, startup
+    from saliency_kit.cli import explain, options, startup
+    from saliency_kit.cli import main as run_command
 
     startup.import_tensorflow = timed("import tensorflow + keras", startup.import_tensorflow)
     startup.import_tensorflow("--debug" in argv)  # quietly, before anything else imports it

@@ -9,6 +9,7 @@ test suite uses seed 4. None of these overlap: image ``i`` of seed ``s`` depends
 
 Prints the test accuracy, the file size and the training time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,10 +56,18 @@ def main(argv=None) -> int:
     model = shapes.build_model()
     steps = args.epochs * int(np.ceil(len(x_train) / args.batch_size))
     schedule = keras.optimizers.schedules.CosineDecay(2e-3, decay_steps=steps, alpha=0.02)
-    model.compile(optimizer=keras.optimizers.Adam(schedule),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
-              validation_data=(x_val, y_val), shuffle=True, verbose=2)
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    model.fit(
+        x_train,
+        y_train,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        validation_data=(x_val, y_val),
+        shuffle=True,
+        verbose=2,
+    )
     train_time = time.perf_counter() - start
 
     # Ship the architecture and weights only: no optimizer state, no compile config.
@@ -72,8 +81,7 @@ def main(argv=None) -> int:
     x_test, _, y_test = shapes.make_dataset(args.test_size, seed=TEST_SEED)
     predictions = reloaded.predict(shapes.preprocess(x_test), batch_size=256, verbose=0)
     accuracy = float(np.mean(predictions.argmax(-1) == y_test))
-    per_class = [float(np.mean(predictions.argmax(-1)[y_test == k] == k))
-                 for k in range(len(shapes.CLASS_NAMES))]
+    per_class = [float(np.mean(predictions.argmax(-1)[y_test == k] == k)) for k in range(len(shapes.CLASS_NAMES))]
 
     write_examples(args.examples)
     print(f"test accuracy: {accuracy:.4f} on {len(y_test)} fresh images (seed {TEST_SEED})")

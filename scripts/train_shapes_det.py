@@ -5,7 +5,8 @@
 Data: scenes of 1-3 shapes with their boxes (``saliency_kit.data.scenes``), plus a tenth as many
 scenes with no shape (so that a plain background is not a detection). Seeds: 21 training (26 the
 empty scenes), 22 validation (monitoring only), 23 the held-out test set reported below; the
-package's tests use seeds 24 and 27. Deterministic (fixed seeds, TensorFlow op determinism) on one machine and library versions.
+package's tests use seeds 24 and 27. Deterministic (fixed seeds, TensorFlow op determinism) on one machine
+and library versions.
 
 Training targets, per cell of the detector's 8×8 grid: a cell is a positive of a shape when its
 centre lies inside the shape's box and within one cell (8 px) of the box's centre on each axis (a
@@ -18,6 +19,7 @@ Prints, on the held-out scenes after ``saliency_kit.detections.decode`` (default
 recall (a true box counts when a detection of its class overlaps it with IoU >= 0.5), precision,
 the mean IoU of the matched boxes, the file size and the training time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +93,13 @@ def detection_scores(raw: np.ndarray, data: scenes.Scenes) -> dict:
                 ious.append(float(overlap[best]))
                 free.remove(candidates[best])
     total = sum(len(f) for f in found)
-    return {"recall": matched / truths, "precision": matched / max(total, 1),
-            "mean_iou": float(np.mean(ious)) if ious else 0.0, "boxes": truths, "detections": total}
+    return {
+        "recall": matched / truths,
+        "precision": matched / max(total, 1),
+        "mean_iou": float(np.mean(ious)) if ious else 0.0,
+        "boxes": truths,
+        "detections": total,
+    }
 
 
 def main(argv=None) -> int:
@@ -118,8 +125,15 @@ def main(argv=None) -> int:
     steps = args.epochs * int(np.ceil(len(train.images) / args.batch_size))
     schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, alpha=0.02)
     model.compile(optimizer=keras.optimizers.Adam(schedule), loss=detection_loss)
-    model.fit(preprocess(train.images), cell_targets(train), batch_size=args.batch_size, epochs=args.epochs,
-              validation_data=(preprocess(val.images), cell_targets(val)), shuffle=True, verbose=2)
+    model.fit(
+        preprocess(train.images),
+        cell_targets(train),
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        validation_data=(preprocess(val.images), cell_targets(val)),
+        shuffle=True,
+        verbose=2,
+    )
     train_time = time.perf_counter() - start
 
     shipped = scene_models.build_detector()  # architecture and weights only, no optimizer state
@@ -130,9 +144,11 @@ def main(argv=None) -> int:
     reloaded = keras.saving.load_model(args.out, compile=False)
     test = scenes.make_scenes(args.test_size, seed=TEST_SEED)
     scores = detection_scores(reloaded.predict(preprocess(test.images), batch_size=100, verbose=0), test)
-    print(f"held-out box recall: {scores['recall']:.4f}, precision {scores['precision']:.4f}, mean IoU of "
-          f"matched boxes {scores['mean_iou']:.3f} ({scores['boxes']} boxes, {scores['detections']} detections, "
-          f"{args.test_size} scenes, seed {TEST_SEED}; IoU >= {MATCH_IOU} and the right class)")
+    print(
+        f"held-out box recall: {scores['recall']:.4f}, precision {scores['precision']:.4f}, mean IoU of "
+        f"matched boxes {scores['mean_iou']:.3f} ({scores['boxes']} boxes, {scores['detections']} detections, "
+        f"{args.test_size} scenes, seed {TEST_SEED}; IoU >= {MATCH_IOU} and the right class)"
+    )
     empty = scenes.make_scenes(200, seed=EMPTY_SEED + 1, objects=(0, 0))
     false = detections.decode(reloaded.predict(preprocess(empty.images), batch_size=100, verbose=0))
     print(f"false detections on 200 scenes without a shape: {sum(len(f) for f in false)}")

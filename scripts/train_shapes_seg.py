@@ -9,6 +9,7 @@ Deterministic (fixed seeds, TensorFlow op determinism) on one machine and librar
 Prints the held-out pixel accuracy, the mean IoU over the six classes, each class's IoU, the file
 size and the training time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,10 +62,20 @@ def main(argv=None) -> int:
     model = scene_models.build_segmenter()
     steps = args.epochs * int(np.ceil(args.train_size / args.batch_size))
     schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, alpha=0.02)
-    model.compile(optimizer=keras.optimizers.Adam(schedule),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    model.fit(preprocess(train.images), train.label_maps, batch_size=args.batch_size, epochs=args.epochs,
-              validation_data=(preprocess(val.images), val.label_maps), shuffle=True, verbose=2)
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit(
+        preprocess(train.images),
+        train.label_maps,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        validation_data=(preprocess(val.images), val.label_maps),
+        shuffle=True,
+        verbose=2,
+    )
     train_time = time.perf_counter() - start
 
     shipped = scene_models.build_segmenter()  # architecture and weights only, no optimizer state
@@ -76,8 +87,10 @@ def main(argv=None) -> int:
     test = scenes.make_scenes(args.test_size, seed=TEST_SEED)
     predicted = reloaded.predict(preprocess(test.images), batch_size=100, verbose=0).argmax(-1)
     accuracy, ious = segmentation_scores(predicted, test.label_maps)
-    print(f"held-out pixel accuracy: {accuracy:.4f}, mean IoU {ious.mean():.4f} on {args.test_size} "
-          f"scenes (seed {TEST_SEED})")
+    print(
+        f"held-out pixel accuracy: {accuracy:.4f}, mean IoU {ious.mean():.4f} on {args.test_size} "
+        f"scenes (seed {TEST_SEED})"
+    )
     print("IoU per class: " + ", ".join(f"{n} {v:.3f}" for n, v in zip(scenes.SEGMENTATION_CLASSES, ious)))
     print(f"file: {args.out} ({args.out.stat().st_size / 1e6:.3f} MB, {reloaded.count_params()} parameters)")
     print(f"training time: {train_time:.0f} s (data generation included; {os.cpu_count()} CPUs visible)")

@@ -4,6 +4,7 @@ model and image fixtures, and checks of a finished run's manifest.
 A command's own lines start with ``saliency <command>:`` (errors, warnings, notes of the run);
 tests look at those, never at whatever else a library may print on stderr.
 """
+
 import collections
 import json
 import os
@@ -30,8 +31,14 @@ def environment(**extra) -> dict:
 
 
 def command(*args, cwd=None, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "saliency_kit", *map(str, args)], cwd=cwd,
-                            env=env or environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "saliency_kit", *map(str, args)],
+        cwd=cwd,
+        env=env or environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen):
@@ -45,15 +52,19 @@ def run(*args, cwd=None, env=None):
 
 def python(code: str, *, env=None, cwd=None):
     """Run ``code`` in a fresh interpreter -> ``(status, stdout, stderr)``."""
-    done = subprocess.run([sys.executable, "-c", code], env=env or environment(), cwd=cwd,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env or environment(), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+    )
     return done.returncode, done.stdout, done.stderr
 
 
 def own_lines(stderr: str, command_name: str) -> list[str]:
     """The lines the command itself wrote to stderr."""
-    return [line for line in stderr.splitlines() if line.startswith(f"saliency {command_name}")
-            or line.startswith("saliency: ")]
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith(f"saliency {command_name}") or line.startswith("saliency: ")
+    ]
 
 
 def decodes(path) -> tuple[int, int]:

@@ -1,4 +1,5 @@
 """Shared test settings: quiet TensorFlow, deterministic seeds, CPU only."""
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -1,6 +1,7 @@
 """Shared by the method tests: the small settings each method runs with in the table-driven
 tests, and the engine's seeded draws reproduced from their documented keys with TensorFlow's
 stateless generators directly (not through saliency_kit)."""
+
 import numpy as np
 
 # Small settings for the methods that take many evaluations (any method not listed runs with its
@@ -34,8 +35,9 @@ def normal_draws(seed: int, key: int, count: int, samples, shape, dtype="float32
     ``ctx.normal``: the stateless generator keyed by ``(seed, key · count + s)``."""
     import tensorflow as tf
 
-    return np.stack([tf.random.stateless_normal(shape, seed=[seed, key * count + s], dtype=dtype).numpy()
-                     for s in samples])
+    return np.stack(
+        [tf.random.stateless_normal(shape, seed=[seed, key * count + s], dtype=dtype).numpy() for s in samples]
+    )
 
 
 def uniform_draws(seed: int, key, count: int, samples, shape, dtype="float32") -> np.ndarray:

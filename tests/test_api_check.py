@@ -1,5 +1,6 @@
 """api.check: the checks explain makes before any work, without explaining; the command line's
 pre-flight uses it, so the two cannot disagree (a channels-first model included)."""
+
 from __future__ import annotations
 
 import keras

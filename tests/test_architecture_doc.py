@@ -6,6 +6,7 @@ are relative to ``saliency_kit/`` unless they start with ``tests/``, ``scripts/`
 (``api.explain``, ``propagation.composites.register``, ``cli.main.COMMANDS``) are looked up from
 ``saliency_kit``: the longest importable module, then attributes.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,8 +32,9 @@ def _paths() -> list[str]:
 
 
 def _names() -> list[str]:
-    packages = {p.stem if p.is_file() else p.name for p in (ROOT / "saliency_kit").iterdir()
-                if not p.name.startswith("_")}
+    packages = {
+        p.stem if p.is_file() else p.name for p in (ROOT / "saliency_kit").iterdir() if not p.name.startswith("_")
+    }
     names = []
     for token in _quoted():
         token = token.split("(")[0]
@@ -78,8 +80,11 @@ def test_the_module_map_lists_every_module():
     for module in sorted((ROOT / "saliency_kit").rglob("*.py")):
         if module.name == "__init__.py" and module.parent != ROOT / "saliency_kit":
             continue
-        if module.resolve() in mentioned or module.parent.resolve() in mentioned or module.name in (
-                "__init__.py", "__main__.py"):
+        if (
+            module.resolve() in mentioned
+            or module.parent.resolve() in mentioned
+            or module.name in ("__init__.py", "__main__.py")
+        ):
             continue
         missing.append(str(module.relative_to(ROOT)))
     assert not missing, f"modules docs/architecture.md does not mention: {missing}"

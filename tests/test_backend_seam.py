@@ -2,6 +2,7 @@
 ``keras.ops``), the engine reaches its backend only through one declared protocol, the context's
 seeded draws follow their documented keys, and no two modules import each other in a cycle,
 even counting imports inside functions."""
+
 import ast
 import inspect
 import io
@@ -41,15 +42,23 @@ def tensorflow_mentions(source: str) -> list[str]:
 
 
 def test_no_method_module_names_tensorflow():
-    offenders = [f"methods/{path.name}:{hit}" for path in sorted((PACKAGE / "methods").glob("*.py"))
-                 for hit in tensorflow_mentions(path.read_text())]
+    offenders = [
+        f"methods/{path.name}:{hit}"
+        for path in sorted((PACKAGE / "methods").glob("*.py"))
+        for hit in tensorflow_mentions(path.read_text())
+    ]
     assert not offenders, "methods must use the context and keras.ops, not TensorFlow:\n" + "\n".join(offenders)
 
 
-@pytest.mark.parametrize("code", [
-    "import tensorflow as tf\n", "from tensorflow import nn\n", "x = tf.reduce_sum(y)\n",
-    "import importlib\nm = importlib.import_module('tensorflow')\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import tensorflow as tf\n",
+        "from tensorflow import nn\n",
+        "x = tf.reduce_sum(y)\n",
+        "import importlib\nm = importlib.import_module('tensorflow')\n",
+    ],
+)
 def test_the_guard_catches_each_way_of_naming_tensorflow(code):
     assert tensorflow_mentions(code)
 
@@ -63,9 +72,18 @@ def test_the_tensorflow_backend_implements_the_protocol():
     from saliency_kit.engine import tf as tf_backend
 
     assert backend.active() is tf_backend and isinstance(tf_backend, backend.Backend)
-    declared = {name for name in vars(backend.Backend) if not name.startswith("_")} | set(backend.Backend.__annotations__)
-    assert declared == {"Context", "build_kernel", "build_values_kernel", "vectorise_classes", "eagerly",
-                        "array_spec", "to_numpy"}
+    declared = {name for name in vars(backend.Backend) if not name.startswith("_")} | set(
+        backend.Backend.__annotations__
+    )
+    assert declared == {
+        "Context",
+        "build_kernel",
+        "build_values_kernel",
+        "vectorise_classes",
+        "eagerly",
+        "array_spec",
+        "to_numpy",
+    }
     for name in declared - {"Context"}:  # the protocol states the arguments the engine passes
         wanted = list(inspect.signature(getattr(backend.Backend, name)).parameters)[1:]
         assert list(inspect.signature(getattr(tf_backend, name)).parameters)[: len(wanted)] == wanted, name
@@ -78,8 +96,11 @@ def test_only_the_accessor_imports_the_tensorflow_backend():
             if isinstance(node, ast.ImportFrom):
                 module = node.module or ""
                 named = {alias.name for alias in node.names}
-                if module.endswith("engine.tf") or (module in ("", "engine") and "tf" in named and
-                                                    path.parent.name == "engine") or module == "tf":
+                if (
+                    module.endswith("engine.tf")
+                    or (module in ("", "engine") and "tf" in named and path.parent.name == "engine")
+                    or module == "tf"
+                ):
                     importers.append(str(path.relative_to(PACKAGE)))
     assert importers == ["engine/backend.py"]
 

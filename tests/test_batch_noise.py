@@ -1,11 +1,12 @@
 """``saliency batch``: an image's seeded noise is keyed by the image (its path under INPUT_DIR), not
 by its position in a batch, so its outputs are the same whichever batch it falls in."""
+
 import json
 
 import numpy as np
+from cli_support import tiny_model  # noqa: F401  (a fixture)
 from PIL import Image
 
-from cli_support import tiny_model  # noqa: F401  (a fixture)
 from saliency_kit.batch.discovery import image_key
 from saliency_kit.data.shapes import make_dataset
 
@@ -34,8 +35,22 @@ def test_an_image_explained_in_two_different_batches_gets_byte_identical_outputs
     # (other chunk sizes, another neighbour, another position, another padding).
     first = _folder(tmp_path / "first", ["a.png", "b.png", "x.png"], [a, b, x])
     second = _folder(tmp_path / "second", ["x.png", "y.png"], [x, y])
-    options = ["--model", str(tiny_model), "--method", "smoothgrad", "--samples", "4", "--noise", "0.3",
-               "--seed", "3", "--batch-size", "16", "--format", "both"]
+    options = [
+        "--model",
+        str(tiny_model),
+        "--method",
+        "smoothgrad",
+        "--samples",
+        "4",
+        "--noise",
+        "0.3",
+        "--seed",
+        "3",
+        "--batch-size",
+        "16",
+        "--format",
+        "both",
+    ]
     assert main(["batch", str(first), "--out", str(tmp_path / "out1"), *options]) == 0
     assert main(["batch", str(second), "--out", str(tmp_path / "out2"), *options]) == 0
 
@@ -51,8 +66,10 @@ def test_an_image_explained_in_two_different_batches_gets_byte_identical_outputs
     assert main(["batch", str(third), "--out", str(tmp_path / "out3"), *options]) == 0
     files3, _ = _outputs_of(tmp_path / "out3", "z.png")
     npz = [name for name in files1 if name.endswith(".npz")]
-    with np.load(tmp_path / "out1" / npz[0]) as one, np.load(tmp_path / "out3" / next(
-            name for name in files3 if name.endswith(".npz"))) as other:
+    with (
+        np.load(tmp_path / "out1" / npz[0]) as one,
+        np.load(tmp_path / "out3" / next(name for name in files3 if name.endswith(".npz"))) as other,
+    ):
         assert set(one.files) == set(other.files)
         assert any(not np.array_equal(one[k], other[k]) for k in one.files)
 

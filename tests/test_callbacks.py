@@ -1,5 +1,6 @@
 """SaliencyCallback during a real model.fit: TensorBoard event files and PNGs read back, training
 untouched, the maps of each epoch's weights (checked against tf.GradientTape), one trace per run."""
+
 import glob
 import io
 
@@ -9,7 +10,6 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-import saliency_kit as sk
 from saliency_kit import engine
 from saliency_kit.callbacks import SaliencyCallback
 
@@ -23,15 +23,18 @@ def _data(n=48):
 
 def _model(seed=7):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((12, 10, 3)),
-        keras.layers.Conv2D(8, 3, activation="relu", name="conv"),
-        keras.layers.Dropout(0.3),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(2, name="logits"),
-    ])
-    model.compile(optimizer=keras.optimizers.Adam(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = keras.Sequential(
+        [
+            keras.Input((12, 10, 3)),
+            keras.layers.Conv2D(8, 3, activation="relu", name="conv"),
+            keras.layers.Dropout(0.3),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(2, name="logits"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
@@ -62,15 +65,24 @@ def _events(log_dir):
 
 def test_tensorboard_images_and_pngs_per_explained_epoch_read_back(tmp_path):
     x, y = _data()
-    watch = SaliencyCallback(x[:3], "guided_backprop", "top1", every_n_epochs=2,
-                             log_dir=tmp_path / "logs", out=tmp_path / "png", class_names=["top", "bottom"])
+    watch = SaliencyCallback(
+        x[:3],
+        "guided_backprop",
+        "top1",
+        every_n_epochs=2,
+        log_dir=tmp_path / "logs",
+        out=tmp_path / "png",
+        class_names=["top", "bottom"],
+    )
     _model().fit(x, y, epochs=5, batch_size=16, verbose=0, callbacks=[watch])
     events = _events(tmp_path / "logs")
-    assert [(tag, step) for tag, step, *_ in events] == [("saliency/guided_backprop", 1),
-                                                         ("saliency/guided_backprop", 3)]
+    assert [(tag, step) for tag, step, *_ in events] == [
+        ("saliency/guided_backprop", 1),
+        ("saliency/guided_backprop", 3),
+    ]
     files = sorted(p.name for p in (tmp_path / "png").iterdir())
     assert files == ["guided_backprop-epoch-0002.png", "guided_backprop-epoch-0004.png"]
-    for (_, step, width, height, (png,)), name in zip(events, files):
+    for (_, _step, width, height, (png,)), name in zip(events, files):
         logged = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
         assert logged.shape == (height, width, 3) and width > 200 and height > 100
         with Image.open(tmp_path / "png" / name) as saved:

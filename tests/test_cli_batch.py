@@ -1,14 +1,26 @@
 """``saliency batch``, run for real: killed with SIGKILL and resumed, sharded into one --out,
 resumed with nothing left to do (no TensorFlow), refused after the model changed, accepted with
 the same model given by another path; targets resolved once per batch."""
+
 import shutil
 import signal
 import time
 
 import numpy as np
+from cli_support import (  # noqa: F401
+    TIMEOUT,
+    check_complete,
+    command,
+    finish,
+    image_folder,
+    manifest_records,
+    own_lines,
+    python,
+    run,
+    save_tiny_model,
+    tiny_model,
+)
 
-from cli_support import (TIMEOUT, check_complete, command, finish, image_folder, manifest_records,  # noqa: F401
-                         own_lines, python, run, save_tiny_model, tiny_model)
 from saliency_kit.batch import outputs
 from saliency_kit.batch.discovery import select_shard
 
@@ -17,8 +29,24 @@ from saliency_kit.batch.discovery import select_shard
 def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path, tiny_model, image_folder, capsys):
     root, good, bad = image_folder
     out = tmp_path / "out"
-    args = ("batch", root, "--out", out, "--model", tiny_model, "--method", "smoothgrad", "--samples", "64",
-            "--seed", "1", "--method", "gradient", "--batch-size", "2")
+    args = (
+        "batch",
+        root,
+        "--out",
+        out,
+        "--model",
+        tiny_model,
+        "--method",
+        "smoothgrad",
+        "--samples",
+        "64",
+        "--seed",
+        "1",
+        "--method",
+        "gradient",
+        "--batch-size",
+        "2",
+    )
     process = command(*args)
     manifest = out / "manifest.jsonl"
     deadline = time.monotonic() + TIMEOUT
@@ -70,7 +98,8 @@ def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path,
     code, out_text, err = python(
         "import sys\nfrom saliency_kit.cli import main\n"
         f"status = main({[*again, '--resume']!r})\n"
-        "print('STATUS', status, 'TF', 'tensorflow' in sys.modules)\n")
+        "print('STATUS', status, 'TF', 'tensorflow' in sys.modules)\n"
+    )
     assert code == 0, err
     assert out_text.strip().splitlines()[-1] == "STATUS 1 TF False", (out_text, err)  # 1: the bad files
     assert f"{len(good)} already complete" in err and manifest.read_bytes() == settled
@@ -84,8 +113,10 @@ def test_batch_killed_then_resumed_ends_with_every_output_exactly_once(tmp_path,
 def test_shards_are_disjoint_cover_the_folder_and_can_share_an_output(tmp_path, tiny_model, image_folder):
     root, good, bad = image_folder
     out = tmp_path / "out"
-    shards = [command("batch", root, "--out", out, "--model", tiny_model, "--method", "gradient",
-                      "--shard", f"{i}/2") for i in range(2)]
+    shards = [
+        command("batch", root, "--out", out, "--model", tiny_model, "--method", "gradient", "--shard", f"{i}/2")
+        for i in range(2)
+    ]
     results = [finish(process) for process in shards]
     seen = []
     for i, (code, _, err) in enumerate(results):
@@ -95,12 +126,14 @@ def test_shards_are_disjoint_cover_the_folder_and_can_share_an_output(tmp_path, 
         assert images == set(select_shard(sorted(good + bad), i, 2))
         seen.append(images)
     assert not seen[0] & seen[1] and seen[0] | seen[1] == set(good + bad)
-    check_complete(out, [r for i in range(2) for r in manifest_records(out / f"manifest.shard-{i}-of-2.jsonl")],
-                   good, bad)
+    check_complete(
+        out, [r for i in range(2) for r in manifest_records(out / f"manifest.shard-{i}-of-2.jsonl")], good, bad
+    )
 
 
-def test_topk_targets_are_resolved_once_per_batch_whatever_the_number_of_methods(tmp_path, tiny_model,
-                                                                                   image_folder, monkeypatch):
+def test_topk_targets_are_resolved_once_per_batch_whatever_the_number_of_methods(
+    tmp_path, tiny_model, image_folder, monkeypatch
+):
     from saliency_kit import engine
     from saliency_kit.cli import main
 
@@ -113,9 +146,24 @@ def test_topk_targets_are_resolved_once_per_batch_whatever_the_number_of_methods
 
     monkeypatch.setattr(engine, "all_scores", counted)
     root, good, bad = image_folder
-    argv = ["batch", str(root), "--out", str(tmp_path / "out"), "--model", str(tiny_model), "--method", "gradient",
-            "--method", "guided_backprop", "--method", "gradient_x_input", "--target", "top2",
-            "--batch-size", "16"]
+    argv = [
+        "batch",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        "--model",
+        str(tiny_model),
+        "--method",
+        "gradient",
+        "--method",
+        "guided_backprop",
+        "--method",
+        "gradient_x_input",
+        "--target",
+        "top2",
+        "--batch-size",
+        "16",
+    ]
     assert main(argv) == 1  # the bad files
     batches = int(np.ceil((len(good) + len(bad)) / 16))
     assert len(calls) == batches and sum(calls) == len(good)

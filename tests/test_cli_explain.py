@@ -1,15 +1,25 @@
 """``saliency explain``, run for real (``python -m saliency_kit`` in a subprocess, or ``main()`` in
 process where a fresh TensorFlow start-up buys nothing), on real PNG and JPEG files, checked
 against the library called in-process on the same inputs."""
+
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import (  # noqa: F401
+    SHAPES,
+    decodes,
+    image_folder,
+    manifest_records,
+    own_lines,
+    python,
+    run,
+    save_tiny_model,
+    tiny_model,
+)
 from PIL import Image
 
-from cli_support import (SHAPES, decodes, image_folder, manifest_records, own_lines, python, run,  # noqa: F401
-                         save_tiny_model, tiny_model)
 from saliency_kit import render
 from saliency_kit.batch import outputs
 
@@ -21,9 +31,27 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
     big = tmp_path / "big photo.jpg"  # larger than the model's input: the overlay keeps its size
     Image.open(root / good[1]).resize((96, 80)).save(big, quality=90)
     inputs = [root / good[0], big, root / bad[0]]
-    code, out, err = run("explain", *inputs, "--method", "guided_backprop", "--method", "gradcam",
-                         "--method", "integrated_gradients", "--steps", "8", "--target", "top2",
-                         "--target", "STAR", "--target", "0", "--format", "both", cwd=tmp_path)
+    code, out, err = run(
+        "explain",
+        *inputs,
+        "--method",
+        "guided_backprop",
+        "--method",
+        "gradcam",
+        "--method",
+        "integrated_gradients",
+        "--steps",
+        "8",
+        "--target",
+        "top2",
+        "--target",
+        "STAR",
+        "--target",
+        "0",
+        "--format",
+        "both",
+        cwd=tmp_path,
+    )
     assert code == 1, err  # one unreadable input
     assert any("broken.png" in line for line in own_lines(err, "explain")) and "Traceback" not in err
     assert out.splitlines()[0].startswith("model: shapes; input 64x64; 5 classes")
@@ -39,8 +67,9 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
     on_disk = {str(p.relative_to(tmp_path)) for p in (tmp_path / "saliency_out").rglob("*") if p.is_file()}
     assert wrote | {"saliency_out/manifest.jsonl"} == on_disk
     records = manifest_records(tmp_path / "saliency_out" / "manifest.jsonl")
-    assert {"saliency_out/" + r["file"] for r in records if r["status"] == "ok"} == \
-        {f for f in wrote if not f.endswith(("grid.png", "index.html"))}
+    assert {"saliency_out/" + r["file"] for r in records if r["status"] == "ok"} == {
+        f for f in wrote if not f.endswith(("grid.png", "index.html"))
+    }
     assert "saliency_out/index.html" in wrote  # the gallery of the run
     assert [r["image"] for r in records if r["status"] == "failed"] == [str(inputs[2])]
     for row, (path, folder) in enumerate([(inputs[0], Path(good[0]).stem), (big, "big_photo")]):
@@ -56,8 +85,10 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
         assert {f for f in wrote if f"/{folder}/" in f} == expected
         # The files hold what the library computes for the same input and class.
         c = classes[-1]
-        reference = sk.explain(model, x[row:row + 1], "guided_backprop", [[c]]).maps[0, 0]
-        stem = tmp_path / "saliency_out" / folder / outputs.output_name("guided_backprop", c, spec.class_names[c], "npz")
+        reference = sk.explain(model, x[row : row + 1], "guided_backprop", [[c]]).maps[0, 0]
+        stem = (
+            tmp_path / "saliency_out" / folder / outputs.output_name("guided_backprop", c, spec.class_names[c], "npz")
+        )
         with np.load(stem) as saved:
             np.testing.assert_allclose(saved["map"], reference, rtol=1e-4, atol=1e-6)
             assert int(saved["target"]) == c and str(saved["class_name"]) == spec.class_names[c]
@@ -104,18 +135,34 @@ def test_usage_errors_found_after_loading_the_model_exit_2(tiny_model, image_fol
     assert not (root / "unused").exists()
 
 
-def test_rendering_flags_reach_the_files_and_signed_methods_default_to_diverging(tmp_path, tiny_model,
-                                                                                  image_folder, capsys):
+def test_rendering_flags_reach_the_files_and_signed_methods_default_to_diverging(
+    tmp_path, tiny_model, image_folder, capsys
+):
     from saliency_kit import methods
     from saliency_kit.cli import main
 
     root, good, _ = image_folder
     image = str(root / good[2])
     out = tmp_path / "out"
-    argv = ["explain", image, "--model", str(tiny_model), "--method", "gradient", "--method",
-            "integrated_gradients", "--steps", "4", "--target", "1", "--format", "both", "--out", str(out)]
-    assert main([*argv, "--cmap", "viridis", "--alpha", "0.3", "--clip-percentile", "90",
-                 "--sign", "positive"]) == 0
+    argv = [
+        "explain",
+        image,
+        "--model",
+        str(tiny_model),
+        "--method",
+        "gradient",
+        "--method",
+        "integrated_gradients",
+        "--steps",
+        "4",
+        "--target",
+        "1",
+        "--format",
+        "both",
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--cmap", "viridis", "--alpha", "0.3", "--clip-percentile", "90", "--sign", "positive"]) == 0
     assert main([*argv, "--out", str(tmp_path / "defaults")]) == 0
     capsys.readouterr()
     original = np.asarray(Image.open(image).convert("RGB"))
@@ -181,8 +228,18 @@ sys.exit(main({argv!r}))
 
 def test_a_value_error_inside_a_method_is_not_a_usage_error(tmp_path, tiny_model, image_folder):
     root, good, _ = image_folder
-    argv = ["explain", str(root / good[0]), "--model", str(tiny_model), "--method", "explodes", "--power", "3",
-            "--out", str(tmp_path / "out")]
+    argv = [
+        "explain",
+        str(root / good[0]),
+        "--model",
+        str(tiny_model),
+        "--method",
+        "explodes",
+        "--power",
+        "3",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     code, _, err = python(PLUGIN.format(argv=argv))
     assert code == 1, err
     lines = own_lines(err, "explain")
@@ -201,10 +258,16 @@ def test_help_states_each_option_range_and_a_value_outside_it_is_a_usage_error()
     parser = build_parser()
     explain = parser._subparsers._group_actions[0].choices["explain"]
     text = " ".join(explain.format_help().split())  # argparse wraps the lines
-    for flag, words in [("--steps", "a positive int"), ("--samples", "a positive int"),
-                        ("--p", "a number in (0, 1]"), ("--noise", "a non-negative number"),
-                        ("--max-sigma", "a positive number"), ("--seed", "a non-negative int; None draws one"),
-                        ("--area-threshold", "a number in (0, 1]"), ("--max-dist", "a number in [0, 1]")]:
+    for flag, words in [
+        ("--steps", "a positive int"),
+        ("--samples", "a positive int"),
+        ("--p", "a number in (0, 1]"),
+        ("--noise", "a non-negative number"),
+        ("--max-sigma", "a positive number"),
+        ("--seed", "a non-negative int; None draws one"),
+        ("--area-threshold", "a number in (0, 1]"),
+        ("--max-dist", "a number in [0, 1]"),
+    ]:
         entry = re.search(re.escape(flag) + r" [A-Z]+ (.*?)(?= --[a-z]|$)", text).group(1)
         assert words in entry, (flag, entry)
     args = parser.parse_args(["explain", "x.png", "--method", "rise", "--p", "2"])
@@ -216,9 +279,12 @@ def test_help_gives_each_methods_range_when_the_declarations_differ():
     from saliency_kit import methods
     from saliency_kit.cli import build_parser
 
-    methods.register("wide_help", summary="x", options=[methods.Option("wobble", 2, low=1)])(lambda ctx, wobble: ctx.inputs)
+    methods.register("wide_help", summary="x", options=[methods.Option("wobble", 2, low=1)])(
+        lambda ctx, wobble: ctx.inputs
+    )
     methods.register("narrow_help", summary="x", options=[methods.Option("wobble", 2, low=0, high=3)])(
-        lambda ctx, wobble: ctx.inputs)
+        lambda ctx, wobble: ctx.inputs
+    )
     try:
         explain = build_parser()._subparsers._group_actions[0].choices["explain"]
         text = " ".join(explain.format_help().split())

@@ -1,10 +1,10 @@
 """saliency_kit.cli.main and .startup: the parser, exit statuses, one-line errors, listing without
 TensorFlow, TensorFlow's start-up noise kept out of the output, and the Keras backend check."""
+
 import json
 import os
 
 import pytest
-
 from cli_support import command, environment, finish, own_lines, python
 
 BAD_ARGUMENTS = [
@@ -69,12 +69,15 @@ def test_methods_and_models_list_without_importing_tensorflow():
     assert status == 0 and loaded == "-" and "shapes" in [line.split()[0] for line in out.splitlines()[:-1]]
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--method", "guided_backprob"], "unknown method 'guided_backprob' (did you mean 'guided_backprop'"),
-    (["--method", "gradient", "--steps", "8"], "--steps only applies to"),
-    (["--method", "smoothgrad", "--aggregate", "median"], "--aggregate"),
-    (["--target", "circel"], "did you mean 'circle'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--method", "guided_backprob"], "unknown method 'guided_backprob' (did you mean 'guided_backprop'"),
+        (["--method", "gradient", "--steps", "8"], "--steps only applies to"),
+        (["--method", "smoothgrad", "--aggregate", "median"], "--aggregate"),
+        (["--target", "circel"], "did you mean 'circle'"),
+    ],
+)
 def test_unknown_names_are_refused_before_the_model_loads(argv, needle, tmp_path):
     """Refused from the declarations and the model's config alone: before TensorFlow for methods
     and options (class names: see the next test), and before the model loads for all."""
@@ -84,8 +87,9 @@ def test_unknown_names_are_refused_before_the_model_loads(argv, needle, tmp_path
     unloadable = tmp_path / "not_a_model.keras"  # loading it would fail: the error must come first
     unloadable.write_bytes(b"not a zip archive")
     unloadable.with_name(unloadable.name + ".toml").write_text('classes = ["circle", "square"]\n')
-    status, loaded, _, err = _without_tensorflow(["explain", tmp_path / "x.png", "--model", unloadable, *argv,
-                                                  "--out", tmp_path / "o"])
+    status, loaded, _, err = _without_tensorflow(
+        ["explain", tmp_path / "x.png", "--model", unloadable, *argv, "--out", tmp_path / "o"]
+    )
     assert status == 2, err
     if argv[0] != "--target":
         assert loaded == "-", err
@@ -117,8 +121,9 @@ def test_another_keras_backend_is_one_clear_error(backend, tmp_path):
     from PIL import Image
 
     Image.new("RGB", (64, 64)).save(tmp_path / "x.png")
-    code, out, err = finish(command("explain", tmp_path / "x.png", cwd=tmp_path,
-                                    env=environment(KERAS_BACKEND=backend)))
+    code, out, err = finish(
+        command("explain", tmp_path / "x.png", cwd=tmp_path, env=environment(KERAS_BACKEND=backend))
+    )
     assert code == 2, err
     lines = own_lines(err, "explain")
     assert len(lines) == 1 and "KERAS_BACKEND" in lines[0] and repr(backend) in lines[0], err
@@ -127,9 +132,11 @@ def test_another_keras_backend_is_one_clear_error(backend, tmp_path):
 
 def test_the_library_names_the_backend_it_needs(tmp_path):
     """``KERAS_BACKEND`` or a keras.json choosing another backend: a BackendError (a RuntimeError)."""
-    check = ("from saliency_kit.keras_backend import require_tensorflow, BackendError\n"
-             "try:\n    require_tensorflow()\nexcept BackendError as e:\n"
-             "    print('REFUSED', isinstance(e, RuntimeError), e)\nelse:\n    print('OK')\n")
+    check = (
+        "from saliency_kit.keras_backend import require_tensorflow, BackendError\n"
+        "try:\n    require_tensorflow()\nexcept BackendError as e:\n"
+        "    print('REFUSED', isinstance(e, RuntimeError), e)\nelse:\n    print('OK')\n"
+    )
     code, out, err = python(check, env=environment(KERAS_BACKEND="torch"))
     assert code == 0 and out.startswith("REFUSED True") and "'torch'" in out, err
     (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax", "floatx": "float32"}))
@@ -161,8 +168,12 @@ def test_start_up_noise_is_recognised_and_other_lines_are_kept():
     from saliency_kit.cli.startup import is_noise
 
     assert all(is_noise(line) for line in BANNER)
-    for line in ["saliency explain: error: no such file: x.png", "cannot load image a.png: the file is empty",
-                 "UserWarning: something the user should see", "I like tensorflow"]:
+    for line in [
+        "saliency explain: error: no such file: x.png",
+        "cannot load image a.png: the file is empty",
+        "UserWarning: something the user should see",
+        "I like tensorflow",
+    ]:
         assert not is_noise(line)
 
 
@@ -175,7 +186,8 @@ def test_importing_tensorflow_for_a_command_leaves_no_noise_and_changes_no_numer
         "from saliency_kit.cli.startup import import_tensorflow\n"
         "import_tensorflow()\n"
         "os.write(2, b'after the import\\n')\n"
-        "print('ONEDNN', os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))\n")
+        "print('ONEDNN', os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))\n"
+    )
     assert code == 0, err
     assert "ONEDNN unset" in out
     from saliency_kit.cli.startup import is_noise

@@ -1,5 +1,6 @@
 """The ``--ray`` flags of ``saliency batch`` (saliency_kit.cli.ray_options): checks made before any
 work, without Ray or TensorFlow running. The runs themselves are in tests/test_ray_runner.py."""
+
 import argparse
 import os
 import subprocess
@@ -27,13 +28,16 @@ def test_flags_parse():
     assert (args.ray, args.workers, args.gpus_per_worker, args.batch_images) == ("auto", 3, 0.5, 16)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--workers", "2"], "--workers only applies with --ray"),
-    (["--batch-images", "8"], "--batch-images only applies with --ray"),
-    (["--gpus-per-worker", "1"], "--gpus-per-worker only applies with --ray"),
-    (["--ray", "images/"], "--ray ADDRESS must be auto, ray://HOST:PORT or HOST:PORT"),
-    (["--ray", "--shard", "0/2"], "use it without --shard; received --shard 0/2."),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--workers", "2"], "--workers only applies with --ray"),
+        (["--batch-images", "8"], "--batch-images only applies with --ray"),
+        (["--gpus-per-worker", "1"], "--gpus-per-worker only applies with --ray"),
+        (["--ray", "images/"], "--ray ADDRESS must be auto, ray://HOST:PORT or HOST:PORT"),
+        (["--ray", "--shard", "0/2"], "use it without --shard; received --shard 0/2."),
+    ],
+)
 def test_misuse_is_a_usage_error(argv, expected):
     with pytest.raises(UsageError, match=expected.replace("?", r"\?").replace("(", r"\(")):
         ray_options.check(parse(*argv))
@@ -47,17 +51,20 @@ def test_addresses_are_accepted(address):
 
 def test_without_ray_installed_the_message_says_how_to_install_it():
     # A fresh interpreter in which `import ray` fails, as it does where the extra is not installed.
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "from saliency_kit.cli import ray_options\n"
-            "from saliency_kit.cli.options import UsageError\n"
-            "import argparse\n"
-            "try:\n"
-            "    ray_options.check(argparse.Namespace(ray='', workers=None, batch_images=None, gpus_per_worker=0,"
-            " shard=None))\n"
-            "except UsageError as error:\n"
-            "    print(error)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from saliency_kit.cli import ray_options\n"
+        "from saliency_kit.cli.options import UsageError\n"
+        "import argparse\n"
+        "try:\n"
+        "    ray_options.check(argparse.Namespace(ray='', workers=None, batch_images=None, gpus_per_worker=0,"
+        " shard=None))\n"
+        "except UsageError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": REPO}
+    )
     assert 'pip install "saliency_kit[ray]"' in done.stdout
     assert done.stdout.startswith("--ray needs Ray Data, which is not installed")
 
@@ -70,7 +77,21 @@ def test_joining_a_cluster_that_is_not_there_is_a_usage_error(tmp_path):
     Image.new("RGB", (8, 8)).save(tmp_path / "in" / "a.png")
     # Ray looks for a cluster of this machine under RAY_TMPDIR: an empty folder, no cluster.
     env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": "", "RAY_TMPDIR": str(tmp_path / "ray")}
-    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out",
-                           str(tmp_path / "out"), "--ray", "auto"], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "saliency_kit",
+            "batch",
+            str(tmp_path / "in"),
+            "--out",
+            str(tmp_path / "out"),
+            "--ray",
+            "auto",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr
     assert "--ray auto: cannot join a Ray cluster there" in done.stderr

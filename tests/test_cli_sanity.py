@@ -1,25 +1,31 @@
 """`saliency sanity`: the randomisation figure and JSON, through the real command line."""
+
 import json
 
 import numpy as np
 import pytest
+from cli_support import own_lines
 from PIL import Image
 
-from cli_support import own_lines
 from saliency_kit.cli import sanity
 from saliency_kit.files import write_json
 
 #: The shipped model's weighted layers from the output down, as its architecture is documented
 #: (saliency_kit/data/shapes.py): written out here, not computed by the code under test.
-SHAPES_LAYERS_FROM_THE_TOP = ["predictions", "conv4", "block3/block3_bn", "block3/block3_conv", "bn2", "conv2",
-                              "conv1"]
+SHAPES_LAYERS_FROM_THE_TOP = ["predictions", "conv4", "block3/block3_bn", "block3/block3_conv", "bn2", "conv2", "conv1"]
 
 
 def _fake_result(n_steps, mode="cascading"):
     rng = np.random.default_rng(0)
     steps = [
-        {"layer": f"outer/layer{i}", "spearman_abs": 0.5, "spearman": 0.1, "ssim": float("nan"), "step": i + 1,
-         "randomized": [f"outer/layer{j}" for j in range(i + 1)]}
+        {
+            "layer": f"outer/layer{i}",
+            "spearman_abs": 0.5,
+            "spearman": 0.1,
+            "ssim": float("nan"),
+            "step": i + 1,
+            "randomized": [f"outer/layer{j}" for j in range(i + 1)],
+        }
         for i in range(n_steps)
     ]
     return {
@@ -102,16 +108,34 @@ def test_sanity_command_independent_mode_and_usage_errors(shape_png, tmp_path, c
     from saliency_kit.cli import main
 
     out = tmp_path / "out"
-    assert main(["sanity", str(shape_png), "--method", "gradient", "--mode", "independent",
-                 "--target", "circle", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sanity",
+                str(shape_png),
+                "--method",
+                "gradient",
+                "--mode",
+                "independent",
+                "--target",
+                "circle",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "sanity_shape.json").read_text())
     assert all(len(s["randomized"]) == 1 for s in report["methods"]["gradient"])
     assert report["target"]["gradient"] == {"index": 0, "name": "circle"}
     assert main(["sanity", str(shape_png), "--method", "gradient", "--target", "TOP2", "--out", str(out)]) == 0
     capsys.readouterr()
     # Usage errors exit 2, as for explain: an unknown method, a target the model lacks, no file.
-    for argv, needle in [(["--method", "nonsense"], "unknown method 'nonsense'"),
-                         (["--target", "zebra"], "zebra"), (["--target", "Circel"], "did you mean 'circle'")]:
+    for argv, needle in [
+        (["--method", "nonsense"], "unknown method 'nonsense'"),
+        (["--target", "zebra"], "zebra"),
+        (["--target", "Circel"], "did you mean 'circle'"),
+    ]:
         assert main(["sanity", str(shape_png), *argv, "--out", str(out)]) == 2
         lines = own_lines(capsys.readouterr().err, "sanity")
         assert len(lines) == 1 and needle.lower() in lines[0].lower(), lines
@@ -129,8 +153,13 @@ def test_sanity_figure_titles_never_overlap_even_with_long_layer_names(tmp_path)
     layers = [f"backbone/conv{i}_block{i}_preact_batch_normalization_{i}" for i in range(6)]
     maps = [rng.random((16, 16)) for _ in range(len(layers) + 1)]
     result = {
-        method: {"target": 1, "maps": maps, "layers": layers, "mode": "cascading",
-                 "steps": [{"layer": name, "spearman_abs": 0.5} for name in layers]}
+        method: {
+            "target": 1,
+            "maps": maps,
+            "layers": layers,
+            "mode": "cascading",
+            "steps": [{"layer": name, "spearman_abs": 0.5} for name in layers],
+        }
         for method in ("gradient", "guided_backprop")
     }
     fig = sanity_figure(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8), result, class_names=["a", "b"])
@@ -140,6 +169,6 @@ def test_sanity_figure_titles_never_overlap_even_with_long_layer_names(tmp_path)
     boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
     assert len(boxes) >= 2 * (len(layers) + 1)
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             overlap = min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5
             assert not overlap, (a, b)

@@ -2,14 +2,15 @@
 for real (``python -m saliency_kit`` in subprocesses) on real PNG files: the files and manifest
 lines each region or box gets, the maps they hold against the library called in-process with the
 same target objects, the outlines and boxes drawn on the overlays, and one-line usage errors."""
+
 import dataclasses
 import json
 
 import numpy as np
 import pytest
+from cli_support import decodes, manifest_records, own_lines, run
 from PIL import Image
 
-from cli_support import decodes, manifest_records, own_lines, run
 from saliency_kit import detections, render
 from saliency_kit.batch import outputs
 from saliency_kit.cli.main import main
@@ -31,7 +32,7 @@ def scene_files(tmp_path_factory):
     components = data.label_maps[0]
     box = scenes.scene_boxes(data, 0)[0][0].astype(int)
     first = np.zeros((64, 64), bool)
-    first[box[1]:box[3], box[0]:box[2]] = components[box[1]:box[3], box[0]:box[2]] > 0
+    first[box[1] : box[3], box[0] : box[2]] = components[box[1] : box[3], box[0] : box[2]] > 0
     Image.fromarray(first.astype(np.uint8) * 255).save(root / "shape mask.png")
     Image.fromarray(np.zeros((64, 64), np.uint8)).save(root / "empty.png")
     return root, data, first
@@ -46,14 +47,26 @@ def test_detector_explains_each_detected_box_by_default(tmp_path, scene_files):
     import saliency_kit as sk
 
     root, data, _ = scene_files
-    code, out, err = run("explain", root / "scene0.png", root / "scene1.png", "--model", "shapes_det",
-                         "--method", "gradient", "--format", "both", "--out", tmp_path / "out")
+    code, out, err = run(
+        "explain",
+        root / "scene0.png",
+        root / "scene1.png",
+        "--model",
+        "shapes_det",
+        "--method",
+        "gradient",
+        "--format",
+        "both",
+        "--out",
+        tmp_path / "out",
+    )
     assert code == 0, err
     assert not own_lines(err, "explain") and "Traceback" not in err
     model, spec = sk.load_model("shapes_det")
     x = preprocess(data.images[:2])
-    found = detections.decode(np.asarray(model(x)), score_threshold=spec.score_threshold,
-                              iou_threshold=spec.iou_threshold)
+    found = detections.decode(
+        np.asarray(model(x)), score_threshold=spec.score_threshold, iou_threshold=spec.iou_threshold
+    )
     assert all(found)  # every scene has a detection
     records = [r for r in manifest_records(tmp_path / "out" / "manifest.jsonl") if r["status"] == "ok"]
     for row, image in enumerate(["scene0", "scene1"]):
@@ -71,15 +84,20 @@ def test_detector_explains_each_detected_box_by_default(tmp_path, scene_files):
             np.testing.assert_allclose(r["box"], d.box, atol=0.01)
         # The map is the library's for the same box and class; the overlay draws the box.
         d = found[row][0]
-        reference = sk.explain(model, x[row:row + 1], "gradient", sk.targets.box([[list(d.box)]], [[d.label]]))
-        npz = tmp_path / "out" / image / outputs.output_name("gradient", d.label, spec.class_names[d.label], "npz", "box1")
+        reference = sk.explain(model, x[row : row + 1], "gradient", sk.targets.box([[list(d.box)]], [[d.label]]))
+        npz = (
+            tmp_path
+            / "out"
+            / image
+            / outputs.output_name("gradient", d.label, spec.class_names[d.label], "npz", "box1")
+        )
         with np.load(npz) as saved:
             np.testing.assert_allclose(saved["map"], reference.maps[0, 0], rtol=1e-4, atol=1e-6)
             np.testing.assert_allclose(saved["box"], d.box, rtol=1e-6)
         cyan = cyan_pixels(str(npz).replace(".npz", "-overlay.png"))
         x0, y0 = (int(np.floor(v + 0.5)) for v in d.box[:2])
         x1, y1 = (int(np.floor(v + 0.5)) for v in d.box[2:])
-        assert cyan[y0 + 1:y1 - 1, x0].all() and cyan[y0 + 1:y1 - 1, min(x1, 64) - 1].all()
+        assert cyan[y0 + 1 : y1 - 1, x0].all() and cyan[y0 + 1 : y1 - 1, min(x1, 64) - 1].all()
         assert decodes(tmp_path / "out" / image / "grid.png")[0] > 300
     html = (tmp_path / "out" / "index.html").read_text()
     assert "box1" in html
@@ -90,8 +108,18 @@ def test_detector_given_box_in_image_pixels_and_top_boxes(tmp_path, scene_files)
     box, label = scenes.scene_boxes(data, 0)[0][0], int(scenes.scene_boxes(data, 0)[1][0])
     name = scenes.SEGMENTATION_CLASSES[label + 1]
     given = ",".join(str(int(v * 2)) for v in box)  # big.png is twice the model's input
-    code, out, err = run("explain", root / "big.png", "--model", "shapes_det", "--method", "gradient",
-                         "--target", f"{name}@{given}", "--out", tmp_path / "given")
+    code, out, err = run(
+        "explain",
+        root / "big.png",
+        "--model",
+        "shapes_det",
+        "--method",
+        "gradient",
+        "--target",
+        f"{name}@{given}",
+        "--out",
+        tmp_path / "given",
+    )
     assert code == 0, err
     records = [r for r in manifest_records(tmp_path / "given" / "manifest.jsonl") if r["status"] == "ok"]
     assert {r["target"] for r in records} == {"box-" + given.replace(",", "-")}
@@ -100,10 +128,20 @@ def test_detector_given_box_in_image_pixels_and_top_boxes(tmp_path, scene_files)
     assert decodes(tmp_path / "given" / overlay) == (128, 128)  # drawn on the image as given
     cyan = cyan_pixels(tmp_path / "given" / overlay)
     x0, y0, x1, y1 = (int(v * 2) for v in box)
-    assert cyan[y0 + 2:y1 - 2, x0].all() and cyan[y1 - 1, x0:x1].all()
+    assert cyan[y0 + 2 : y1 - 2, x0].all() and cyan[y1 - 1, x0:x1].all()
 
-    code, out, err = run("explain", root / "scene0.png", "--model", "shapes_det", "--method", "gradient",
-                         "--boxes", "top1", "--out", tmp_path / "top")
+    code, out, err = run(
+        "explain",
+        root / "scene0.png",
+        "--model",
+        "shapes_det",
+        "--method",
+        "gradient",
+        "--boxes",
+        "top1",
+        "--out",
+        tmp_path / "top",
+    )
     assert code == 0, err
     records = [r for r in manifest_records(tmp_path / "top" / "manifest.jsonl") if r["status"] == "ok"]
     assert {r["target"] for r in records} == {"box1"} and len(records) == 2
@@ -115,9 +153,22 @@ def test_segmentation_predicted_and_given_regions_then_batch(tmp_path, scene_fil
     root, data, first = scene_files
     label = int(scenes.scene_boxes(data, 0)[1][0])
     name = scenes.SEGMENTATION_CLASSES[label + 1]
-    code, out, err = run("explain", root / "scene0.png", "--model", "shapes_seg", "--method", "gradient",
-                         "--target", name, "--target", f"{name}@{root / 'shape mask.png'}", "--format", "both",
-                         "--out", tmp_path / "seg")
+    code, out, err = run(
+        "explain",
+        root / "scene0.png",
+        "--model",
+        "shapes_seg",
+        "--method",
+        "gradient",
+        "--target",
+        name,
+        "--target",
+        f"{name}@{root / 'shape mask.png'}",
+        "--format",
+        "both",
+        "--out",
+        tmp_path / "seg",
+    )
     assert code == 0, err
     model, spec = sk.load_model("shapes_seg")
     x = preprocess(data.images[:1])
@@ -132,8 +183,9 @@ def test_segmentation_predicted_and_given_regions_then_batch(tmp_path, scene_fil
             np.testing.assert_allclose(saved["map"], reference, rtol=1e-4, atol=1e-6)
             np.testing.assert_array_equal(saved["mask"], mask)
         cyan = cyan_pixels(tmp_path / "seg" / line["file"].replace(".npz", "-overlay.png"))
-        border = mask & ~np.pad(mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2]
-                                & mask[1:-1, 2:], 1)
+        border = mask & ~np.pad(
+            mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1] & mask[1:-1, :-2] & mask[1:-1, 2:], 1
+        )
         np.testing.assert_array_equal(cyan, border)  # the outline: exactly the region's border pixels
 
     folder = tmp_path / "in"
@@ -151,24 +203,28 @@ def test_segmentation_predicted_and_given_regions_then_batch(tmp_path, scene_fil
         assert len(mine) == mine[0]["outputs"] == 2 * len(present)
     settings = json.loads((tmp_path / "batch" / "settings.json").read_text())
     assert settings["model"]
-    code, out, err = run("batch", folder, "--out", tmp_path / "batch", "--model", "shapes_seg", "--method", "gradcam",
-                         "--resume")
+    code, out, err = run(
+        "batch", folder, "--out", tmp_path / "batch", "--model", "shapes_seg", "--method", "gradcam", "--resume"
+    )
     assert code == 0 and "3 already complete" in out, err
 
 
-@pytest.mark.parametrize("model, target, extra, expected", [
-    ("shapes_det", "star@1,2,3", [], "a box is NAME@x0,y0,x1,y1, four numbers in image pixels"),
-    ("shapes_det", "star@5,5,2,9", [], "needs 0 <= x0 < x1 and 0 <= y0 < y1 (image pixels); received x0=5"),
-    ("shapes_det", "stra@1,2,3,4", [], "has no class 'stra' (did you mean 'star'?)"),
-    ("shapes_det", "star@1,2,300,4", [], "the box reaches beyond the image (64x64 pixels); received x1=300"),
-    ("shapes_det", None, ["--boxes", "3"], "--boxes must be 'all' or 'topN' with N >= 1"),
-    ("shapes", None, ["--boxes", "top3"], "--boxes applies to detectors"),
-    ("shapes_seg", "star@{root}/nowhere.png", [], "no such mask file"),
-    ("shapes_seg", "star@{root}/empty.png", [], "has no nonzero pixel, so it holds no region"),
-    ("shapes_seg", "star@{root}/scene0.png.txt", [], "no such mask file"),
-    ("shapes_seg", "star@{root}/broken.png", [], "cannot read the mask"),
-    ("shapes", "star@{root}/empty.png", [], "apply to segmentation and detection models"),
-])
+@pytest.mark.parametrize(
+    "model, target, extra, expected",
+    [
+        ("shapes_det", "star@1,2,3", [], "a box is NAME@x0,y0,x1,y1, four numbers in image pixels"),
+        ("shapes_det", "star@5,5,2,9", [], "needs 0 <= x0 < x1 and 0 <= y0 < y1 (image pixels); received x0=5"),
+        ("shapes_det", "stra@1,2,3,4", [], "has no class 'stra' (did you mean 'star'?)"),
+        ("shapes_det", "star@1,2,300,4", [], "the box reaches beyond the image (64x64 pixels); received x1=300"),
+        ("shapes_det", None, ["--boxes", "3"], "--boxes must be 'all' or 'topN' with N >= 1"),
+        ("shapes", None, ["--boxes", "top3"], "--boxes applies to detectors"),
+        ("shapes_seg", "star@{root}/nowhere.png", [], "no such mask file"),
+        ("shapes_seg", "star@{root}/empty.png", [], "has no nonzero pixel, so it holds no region"),
+        ("shapes_seg", "star@{root}/scene0.png.txt", [], "no such mask file"),
+        ("shapes_seg", "star@{root}/broken.png", [], "cannot read the mask"),
+        ("shapes", "star@{root}/empty.png", [], "apply to segmentation and detection models"),
+    ],
+)
 def test_mask_and_box_errors_are_one_line_exit_2(tmp_path, scene_files, capsys, model, target, extra, expected):
     root, _, _ = scene_files
     (root / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 20)
@@ -191,10 +247,19 @@ def test_output_picks_a_head_of_a_multi_output_model(tmp_path, scene_files, caps
     keras.utils.set_random_seed(0)
     inputs = keras.Input((64, 64, 3))
     x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs))
-    keras.Model(inputs, {"age": keras.layers.Dense(1, name="age")(x),
-                         "kind": keras.layers.Dense(3, name="kind")(x)}).save(tmp_path / "multi.keras")
-    base = ["explain", str(root / "scene0.png"), "--model", str(tmp_path / "multi.keras"), "--method", "gradient",
-            "--format", "npz"]
+    keras.Model(
+        inputs, {"age": keras.layers.Dense(1, name="age")(x), "kind": keras.layers.Dense(3, name="kind")(x)}
+    ).save(tmp_path / "multi.keras")
+    base = [
+        "explain",
+        str(root / "scene0.png"),
+        "--model",
+        str(tmp_path / "multi.keras"),
+        "--method",
+        "gradient",
+        "--format",
+        "npz",
+    ]
     assert main([*base, "--output", "kind", "--target", "top2", "--out", str(tmp_path / "kind")]) == 0
     model, _ = sk.load_model(tmp_path / "multi.keras")
     x = preprocess(data.images[:1])
@@ -207,9 +272,11 @@ def test_output_picks_a_head_of_a_multi_output_model(tmp_path, scene_files, caps
             reference = sk.explain(model, x, "gradient", sk.targets.output("kind", [[r["class"]]])).maps[0, 0]
             np.testing.assert_allclose(saved["map"], reference, rtol=1e-4, atol=1e-7)
     capsys.readouterr()
-    for extra, expected in ((["--output", "nope"], "has no such output; its outputs: age, kind"),
-                            ([], "has several outputs (age, kind); pick one with --output NAME"),
-                            (["--output", "age", "--target", "star"], "with --output, a target is topK")):
+    for extra, expected in (
+        (["--output", "nope"], "has no such output; its outputs: age, kind"),
+        ([], "has several outputs (age, kind); pick one with --output NAME"),
+        (["--output", "age", "--target", "star"], "with --output, a target is topK"),
+    ):
         assert main([*base, *extra, "--out", str(tmp_path / "bad")]) == 2
         lines = own_lines(capsys.readouterr().err, "explain")
         assert len(lines) == 1 and expected in lines[0], lines
@@ -220,14 +287,18 @@ def test_two_boxes_of_one_class_are_two_outputs_and_two_gallery_maps(tmp_path):
     from saliency_kit.cli.tasks import Question
 
     original = np.full((64, 64, 3), 90, np.uint8)
-    subjects = [Question("box", 3, "star", f"box{n}", {"box": list(box), "detection": n}, box=box)
-                for n, box in ((1, (2.0, 2.0, 12.0, 12.0)), (2, (16.0, 16.0, 30.0, 30.0)))]
+    subjects = [
+        Question("box", 3, "star", f"box{n}", {"box": list(box), "detection": n}, box=box)
+        for n, box in ((1, (2.0, 2.0, 12.0, 12.0)), (2, (16.0, 16.0, 30.0, 30.0)))
+    ]
     maps = np.random.default_rng(0).random((2, 16, 16)).astype(np.float32)
     result = outputs.MethodMaps("gradient", maps, np.array([3, 3]), np.array([0.5, 0.25]), subjects=subjects)
-    written = outputs.write_image_outputs(str(tmp_path), "img", original, [result], ["a", "b", "c", "star"],
-                                          ("png",), input_size=(32, 32))
-    assert [w.file for w in written] == [f"img/gradient-c3-star-box{n}-{kind}.png" for n in (1, 2)
-                                         for kind in ("heatmap", "overlay")]
+    written = outputs.write_image_outputs(
+        str(tmp_path), "img", original, [result], ["a", "b", "c", "star"], ("png",), input_size=(32, 32)
+    )
+    assert [w.file for w in written] == [
+        f"img/gradient-c3-star-box{n}-{kind}.png" for n in (1, 2) for kind in ("heatmap", "overlay")
+    ]
     cyan = cyan_pixels(tmp_path / "img" / "gradient-c3-star-box2-overlay.png")
     assert cyan[32:60, 32].all() and cyan[59, 32:60].all()  # the box (16..30 of 32 px), scaled to 32..59 of 64 px
     assert not cyan[34:58, 34:58].any()
@@ -252,8 +323,16 @@ def test_names_of_regions_and_boxes_stay_distinct(tmp_path, scene_files):
         (tmp_path / folder).mkdir()
         Image.fromarray(first.astype(np.uint8) * 255).save(tmp_path / folder / "m.png")
     spec = zoo.get_spec("shapes_seg")
-    plan = tasks.parse(["star@" + str(tmp_path / "a" / "m.png"), "star@" + str(tmp_path / "b" / "m.png"),
-                        "star@" + str(tmp_path / "a" / "m.png")], None, None, spec)
+    plan = tasks.parse(
+        [
+            "star@" + str(tmp_path / "a" / "m.png"),
+            "star@" + str(tmp_path / "b" / "m.png"),
+            "star@" + str(tmp_path / "a" / "m.png"),
+        ],
+        None,
+        None,
+        spec,
+    )
     logits = np.zeros((1, 64, 64, 6), np.float32)
     asked = tasks.questions(plan, spec, logits, [(64, 64)])[0]
     names = [q.name for q in asked]

@@ -1,4 +1,5 @@
 """detections.decode and box_iou against hand-computed cases."""
+
 import math
 
 import numpy as np
@@ -22,13 +23,17 @@ def test_box_iou_by_hand():
 
 
 def test_scores_threshold_and_nms_per_class():
-    raw = np.array([[
-        proposal((0, 0, 10, 10), 3.0, (2.0, 0.0)),     # class 0, score sigmoid(3) * e^2/(e^2+1) = 0.838
-        proposal((1, 1, 11, 11), 2.0, (2.0, 0.0)),     # class 0, overlaps the first (IoU 0.68): suppressed
-        proposal((1, 1, 11, 11), 2.0, (0.0, 4.0)),     # class 1 at the same place: kept, the best
-        proposal((30, 30, 40, 40), -1.0, (5.0, 0.0)),  # below the threshold
-        proposal((40, 40, 50, 50), 1.0, (4.0, 0.0)),   # far away: kept
-    ]])
+    raw = np.array(
+        [
+            [
+                proposal((0, 0, 10, 10), 3.0, (2.0, 0.0)),  # class 0, score sigmoid(3) * e^2/(e^2+1) = 0.838
+                proposal((1, 1, 11, 11), 2.0, (2.0, 0.0)),  # class 0, overlaps the first (IoU 0.68): suppressed
+                proposal((1, 1, 11, 11), 2.0, (0.0, 4.0)),  # class 1 at the same place: kept, the best
+                proposal((30, 30, 40, 40), -1.0, (5.0, 0.0)),  # below the threshold
+                proposal((40, 40, 50, 50), 1.0, (4.0, 0.0)),  # far away: kept
+            ]
+        ]
+    )
     found = detections.decode(raw)[0]
     assert [d.proposal for d in found] == [2, 0, 4]
     assert [d.label for d in found] == [1, 0, 0]
@@ -47,13 +52,16 @@ def test_one_input_without_batch_axis_and_the_dict_form():
     assert found[0][0].score == pytest.approx(math.e / (math.e + 2))  # no objectness: softmax alone
 
 
-@pytest.mark.parametrize("raw, kwargs, match", [
-    (np.zeros((1, 3, 5)), {}, r"\[B, N, 4 \+ 1 \+ C\].*received shape \(1, 3, 5\)"),
-    ({"boxes": np.zeros((1, 2, 4))}, {}, r"'boxes' and 'classification'; received the keys \['boxes'\]"),
-    (np.zeros((1, 2, 7)), {"score_threshold": 1.5}, "score_threshold must be from 0 to 1"),
-    (np.zeros((1, 2, 7)), {"iou_threshold": -0.1}, "iou_threshold must be from 0 to 1"),
-    (np.zeros((1, 2, 7)), {"max_detections": 0}, "max_detections must be a positive whole number"),
-])
+@pytest.mark.parametrize(
+    "raw, kwargs, match",
+    [
+        (np.zeros((1, 3, 5)), {}, r"\[B, N, 4 \+ 1 \+ C\].*received shape \(1, 3, 5\)"),
+        ({"boxes": np.zeros((1, 2, 4))}, {}, r"'boxes' and 'classification'; received the keys \['boxes'\]"),
+        (np.zeros((1, 2, 7)), {"score_threshold": 1.5}, "score_threshold must be from 0 to 1"),
+        (np.zeros((1, 2, 7)), {"iou_threshold": -0.1}, "iou_threshold must be from 0 to 1"),
+        (np.zeros((1, 2, 7)), {"max_detections": 0}, "max_detections must be a positive whole number"),
+    ],
+)
 def test_refusals(raw, kwargs, match):
     with pytest.raises(ValueError, match=match):
         detections.decode(raw, **kwargs)

@@ -1,4 +1,5 @@
 """Cache keys by value: equal values share a kernel, different values never do."""
+
 import functools
 
 import numpy as np

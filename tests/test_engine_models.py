@@ -1,6 +1,7 @@
 """The engine on the models people really write: mixed precision with several classes,
 subclassed models, a model edited between calls, channels-first convolutions, and bounded
 kernel caches (a new lambda or rule per call, many input sizes)."""
+
 import keras
 import numpy as np
 import pytest
@@ -9,11 +10,28 @@ import tensorflow as tf
 import saliency_kit as sk
 from saliency_kit import engine, methods
 
-SMALL = {"integrated_gradients": {"steps": 4}, "smoothgrad": {"samples": 3, "seed": 1},
-         "occlusion": {"window": 4, "stride": 4}}
-IMAGE_METHODS = [name for name in methods.names() if name in (
-    "gradient", "gradient_x_input", "guided_backprop", "deconvnet", "integrated_gradients",
-    "smoothgrad", "gradcam", "gradcam_plus_plus", "guided_gradcam", "occlusion")]
+SMALL = {
+    "integrated_gradients": {"steps": 4},
+    "smoothgrad": {"samples": 3, "seed": 1},
+    "occlusion": {"window": 4, "stride": 4},
+}
+IMAGE_METHODS = [
+    name
+    for name in methods.names()
+    if name
+    in (
+        "gradient",
+        "gradient_x_input",
+        "guided_backprop",
+        "deconvnet",
+        "integrated_gradients",
+        "smoothgrad",
+        "gradcam",
+        "gradcam_plus_plus",
+        "guided_gradcam",
+        "occlusion",
+    )
+]
 
 
 def _cnn(name="cnn"):
@@ -103,8 +121,9 @@ def test_a_subclassed_model_explains_like_its_functional_twin(subclassed, method
 def test_a_subclassed_model_jacobian_and_top_k(subclassed):
     model, twin, x = subclassed
     np.testing.assert_allclose(sk.jacobian(model, x), sk.jacobian(twin, x), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(sk.explain(model, x, "gradient", "top2").targets,
-                                  sk.explain(twin, x, "gradient", "top2").targets)
+    np.testing.assert_array_equal(
+        sk.explain(model, x, "gradient", "top2").targets, sk.explain(twin, x, "gradient", "top2").targets
+    )
 
 
 @pytest.mark.parametrize("model, message", [(None, "received None"), (lambda x: x, "received a function")])
@@ -202,7 +221,9 @@ def test_channels_first_maps_reduce_the_channel_axis(channels_first):
     assert expl.attributions.shape == (2, 2, 2, 6, 6) and expl.maps.shape == (2, 2, 6, 6)
     expected = np.broadcast_to(G.T[None, :, :, None, None], (2, 2, 2, 6, 6))
     np.testing.assert_allclose(expl.attributions, expected, atol=1e-6)
-    np.testing.assert_allclose(expl.maps, np.broadcast_to(np.abs(G).max(0)[None, :, None, None], (2, 2, 6, 6)), atol=1e-6)
+    np.testing.assert_allclose(
+        expl.maps, np.broadcast_to(np.abs(G).max(0)[None, :, None, None], (2, 2, 6, 6)), atol=1e-6
+    )
     gxi = sk.explain(model, x, "gradient_x_input", 1)
     np.testing.assert_allclose(gxi.maps[:, 0], np.einsum("bchw,c->bhw", x, G[:, 1]), atol=1e-5)
 
@@ -225,8 +246,11 @@ def test_channels_first_occlusion_slides_over_height_and_width(channels_first):
         for w0 in (0, 3):
             region = (slice(None), slice(None), slice(h0, h0 + 3), slice(w0, w0 + 3))
             drop = np.einsum("bchw,c->b", x[region], G[:, 0])
-            np.testing.assert_allclose(expl.attributions[(slice(None), 0, *region[1:])],
-                                       np.broadcast_to(drop[:, None, None, None], (2, 2, 3, 3)), atol=1e-5)
+            np.testing.assert_allclose(
+                expl.attributions[(slice(None), 0, *region[1:])],
+                np.broadcast_to(drop[:, None, None, None], (2, 2, 3, 3)),
+                atol=1e-5,
+            )
 
 
 def test_a_model_mixing_channel_formats_is_refused():
@@ -263,10 +287,12 @@ def test_guided_and_deconv_reach_a_relu_inside_a_custom_layer_call():
     active = (x @ W > 0).astype("float32")
     v = v[:, 0]
     np.testing.assert_allclose(sk.explain(model, x, "gradient", 0).attributions[:, 0], (active * v) @ W.T, atol=1e-6)
-    np.testing.assert_allclose(sk.explain(model, x, "guided_backprop", 0).attributions[:, 0],
-                               (active * v * (v > 0)) @ W.T, atol=1e-6)
-    np.testing.assert_allclose(sk.explain(model, x, "deconvnet", 0).attributions[:, 0],
-                               np.tile(np.maximum(v, 0) @ W.T, (2, 1)), atol=1e-6)
+    np.testing.assert_allclose(
+        sk.explain(model, x, "guided_backprop", 0).attributions[:, 0], (active * v * (v > 0)) @ W.T, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        sk.explain(model, x, "deconvnet", 0).attributions[:, 0], np.tile(np.maximum(v, 0) @ W.T, (2, 1)), atol=1e-6
+    )
     # the model itself is untouched: its plain gradient afterwards
     np.testing.assert_allclose(sk.jacobian(model, x)[:, 0], (active * v) @ W.T, atol=1e-6)
 

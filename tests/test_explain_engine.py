@@ -1,6 +1,7 @@
 """One table of (method, options) gives every method the same shape, batching, invariance and
 clean-up tests; then the engine's own promises: compiled once and reused, chunked, models
 untouched, any input rank, zero maps with a warning, mixed precision."""
+
 import gc
 import weakref
 
@@ -8,9 +9,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import small_options
 
 import saliency_kit as sk
-from method_support import small_options
 from saliency_kit import engine, methods
 
 # Every registered method is in the table (derived from the registry, a method registered from
@@ -133,10 +134,11 @@ def test_work_is_chunked_within_batch_size(cnn):
     middle = sk.explain(model, x, "integrated_gradients", [[0, 1]] * 3, steps=8, batch_size=16, rule="riemann_middle")
     assert engine.call_count() - calls == 3  # s(x) and s(x′) are forward passes inside the same calls
     np.testing.assert_allclose(trapezoid.scores, middle.scores, atol=1e-5)
-    np.testing.assert_allclose(trapezoid.scores - trapezoid.attributions.reshape(3, 2, -1).sum(-1)
-                               + trapezoid.completeness_gap,
-                               middle.scores - middle.attributions.reshape(3, 2, -1).sum(-1) + middle.completeness_gap,
-                               atol=1e-4)  # both give the same s(x′)
+    np.testing.assert_allclose(
+        trapezoid.scores - trapezoid.attributions.reshape(3, 2, -1).sum(-1) + trapezoid.completeness_gap,
+        middle.scores - middle.attributions.reshape(3, 2, -1).sum(-1) + middle.completeness_gap,
+        atol=1e-4,
+    )  # both give the same s(x′)
 
 
 def test_seeded_smoothgrad(cnn):
@@ -151,12 +153,21 @@ def test_seeded_smoothgrad(cnn):
     np.testing.assert_allclose(drawn.attributions, again.attributions, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name, options", [
-    ("smoothgrad", {"samples": 5, "seed": 2}),
-    ("vargrad", {"samples": 3, "seed": 2, "base": "integrated_gradients", "steps": 3}),
-    ("expected_gradients", {"samples": 3, "seed": 2,
-                            "baselines": np.random.default_rng(3).uniform(-1, 1, (4, 12, 12, 3)).astype("float32")}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("smoothgrad", {"samples": 5, "seed": 2}),
+        ("vargrad", {"samples": 3, "seed": 2, "base": "integrated_gradients", "steps": 3}),
+        (
+            "expected_gradients",
+            {
+                "samples": 3,
+                "seed": 2,
+                "baselines": np.random.default_rng(3).uniform(-1, 1, (4, 12, 12, 3)).astype("float32"),
+            },
+        ),
+    ],
+)
 def test_input_keys_key_the_noise_by_input_not_by_position(cnn, name, options):
     model, x = cnn  # three inputs
     keys = [11, 2**31 - 1, 0]
@@ -244,10 +255,14 @@ def test_forward_scores(cnn):
     dense = model.get_layer("dense")
     logits = keras.Model(model.inputs, dense.input)(x).numpy() @ dense.kernel.numpy() + dense.bias.numpy()
     targets = np.array([[0, 3], [1, 1], [2, 0]])
-    np.testing.assert_allclose(engine.forward_scores(model, x, targets, batch_size=2),
-                               np.take_along_axis(logits, targets, 1), atol=1e-5)
-    np.testing.assert_allclose(engine.forward_scores(model, x, targets, score="output"),
-                               np.take_along_axis(model.predict(x, verbose=0), targets, 1), atol=1e-6)
+    np.testing.assert_allclose(
+        engine.forward_scores(model, x, targets, batch_size=2), np.take_along_axis(logits, targets, 1), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        engine.forward_scores(model, x, targets, score="output"),
+        np.take_along_axis(model.predict(x, verbose=0), targets, 1),
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match=r"\[0, 3\]"):
         engine.forward_scores(model, x, targets + 1)
 
@@ -262,7 +277,9 @@ def test_cam_methods_need_images():
 @pytest.fixture(scope="module")
 def lstm():
     keras.utils.set_random_seed(41)
-    model = keras.Sequential([keras.Input((9, 4)), keras.layers.LSTM(8), keras.layers.Dense(3, activation="softmax", name="dense")])
+    model = keras.Sequential(
+        [keras.Input((9, 4)), keras.layers.LSTM(8), keras.layers.Dense(3, activation="softmax", name="dense")]
+    )
     x = np.random.default_rng(2).normal(size=(3, 9, 4)).astype("float32")
     return model, x
 
@@ -288,8 +305,9 @@ def test_lstm_sequences(lstm):
 
 def test_tabular_inputs():
     keras.utils.set_random_seed(43)
-    model = keras.Sequential([keras.Input((7,)), keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dense(3, activation="sigmoid")])
+    model = keras.Sequential(
+        [keras.Input((7,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3, activation="sigmoid")]
+    )
     x = np.random.default_rng(3).normal(size=(4, 7)).astype("float32")
     for method, options in CASES:
         if methods.get(method).cam or method in ("guided_gradcam", "blur_ig"):  # blur_ig blurs spatial axes
@@ -327,15 +345,25 @@ def test_mixed_precision():
     half.set_weights(full.get_weights())
     x = np.random.default_rng(4).uniform(-1, 1, size=(2, 12, 12, 3)).astype("float32")
     for method in ("gradient", "integrated_gradients", "gradcam"):
-        a = sk.explain(full, x, method, [0, 1], steps=4) if method == "integrated_gradients" else sk.explain(full, x, method, [0, 1])
-        b = sk.explain(half, x, method, [0, 1], steps=4) if method == "integrated_gradients" else sk.explain(half, x, method, [0, 1])
+        a = (
+            sk.explain(full, x, method, [0, 1], steps=4)
+            if method == "integrated_gradients"
+            else sk.explain(full, x, method, [0, 1])
+        )
+        b = (
+            sk.explain(half, x, method, [0, 1], steps=4)
+            if method == "integrated_gradients"
+            else sk.explain(half, x, method, [0, 1])
+        )
         assert b.attributions.dtype == np.float32 and np.all(np.isfinite(b.attributions))
         scale = np.abs(a.attributions).max()
         np.testing.assert_allclose(b.attributions, a.attributions, atol=0.02 * scale)
 
 
 def test_the_cache_does_not_keep_models_alive():
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu"), keras.layers.Dense(2, activation="softmax")])
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(2, activation="relu"), keras.layers.Dense(2, activation="softmax")]
+    )
     sk.explain(model, np.ones((1, 3), "float32"), "guided_backprop", 0)
     sk.explain(model, np.ones((1, 3), "float32"), "integrated_gradients", 0, steps=3)
     ref = weakref.ref(model)

@@ -5,6 +5,7 @@ what the page shows: every image loads, filters narrow the cards, sorting orders
 and paging walks 2,500 images. They are skipped, with the reason, only where no Chromium or
 chromedriver is installed (``apt-get install chromium chromium-driver``; ``pip install selenium``).
 """
+
 import json
 import os
 import pathlib
@@ -20,8 +21,13 @@ from PIL import Image
 from saliency_kit.batch import gallery
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-HOSTILE = ['quote " and \' here', "</script><script>window.hacked=1</script>", "<b>bold</b> & co",
-           "ünïcødé 猫 🐈", "100% #hash ?query"]
+HOSTILE = [
+    "quote \" and ' here",
+    "</script><script>window.hacked=1</script>",
+    "<b>bold</b> & co",
+    "ünïcødé 猫 🐈",
+    "100% #hash ?query",
+]
 
 
 def _png(path: pathlib.Path, colour=(200, 40, 40), size=(48, 32)) -> None:
@@ -30,8 +36,17 @@ def _png(path: pathlib.Path, colour=(200, 40, 40), size=(48, 32)) -> None:
 
 
 def _line(image, method, cls, name, score, kind, file, outputs=2):
-    return {"image": image, "status": "ok", "method": method, "class": cls, "class_name": name,
-            "score": score, "kind": kind, "file": file, "outputs": outputs}
+    return {
+        "image": image,
+        "status": "ok",
+        "method": method,
+        "class": cls,
+        "class_name": name,
+        "score": score,
+        "kind": kind,
+        "file": file,
+        "outputs": outputs,
+    }
 
 
 def _write_manifest(path: pathlib.Path, records, *, cut_off: str = "") -> None:
@@ -45,28 +60,42 @@ def _write_manifest(path: pathlib.Path, records, *, cut_off: str = "") -> None:
 def test_data_groups_outputs_by_image_and_survives_resume_shards_and_damage(tmp_path):
     for name in ("a/gc-overlay.png", "a/gc-heatmap.png", "b/gb-overlay.png", "c/gb-overlay.png"):
         _png(tmp_path / name)
-    first = [_line("a.png", "gradcam", 3, "cat", 2.5, "overlay", "a/gc-overlay.png"),
-             _line("a.png", "gradcam", 3, "cat", 2.5, "heatmap", "a/gc-heatmap.png"),
-             {"image": "bad.png", "status": "failed", "error": "cannot identify image file"},
-             _line("b.png", "guided_backprop", 1, "dog", -1.0, "overlay", "b/gb-overlay.png"),
-             _line("gone.png", "gradcam", 3, "cat", 9.0, "overlay", "gone/gc-overlay.png"),
-             _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png"),
-             _line("evil.png", "gradcam", 3, "cat", 9.0, "heatmap", "link/outside.png"),
-             _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png"),
-             _line("odd.png", "gradcam", [3], "cat", "high", "overlay", ["not", "a", "name"]),
-             _line("a.png", "gradcam", 3, "cat", 2.5, "thumbnail", "a/gc-overlay.png"),  # a kind not shown
-             "not an object", ["nor", "this"]]
-    _write_manifest(tmp_path / "manifest.jsonl", first + first[:2],  # a resume repeats two lines
-                    cut_off='{"image": "c.png", "status": "ok", "meth')  # killed mid-line
-    _write_manifest(tmp_path / "manifest.shard-2-of-2.jsonl",
-                    [_line("c.png", "guided_backprop", 1, "dog", 0.5, "overlay", "c/gb-overlay.png")])
+    first = [
+        _line("a.png", "gradcam", 3, "cat", 2.5, "overlay", "a/gc-overlay.png"),
+        _line("a.png", "gradcam", 3, "cat", 2.5, "heatmap", "a/gc-heatmap.png"),
+        {"image": "bad.png", "status": "failed", "error": "cannot identify image file"},
+        _line("b.png", "guided_backprop", 1, "dog", -1.0, "overlay", "b/gb-overlay.png"),
+        _line("gone.png", "gradcam", 3, "cat", 9.0, "overlay", "gone/gc-overlay.png"),
+        _line("evil.png", "gradcam", 3, "cat", 9.0, "overlay", "../outside.png"),
+        _line("evil.png", "gradcam", 3, "cat", 9.0, "heatmap", "link/outside.png"),
+        _line("evil.png", "gradcam", 3, "cat", 9.0, "npz", "a/../b/gb-overlay.png"),
+        _line("odd.png", "gradcam", [3], "cat", "high", "overlay", ["not", "a", "name"]),
+        _line("a.png", "gradcam", 3, "cat", 2.5, "thumbnail", "a/gc-overlay.png"),  # a kind not shown
+        "not an object",
+        ["nor", "this"],
+    ]
+    _write_manifest(
+        tmp_path / "manifest.jsonl",
+        first + first[:2],  # a resume repeats two lines
+        cut_off='{"image": "c.png", "status": "ok", "meth',
+    )  # killed mid-line
+    _write_manifest(
+        tmp_path / "manifest.shard-2-of-2.jsonl",
+        [_line("c.png", "guided_backprop", 1, "dog", 0.5, "overlay", "c/gb-overlay.png")],
+    )
     (tmp_path.parent / "outside.png").write_bytes(b"a file, but outside the output folder")
     (tmp_path / "link").symlink_to(tmp_path.parent)  # a folder link that leads out
     data = gallery.gallery_data(tmp_path)
     assert [i["image"] for i in data["images"]] == ["a.png", "b.png", "c.png"]
     (a_out,) = data["images"][0]["outputs"]
-    assert a_out == {"method": "gradcam", "class": 3, "class_name": "cat", "score": 2.5,
-                     "overlay": "a/gc-overlay.png", "heatmap": "a/gc-heatmap.png"}
+    assert a_out == {
+        "method": "gradcam",
+        "class": 3,
+        "class_name": "cat",
+        "score": 2.5,
+        "overlay": "a/gc-overlay.png",
+        "heatmap": "a/gc-heatmap.png",
+    }
     assert data["failed"] == [{"image": "bad.png", "error": "cannot identify image file"}]
     assert data["missing"] == 5  # gone.png's file, three paths that leave (or go round) the folder, a list
     assert [m["name"] for m in data["methods"]] == ["gradcam", "guided_backprop"]
@@ -106,7 +135,9 @@ def _chromium():
             break
     else:
         return None, "no Chromium installed (apt-get install chromium chromium-driver)"
-    driver = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
+    driver = shutil.which("chromedriver") or (
+        "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None
+    )
     if driver is None:
         return None, "no chromedriver installed (apt-get install chromium-driver)"
     try:
@@ -127,9 +158,17 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = found[0]
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1280,900"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,900",
+    ):
         options.add_argument(flag)
     profile = tempfile.mkdtemp(prefix="gallery-chromium-")
     options.add_argument(f"--user-data-dir={profile}")
@@ -157,7 +196,8 @@ def _cards(driver) -> list[dict]:
         "return Array.from(document.querySelectorAll('.card')).map(c => ({image: c.dataset.image,"
         " score: c.dataset.score === '' ? null : +c.dataset.score, title: c.querySelector('h2').textContent,"
         " classes: Array.from(c.querySelectorAll('figcaption b')).map(b => b.textContent),"
-        " methods: Array.from(c.querySelectorAll('th')).map(t => t.textContent)}))")
+        " methods: Array.from(c.querySelectorAll('th')).map(t => t.textContent)}))"
+    )
 
 
 def _type(driver, element_id: str, text: str) -> None:
@@ -192,14 +232,32 @@ def batch_run(tmp_path_factory):
         if i % 2 == 0:
             picture[(yy - 30 - i) ** 2 + (xx - 32) ** 2 < 180] = (230, 210, 60)
         else:
-            picture[12 + i:50, 20:40 + i] = (60, 200, 230)
+            picture[12 + i : 50, 20 : 40 + i] = (60, 200, 230)
         (images / name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(picture).save(images / name)
     out = root / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(images), "--out", str(out),
-                           "--method", "guided_backprop", "--method", "gradcam", "--target", "top2"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "saliency_kit",
+            "batch",
+            str(images),
+            "--out",
+            str(out),
+            "--method",
+            "guided_backprop",
+            "--method",
+            "gradcam",
+            "--target",
+            "top2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -211,13 +269,34 @@ def test_the_page_of_a_resumed_run_shows_the_whole_run(batch_run, tmp_path):
     shutil.copytree(batch_run.parent / "in", tmp_path / "in")
     _png(tmp_path / "in" / "late arrival.png", colour=(240, 240, 30), size=(64, 64))
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out", str(out),
-                           "--method", "guided_backprop", "--method", "gradcam", "--target", "top2", "--resume"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "saliency_kit",
+            "batch",
+            str(tmp_path / "in"),
+            "--out",
+            str(out),
+            "--method",
+            "guided_backprop",
+            "--method",
+            "gradcam",
+            "--target",
+            "top2",
+            "--resume",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     before = gallery.gallery_data(batch_run)
     after = gallery.gallery_data(out)
-    assert sorted(i["image"] for i in after["images"]) == sorted([i["image"] for i in before["images"]] + ["late arrival.png"])
+    assert sorted(i["image"] for i in after["images"]) == sorted(
+        [i["image"] for i in before["images"]] + ["late arrival.png"]
+    )
     assert all(len(i["outputs"]) == 4 for i in after["images"])  # 2 methods x 2 classes, none doubled
     assert after["missing"] == 0 and after["failed"] == []
 
@@ -274,7 +353,7 @@ def test_paging_walks_2500_images_with_hostile_names(browser, tmp_path):
     for i in range(2500):
         image = f"{HOSTILE[i % len(HOSTILE)]} {i:04d}.png"
         for method in ("gradient", "gradcam"):
-            file = f"img{i:04d}/{method} #%?\"<&ü-overlay.png"  # URL-special characters
+            file = f'img{i:04d}/{method} #%?"<&ü-overlay.png'  # URL-special characters
             (tmp_path / file).parent.mkdir(exist_ok=True)
             os.link(tmp_path / "base.png", tmp_path / file)
             score = float(rng.normal())

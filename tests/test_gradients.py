@@ -1,8 +1,9 @@
 """sk.gradients and sk.layers: textbook cases, each eagerly, in tf.function, under nested tapes and in fit."""
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import saliency_kit as sk
 
@@ -142,14 +143,18 @@ def test_straight_through_rounding(context):
 NESTED = [
     # (name, y(u) applied to u = w * x, closed form of d/dw of sum(dy/dx))
     ("scale", lambda u: tf.reduce_sum(G.scale(u, 5.0)), lambda c: 5.0 * 3),
-    ("clip", lambda u: tf.reduce_sum(tf.constant([-1.0, 0.05, 3.0]) * G.clip(u, -0.1, 0.1)),
-     lambda c: -0.1 + 0.05 + 0.1),
-    ("clip_norm", lambda u: tf.reduce_sum(tf.constant([3.0, 0.0, 4.0]) * G.clip_norm(u, 1.0)),
-     lambda c: 0.6 + 0.8),
-    ("straight_through", lambda u: tf.reduce_sum(G.straight_through(tf.round, tf.identity)(u)),
-     lambda c: 3.0),
-    ("numpy_function", lambda u: tf.reduce_sum(G.numpy_function(np_mod, np_mod_grad)(u, tf.constant(7.0))),
-     lambda c: 3.0),
+    (
+        "clip",
+        lambda u: tf.reduce_sum(tf.constant([-1.0, 0.05, 3.0]) * G.clip(u, -0.1, 0.1)),
+        lambda c: -0.1 + 0.05 + 0.1,
+    ),
+    ("clip_norm", lambda u: tf.reduce_sum(tf.constant([3.0, 0.0, 4.0]) * G.clip_norm(u, 1.0)), lambda c: 0.6 + 0.8),
+    ("straight_through", lambda u: tf.reduce_sum(G.straight_through(tf.round, tf.identity)(u)), lambda c: 3.0),
+    (
+        "numpy_function",
+        lambda u: tf.reduce_sum(G.numpy_function(np_mod, np_mod_grad)(u, tf.constant(7.0))),
+        lambda c: 3.0,
+    ),
 ]
 
 
@@ -229,8 +234,7 @@ def test_gradient_clip_layers_in_fit(regression_data):
     model = _two_linear_layers(sk.layers.GradientClipNorm(0.05))
     w1, w2 = (w.copy() for w in model.get_weights())
     _one_sgd_step(model, x, t)
-    expected = _manual_first_layer_step(
-        w1, w2, x, t, lambda d: d * min(1.0, 0.05 / np.linalg.norm(d)))
+    expected = _manual_first_layer_step(w1, w2, x, t, lambda d: d * min(1.0, 0.05 / np.linalg.norm(d)))
     np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-7)
 
 

@@ -1,4 +1,5 @@
 """load_images / load_image: real files through Pillow, every odd mode, every bad file."""
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -8,8 +9,9 @@ from saliency_kit.zoo import ModelSpec, Preprocessing
 
 
 def spec(h=16, w=24, mode="unit"):
-    return ModelSpec(name="t", input_size=(h, w), preprocess=Preprocessing.from_config(mode),
-                     class_names=["a"], gradcam_layer=None)
+    return ModelSpec(
+        name="t", input_size=(h, w), preprocess=Preprocessing.from_config(mode), class_names=["a"], gradcam_layer=None
+    )
 
 
 def save(tmp_path, name, image, **kw):
@@ -88,8 +90,12 @@ def test_16_bit_rgb(tmp_path):
     pixels = np.array([[[65535, 0, 257], [4000, 30000, 60000]]], dtype=">u2")
     raw = b"".join(b"\x00" + row.tobytes() for row in pixels)  # filter type 0 per row
     path = tmp_path / "rgb48.png"
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
     out = read_rgb(path)
     assert out.shape == (1, 2, 3) and out.dtype == np.uint8
     np.testing.assert_allclose(out, pixels.astype(float) / 257, atol=1)
@@ -103,9 +109,10 @@ def test_cmyk(tmp_path):
     np.testing.assert_array_equal(out[0], [(255, 255, 255), (0, 255, 255), (0, 0, 0)])
 
 
-@pytest.mark.parametrize("orientation, turn", [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)),
-                                               (6, lambda a: np.rot90(a, -1)),
-                                               (8, lambda a: np.rot90(a, 1))])
+@pytest.mark.parametrize(
+    "orientation, turn",
+    [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)), (6, lambda a: np.rot90(a, -1)), (8, lambda a: np.rot90(a, 1))],
+)
 def test_exif_orientation_is_applied(tmp_path, orientation, turn):
     """Tag 6 means the stored image must turn 90 degrees clockwise to be upright, 8 anticlockwise."""
     stored = np.random.default_rng(1).integers(0, 256, (5, 9, 3), dtype=np.uint8)
@@ -120,8 +127,10 @@ def test_inputs_are_resized_and_preprocessed_originals_kept(tmp_path):
     big = np.zeros((60, 100, 3), np.uint8)
     big[..., 0] = np.linspace(0, 255, 100).astype(np.uint8)[None, :]  # horizontal ramp
     big[..., 1] = 77
-    paths = [save(tmp_path, "big.png", Image.fromarray(big)),
-             save(tmp_path, "small.png", Image.fromarray(big[:16, :24]))]
+    paths = [
+        save(tmp_path, "big.png", Image.fromarray(big)),
+        save(tmp_path, "small.png", Image.fromarray(big[:16, :24])),
+    ]
     s = spec(16, 24, "caffe")
     inputs, originals = load_images(paths, s)
     assert inputs.shape == (2, 16, 24, 3) and inputs.dtype == np.float32
@@ -154,9 +163,17 @@ def _png_bytes(tmp_path):
     return save(tmp_path, "good.png", Image.fromarray(rgb)).read_bytes()
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("empty", "empty"), ("text", "not an image"), ("truncated", "truncated"),
-    ("corrupt", "corrupt"), ("missing", "no such file"), ("directory", "not a regular file")])
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("empty", "empty"),
+        ("text", "not an image"),
+        ("truncated", "truncated"),
+        ("corrupt", "corrupt"),
+        ("missing", "no such file"),
+        ("directory", "not a regular file"),
+    ],
+)
 def test_bad_files_raise_a_clear_error_naming_the_file(tmp_path, kind, reason):
     good = _png_bytes(tmp_path)
     path = tmp_path / f"{kind}.png"

@@ -1,4 +1,5 @@
 """sk.jacobian: every class's gradient, one forward pass per chunk shared by its classes."""
+
 import keras
 import numpy as np
 import pytest

@@ -1,6 +1,7 @@
 """Private API: every Keras-private use lives in saliency_kit/model/keras_private.py, the
 TensorFlow-private ones in saliency_kit/model/override.py, and an upgrade of either library that
 removes one fails here, naming it."""
+
 import ast
 import pathlib
 import re
@@ -23,8 +24,11 @@ def test_every_private_attribute_saliency_kit_uses_still_exists():
 
 
 def test_a_removed_attribute_is_named(monkeypatch):
-    monkeypatch.setattr(keras_private, "REQUIRED", keras_private.REQUIRED + (
-        (keras.layers.Layer, "_attribute_a_future_keras_dropped", "an example"),))
+    monkeypatch.setattr(
+        keras_private,
+        "REQUIRED",
+        keras_private.REQUIRED + ((keras.layers.Layer, "_attribute_a_future_keras_dropped", "an example"),),
+    )
     assert keras_private.missing() == ["Layer._attribute_a_future_keras_dropped (an example)"]
 
 
@@ -80,20 +84,34 @@ def _record_operation():
 
 
 TF_PRIVATE = (
-    ("Operation._set_attr", "mark an op for a backward rule, as gradient_override_map does",
-     lambda ops: callable(getattr(tf.Operation, "_set_attr", None))),
-    ("Graph._get_function", "find the functions a call op runs, to report them",
-     lambda ops: callable(getattr(tf.Graph, "_get_function", None))),
-    ("_gradient_op_type", "the op attribute gradient_override_map sets, read back to find marked ops",
-     lambda ops: _override_attr_is_set()),
-    ("_body_graph", "the body of a while loop (the rule reaches ReLUs inside it)",
-     lambda ops: hasattr(ops["While"], "_body_graph")),
+    (
+        "Operation._set_attr",
+        "mark an op for a backward rule, as gradient_override_map does",
+        lambda ops: callable(getattr(tf.Operation, "_set_attr", None)),
+    ),
+    (
+        "Graph._get_function",
+        "find the functions a call op runs, to report them",
+        lambda ops: callable(getattr(tf.Graph, "_get_function", None)),
+    ),
+    (
+        "_gradient_op_type",
+        "the op attribute gradient_override_map sets, read back to find marked ops",
+        lambda ops: _override_attr_is_set(),
+    ),
+    (
+        "_body_graph",
+        "the body of a while loop (the rule reaches ReLUs inside it)",
+        lambda ops: hasattr(ops["While"], "_body_graph"),
+    ),
     ("_cond_graph", "the condition of a while loop", lambda ops: hasattr(ops["While"], "_cond_graph")),
     ("_true_graph", "the true branch of a cond", lambda ops: hasattr(ops["If"], "_true_graph")),
     ("_false_graph", "the false branch of a cond", lambda ops: hasattr(ops["If"], "_false_graph")),
-    ("tensorflow.python.eager.record.record_operation",
-     "let a GradientTape see a rule activation's gradient, as tf.custom_gradient does",
-     lambda ops: _record_operation()),
+    (
+        "tensorflow.python.eager.record.record_operation",
+        "let a GradientTape see a rule activation's gradient, as tf.custom_gradient does",
+        lambda ops: _record_operation(),
+    ),
 )
 
 
@@ -113,8 +131,10 @@ def test_every_tensorflow_private_name_saliency_kit_uses_still_exists():
             present = False
         if not present:
             gone.append(f"{name} ({purpose})")
-    assert not gone, (f"TensorFlow {tf.__version__} no longer has private API that saliency_kit relies on: "
-                      f"{'; '.join(gone)}. Update saliency_kit/model/override.py.")
+    assert not gone, (
+        f"TensorFlow {tf.__version__} no longer has private API that saliency_kit relies on: "
+        f"{'; '.join(gone)}. Update saliency_kit/model/override.py."
+    )
 
 
 def _private_names_used(path: pathlib.Path) -> set:
@@ -122,8 +142,9 @@ def _private_names_used(path: pathlib.Path) -> set:
     a tuple of attribute names), skipping the module's own names and ``self``/``cls``."""
     tree = ast.parse(path.read_text())
     own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    own |= {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
-            if isinstance(t, ast.Name)}
+    own |= {
+        t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+    }
     used = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):

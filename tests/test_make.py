@@ -1,5 +1,6 @@
 """The two commands of a fresh clone: ``make run`` and ``make test`` set themselves up, and CI runs
 exactly ``make test``. Checked with ``make -n`` (what make would run), not by installing."""
+
 import os
 import shutil
 import subprocess
@@ -16,8 +17,14 @@ def planned(target: str, venv: Path) -> list[str]:
     # Run as from a shell, even when the suite itself runs under `make test` (a nested make
     # would print "Entering directory" lines).
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
-    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", target, f"VENV={venv}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -30,8 +37,11 @@ def test_make_run_sets_up_then_explains_the_example_shapes(tmp_path):
     explain = [line for line in lines if line.startswith(f"{venv}/bin/saliency explain ")]
     assert len(explain) == 1
     images = explain[0].split()[2:]
-    expected = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples" / "shapes").glob("*.png")
-                      if not p.name.endswith("_mask.png"))
+    expected = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "examples" / "shapes").glob("*.png")
+        if not p.name.endswith("_mask.png")
+    )
     assert sorted(images) == expected and len(expected) == 5
     assert lines.index(explain[0]) > max(i for i, line in enumerate(lines) if "pip install" in line)
 
@@ -40,6 +50,10 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
     venv = tmp_path / "venv"
     lines = planned("test", venv)
     assert lines[-1] == f"{venv}/bin/python -m pytest -q"
+    assert lines[-3:-1] == [
+        f"{venv}/bin/ruff check saliency_kit tests scripts",
+        f"{venv}/bin/ruff format --check saliency_kit tests scripts",
+    ]  # lint before the suite
     assert any("pip install" in line and '-e ".[cpu,test,ray]"' in line for line in lines[:-1])
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"
@@ -57,7 +71,10 @@ def test_every_subpackage_is_installed():
 
     rule = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     installed = set(find_packages(where=str(ROOT), include=rule["include"]))
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "saliency_kit").rglob("__init__.py")
-             if "__pycache__" not in p.parts}
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "saliency_kit").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     assert "saliency_kit.pretrained_configs" in found
     assert found <= installed, sorted(found - installed)

@@ -6,6 +6,7 @@ pass written with plain TensorFlow ops and ReLUs whose backward rules are writte
 library's; and the original is untouched afterwards (weights, statistics, plain gradients of a
 function traced before the rewrite and of one traced after, both equal to the twin's).
 """
+
 import functools
 
 import keras
@@ -109,8 +110,9 @@ def functional():
 def sequential():
     conv = keras.layers.Conv2D(4, 3, activation="relu6", name="conv")
     head = keras.layers.Dense(3, name="head")
-    model = keras.Sequential([keras.Input((6, 6, 2)), conv, keras.layers.MaxPooling2D(2),
-                              keras.layers.Flatten(), head], name="sequential")
+    model = keras.Sequential(
+        [keras.Input((6, 6, 2)), conv, keras.layers.MaxPooling2D(2), keras.layers.Flatten(), head], name="sequential"
+    )
 
     def twin(x, act):
         kernel, bias = conv.get_weights()
@@ -166,8 +168,10 @@ def nested_three_deep():
 def time_distributed():
     step = keras.layers.Dense(4, activation="relu", name="step")
     head = keras.layers.Dense(3, name="head")
-    model = keras.Sequential([keras.Input((5, 3)), keras.layers.TimeDistributed(step, name="td"),
-                              keras.layers.Flatten(), head], name="time_distributed")
+    model = keras.Sequential(
+        [keras.Input((5, 3)), keras.layers.TimeDistributed(step, name="td"), keras.layers.Flatten(), head],
+        name="time_distributed",
+    )
 
     def twin(x, act):
         kernel, bias = step.get_weights()
@@ -199,8 +203,11 @@ def bidirectional_rnn():
 
 
 def lambda_relu():
-    d1, d2, head = (keras.layers.Dense(5, name="d1"), keras.layers.Dense(5, name="d2"),
-                    keras.layers.Dense(3, name="head"))
+    d1, d2, head = (
+        keras.layers.Dense(5, name="d1"),
+        keras.layers.Dense(5, name="d2"),
+        keras.layers.Dense(3, name="head"),
+    )
     inp = keras.Input((6,))
     h = keras.layers.Lambda(tf.nn.relu, name="lambda_relu")(d1(inp))
     h = keras.layers.Lambda(lambda t: tf.nn.relu6(t * 3.0), name="lambda_relu6")(d2(h))
@@ -229,7 +236,9 @@ def custom_call():
     head = keras.layers.Dense(3, name="head")
     inp = keras.Input((6,))
     model = keras.Model(inp, head(hidden(inp)), name="custom_call")
-    head.kernel.assign(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * np.array([[1], [-1], [1], [-1], [1]]))
+    head.kernel.assign(
+        np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * np.array([[1], [-1], [1], [-1], [1]])
+    )
 
     def twin(x, act):
         h = act(x @ tf.constant(hidden.w.numpy()), RELU)
@@ -291,9 +300,10 @@ def normalization_front_end():
 def channels_first():
     conv = keras.layers.Conv2D(4, 3, activation="relu", data_format="channels_first", name="conv")
     head = keras.layers.Dense(3, name="head")
-    model = keras.Sequential([keras.Input((2, 6, 6)), conv,
-                              keras.layers.GlobalAveragePooling2D(data_format="channels_first"), head],
-                             name="channels_first")
+    model = keras.Sequential(
+        [keras.Input((2, 6, 6)), conv, keras.layers.GlobalAveragePooling2D(data_format="channels_first"), head],
+        name="channels_first",
+    )
 
     def twin(x, act):
         kernel, bias = conv.get_weights()
@@ -364,8 +374,9 @@ def conv1d_time_series():
     c1 = keras.layers.Conv1D(4, 3, activation="relu", name="c1")
     c2 = keras.layers.Conv1D(5, 3, strides=2, padding="same", activation=keras.layers.LeakyReLU(0.1), name="c2")
     head = keras.layers.Dense(3, name="head")
-    model = keras.Sequential([keras.Input((12, 2)), c1, c2, keras.layers.GlobalAveragePooling1D(), head],
-                             name="conv1d_time_series")
+    model = keras.Sequential(
+        [keras.Input((12, 2)), c1, c2, keras.layers.GlobalAveragePooling1D(), head], name="conv1d_time_series"
+    )
 
     def twin(x, act):
         k1, b1 = c1.get_weights()
@@ -382,8 +393,10 @@ def conv3d_volume():
     head = keras.layers.Dense(3, name="head")
     # average pooling: at a max over dead (all-zero) ReLUs, eager TensorFlow sends the gradient to every
     # tied zero and a compiled function to one of them, which the deconv rule would expose
-    model = keras.Sequential([keras.Input((4, 5, 5, 2)), conv, keras.layers.AveragePooling3D(2),
-                              keras.layers.Flatten(), head], name="conv3d_volume")
+    model = keras.Sequential(
+        [keras.Input((4, 5, 5, 2)), conv, keras.layers.AveragePooling3D(2), keras.layers.Flatten(), head],
+        name="conv3d_volume",
+    )
 
     def twin(x, act):
         kernel, bias = conv.get_weights()

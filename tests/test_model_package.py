@@ -1,5 +1,6 @@
 """saliency_kit.model: the walker, scores behind a softmax/sigmoid, taps, the configured CAM layer,
 and the checked copier."""
+
 import warnings
 
 import keras
@@ -17,8 +18,9 @@ RNG = np.random.default_rng(3)
 
 # -- the walker --------------------------------------------------------------------------------------
 def wrapped_model():
-    inner = keras.Sequential([keras.Input((4, 3)), keras.layers.TimeDistributed(
-        keras.layers.Dense(2, name="step"), name="td")], name="inner")
+    inner = keras.Sequential(
+        [keras.Input((4, 3)), keras.layers.TimeDistributed(keras.layers.Dense(2, name="step"), name="td")], name="inner"
+    )
     inp = keras.Input((4, 3))
     h = inner(inp)
     h = keras.layers.Bidirectional(keras.layers.LSTM(2, name="lstm"), name="bi")(h)
@@ -28,8 +30,16 @@ def wrapped_model():
 def test_walk_yields_paths_and_owners_through_models_and_wrappers():
     model = wrapped_model()
     visits = {v.path: v for v in walk(model)}
-    assert {"inner", "inner/td", "inner/td/step", "bi", "bi/forward_lstm", "bi/backward_lstm",
-            "bi/forward_lstm/lstm_cell", "out"} <= set(visits)
+    assert {
+        "inner",
+        "inner/td",
+        "inner/td/step",
+        "bi",
+        "bi/forward_lstm",
+        "bi/backward_lstm",
+        "bi/forward_lstm/lstm_cell",
+        "out",
+    } <= set(visits)
     assert visits["inner/td/step"].owner is visits["inner/td"].layer
     assert visits["inner/td"].in_graph and not visits["inner/td/step"].in_graph
     assert find_layer(model, "step") == "inner/td/step"

@@ -1,5 +1,6 @@
 """Display in a real Jupyter kernel (nbclient + ipykernel): an Explanation as the last expression of a
 cell shows its grid, and sk.render.show draws it inline exactly once."""
+
 import base64
 import io
 import os
@@ -35,11 +36,16 @@ def test_explanations_and_show_draw_in_a_real_kernel(tmp_path):
     nbformat = pytest.importorskip("nbformat", reason="notebook display tests need nbformat (pip install -e '.[test]')")
     nbclient = pytest.importorskip("nbclient", reason="notebook display tests need nbclient (pip install -e '.[test]')")
     pytest.importorskip("ipykernel", reason="notebook display tests need ipykernel (pip install -e '.[test]')")
-    cells = [SETUP, "expl", "expl.with_originals(photos, ['cat', 'dog'])",
-             "sk.render.show(expl, photos, ['cat', 'dog'])"]
+    cells = [
+        SETUP,
+        "expl",
+        "expl.with_originals(photos, ['cat', 'dog'])",
+        "sk.render.show(expl, photos, ['cat', 'dog'])",
+    ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute(env=dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="module://matplotlib_inline.backend_inline"))
     bare, with_photos, shown = (_pngs(cell) for cell in notebook.cells[1:])
     assert len(bare) == 1 and len(with_photos) == 1 and len(shown) == 1  # each drawn once

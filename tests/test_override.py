@@ -1,4 +1,5 @@
 """saliency_kit.model.override: op-level backward rules, checked against gradients computed by hand."""
+
 import threading
 
 import keras
@@ -32,8 +33,9 @@ class HiddenRelu(keras.layers.Layer):
 
 
 def tiny(fn):
-    model = keras.Sequential([keras.Input((4,)), HiddenRelu(fn, name="hidden"),
-                              keras.layers.Dense(2, use_bias=False, name="out")])
+    model = keras.Sequential(
+        [keras.Input((4,)), HiddenRelu(fn, name="hidden"), keras.layers.Dense(2, use_bias=False, name="out")]
+    )
     model.get_layer("hidden").w.assign(W1)
     model.get_layer("out").kernel.assign(W2)
     return model
@@ -174,7 +176,9 @@ def guided_relu_by_hand():
     def relu(t):
         def grad(dy):
             return tf.where((dy > 0) & (t > 0), dy, tf.zeros_like(dy))
+
         return tf.nn.relu(t), grad
+
     return relu
 
 
@@ -257,10 +261,18 @@ def test_gradient_functions_are_registered_once_not_per_trace():
     before = len(registry)
     for _ in range(5):
         gradient_with(model, sk.GuidedBackprop())  # new function, new rule object: a new trace
-        gradient_with(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
-                                        keras.layers.Activation(lambda t: rule_activation(
-                                            t, sk.GuidedBackprop().bind(ReluFamily(threshold=0.5))))]),
-                      "deconv")
+        gradient_with(
+            keras.Sequential(
+                [
+                    keras.Input((4,)),
+                    keras.layers.Dense(3),
+                    keras.layers.Activation(
+                        lambda t: rule_activation(t, sk.GuidedBackprop().bind(ReluFamily(threshold=0.5)))
+                    ),
+                ]
+            ),
+            "deconv",
+        )
     assert len(registry) == before
 
 
@@ -313,12 +325,14 @@ def test_rule_activation_on_a_composite_relu(rule, mode):
             score, h = score_of(x)
         got = tape.gradient(score, x)
     elif mode == "tape_in_function":
+
         @tf.function
         def fn(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 score, _ = score_of(x)
             return tape.gradient(score, x)
+
         got = fn(x)
     else:
         got = tf.function(lambda x: tf.gradients(score_of(x)[0], x)[0])(x)
@@ -352,21 +366,36 @@ def test_a_rule_activation_inside_a_block_is_not_counted_twice():
 COMPOSITES = {
     "relu(max_value=3)": (lambda t: keras.activations.relu(t, max_value=3.0), ReluFamily(max_value=3.0)),
     "relu(threshold=0.5)": (lambda t: keras.activations.relu(t, threshold=0.5), ReluFamily(threshold=0.5)),
-    "relu(threshold, max_value)": (lambda t: keras.activations.relu(t, threshold=0.5, max_value=3.0),
-                                   ReluFamily(max_value=3.0, threshold=0.5)),
-    "relu(slope, max_value)": (lambda t: keras.activations.relu(t, negative_slope=0.1, max_value=3.0),
-                               ReluFamily(0.1, 3.0)),
-    "relu(slope, threshold)": (lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5),
-                               ReluFamily(0.1, None, 0.5)),
-    "relu(slope, max_value=6)": (lambda t: keras.activations.relu(t, negative_slope=0.2, max_value=6.0),
-                                 ReluFamily(0.2, 6.0)),
+    "relu(threshold, max_value)": (
+        lambda t: keras.activations.relu(t, threshold=0.5, max_value=3.0),
+        ReluFamily(max_value=3.0, threshold=0.5),
+    ),
+    "relu(slope, max_value)": (
+        lambda t: keras.activations.relu(t, negative_slope=0.1, max_value=3.0),
+        ReluFamily(0.1, 3.0),
+    ),
+    "relu(slope, threshold)": (
+        lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5),
+        ReluFamily(0.1, None, 0.5),
+    ),
+    "relu(slope, max_value=6)": (
+        lambda t: keras.activations.relu(t, negative_slope=0.2, max_value=6.0),
+        ReluFamily(0.2, 6.0),
+    ),
     "relu(slope, threshold, max_value)": (
-        lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5, max_value=3.0), ReluFamily(0.1, 3.0, 0.5)),
-    "keras.layers.ReLU(max_value, threshold)": (keras.layers.ReLU(max_value=3.0, threshold=0.5),
-                                                ReluFamily(max_value=3.0, threshold=0.5)),
+        lambda t: keras.activations.relu(t, negative_slope=0.1, threshold=0.5, max_value=3.0),
+        ReluFamily(0.1, 3.0, 0.5),
+    ),
+    "keras.layers.ReLU(max_value, threshold)": (
+        keras.layers.ReLU(max_value=3.0, threshold=0.5),
+        ReluFamily(max_value=3.0, threshold=0.5),
+    ),
     "tf.minimum(tf.nn.relu)": (lambda t: tf.minimum(tf.nn.relu(t), 3.0), ReluFamily(max_value=3.0)),
     "tf.clip_by_value(tf.nn.relu)": (lambda t: tf.clip_by_value(tf.nn.relu(t), 0.0, 3.0), ReluFamily(max_value=3.0)),
-    "keras.ops.clip(keras.ops.relu)": (lambda t: keras.ops.clip(keras.ops.relu(t), 0.0, 3.0), ReluFamily(max_value=3.0)),
+    "keras.ops.clip(keras.ops.relu)": (
+        lambda t: keras.ops.clip(keras.ops.relu(t), 0.0, 3.0),
+        ReluFamily(max_value=3.0),
+    ),
     "tf.minimum(3, tf.nn.relu6)": (lambda t: tf.minimum(3.0, tf.nn.relu6(t)), ReluFamily(max_value=3.0)),
     "tf.where(t > 0.5, t, 0)": (lambda t: tf.where(t > 0.5, t, tf.zeros_like(t)), ReluFamily(threshold=0.5)),
     "t * cast(t > 0.5)": (lambda t: t * tf.cast(t > 0.5, t.dtype), ReluFamily(threshold=0.5)),
@@ -464,8 +493,12 @@ def test_a_prelu_keeps_its_plain_gradient_as_at_the_layer_level():
 
 
 def test_a_leaky_relu_written_by_hand_is_one_activation():
-    for fn in (lambda t: tf.nn.relu(t) - 0.2 * tf.nn.relu(-t), lambda t: -0.2 * tf.nn.relu(-t) + tf.nn.relu(t),
-               lambda t: tf.where(t > 0, t, 0.2 * t), lambda t: tf.maximum(0.2 * t, t)):
+    for fn in (
+        lambda t: tf.nn.relu(t) - 0.2 * tf.nn.relu(-t),
+        lambda t: -0.2 * tf.nn.relu(-t) + tf.nn.relu(t),
+        lambda t: tf.where(t > 0, t, 0.2 * t),
+        lambda t: tf.maximum(0.2 * t, t),
+    ):
         for rule in ("guided", "deconv"):
             got, report = gradient_with(tiny(fn), rule)
             np.testing.assert_allclose(got, hand_gradient(rule, ReluFamily(negative_slope=0.2)), rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ once) and resume planning.
 The end-to-end runs of ``saliency batch`` (bad files, SIGKILL then --resume, shards through the
 real command) are in tests/test_cli_batch.py; here are the pieces, on real files in tmp_path.
 """
+
 import json
 import multiprocessing
 import os
@@ -13,8 +14,7 @@ import shutil
 import pytest
 
 from saliency_kit import files
-from saliency_kit.batch import outputs
-from saliency_kit.batch import discovery
+from saliency_kit.batch import discovery, outputs
 from saliency_kit.batch import plan as planning
 
 
@@ -26,8 +26,17 @@ def touch(root, *relative_paths):
 
 
 def test_discovery_is_recursive_sorted_and_skips_non_images_hidden_and_the_output(tmp_path):
-    touch(tmp_path, "b.png", "a/c.JPG", "a/deep/d.jpeg", "notes.txt", ".hidden.png", ".git/e.png",
-          "out/old.png", "a/deep/f.tiff")
+    touch(
+        tmp_path,
+        "b.png",
+        "a/c.JPG",
+        "a/deep/d.jpeg",
+        "notes.txt",
+        ".hidden.png",
+        ".git/e.png",
+        "out/old.png",
+        "a/deep/f.tiff",
+    )
     found = discovery.discover_images(str(tmp_path), exclude=[str(tmp_path / "out")])
     assert found == ["a/c.JPG", "a/deep/d.jpeg", "a/deep/f.tiff", "b.png"]
 
@@ -53,8 +62,17 @@ def test_bad_shard_specs_are_refused(text):
 
 
 def test_output_folders_mirror_inputs_and_disambiguate_same_stems():
-    paths = ["cats/tom.jpg", "cats/tom.png", "dogs/rex.png", "a b/é.png", "a b/猫.png", "a b/猫.PNG",
-             "x/a b.png", "x/a_b.png", "x/a_b"]
+    paths = [
+        "cats/tom.jpg",
+        "cats/tom.png",
+        "dogs/rex.png",
+        "a b/é.png",
+        "a b/猫.png",
+        "a b/猫.PNG",
+        "x/a b.png",
+        "x/a_b.png",
+        "x/a_b",
+    ]
     folders = outputs.output_dirs(paths)
     assert folders["dogs/rex.png"] == "dogs/rex"
     assert folders["cats/tom.jpg"] == "cats/tom_jpg" and folders["cats/tom.png"] == "cats/tom_png"
@@ -66,8 +84,10 @@ def test_output_folders_mirror_inputs_and_disambiguate_same_stems():
 
 
 def test_output_names_are_safe():
-    assert outputs.output_name("guided_backprop", 3, "tabby, tabby cat", "heatmap") == \
-        "guided_backprop-c3-tabby_tabby_cat-heatmap.png"
+    assert (
+        outputs.output_name("guided_backprop", 3, "tabby, tabby cat", "heatmap")
+        == "guided_backprop-c3-tabby_tabby_cat-heatmap.png"
+    )
     assert outputs.output_name("gradcam", 0, "../../etc", "npz") == "gradcam-c0-etc.npz"
     assert "/" not in outputs.output_name("m", 1, "a/b\\c", "overlay")
 
@@ -82,8 +102,16 @@ def test_inside_resolves_symlinks(tmp_path):
 
 
 def _line(image, file, outputs):
-    return {"image": image, "status": "ok", "method": "m", "class": 0, "score": 1.0, "kind": "heatmap",
-            "file": file, "outputs": outputs}
+    return {
+        "image": image,
+        "status": "ok",
+        "method": "m",
+        "class": 0,
+        "score": 1.0,
+        "kind": "heatmap",
+        "file": file,
+        "outputs": outputs,
+    }
 
 
 def test_manifest_tolerates_a_cut_off_last_line_and_completeness_needs_every_file(tmp_path):

@@ -3,6 +3,7 @@ group ``saliency_kit.methods``): the command line lists it, offers its declared 
 runs it in ``saliency explain`` and ``saliency batch`` with the value given, and rendering titles
 it — with no edit to the package. The distribution is real: a ``.dist-info`` folder with
 ``entry_points.txt`` on ``PYTHONPATH``, found by ``importlib.metadata`` in each fresh process."""
+
 import json
 import subprocess
 import sys
@@ -67,8 +68,21 @@ def test_batch_runs_the_plugin_with_its_flag_and_the_maps_follow_it(plugin_env, 
     outs = {}
     for power in ("1", "3"):
         out = tmp_path / f"out{power}"
-        code, _, err = run("batch", images, "--out", out, "--model", model, "--method", "gradient_power",
-                           "--power", power, "--format", "npz", env=plugin_env)
+        code, _, err = run(
+            "batch",
+            images,
+            "--out",
+            out,
+            "--model",
+            model,
+            "--method",
+            "gradient_power",
+            "--power",
+            power,
+            "--format",
+            "npz",
+            env=plugin_env,
+        )
         assert code == 0, own_lines(err, "batch") or err
         records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
         ok = [r for r in records if r.get("status") == "ok"]
@@ -79,7 +93,7 @@ def test_batch_runs_the_plugin_with_its_flag_and_the_maps_follow_it(plugin_env, 
         key = "attributions" if "attributions" in one.files else one.files[0]
         a1, a3 = one[key].astype(np.float64), three[key].astype(np.float64)
         # the flag reached the method: |g|**3 == (|g|**1)**3
-        np.testing.assert_allclose(a3, a1 ** 3, rtol=1e-4, atol=1e-12)
+        np.testing.assert_allclose(a3, a1**3, rtol=1e-4, atol=1e-12)
         assert np.abs(a1).max() > 0
 
 

@@ -5,6 +5,7 @@ reference is the local pipeline's run on the same images: the Ray run must write
 byte for byte, and the same manifest lines (order aside), also when an actor is killed mid-run and
 when the driver is killed and the run resumed. Skipped where the ``ray`` extra is not installed.
 """
+
 import importlib.util
 import json
 import os
@@ -15,7 +16,6 @@ import threading
 import time
 
 import numpy as np
-
 import pytest
 
 ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
@@ -26,8 +26,18 @@ from saliency_kit.batch import ray as ray_runner  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # guided backprop, and a seeded SmoothGrad (noise drawn per image); small batches: several chunks
-OPTIONS = ["--method", "guided_backprop", "--method", "smoothgrad", "--samples", "4", "--seed", "7",
-           "--batch-size", "4"]
+OPTIONS = [
+    "--method",
+    "guided_backprop",
+    "--method",
+    "smoothgrad",
+    "--samples",
+    "4",
+    "--seed",
+    "7",
+    "--batch-size",
+    "4",
+]
 BATCH = 4
 ACTOR_CLASS = "MapWorker(MapBatches(ChunkExplainer))"
 
@@ -48,10 +58,21 @@ def cluster():
     """A local Ray instance for the module (the runner joins it instead of starting its own), with
     the dashboard where installed ("ray[default]"): it serves Ray's state API (``ray.util.state``)."""
     dashboard = importlib.util.find_spec("aiohttp") is not None
-    ray.init(num_cpus=2, include_dashboard=dashboard, dashboard_port=_free_port() if dashboard else None, object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
-             logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg",
-                                       "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=dashboard,
+        dashboard_port=_free_port() if dashboard else None,
+        object_store_memory=ray_runner.LOCAL_OBJECT_STORE_BYTES,
+        logging_level="ERROR",
+        log_to_driver=False,
+        runtime_env={
+            "env_vars": {
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "MPLBACKEND": "Agg",
+                "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
+            }
+        },
+    )
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -144,12 +165,15 @@ def _images_recorded(out) -> int:
 def _explainer_pids():
     from ray.util.state import list_actors
 
-    return [a.pid for a in list_actors(filters=[("class_name", "=", ACTOR_CLASS), ("state", "=", "ALIVE")],
-                                       detail=True) if a.pid]
+    return [
+        a.pid
+        for a in list_actors(filters=[("class_name", "=", ACTOR_CLASS), ("state", "=", "ALIVE")], detail=True)
+        if a.pid
+    ]
 
 
 def test_a_killed_actor_is_replaced_and_every_output_is_written_once(cluster, images, local_run, tmp_path):
-    pytest.importorskip("aiohttp", reason='Ray\'s state API (finding the actor\'s pid) needs "ray[default]"')
+    pytest.importorskip("aiohttp", reason="Ray's state API (finding the actor's pid) needs \"ray[default]\"")
     out = str(tmp_path / "out")
     result, failure = {}, []
 
@@ -178,8 +202,20 @@ def test_a_killed_actor_is_replaced_and_every_output_is_written_once(cluster, im
 def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, images, local_run, tmp_path, capsys):
     out = str(tmp_path / "out")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "saliency_kit", "batch", images, "--out", out, *OPTIONS,
-               "--ray", cluster, "--workers", "2"]
+    command = [
+        sys.executable,
+        "-m",
+        "saliency_kit",
+        "batch",
+        images,
+        "--out",
+        out,
+        *OPTIONS,
+        "--ray",
+        cluster,
+        "--workers",
+        "2",
+    ]
     log = tmp_path / "driver.log"
     with open(log, "wb") as handle:
         driver = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
@@ -193,8 +229,9 @@ def test_resume_after_the_driver_is_killed_redoes_nothing_complete(cluster, imag
     records = outputs.Manifest(os.path.join(out, outputs.MANIFEST)).read()
     complete = outputs.complete_images(records, out)
     assert 0 < len(complete) < 40
-    stamps = {f: os.stat(os.path.join(out, f)).st_mtime_ns for r in records if r["image"] in complete
-              for f in [r["file"]]}
+    stamps = {
+        f: os.stat(os.path.join(out, f)).st_mtime_ns for r in records if r["image"] in complete for f in [r["file"]]
+    }
     capsys.readouterr()
     assert ray_run(images, out, cluster, "--resume") == 1
     assert f"{40 - len(complete)} images explained, {len(complete)} already complete" in capsys.readouterr().out
@@ -223,9 +260,19 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
 
 
 def _job(out, token, input_dir):
-    return ray_runner.Job(input_dir=input_dir, input_label=input_dir, out_dir=out, probe=".probe", token=token,
-                          model=ray_runner.ModelSource("shapes"), methods=(), targets_for_model=None, looks={},
-                          batch_size=BATCH, formats=("png",))
+    return ray_runner.Job(
+        input_dir=input_dir,
+        input_label=input_dir,
+        out_dir=out,
+        probe=".probe",
+        token=token,
+        model=ray_runner.ModelSource("shapes"),
+        methods=(),
+        targets_for_model=None,
+        looks={},
+        batch_size=BATCH,
+        formats=("png",),
+    )
 
 
 def test_a_node_that_cannot_see_out_is_refused(cluster, images, tmp_path):

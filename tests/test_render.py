@@ -1,5 +1,6 @@
 """sk.render: scaling, colours, overlays, grids and atomic PNG files, checked against hand-made
 expectations (the colormap applied by hand, Pillow's own resize, explicit blends)."""
+
 import os
 
 import matplotlib
@@ -22,11 +23,20 @@ def explanation(method, maps, targets, scores):
         from saliency_kit.explanation import Explanation
     except ImportError:  # pragma: no cover - before the engine lands
         import types
-        return types.SimpleNamespace(method=method, maps=maps, targets=np.asarray(targets),
-                                     scores=np.asarray(scores, np.float32))
-    fields = dict(attributions=maps, maps=maps, targets=np.asarray(targets), method=method,
-                  scores=np.asarray(scores, np.float32), options={})
+
+        return types.SimpleNamespace(
+            method=method, maps=maps, targets=np.asarray(targets), scores=np.asarray(scores, np.float32)
+        )
+    fields = dict(
+        attributions=maps,
+        maps=maps,
+        targets=np.asarray(targets),
+        method=method,
+        scores=np.asarray(scores, np.float32),
+        options={},
+    )
     import dataclasses
+
     names = {f.name for f in dataclasses.fields(Explanation)} if dataclasses.is_dataclass(Explanation) else set(fields)
     return Explanation(**{k: v for k, v in fields.items() if k in names})
 
@@ -157,15 +167,16 @@ def _boxes(fig):
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
-    texts = [t for ax in fig.axes if ax.axison for t in [ax.title, *ax.texts, *ax.get_yticklabels()]
-             if t.get_text().strip()]
+    texts = [
+        t for ax in fig.axes if ax.axison for t in [ax.title, *ax.texts, *ax.get_yticklabels()] if t.get_text().strip()
+    ]
     return [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
 
 
 def _assert_no_overlap(fig):
     boxes = _boxes(fig)
     for i, (a, box_a) in enumerate(boxes):
-        for b, box_b in boxes[i + 1:]:
+        for b, box_b in boxes[i + 1 :]:
             assert not box_a.overlaps(box_b), f"{a!r} runs into {b!r}"
     return boxes
 
@@ -178,8 +189,9 @@ def _panels(fig):
 def test_grid_lays_methods_by_classes_in_rows_with_every_title(tmp_path):
     rng = np.random.default_rng(1)
     originals = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
-    guided = explanation("guided_backprop", rng.normal(size=(2, 2, 16, 16)), [[1, 0], [2, 1]],
-                         [[7.25, 1.5], [3.0, -2.0]])
+    guided = explanation(
+        "guided_backprop", rng.normal(size=(2, 2, 16, 16)), [[1, 0], [2, 1]], [[7.25, 1.5], [3.0, -2.0]]
+    )
     cam = explanation("gradcam", rng.random((2, 1, 16, 16)), [[1], [2]], [[7.25], [3.0]])
     fig = render.grid([guided, cam], originals, ["circle", "square", "triangle"], row_labels=["a", "b"])
     from matplotlib.figure import Figure
@@ -188,10 +200,16 @@ def test_grid_lays_methods_by_classes_in_rows_with_every_title(tmp_path):
     # Two inputs x (a guided row with two classes, a Grad-CAM row with one): 4 rows of input + 2.
     assert len(fig.axes) == 4 * 3
     shown = [(ax.get_title(), [t.get_text() for t in ax.texts]) for ax in fig.axes if ax.axison]
-    assert shown == [(" \n ", ["a"]), ("square\n7.25", ["Guided Backprop"]), ("circle\n1.5", ["Guided Backprop"]),
-                     ("square\n7.25", ["Grad-CAM"]),
-                     (" \n ", ["b"]), ("triangle\n3", ["Guided Backprop"]), ("square\n-2", ["Guided Backprop"]),
-                     ("triangle\n3", ["Grad-CAM"])]
+    assert shown == [
+        (" \n ", ["a"]),
+        ("square\n7.25", ["Guided Backprop"]),
+        ("circle\n1.5", ["Guided Backprop"]),
+        ("square\n7.25", ["Grad-CAM"]),
+        (" \n ", ["b"]),
+        ("triangle\n3", ["Guided Backprop"]),
+        ("square\n-2", ["Guided Backprop"]),
+        ("triangle\n3", ["Grad-CAM"]),
+    ]
     _assert_no_overlap(fig)
     path = render.save_png(fig, tmp_path / "grid.png")
     with Image.open(path) as png:
@@ -205,8 +223,10 @@ def test_grids_of_1_4_and_12_panels_fit_keep_the_input_aspect_and_titles_apart(t
     rng = np.random.default_rng(2)
     photo = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)  # 4:3, explained at 32 x 32
     names = ["gradient", "gradcam", "integrated_gradients", "smoothgrad"][:methods]
-    items = [explanation(name, rng.random((1, classes, 32, 32)), [list(range(classes))],
-                         [list(rng.normal(size=classes))]) for name in names]
+    items = [
+        explanation(name, rng.random((1, classes, 32, 32)), [list(range(classes))], [list(rng.normal(size=classes))])
+        for name in names
+    ]
     long_names = [f"a rather long class name number {i} (Canis familiaris)" for i in range(classes)]
     fig = render.grid(items, [photo], long_names, score_name="logit")
     rows, cols = shape
@@ -232,8 +252,16 @@ def test_inputs_with_one_map_each_sit_side_by_side():
     fig = render.grid(e, photos, row_labels=["p", "q", "r", "s"])
     assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (2, 6)
     shown = [(ax.get_title(), [t.get_text() for t in ax.texts]) for ax in fig.axes if ax.axison]
-    assert shown == [(" \n ", ["p"]), ("class 0\n1", ["Gradient"]), (" \n ", ["q"]), ("class 0\n2", ["Gradient"]),
-                     (" \n ", ["r"]), ("class 0\n3", ["Gradient"]), (" \n ", ["s"]), ("class 0\n4", ["Gradient"])]
+    assert shown == [
+        (" \n ", ["p"]),
+        ("class 0\n1", ["Gradient"]),
+        (" \n ", ["q"]),
+        ("class 0\n2", ["Gradient"]),
+        (" \n ", ["r"]),
+        ("class 0\n3", ["Gradient"]),
+        (" \n ", ["s"]),
+        ("class 0\n4", ["Gradient"]),
+    ]
     pictures = [np.asarray(a) for _, a in _panels(fig)]
     assert all((p == photo).all() for p, photo in zip(pictures[::2], photos))  # each input beside its map
     _assert_no_overlap(fig)
@@ -242,8 +270,10 @@ def test_inputs_with_one_map_each_sit_side_by_side():
 def test_inputs_stacked_one_per_line_have_method_headers_once():
     rng = np.random.default_rng(9)
     photos = rng.integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
-    items = [explanation(m, rng.random((3, 1, 20, 30)), [[0]] * 3, [[1.0]] * 3)
-             for m in ("gradient", "smoothgrad", "integrated_gradients", "gradcam")]
+    items = [
+        explanation(m, rng.random((3, 1, 20, 30)), [[0]] * 3, [[1.0]] * 3)
+        for m in ("gradient", "smoothgrad", "integrated_gradients", "gradcam")
+    ]
     fig = render.grid(items, photos)
     assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 5)
     headers = [[t.get_text() for t in ax.texts] for ax in fig.axes]
@@ -293,8 +323,9 @@ def test_tabular_explanations_get_bars_per_feature(tmp_path):
 
 
 def test_grid_without_class_names_and_with_sequences(tmp_path):
-    seq = explanation("gradient", np.random.default_rng(2).normal(size=(3, 1, 40)), [[0], [1], [0]],
-                      [[1.0], [2.0], [3.0]])
+    seq = explanation(
+        "gradient", np.random.default_rng(2).normal(size=(3, 1, 40)), [[0], [1], [0]], [[1.0], [2.0], [3.0]]
+    )
     seq.attributions = np.zeros((3, 1, 40, 4), np.float32)
     fig = render.grid(seq, np.random.default_rng(3).normal(size=(3, 40, 4)))
     assert fig.axes[1].get_title() == "class 0\n1"
@@ -320,8 +351,13 @@ def test_an_explanation_shows_itself_as_a_png_grid():
 
     rng = np.random.default_rng(5)
     maps = rng.random((12, 2, 16, 24)).astype(np.float32)
-    e = Explanation(attributions=maps, maps=maps, targets=np.zeros((12, 2), np.int64),
-                    scores=np.ones((12, 2), np.float32), method="gradient")
+    e = Explanation(
+        attributions=maps,
+        maps=maps,
+        targets=np.zeros((12, 2), np.int64),
+        scores=np.ones((12, 2), np.float32),
+        method="gradient",
+    )
     bare = Image.open(io.BytesIO(e._repr_png_()))
     assert bare.format == "PNG" and bare.size[0] > 100
     shown = e.with_originals(rng.integers(0, 256, (12, 32, 48, 3), dtype=np.uint8), ["cat", "dog"])
@@ -393,8 +429,9 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
 
 def test_a_colormap_object_works_like_its_name():
     m = np.random.default_rng(4).normal(size=(9, 7))
-    np.testing.assert_array_equal(render.heatmap(m, cmap=matplotlib.colormaps["viridis"]),
-                                  render.heatmap(m, cmap="viridis"))
+    np.testing.assert_array_equal(
+        render.heatmap(m, cmap=matplotlib.colormaps["viridis"]), render.heatmap(m, cmap="viridis")
+    )
 
 
 def test_grid_takes_any_object_with_maps_targets_scores_and_method():
@@ -402,7 +439,8 @@ def test_grid_takes_any_object_with_maps_targets_scores_and_method():
     import types
 
     rng = np.random.default_rng(8)
-    row = types.SimpleNamespace(method="gradcam", maps=rng.random((1, 2, 8, 8)), targets=np.array([[0, 1]]),
-                                scores=np.array([[1.0, 0.5]]))
+    row = types.SimpleNamespace(
+        method="gradcam", maps=rng.random((1, 2, 8, 8)), targets=np.array([[0, 1]]), scores=np.array([[1.0, 0.5]])
+    )
     fig = render.grid([row], rng.integers(0, 256, (1, 16, 24, 3), dtype=np.uint8), ["a", "b"])
     assert len(_panels(fig)) == 3 and [ax.get_title() for ax in fig.axes if ax.axison][1:] == ["a\n1", "b\n0.5"]

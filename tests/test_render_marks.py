@@ -1,5 +1,6 @@
 """Region outlines and boxes drawn on pictures (sk.render.outline, draw_box, draw_mark, grid marks),
 checked pixel by pixel on real PNG files read back with Pillow."""
+
 import numpy as np
 import pytest
 from PIL import Image

@@ -1,5 +1,6 @@
 """Pictures of time series, volumes and tokens: real figures and PNGs of the right size, colours read
 back from what was drawn, and token HTML that no input text can add markup to."""
+
 import io
 from html.parser import HTMLParser
 
@@ -22,8 +23,14 @@ def png_size(figure) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def series_case():
     keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((20, 3)), keras.layers.Conv1D(4, 5, strides=2, padding="same", activation="relu"),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    model = keras.Sequential(
+        [
+            keras.Input((20, 3)),
+            keras.layers.Conv1D(4, 5, strides=2, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(2),
+        ]
+    )
     x = np.random.default_rng(0).normal(size=(2, 20, 3)).astype("float32")
     return x, sk.explain(model, x, "gradcam", "top2"), sk.explain(model, x, "integrated_gradients", 0, steps=8)
 
@@ -31,8 +38,14 @@ def series_case():
 @pytest.fixture(scope="module")
 def volume_case():
     keras.utils.set_random_seed(4)
-    model = keras.Sequential([keras.Input((5, 6, 7, 2)), keras.layers.Conv3D(3, 3, padding="same", activation="relu"),
-                              keras.layers.GlobalAveragePooling3D(), keras.layers.Dense(2)])
+    model = keras.Sequential(
+        [
+            keras.Input((5, 6, 7, 2)),
+            keras.layers.Conv3D(3, 3, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling3D(),
+            keras.layers.Dense(2),
+        ]
+    )
     x = np.random.default_rng(1).normal(size=(2, 5, 6, 7, 2)).astype("float32")
     return x, sk.explain(model, x, "gradcam", 1)
 
@@ -101,15 +114,18 @@ def test_volume_draws_a_row_of_slices_blended_over_the_input(volume_case):
     grey = x[0].mean(-1)
     grey = (grey - grey.min()) / (grey.max() - grey.min())
     heat = matplotlib.colormaps["inferno"](normalize(cam.maps[0, 0], sign="abs"))[..., :3]
-    np.testing.assert_allclose(np.asarray(panels[1].images[0].get_array()),
-                               0.75 * grey[:, :, 6, None] + 0.25 * heat[:, :, 6], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(panels[1].images[0].get_array()), 0.75 * grey[:, :, 6, None] + 0.25 * heat[:, :, 6], atol=1e-6
+    )
     width, _ = png_size(fig)
     assert width == round((1.2 * 3 + 0.9) * 90)
 
 
 def test_volumes_are_refused_by_the_grid_and_shown_as_slices_in_notebooks(volume_case, series_case):
     x, cam = volume_case
-    with pytest.raises(ValueError, match=r"sk\.render\.volume\(explanation, inputs\); received maps of shape \(2, 1, 5, 6, 7\)\."):
+    with pytest.raises(
+        ValueError, match=r"sk\.render\.volume\(explanation, inputs\); received maps of shape \(2, 1, 5, 6, 7\)\."
+    ):
         sk.render.grid(cam, x)
     with pytest.raises(ValueError, match=r"use sk\.render\.series"):
         sk.render.volume(series_case[1], series_case[0])
@@ -153,8 +169,13 @@ def parse(fragment: str) -> list[dict]:
 
 def token_explanation(values, method="gradient_x_input"):
     values = np.asarray(values, "float32")
-    return sk.Explanation(attributions=values[:, None, :, None], maps=values[:, None], targets=np.zeros((len(values), 1), int),
-                          scores=np.ones((len(values), 1), "float32"), method=method)
+    return sk.Explanation(
+        attributions=values[:, None, :, None],
+        maps=values[:, None],
+        targets=np.zeros((len(values), 1), int),
+        scores=np.ones((len(values), 1), "float32"),
+        method=method,
+    )
 
 
 HOSTILE = ['<script>alert("x")</script>', "it's", '"><img src=x onerror=alert(1)>', "a & b", "</span></div>", "  "]
@@ -162,13 +183,21 @@ HOSTILE = ['<script>alert("x")</script>', "it's", '"><img src=x onerror=alert(1)
 
 def test_tokens_html_escapes_every_token_and_holds_only_its_spans_and_legend():
     expl = token_explanation([[3.0, -1.0, 0.5, 0.0, -2.0, 1.0, 9.0]], method='evil<b onmouseover="x">')
-    fragment = sk.render.tokens_html(expl, HOSTILE, class_names=['<i>cls</i>'])
+    fragment = sk.render.tokens_html(expl, HOSTILE, class_names=["<i>cls</i>"])
     elements = parse(fragment)
     assert {e["tag"] for e in elements} == {"div", "span"}
     classes = [e["attrs"].get("class") for e in elements]
     assert classes.count("saliency-token") == len(HOSTILE)
-    assert set(classes) <= {"saliency-tokens", "saliency-tokens-title", "saliency-tokens-row", "saliency-tokens-label",
-                            "saliency-token", "saliency-tokens-legend", "saliency-tokens-scale", None}
+    assert set(classes) <= {
+        "saliency-tokens",
+        "saliency-tokens-title",
+        "saliency-tokens-row",
+        "saliency-tokens-label",
+        "saliency-token",
+        "saliency-tokens-legend",
+        "saliency-tokens-scale",
+        None,
+    }
     assert all(set(e["attrs"]) <= {"class", "style", "title"} for e in elements)
     shown = [e["text"] for e in elements if e["attrs"].get("class") == "saliency-token"]
     assert shown == HOSTILE  # the text comes back exactly as given, as text
@@ -221,7 +250,12 @@ def test_tokens_are_checked_in_one_line():
         with pytest.raises(error, match=message) as err:
             sk.render.tokens_html(expl, tokens)
         assert "\n" not in str(err.value)
-    image_maps = sk.Explanation(attributions=np.zeros((1, 1, 4, 4, 3)), maps=np.zeros((1, 1, 4, 4)),
-                                targets=np.zeros((1, 1), int), scores=np.zeros((1, 1)), method="gradient")
+    image_maps = sk.Explanation(
+        attributions=np.zeros((1, 1, 4, 4, 3)),
+        maps=np.zeros((1, 1, 4, 4)),
+        targets=np.zeros((1, 1), int),
+        scores=np.zeros((1, 1)),
+        method="gradient",
+    )
     with pytest.raises(ValueError, match=r"tokens need maps \[B, K, T\]"):
         image_maps.with_tokens(["a"])

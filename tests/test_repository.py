@@ -1,5 +1,6 @@
 """The repository's own habits: it refers to nothing outside itself, and no module grows past a size
 a reader can hold (a file over the limit is split at its seams)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -9,12 +10,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINES = 450
 
 # Written in pieces so that this file does not match itself.
-OUTSIDE = re.compile("|".join([
-    r"API" + r"\.md",                      # a contract file that is not in the repository
-    "\u00a7",                               # its section signs
-    r"\bissue[- ]?#?\d+",                  # an issue tracker's numbers
-    r"\bthe " + r"issue's\b",
-]), re.IGNORECASE)
+OUTSIDE = re.compile(
+    "|".join(
+        [
+            r"API" + r"\.md",  # a contract file that is not in the repository
+            "\u00a7",  # its section signs
+            r"\bissue[- ]?#?\d+",  # an issue tracker's numbers
+            r"\bthe " + r"issue's\b",
+        ]
+    ),
+    re.IGNORECASE,
+)
 
 
 def _sources():
@@ -25,10 +31,13 @@ def _sources():
 
 
 def test_no_file_refers_to_anything_outside_the_repository():
-    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-             for path in _sources() if path.suffix != ".txt"
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if OUTSIDE.search(line)]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _sources()
+        if path.suffix != ".txt"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert not found, "\n".join(found)
 
 
@@ -38,10 +47,11 @@ WAITING_FOR_A_SPLIT: dict[str, int] = {}
 
 
 def test_no_module_is_longer_than_the_limit():
-    lengths = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
-               for path in sorted((ROOT / "saliency_kit").rglob("*.py"))}
-    long = {path: count for path, count in lengths.items()
-            if count > max(MAX_LINES, WAITING_FOR_A_SPLIT.get(path, 0))}
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted((ROOT / "saliency_kit").rglob("*.py"))
+    }
+    long = {path: count for path, count in lengths.items() if count > max(MAX_LINES, WAITING_FOR_A_SPLIT.get(path, 0))}
     assert not long, f"modules over {MAX_LINES} lines (split them at their seams): {long}"
     stale = [path for path in WAITING_FOR_A_SPLIT if lengths.get(path, 0) <= MAX_LINES]
     assert not stale, f"under the limit now: remove them from WAITING_FOR_A_SPLIT: {stale}"
@@ -57,7 +67,9 @@ def test_every_data_file_of_the_package_is_declared_package_data():
     except ImportError:  # Python 3.10
         import tomli as tomllib
 
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "package-data"
+    ]
     missing = []
     for path in sorted((ROOT / "saliency_kit").rglob("*")):
         if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
@@ -79,7 +91,7 @@ def _imports(path: pathlib.Path) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = package.split(".")
-            base = base[:len(base) - node.level + 1] if node.level else []
+            base = base[: len(base) - node.level + 1] if node.level else []
             module = ".".join([*base, node.module] if node.module else base)
             if node.module:
                 found.add(module)

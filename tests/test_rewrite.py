@@ -1,10 +1,11 @@
 """sk.rewrite: nesting, every way of writing a ReLU, the original left alone, clear errors."""
+
 import gc
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import saliency_kit as sk
 from saliency_kit.model.rewrite import find_relu_activations
@@ -38,8 +39,11 @@ def assert_same_weights(model, before):
 def nested_model():
     """Functional > functional > Sequential, with ReLUs written every way at every depth."""
     innermost = keras.Sequential(
-        [keras.Input((6, 6, 8)), keras.layers.Conv2D(8, 3, padding="same", activation="relu6", name="c3"),
-         keras.layers.ReLU(negative_slope=0.1, name="leaky")],
+        [
+            keras.Input((6, 6, 8)),
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu6", name="c3"),
+            keras.layers.ReLU(negative_slope=0.1, name="leaky"),
+        ],
         name="innermost",
     )
     mid_in = keras.Input((6, 6, 8))
@@ -61,8 +65,9 @@ def nested_model():
     model = keras.Model(inp, out, name="outer")
     # non-trivial BatchNorm statistics, so copying them matters
     bn = middle.get_layer("bn2")
-    bn.set_weights([w + np.random.default_rng(3).uniform(0.5, 1.5, w.shape).astype(np.float32)
-                    for w in bn.get_weights()])
+    bn.set_weights(
+        [w + np.random.default_rng(3).uniform(0.5, 1.5, w.shape).astype(np.float32) for w in bn.get_weights()]
+    )
     return model
 
 
@@ -79,8 +84,14 @@ def test_nested_paths_outputs_and_gradients(images):
     guided = sk.rewrite(model, "guided")
 
     bare_relu = next(op.name for op in model.operations if type(op).__name__ == "Relu")  # Keras numbers it
-    assert guided.rewritten_layers == ["c1", "middle/act2", "middle/innermost/c3", "middle/innermost/leaky",
-                                       bare_relu, "d1"]
+    assert guided.rewritten_layers == [
+        "c1",
+        "middle/act2",
+        "middle/innermost/c3",
+        "middle/innermost/leaky",
+        bare_relu,
+        "d1",
+    ]
     np.testing.assert_array_equal(guided(images).numpy(), model(images).numpy())
     assert_differ(input_gradient(guided, images), plain)
     # the nested models were rebuilt, not shared
@@ -200,8 +211,12 @@ class ScaledDense(keras.layers.Layer):
         return self.activation(self.scale * (x @ self.kernel))
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units, "scale": self.scale,
-                "activation": keras.activations.serialize(self.activation)}
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "scale": self.scale,
+            "activation": keras.activations.serialize(self.activation),
+        }
 
 
 def test_custom_layers_and_saving_a_rewritten_model(tmp_path):
@@ -318,8 +333,9 @@ def test_keras_applications(name, size):
     # the guided method applies the rule at the op level, in its own kernel, with no copy: a
     # second route, which must give what the layer-level rewrite gives
     explanation = sk.explain(model, x, "guided_backprop", targets=0, score="output")
-    np.testing.assert_allclose(explanation.attributions[:, 0], through_copy, rtol=1e-3,
-                               atol=1e-4 * np.abs(through_copy).max())
+    np.testing.assert_allclose(
+        explanation.attributions[:, 0], through_copy, rtol=1e-3, atol=1e-4 * np.abs(through_copy).max()
+    )
     assert len(explanation.rewritten) == expected
     assert_same_weights(model, before)
     np.testing.assert_array_equal(input_gradient(model, x), plain)

@@ -1,8 +1,9 @@
 """Backward rules: hand-computed gates on a tiny net, and every ReLU variant against autodiff."""
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import saliency_kit as sk
 from saliency_kit.rules import ReluFamily, relu_family_of_function
@@ -15,11 +16,11 @@ W2 = np.array([[2.0], [-3.0], [4.0], [-5.0]], np.float32)
 # The gradient reaching the ReLU is W2 (the output is linear), so by hand:
 HAND = {
     # plain: dy * 1[h > 0]                      = [2, -3, 0, 0]  -> W1 @ that
-    "plain": W1 @ np.array([2.0, -3.0, 0.0, 0.0], np.float32),   # [-4, -0.5]
+    "plain": W1 @ np.array([2.0, -3.0, 0.0, 0.0], np.float32),  # [-4, -0.5]
     # guided: dy * 1[h > 0] * 1[dy > 0]          = [2, 0, 0, 0]
-    "guided": W1 @ np.array([2.0, 0.0, 0.0, 0.0], np.float32),   # [2, 1]
+    "guided": W1 @ np.array([2.0, 0.0, 0.0, 0.0], np.float32),  # [2, 1]
     # deconv: max(dy, 0)                         = [2, 0, 4, 0]
-    "deconv": W1 @ np.array([2.0, 0.0, 4.0, 0.0], np.float32),   # [-2, -1]
+    "deconv": W1 @ np.array([2.0, 0.0, 4.0, 0.0], np.float32),  # [-2, -1]
 }
 
 
@@ -129,15 +130,18 @@ def test_rules_gate_on_the_activations_real_derivative(name):
         np.testing.assert_allclose(tape.gradient(y, x, output_gradients=dy).numpy(), expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("fn,family", [
-    (keras.activations.relu, ReluFamily()),
-    (keras.activations.relu6, ReluFamily(max_value=6.0)),
-    (tf.nn.relu, ReluFamily()),
-    (tf.nn.relu6, ReluFamily(max_value=6.0)),
-    (keras.ops.relu, ReluFamily()),
-    (keras.activations.leaky_relu, ReluFamily(negative_slope=0.2)),
-    (tf.nn.leaky_relu, ReluFamily(negative_slope=0.2)),
-])
+@pytest.mark.parametrize(
+    "fn,family",
+    [
+        (keras.activations.relu, ReluFamily()),
+        (keras.activations.relu6, ReluFamily(max_value=6.0)),
+        (tf.nn.relu, ReluFamily()),
+        (tf.nn.relu6, ReluFamily(max_value=6.0)),
+        (keras.ops.relu, ReluFamily()),
+        (keras.activations.leaky_relu, ReluFamily(negative_slope=0.2)),
+        (tf.nn.leaky_relu, ReluFamily(negative_slope=0.2)),
+    ],
+)
 def test_relu_functions_are_recognised(fn, family):
     assert relu_family_of_function(fn) == family
 

@@ -1,4 +1,5 @@
 """Scenes of 1-3 shapes follow their specification: label maps, boxes, colours, determinism."""
+
 import numpy as np
 import pytest
 from skimage.measure import label as connected
@@ -34,8 +35,12 @@ def test_each_box_is_the_edge_box_of_its_own_shape_of_one_colour(data):
         found = []
         for c in range(1, components.max() + 1):
             rows, cols = np.nonzero(components == c)
-            found.append(((cols.min(), rows.min(), cols.max() + 1, rows.max() + 1),
-                          int(data.label_maps[i][rows[0], cols[0]]) - 1))
+            found.append(
+                (
+                    (cols.min(), rows.min(), cols.max() + 1, rows.max() + 1),
+                    int(data.label_maps[i][rows[0], cols[0]]) - 1,
+                )
+            )
             assert len(np.unique(data.label_maps[i][rows, cols])) == 1
             assert len(np.unique(data.images[i][rows, cols], axis=0)) == 1  # one flat colour
         assert sorted(found) == sorted((tuple(b), int(k)) for b, k in zip(boxes.astype(int).tolist(), labels))
@@ -57,10 +62,15 @@ def test_deterministic_prefix_stable_and_apart_from_the_single_shape_images():
     assert (empty.counts == 0).all() and not empty.label_maps.any() and (empty.labels == -1).all()
 
 
-@pytest.mark.parametrize("n, objects, match", [(-1, (1, 3), "non-negative whole number"),
-                                               (2.5, (1, 3), "non-negative whole number"),
-                                               (3, (-1, 2), r"0 <= low <= high <= 3"),
-                                               (3, (2, 4), r"0 <= low <= high <= 3")])
+@pytest.mark.parametrize(
+    "n, objects, match",
+    [
+        (-1, (1, 3), "non-negative whole number"),
+        (2.5, (1, 3), "non-negative whole number"),
+        (3, (-1, 2), r"0 <= low <= high <= 3"),
+        (3, (2, 4), r"0 <= low <= high <= 3"),
+    ],
+)
 def test_bad_arguments(n, objects, match):
     with pytest.raises(ValueError, match=match):
         scenes.make_scenes(n, objects=objects)

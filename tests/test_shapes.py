@@ -1,5 +1,6 @@
 """The shapes data set follows its specification, the architecture exercises every rewrite path,
 and the shipped model loads offline and is accurate."""
+
 import math
 
 import numpy as np
@@ -58,8 +59,13 @@ def test_size_position_and_geometry(data):
     _, masks, labels, infos = data
     # pentagram: 10 triangles with sides R and r = 0.382 R at 36 degrees
     star_ratio = 5 * (3 - math.sqrt(5)) / 2 * math.sin(math.radians(36)) / math.pi
-    expected_area = {0: 1.0, 1: 2 / math.pi, 2: 3 * math.sqrt(3) / 4 / math.pi,
-                     3: star_ratio, 4: 2.0 / math.pi}  # cross: 2L·w − w² = 2 R² for w = L/3
+    expected_area = {
+        0: 1.0,
+        1: 2 / math.pi,
+        2: 3 * math.sqrt(3) / 4 / math.pi,
+        3: star_ratio,
+        4: 2.0 / math.pi,
+    }  # cross: 2L·w − w² = 2 R² for w = L/3
     for mask, label, info in zip(masks, labels, infos):
         radius, (cx, cy) = info["radius"], info["centre"]
         assert 9 <= radius <= 17

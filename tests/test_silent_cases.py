@@ -5,6 +5,7 @@ final squash, a channels-last twin of a model converted from PyTorch (same layer
 transposed), a float32 twin of a half-precision model (same weights), gradients taken with a
 plain ``tf.GradientTape``.
 """
+
 import os
 import re
 import warnings
@@ -166,9 +167,15 @@ CONVERSIONS = {
     "lambda_transpose": lambda t: keras.layers.Lambda(lambda u: tf.transpose(u, [0, 2, 3, 1]))(t),
     "ops_transpose": lambda t: keras.ops.transpose(keras.layers.Rescaling(1.0)(t), (0, 2, 3, 1)),
 }
-CHANNEL_METHODS = [("gradient", {}), ("integrated_gradients", {"steps": 4}), ("gradcam", {"layer": "conv"}),
-                   ("occlusion", {"window": 3, "stride": 2}), ("layercam", {"layer": "conv"}),
-                   ("scorecam", {"layer": "conv"}), ("guided_backprop", {})]
+CHANNEL_METHODS = [
+    ("gradient", {}),
+    ("integrated_gradients", {"steps": 4}),
+    ("gradcam", {"layer": "conv"}),
+    ("occlusion", {"window": 3, "stride": 2}),
+    ("layercam", {"layer": "conv"}),
+    ("scorecam", {"layer": "conv"}),
+    ("guided_backprop", {}),
+]
 
 
 @pytest.mark.parametrize("conversion", list(CONVERSIONS))
@@ -182,14 +189,20 @@ def test_a_model_converted_from_pytorch_gets_the_maps_of_its_channels_last_twin(
         assert expl.maps.shape == (2, 1, 10, 7), method
         np.testing.assert_allclose(expl.maps, reference.maps, rtol=1e-4, atol=1e-6, err_msg=method)
         if expl.attributions.ndim == 5:
-            np.testing.assert_allclose(expl.attributions, np.transpose(reference.attributions, (0, 1, 4, 2, 3)),
-                                       rtol=1e-4, atol=1e-6, err_msg=method)
+            np.testing.assert_allclose(
+                expl.attributions,
+                np.transpose(reference.attributions, (0, 1, 4, 2, 3)),
+                rtol=1e-4,
+                atol=1e-6,
+                err_msg=method,
+            )
 
 
 def test_a_conversion_that_cannot_be_followed_is_refused_until_channels_axis_is_given():
     # BGR -> RGB by a gather after the transpose: where the channels go cannot be followed
-    model, twin = _converted_pair(lambda t: keras.layers.Lambda(
-        lambda u: tf.gather(tf.transpose(u, [0, 2, 3, 1]), [2, 1, 0], axis=-1))(t))
+    model, twin = _converted_pair(
+        lambda t: keras.layers.Lambda(lambda u: tf.gather(tf.transpose(u, [0, 2, 3, 1]), [2, 1, 0], axis=-1))(t)
+    )
     x = RNG.normal(size=(1, 10, 7, 3)).astype("float32")
     first = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))
     with pytest.raises(ValueError, match="pass channels_axis=1") as caught:
@@ -227,11 +240,18 @@ def _half_pair(dtype):
     return half, full
 
 
-HALF_OPTIONS = {"integrated_gradients": {"steps": 4}, "smoothgrad": {"samples": 3, "seed": 0},
-                "squaregrad": {"samples": 3, "seed": 0}, "vargrad": {"samples": 3, "seed": 0},
-                "expected_gradients": {"samples": 3, "seed": 0}, "blur_ig": {"steps": 4},
-                "guided_ig": {"steps": 4}, "xrai": {"steps": 4}, "rise": {"masks": 16, "seed": 0},
-                "occlusion": {"window": 4, "stride": 4}}
+HALF_OPTIONS = {
+    "integrated_gradients": {"steps": 4},
+    "smoothgrad": {"samples": 3, "seed": 0},
+    "squaregrad": {"samples": 3, "seed": 0},
+    "vargrad": {"samples": 3, "seed": 0},
+    "expected_gradients": {"samples": 3, "seed": 0},
+    "blur_ig": {"steps": 4},
+    "guided_ig": {"steps": 4},
+    "xrai": {"steps": 4},
+    "rise": {"masks": 16, "seed": 0},
+    "occlusion": {"window": 4, "stride": 4},
+}
 #: the relative error one 16-bit rounding brings (unit roundoff: 2^-11 for float16, 2^-8 for
 #: bfloat16), times the ~20 roundings a value meets through this small network and its gradient
 TOLERANCE = {"float16": 20 * 2.0**-11, "bfloat16": 20 * 2.0**-8}
@@ -262,8 +282,9 @@ def test_every_method_works_on_a_half_precision_model_and_agrees_with_its_float3
             assert error <= TOLERANCE[dtype], (name, error)
         else:
             np.testing.assert_allclose(expl.maps, reference.maps, rtol=0, atol=TOLERANCE[dtype] * size, err_msg=name)
-        np.testing.assert_allclose(expl.scores, reference.scores, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype],
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            expl.scores, reference.scores, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype], err_msg=name
+        )
 
 
 # -- 4. errors inside the compiled kernel are one line ------------------------------------------------
@@ -303,8 +324,11 @@ def test_errors_inside_the_kernel_reach_the_user_as_one_line(clashing_method):
     cases = [
         (lambda: sk.explain(_tanh_model(), x, "guided_backprop", targets=0), ValueError, "no ReLU-family"),
         (lambda: sk.explain(net, x, "gradcam", targets=0, layer="conv"), ValueError, "subclassed"),
-        (lambda: sk.explain(_tanh_model(), x, clashing_method, targets=0), errors.ComputeError,
-         "float64_gradient on model .* failed inside the compiled computation: .*float64"),
+        (
+            lambda: sk.explain(_tanh_model(), x, clashing_method, targets=0),
+            errors.ComputeError,
+            "float64_gradient on model .* failed inside the compiled computation: .*float64",
+        ),
     ]
     for run, kind, pattern in cases:
         with pytest.raises(kind, match=pattern) as caught:
@@ -327,12 +351,16 @@ def test_an_op_failing_at_run_time_is_one_line_too():
 
 
 def test_one_line_strips_tensorflows_frames_and_paths():
-    text = ('in user code:\n\n    File "/x/y/engine/tf.py", line 472, in kernel  *\n        out = compute(ctx)\n\n'
-            '    ValueError: model \'m\' has no ReLU; received model \'m\'.\n')
+    text = (
+        'in user code:\n\n    File "/x/y/engine/tf.py", line 472, in kernel  *\n        out = compute(ctx)\n\n'
+        "    ValueError: model 'm' has no ReLU; received model 'm'.\n"
+    )
     assert errors.one_line(ValueError(text)) == "model 'm' has no ReLU; received model 'm'."
-    graph = ("Graph execution error:\n\nDetected at node foo defined at (most recent call last):\n"
-             '  File "/usr/lib/python3.11/a.py", line 1, in <module>\n\ncondition failed: x < 10\n'
-             "\t [[{{node foo}}]] [Op:__inference_kernel_9]")
+    graph = (
+        "Graph execution error:\n\nDetected at node foo defined at (most recent call last):\n"
+        '  File "/usr/lib/python3.11/a.py", line 1, in <module>\n\ncondition failed: x < 10\n'
+        "\t [[{{node foo}}]] [Op:__inference_kernel_9]"
+    )
     assert errors.one_line(ValueError(graph)) == "condition failed: x < 10"
 
 
@@ -349,8 +377,9 @@ def test_a_class_list_with_repeated_names_is_accepted_with_one_warning(tmp_path)
     from saliency_kit import targets, zoo
 
     (tmp_path / "imagenet_classes.txt").write_text("\n".join(imagenet_like_names()) + "\n")
-    (tmp_path / "net.toml").write_text('constructor = "MobileNetV2"\ninput_size = [32, 32]\n'
-                                       'classes = "imagenet_classes.txt"\n')
+    (tmp_path / "net.toml").write_text(
+        'constructor = "MobileNetV2"\ninput_size = [32, 32]\nclasses = "imagenet_classes.txt"\n'
+    )
     with pytest.warns(UserWarning) as caught:
         spec = zoo.get_spec(str(tmp_path / "net.toml"))
     assert len(caught) == 1
@@ -379,8 +408,25 @@ def test_the_command_line_keeps_outputs_of_repeated_names_apart(tmp_path, capsys
     image = tmp_path / "photo.png"
     Image.fromarray(RNG.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(image)
     out = tmp_path / "out"
-    assert main(["explain", str(image), "--model", str(model), "--method", "gradient", "--target", "134",
-                 "--target", "517", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                str(image),
+                "--model",
+                str(model),
+                "--method",
+                "gradient",
+                "--target",
+                "134",
+                "--target",
+                "517",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert len([line for line in err.splitlines() if "several classes" in line]) == 1
     written = sorted(p.name for p in (out / "photo").iterdir() if p.name.endswith("heatmap.png"))
@@ -401,8 +447,9 @@ def test_the_command_line_prints_a_kernel_error_as_one_line(tmp_path, capsys):
     keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(h))).save(path)
     image = tmp_path / "photo.png"
     Image.fromarray(RNG.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(image)
-    code = main(["explain", str(image), "--model", str(path), "--method", "guided_backprop",
-                 "--out", str(tmp_path / "out")])
+    code = main(
+        ["explain", str(image), "--model", str(path), "--method", "guided_backprop", "--out", str(tmp_path / "out")]
+    )
     err = capsys.readouterr().err
     errors_printed = [line for line in err.splitlines() if ": error:" in line]
     assert code == 1 and len(errors_printed) == 1, err
@@ -422,8 +469,25 @@ def test_the_command_line_feeds_a_converted_model_channels_first_and_writes_maps
     image = tmp_path / "photo.png"
     Image.fromarray(RNG.integers(0, 255, (40, 28, 3), dtype=np.uint8)).save(image)
     out = tmp_path / "out"
-    assert main(["explain", str(image), "--model", str(path), "--method", "gradient", "--target", "1",
-                 "--format", "both", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                str(image),
+                "--model",
+                str(path),
+                "--method",
+                "gradient",
+                "--target",
+                "1",
+                "--format",
+                "both",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "input 10x7" in capsys.readouterr().out
     loaded, spec = sk.load_model(str(path))
     x, _ = sk.load_images([str(image)], spec)
@@ -466,14 +530,23 @@ def test_an_overlay_refuses_a_map_reduced_over_the_wrong_axis():
 def test_a_converted_model_around_a_channels_last_backbone_is_followed_through_its_front_only():
     from saliency_kit.model import input_axes
 
-    backbone = keras.Sequential([keras.Input((10, 7, 3)), keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
-                                 keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)], name="backbone")
+    backbone = keras.Sequential(
+        [
+            keras.Input((10, 7, 3)),
+            keras.layers.Conv2D(4, 3, activation="relu", name="conv"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3),
+        ],
+        name="backbone",
+    )
     first = keras.Input((3, 10, 7))
     model = keras.Model(first, backbone(keras.layers.Permute((2, 3, 1))(first)), name="converted")
     assert input_axes._front(model) is not None  # the backbone is not traced to find the axes
     assert input_axes.traced_channel_axis(model, (3, 10, 7), "float32").axis == 1
     x = RNG.normal(size=(2, 10, 7, 3)).astype("float32")
-    expl = sk.explain(model, np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2))), "gradcam", targets=2,
-                      layer="backbone/conv")
-    np.testing.assert_allclose(expl.maps, sk.explain(backbone, x, "gradcam", targets=2, layer="conv").maps,
-                               rtol=1e-4, atol=1e-6)
+    expl = sk.explain(
+        model, np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2))), "gradcam", targets=2, layer="backbone/conv"
+    )
+    np.testing.assert_allclose(
+        expl.maps, sk.explain(backbone, x, "gradcam", targets=2, layer="conv").maps, rtol=1e-4, atol=1e-6
+    )

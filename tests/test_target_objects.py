@@ -1,10 +1,10 @@
 """Target objects (``sk.targets.region``, ``box``, ``output``, ``unit``, ``Target``) against closed
 forms, twin models cut or pruned by hand, and NumPy formulas; every registered method takes every
 kind; results do not depend on ``batch_size``."""
-import numpy as np
-import pytest
 
 import keras
+import numpy as np
+import pytest
 import tensorflow as tf
 
 import saliency_kit as sk
@@ -212,12 +212,15 @@ def test_unit_gradient_equals_the_twin_model_cut_at_that_layer():
     np.testing.assert_allclose(e.attributions[:, 0], channel * x, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(e.attributions[:, 1], element * x, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(e.scores[:, 0], cut(x).numpy()[..., 1].mean(axis=(1, 2)), rtol=1e-5)
-    assert e.target_info[0] == [{"kind": "unit", "layer": "c2", "index": 1},
-                                {"kind": "unit", "layer": "c2", "index": (2, 3, 0)}]
+    assert e.target_info[0] == [
+        {"kind": "unit", "layer": "c2", "index": 1},
+        {"kind": "unit", "layer": "c2", "index": (2, 3, 0)},
+    ]
     dense = sk.explain(model, x, "gradient_x_input", sk.targets.unit(model.get_layer("d"), 2))
     cut_dense = keras.Model(model.inputs, model.get_layer("d").output)
-    np.testing.assert_allclose(dense.attributions[:, 0], tape_gradient(lambda z: cut_dense(z)[:, 2], x) * x,
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        dense.attributions[:, 0], tape_gradient(lambda z: cut_dense(z)[:, 2], x) * x, rtol=1e-5, atol=1e-7
+    )
 
 
 def test_a_unit_inside_a_nested_model_is_reached_by_its_path():
@@ -257,8 +260,12 @@ class Weighted(sk.targets.Target):
 
     def resolve(self, request):
         B = request.num_inputs
-        return sk.targets.Resolved(np.zeros((B, 1), np.int64), sk.targets.PerInput(self.weights),
-                                   [[{"kind": "weighted"}] for _ in range(B)], self)
+        return sk.targets.Resolved(
+            np.zeros((B, 1), np.int64),
+            sk.targets.PerInput(self.weights),
+            [[{"kind": "weighted"}] for _ in range(B)],
+            self,
+        )
 
     def score(self, outputs, payload):
         return tf.reduce_sum(outputs * payload, axis=1, keepdims=True)
@@ -284,8 +291,9 @@ def test_a_list_of_target_objects_puts_their_columns_side_by_side():
     parts = [sk.targets.region(mask, [[1], [3]]), sk.targets.unit("c1", [0, 2]), sk.targets.region("predicted", "top1")]
     both = sk.explain(model, x, "gradient", parts, batch_size=2)
     alone = [sk.explain(model, x, "gradient", part) for part in parts]
-    np.testing.assert_allclose(both.attributions, np.concatenate([a.attributions for a in alone], axis=1),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        both.attributions, np.concatenate([a.attributions for a in alone], axis=1), rtol=1e-5, atol=1e-7
+    )
     np.testing.assert_allclose(both.scores, np.concatenate([a.scores for a in alone], axis=1), rtol=1e-5)
     assert [i["kind"] for i in both.target_info[0]] == ["region", "unit", "unit", "region"]
 
@@ -296,8 +304,9 @@ def test_predicted_regions_stay_frozen_at_the_clean_input_for_noisy_copies():
     winner = model(x).numpy().argmax(-1)
     top = np.array([np.bincount(w.ravel(), minlength=5).argmax() for w in winner])
     frozen = sk.explain(model, x, "smoothgrad", sk.targets.region("predicted", "top1"), samples=6, seed=3)
-    given = sk.explain(model, x, "smoothgrad", sk.targets.region(winner == top[:, None, None], top[:, None]),
-                       samples=6, seed=3)
+    given = sk.explain(
+        model, x, "smoothgrad", sk.targets.region(winner == top[:, None, None], top[:, None]), samples=6, seed=3
+    )
     assert frozen.targets[:, 0].tolist() == top.tolist() and np.all(frozen.attributions != 0)
     np.testing.assert_allclose(frozen.attributions, given.attributions, rtol=1e-6, atol=1e-7)
 
@@ -318,11 +327,18 @@ def test_new_masks_and_boxes_reuse_the_compiled_kernel():
 
 
 # -------------------------------------------------------------------------- batch_size
-@pytest.mark.parametrize("method,options", [
-    ("gradient", {}), ("smoothgrad", {"samples": 5, "seed": 1}), ("occlusion", {"window": 3}),
-    ("rise", {"masks": 12, "seed": 2}), ("integrated_gradients", {"steps": 5}), ("gradcam", {}),
-    ("guided_ig", {"steps": 4}),
-])
+@pytest.mark.parametrize(
+    "method,options",
+    [
+        ("gradient", {}),
+        ("smoothgrad", {"samples": 5, "seed": 1}),
+        ("occlusion", {"window": 3}),
+        ("rise", {"masks": 12, "seed": 2}),
+        ("integrated_gradients", {"steps": 5}),
+        ("gradcam", {}),
+        ("guided_ig", {"steps": 4}),
+    ],
+)
 def test_results_do_not_depend_on_batch_size_with_per_input_masks_and_boxes(method, options):
     x = images(5, seed=16)
     rng = np.random.default_rng(16)
@@ -467,7 +483,11 @@ def _xplique_detection(objects, reference):
             x0, y0 = max(ref[0], proposal[0]), max(ref[1], proposal[1])
             x1, y1 = min(ref[2], proposal[2]), min(ref[3], proposal[3])
             inter = max(x1 - x0, 0) * max(y1 - y0, 0)
-            union = (ref[2] - ref[0]) * (ref[3] - ref[1]) + (proposal[2] - proposal[0]) * (proposal[3] - proposal[1]) - inter
+            union = (
+                (ref[2] - ref[0]) * (ref[3] - ref[1])
+                + (proposal[2] - proposal[0]) * (proposal[3] - proposal[1])
+                - inter
+            )
             cls = (ref[5:] * proposal[5:]).sum() / (np.linalg.norm(proposal[5:]) * np.linalg.norm(ref[5:]) + 1e-4)
             best = max(best, inter / union * proposal[4] * cls)
         scores.append(best)

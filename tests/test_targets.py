@@ -1,4 +1,5 @@
 """Targets (every target form, every error before any work) and scores (logits behind softmax/sigmoid)."""
+
 import keras
 import numpy as np
 import pytest
@@ -136,8 +137,16 @@ def _dense_then(kind):
     raise AssertionError(kind)
 
 
-KINDS = ["fused_softmax", "fused_sigmoid", "fused_tf_softmax", "activation_softmax", "softmax_layer", "ops_sigmoid",
-         "sequential_fused", "nested_head"]
+KINDS = [
+    "fused_softmax",
+    "fused_sigmoid",
+    "fused_tf_softmax",
+    "activation_softmax",
+    "softmax_layer",
+    "ops_sigmoid",
+    "sequential_fused",
+    "nested_head",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -3,6 +3,7 @@ decoding, the detector's box layer is the closed form it documents, and both are
 no training saw (seed 14 / 24; floors a little under what was measured: pixel accuracy 0.989, mean
 IoU 0.882 on 200 scenes; box recall 0.990, precision 0.926, matched IoU 0.873 on 200 scenes, 1 false
 detection on 200 scenes without a shape)."""
+
 import keras
 import numpy as np
 import pytest
@@ -62,8 +63,11 @@ def test_segmentation_on_unseen_scenes(segmenter):
 def test_detection_on_unseen_scenes(detector):
     model, spec = detector
     data = scenes.make_scenes(N, seed=24)
-    found = detections.decode(model.predict(preprocess(data.images), batch_size=100, verbose=0),
-                              score_threshold=spec.score_threshold, iou_threshold=spec.iou_threshold)
+    found = detections.decode(
+        model.predict(preprocess(data.images), batch_size=100, verbose=0),
+        score_threshold=spec.score_threshold,
+        iou_threshold=spec.iou_threshold,
+    )
     matched, ious = 0, []
     for i, image_found in enumerate(found):
         boxes, labels = scenes.scene_boxes(data, i)
@@ -85,8 +89,11 @@ def test_detector_finds_nothing_where_there_is_no_shape(detector):
     model, spec = detector
     empty = scenes.make_scenes(N, seed=27, objects=(0, 0))
     blank = np.full((1, 64, 64, 3), 128, np.uint8)
-    found = detections.decode(model.predict(preprocess(np.concatenate([empty.images, blank])), verbose=0),
-                              score_threshold=spec.score_threshold, iou_threshold=spec.iou_threshold)
+    found = detections.decode(
+        model.predict(preprocess(np.concatenate([empty.images, blank])), verbose=0),
+        score_threshold=spec.score_threshold,
+        iou_threshold=spec.iou_threshold,
+    )
     assert sum(len(f) for f in found) <= 3 and not found[-1]
 
 
@@ -100,8 +107,9 @@ def test_cell_boxes_is_its_closed_form_and_serialises(tmp_path):
             for j in range(4):
                 left, top, right, bottom = distances[b, i, j]
                 cx, cy = 8 * (j + 0.5), 8 * (i + 0.5)
-                np.testing.assert_allclose(boxes[b, i * 4 + j], [cx - 8 * left, cy - 8 * top, cx + 8 * right,
-                                                                cy + 8 * bottom], rtol=1e-6)
+                np.testing.assert_allclose(
+                    boxes[b, i * 4 + j], [cx - 8 * left, cy - 8 * top, cx + 8 * right, cy + 8 * bottom], rtol=1e-6
+                )
     inputs = keras.Input((3, 4, 4))
     model = keras.Model(inputs, scene_models.CellBoxes(8)(inputs))
     model.save(tmp_path / "boxes.keras")
@@ -119,6 +127,6 @@ def test_a_config_whose_output_does_not_fit_its_task_is_refused(tmp_path, monkey
     (tmp_path / "flat.keras.toml").write_text('task = "tracking"\n')
     with pytest.raises(ValueError, match=r"task must be one of 'classification', 'segmentation', 'detection'"):
         sk.load_model(tmp_path / "flat.keras")
-    (tmp_path / "flat.keras.toml").write_text('score_threshold = 0.3\n')
+    (tmp_path / "flat.keras.toml").write_text("score_threshold = 0.3\n")
     with pytest.raises(ValueError, match=r"score_threshold applies to task = \"detection\" only"):
         sk.load_model(tmp_path / "flat.keras")

@@ -9,13 +9,32 @@ import saliency_kit as sk
 from saliency_kit import zoo
 from saliency_kit.zoo import WeightsUnavailableError
 
-IMAGENET = ["resnet50", "resnet101", "resnet50v2", "vgg16", "vgg19", "mobilenet_v2", "densenet121",
-            "inception_v3", "xception", "efficientnet_b0", "convnext_tiny"]
+IMAGENET = [
+    "resnet50",
+    "resnet101",
+    "resnet50v2",
+    "vgg16",
+    "vgg19",
+    "mobilenet_v2",
+    "densenet121",
+    "inception_v3",
+    "xception",
+    "efficientnet_b0",
+    "convnext_tiny",
+]
 KERAS_PREPROCESS = {  # the keras.applications module each model's preprocessing must match
-    "resnet50": "resnet50", "resnet101": "resnet", "resnet50v2": "resnet_v2", "vgg16": "vgg16",
-    "vgg19": "vgg19", "mobilenet_v2": "mobilenet_v2", "densenet121": "densenet",
-    "inception_v3": "inception_v3", "xception": "xception", "efficientnet_b0": "efficientnet",
-    "convnext_tiny": "convnext"}
+    "resnet50": "resnet50",
+    "resnet101": "resnet",
+    "resnet50v2": "resnet_v2",
+    "vgg16": "vgg16",
+    "vgg19": "vgg19",
+    "mobilenet_v2": "mobilenet_v2",
+    "densenet121": "densenet",
+    "inception_v3": "inception_v3",
+    "xception": "xception",
+    "efficientnet_b0": "efficientnet",
+    "convnext_tiny": "convnext",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +52,12 @@ def test_list_models():
 def test_imagenet_class_names():
     names = zoo.get_spec("resnet50").class_names
     assert len(names) == 1000 and len(set(names)) == 1000  # Keras' list names 'crane' and 'maillot' twice
-    assert (names[134], names[517], names[638], names[639]) == ("crane_(bird)", "crane_(machine)", "maillot",
-                                                                "tank_suit")
+    assert (names[134], names[517], names[638], names[639]) == (
+        "crane_(bird)",
+        "crane_(machine)",
+        "maillot",
+        "tank_suit",
+    )
     assert (names[0], names[1], names[281], names[999]) == ("tench", "goldfish", "tabby", "toilet_tissue")
 
 
@@ -185,7 +208,8 @@ def test_user_model_sidecar_config(tmp_path):
     path = tmp_path / "tiny_net.h5"
     _small_cnn(classes=2).save(path)
     (tmp_path / "tiny_net.h5.toml").write_text(
-        'name = "tiny"\npreprocess = "tf"\nclasses = ["cat", "dog"]\ngradcam_layer = "features"\n')
+        'name = "tiny"\npreprocess = "tf"\nclasses = ["cat", "dog"]\ngradcam_layer = "features"\n'
+    )
     _, spec = sk.load_model(path)
     assert spec.name == "tiny" and spec.class_names == ["cat", "dog"]
     np.testing.assert_allclose(spec.preprocess(np.zeros((1, 2, 2, 3), np.uint8)), -1.0)
@@ -217,7 +241,8 @@ def test_user_config_directory_and_config_path(tmp_path, monkeypatch):
     (configs / "labels.txt").write_text("left\nright\n")
     (configs / "mynet.toml").write_text(
         'description = "a user model"\nmodel_file = "weights_and_all.keras"\n'
-        'classes = "labels.txt"\npreprocess = { scale = 0.5, mean = [1, 2, 3] }\n')
+        'classes = "labels.txt"\npreprocess = { scale = 0.5, mean = [1, 2, 3] }\n'
+    )
     monkeypatch.setenv("SALIENCY_KIT_CONFIGS", str(configs))
     assert "mynet" in sk.list_models() and "resnet50" in sk.list_models()
     for source in ("mynet", configs / "mynet.toml"):
@@ -236,15 +261,17 @@ def test_unknown_names_and_paths():
         zoo.Preprocessing.from_config("caffee")
 
 
-@pytest.mark.parametrize("text, line, what", [
-    ("cat\n\ndog\n", 2, "a blank line"),
-    ("cat\n  \ndog\n", 2, "a blank line"),
-])
+@pytest.mark.parametrize(
+    "text, line, what",
+    [
+        ("cat\n\ndog\n", 2, "a blank line"),
+        ("cat\n  \ndog\n", 2, "a blank line"),
+    ],
+)
 def test_class_names_file_with_a_blank_line_is_refused_naming_the_line(tmp_path, text, line, what):
     """A blank line would shift every later class by one."""
     (tmp_path / "classes.txt").write_text(text)
-    (tmp_path / "net.toml").write_text('constructor = "MobileNetV2"\ninput_size = [32, 32]\n'
-                                       'classes = "classes.txt"\n')
+    (tmp_path / "net.toml").write_text('constructor = "MobileNetV2"\ninput_size = [32, 32]\nclasses = "classes.txt"\n')
     with pytest.raises(ValueError, match=rf"classes.txt, line {line}: .*{what}.*; received"):
         zoo.get_spec(str(tmp_path / "net.toml"))
 

@@ -3,6 +3,7 @@
 Shards split the images by a hash of their path relative to INPUT_DIR, so the split is the same on
 every machine, disjoint, covers every file, and does not move when files are added.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +17,8 @@ __all__ = ["IMAGE_EXTENSIONS", "discover_images", "image_key", "parse_shard", "s
 IMAGE_EXTENSIONS = frozenset(
     {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pnm"}
 )
+
+
 def discover_images(root: str, *, exclude: Sequence[str] = ()) -> list[str]:
     """Relative POSIX paths of every image file under ``root`` (recursive, sorted, no hidden entries).
 
@@ -26,8 +29,7 @@ def discover_images(root: str, *, exclude: Sequence[str] = ()) -> list[str]:
     found = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(
-            d for d in subdirs
-            if not d.startswith(".") and os.path.realpath(os.path.join(directory, d)) not in excluded
+            d for d in subdirs if not d.startswith(".") and os.path.realpath(os.path.join(directory, d)) not in excluded
         )
         for name in files:
             if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:

@@ -21,6 +21,7 @@ Files named by the manifest that are missing (or outside the output folder) are 
 counted on the page. The data is embedded as JSON and put into the page with DOM text nodes only,
 so names with quotes, ``<``, ``&`` or any Unicode are shown as they are and never parsed as HTML.
 """
+
 from __future__ import annotations
 
 import glob
@@ -79,8 +80,9 @@ class _Files:
             real = os.path.realpath(path)
             inside = real == self.out_root or real.startswith(self.out_root + os.sep)  # no symlink out
             try:
-                self.listings[folder] = frozenset(
-                    e.name for e in os.scandir(path) if e.is_file()) if inside else frozenset()
+                self.listings[folder] = (
+                    frozenset(e.name for e in os.scandir(path) if e.is_file()) if inside else frozenset()
+                )
             except OSError:
                 self.listings[folder] = frozenset()
         return name in self.listings[folder]
@@ -127,10 +129,16 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         class_name = str(record.get("class_name", target))
         subject = record.get("target")
         subject = str(subject) if subject is not None else None
-        output = images.setdefault(image, {}).setdefault((method, target, class_name, subject), {
-            "method": method, "class": target, "class_name": class_name, "score": _number(record.get("score")),
-            **({"subject": subject} if subject else {}),
-        })
+        output = images.setdefault(image, {}).setdefault(
+            (method, target, class_name, subject),
+            {
+                "method": method,
+                "class": target,
+                "class_name": class_name,
+                "score": _number(record.get("score")),
+                **({"subject": subject} if subject else {}),
+            },
+        )
         output[kind] = file
         classes.setdefault(class_name, None)
     # The page depends on what the manifests say, not on the order their lines were written in
@@ -165,15 +173,21 @@ def _number(value):
 def _script_json(data) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``<``, ``>``, ``&``."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _packed(data: dict) -> dict:
     """``data`` in the compact form the page unpacks (a run of 10,000 images is megabytes of it).
 
     Each image is ``[name, folder, outputs]`` and each output ``[method index, class, class-name
-    index, score, files]`` (then its subject, when it has one); ``files`` is ``[stem, kinds]`` when the names follow the batch naming
+    index, score, files]`` (then its subject, when it has one); ``files`` is ``[stem, kinds]`` when the names
+    follow the batch naming
     (``<stem>-overlay.png``, ``<stem>-heatmap.png``, ``<stem>.npz``; ``kinds`` is a bit mask 1, 2,
     4), else ``{kind: name}``. Names are relative to ``folder``.
     """
@@ -190,14 +204,27 @@ def _packed(data: dict) -> dict:
         outputs = []
         for o in entry["outputs"]:
             names = {k: o[k][cut:] for k, _, _ in suffixes if o.get(k)}
-            stems = {name[: -len(suffix)] for k, suffix, _ in suffixes if k in names
-                     for name in [names[k]] if name.endswith(suffix)}
+            stems = {
+                name[: -len(suffix)]
+                for k, suffix, _ in suffixes
+                if k in names
+                for name in [names[k]]
+                if name.endswith(suffix)
+            }
             if len(stems) == 1 and all(names[k].endswith(suffix) for k, suffix, _ in suffixes if k in names):
                 files = [stems.pop(), sum(bit for k, _, bit in suffixes if k in names)]
             else:
                 files = names
-            outputs.append([method_index[o["method"]], o["class"], class_index[o["class_name"]], o["score"], files,
-                            *([o["subject"]] if o.get("subject") else [])])
+            outputs.append(
+                [
+                    method_index[o["method"]],
+                    o["class"],
+                    class_index[o["class_name"]],
+                    o["score"],
+                    files,
+                    *([o["subject"]] if o.get("subject") else []),
+                ]
+            )
         images.append([entry["image"], folder, outputs])
     return {**data, "images": images}
 

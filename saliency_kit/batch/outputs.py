@@ -16,6 +16,7 @@ the region's outline or the box::
 every file exists (:func:`complete_images`). Both commands write through :func:`write_image_outputs`
 and :class:`Manifest`; the gallery and ``--resume`` read them back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,9 +31,30 @@ import numpy as np
 from .. import render
 from ..files import npz_bytes, png_bytes, write_atomic
 
-__all__ = ["FORMATS", "Look", "MANIFEST", "Manifest", "MethodMaps", "Output", "PNG_KINDS", "SIGNS", "class_name_of",
-           "complete_images", "explain_dirs", "failure_line", "inside", "manifest_lines", "manifest_name", "one_line",
-           "output_dirs", "output_name", "per_image", "recorded_keys", "safe_name", "write_image_outputs"]
+__all__ = [
+    "FORMATS",
+    "Look",
+    "MANIFEST",
+    "Manifest",
+    "MethodMaps",
+    "Output",
+    "PNG_KINDS",
+    "SIGNS",
+    "class_name_of",
+    "complete_images",
+    "explain_dirs",
+    "failure_line",
+    "inside",
+    "manifest_lines",
+    "manifest_name",
+    "one_line",
+    "output_dirs",
+    "output_name",
+    "per_image",
+    "recorded_keys",
+    "safe_name",
+    "write_image_outputs",
+]
 
 MANIFEST = "manifest.jsonl"
 PNG_KINDS = ("heatmap", "overlay")
@@ -55,6 +77,7 @@ def output_dirs(relative_paths: Sequence[str]) -> dict[str, str]:
     ``tom_jpg``, ``tom_png``), and if that is not enough (names equal once made file-name-safe) a
     short hash of the path. Computed from the full, unsharded listing, so every shard agrees.
     """
+
     def folder(path: str, level: int) -> str:
         stem, ext = os.path.splitext(path)
         parts = [safe_name(part, limit=120) for part in stem.split("/")]
@@ -144,21 +167,38 @@ class MethodMaps:
     subjects: Sequence | None = None
 
 
-def per_image(explanations: Sequence, row: int, looks: dict, with_attributions: bool,
-              subjects: Sequence | None = None) -> list[MethodMaps]:
+def per_image(
+    explanations: Sequence, row: int, looks: dict, with_attributions: bool, subjects: Sequence | None = None
+) -> list[MethodMaps]:
     """Row ``row`` of each Explanation (one per method) as :class:`MethodMaps`; with ``subjects``
     (one per column the image asks; a batch pads the others), its first ``len(subjects)`` columns,
     each targeting its subject's class."""
     if subjects is None:
-        return [MethodMaps(e.method, np.asarray(e.maps[row]), np.asarray(e.targets[row]), np.asarray(e.scores[row]),
-                           np.asarray(e.attributions[row]) if with_attributions else None, looks[e.method])
-                for e in explanations]
+        return [
+            MethodMaps(
+                e.method,
+                np.asarray(e.maps[row]),
+                np.asarray(e.targets[row]),
+                np.asarray(e.scores[row]),
+                np.asarray(e.attributions[row]) if with_attributions else None,
+                looks[e.method],
+            )
+            for e in explanations
+        ]
     k = len(subjects)
     classes = np.array([s.index for s in subjects], np.int64)
-    return [MethodMaps(e.method, np.asarray(e.maps[row])[:k], classes, np.asarray(e.scores[row])[:k],
-                       np.asarray(e.attributions[row])[:k] if with_attributions else None, looks[e.method],
-                       list(subjects))
-            for e in explanations]
+    return [
+        MethodMaps(
+            e.method,
+            np.asarray(e.maps[row])[:k],
+            classes,
+            np.asarray(e.scores[row])[:k],
+            np.asarray(e.attributions[row])[:k] if with_attributions else None,
+            looks[e.method],
+            list(subjects),
+        )
+        for e in explanations
+    ]
 
 
 @dataclasses.dataclass
@@ -174,9 +214,17 @@ class Output:
     subject: dict = dataclasses.field(default_factory=dict)  # a region's or box's manifest fields
 
 
-def write_image_outputs(out_root: str, folder: str, original: np.ndarray, results: Sequence[MethodMaps],
-                        class_names, formats: Sequence[str], *, durable: bool = True,
-                        input_size: tuple | None = None) -> list[Output]:
+def write_image_outputs(
+    out_root: str,
+    folder: str,
+    original: np.ndarray,
+    results: Sequence[MethodMaps],
+    class_names,
+    formats: Sequence[str],
+    *,
+    durable: bool = True,
+    input_size: tuple | None = None,
+) -> list[Output]:
     """Render and atomically write the outputs of one image; returns what was written.
 
     A class requested twice (``top1`` and its name) is written once. ``durable``: fsync each file
@@ -203,8 +251,10 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
                 relative = f"{folder}/{file}" if folder else file
                 path = os.path.join(out_root, relative)
                 if not inside(out_root, path):
-                    raise PermissionError(f"refusing to write {path!r}: it resolves outside the output folder; "
-                                     f"received the folder name {folder!r}.")
+                    raise PermissionError(
+                        f"refusing to write {path!r}: it resolves outside the output folder; "
+                        f"received the folder name {folder!r}."
+                    )
                 if kind == "heatmap":
                     data = png_bytes(render.heatmap(result.maps[k], **look.heatmap_options()))
                 elif kind == "overlay":
@@ -218,19 +268,47 @@ def write_image_outputs(out_root: str, folder: str, original: np.ndarray, result
                         extra["mask"] = np.asarray(subject.mask, bool)
                     if subject is not None and getattr(subject, "box", None) is not None:
                         extra["box"] = np.asarray(subject.box, np.float32)
-                    data = npz_bytes(map=np.asarray(result.maps[k]), target=np.int64(target), score=np.float32(score),
-                                     method=np.str_(method), class_name=np.str_(name), **extra)
+                    data = npz_bytes(
+                        map=np.asarray(result.maps[k]),
+                        target=np.int64(target),
+                        score=np.float32(score),
+                        method=np.str_(method),
+                        class_name=np.str_(name),
+                        **extra,
+                    )
                 write_atomic(path, data, durable=durable)
-                written.append(Output(method, int(target), name, score, kind, relative,
-                                      dict(subject.record, target=subject.name) if subject is not None else {}))
+                written.append(
+                    Output(
+                        method,
+                        int(target),
+                        name,
+                        score,
+                        kind,
+                        relative,
+                        dict(subject.record, target=subject.name) if subject is not None else {},
+                    )
+                )
     return written
 
 
 # --------------------------------------------------------------------------------- manifest
 def manifest_lines(image: str, outputs: Sequence[Output]) -> list[dict]:
     """The manifest lines of one image's written files."""
-    return [{"image": image, "status": "ok", "method": o.method, "class": o.target, "class_name": o.class_name,
-             "score": o.score, "kind": o.kind, "file": o.file, **o.subject, "outputs": len(outputs)} for o in outputs]
+    return [
+        {
+            "image": image,
+            "status": "ok",
+            "method": o.method,
+            "class": o.target,
+            "class_name": o.class_name,
+            "score": o.score,
+            "kind": o.kind,
+            "file": o.file,
+            **o.subject,
+            "outputs": len(outputs),
+        }
+        for o in outputs
+    ]
 
 
 def failure_line(image: str, error: str) -> dict:
@@ -285,7 +363,7 @@ class Manifest:
                         data = b"\n" + data
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -312,8 +390,10 @@ def complete_images(records: Sequence[dict], out_root: str) -> set[str]:
     complete = set()
     for image, lines in by_image.items():
         expected = {line.get("outputs") for line in lines.values()}
-        if len(expected) == 1 and len(lines) == expected.pop() and all(
-            _nonempty_file(os.path.join(out_root, f)) for f in lines
+        if (
+            len(expected) == 1
+            and len(lines) == expected.pop()
+            and all(_nonempty_file(os.path.join(out_root, f)) for f in lines)
         ):
             complete.add(image)
     return complete

@@ -5,6 +5,7 @@
 run whose settings differ from those recorded there (:class:`RunRefused`); :func:`model_fingerprint`
 identifies the model by the contents of its files, whatever path it was given by.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,14 +16,23 @@ import json
 import os
 from collections.abc import Sequence
 
+from ..files import write_json
+from ..images import ImageLoadError
 from . import outputs as out_files
 from .discovery import IMAGE_EXTENSIONS, discover_images, select_shard
 from .outputs import one_line
-from ..files import write_json
-from ..images import ImageLoadError
 
-__all__ = ["Plan", "RunRefused", "SETTINGS", "check_settings", "file_digest", "locked", "model_fingerprint",
-           "plan_run", "still_unreadable"]
+__all__ = [
+    "Plan",
+    "RunRefused",
+    "SETTINGS",
+    "check_settings",
+    "file_digest",
+    "locked",
+    "model_fingerprint",
+    "plan_run",
+    "still_unreadable",
+]
 
 SETTINGS = "settings.json"
 
@@ -54,8 +64,7 @@ def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, res
     nothing to explain."""
     everything = discover_images(input_dir, exclude=[out_dir])
     if not everything:
-        raise FileNotFoundError(f"no images under {input_dir!r} (looked for "
-                                f"{', '.join(sorted(IMAGE_EXTENSIONS))})")
+        raise FileNotFoundError(f"no images under {input_dir!r} (looked for {', '.join(sorted(IMAGE_EXTENSIONS))})")
     folders = out_files.output_dirs(everything)
     mine = select_shard(everything, *shard) if shard else everything
     manifest = out_files.Manifest(os.path.join(out_dir, out_files.manifest_name(shard)))
@@ -63,14 +72,26 @@ def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, res
     if not resume:
         existing = [p for p in mine if os.path.isdir(os.path.join(out_dir, folders[p]))]
         if os.path.exists(manifest.path) or existing:
-            what = os.path.basename(manifest.path) if os.path.exists(manifest.path) else \
-                f"{len(existing)} output folder(s) such as {folders[existing[0]]!r}"
-            raise RunRefused(f"--out {out_dir!r} already holds an earlier run ({what}); add --resume "
-                             f"to continue it, or choose another --out")
+            what = (
+                os.path.basename(manifest.path)
+                if os.path.exists(manifest.path)
+                else f"{len(existing)} output folder(s) such as {folders[existing[0]]!r}"
+            )
+            raise RunRefused(
+                f"--out {out_dir!r} already holds an earlier run ({what}); add --resume "
+                f"to continue it, or choose another --out"
+            )
     skip = out_files.complete_images(records, out_dir) & set(mine) if resume else set()
     failed = {r["image"]: r.get("error", "") for r in records if r.get("status") == "failed"}
-    return Plan(everything, mine, folders, manifest, skip, out_files.recorded_keys(records),
-                {p: e for p, e in failed.items() if p in set(mine) - skip})
+    return Plan(
+        everything,
+        mine,
+        folders,
+        manifest,
+        skip,
+        out_files.recorded_keys(records),
+        {p: e for p, e in failed.items() if p in set(mine) - skip},
+    )
 
 
 def still_unreadable(input_dir: str, paths: Sequence[str]) -> dict[str, str]:
@@ -125,8 +146,10 @@ def model_fingerprint(model: str, weights: str | None) -> dict:
     elif os.path.isfile(weights):
         fingerprint["weights"] = {"file": file_digest(weights)}
     else:
-        raise FileNotFoundError(f"weights file {weights} does not exist (--weights accepts 'imagenet', "
-                                f"'random' or the path of a weights file)")
+        raise FileNotFoundError(
+            f"weights file {weights} does not exist (--weights accepts 'imagenet', "
+            f"'random' or the path of a weights file)"
+        )
     return fingerprint
 
 
@@ -160,9 +183,14 @@ def check_settings(out_dir: str, settings: dict) -> None:
         if before is not None:
             if before != settings:
                 changed = ", ".join(k for k in settings if before.get(k) != settings[k]) or "settings"
-                what = ("the model file, its weights or its config changed since"
-                        if changed == "model" else f"{changed} differ")
-                raise RunRefused(f"--out {out_dir!r} holds results made with other settings ({what}; see "
-                                 f"{path}); use the same options, or another --out")
+                what = (
+                    "the model file, its weights or its config changed since"
+                    if changed == "model"
+                    else f"{changed} differ"
+                )
+                raise RunRefused(
+                    f"--out {out_dir!r} holds results made with other settings ({what}; see "
+                    f"{path}); use the same options, or another --out"
+                )
             return
         write_json(settings, path)

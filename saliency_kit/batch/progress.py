@@ -1,4 +1,5 @@
 """Progress of a batch run: tqdm's bar on a terminal, a plain line every few seconds elsewhere."""
+
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import time
 import numpy as np
 
 __all__ = ["Progress"]
+
 
 class Progress:
     """tqdm's bar on a terminal; otherwise a plain line at most every ``every`` seconds."""
@@ -42,9 +44,12 @@ class Progress:
             count = self.done + self.failed
             rate = count / max(now - self.start, 1e-9)
             eta = (self.total - count) / rate if rate > 0 else float("inf")
-            print(f"saliency batch: {count}/{self.total} images ({100 * count / max(self.total, 1):.0f}%), "
-                  f"{rate:.1f} images/s, {self.failed} failed, eta {_duration(eta)}",
-                  file=self.stream, flush=True)
+            print(
+                f"saliency batch: {count}/{self.total} images ({100 * count / max(self.total, 1):.0f}%), "
+                f"{rate:.1f} images/s, {self.failed} failed, eta {_duration(eta)}",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -55,5 +60,10 @@ def _duration(seconds: float) -> str:
     if not np.isfinite(seconds):
         return "?"
     seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+        if seconds >= 60
+        else f"{seconds}s"
+    )

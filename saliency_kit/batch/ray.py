@@ -31,6 +31,7 @@ Shared storage. Actors write into ``--out`` themselves, so every node running an
 into ``--out`` and refuses to start (exit 2) if a node cannot read it; an actor started later on
 a new node checks it too before it writes anything.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as futures
@@ -45,12 +46,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..files import remove_partials, write_atomic
 from . import outputs
 from . import run as pipeline
 from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
-from ..files import remove_partials, write_atomic
 
 #: How to get the extra that provides Ray Data (printed when it is missing).
 INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
@@ -73,8 +74,9 @@ def import_ray():
         import ray
         import ray.data  # noqa: F401 - the part this runner needs
     except ImportError as error:
-        raise RayUnavailable(f"--ray needs Ray Data, which is not installed: {INSTALL_HINT}; "
-                             f"received ImportError: {error}.") from None
+        raise RayUnavailable(
+            f"--ray needs Ray Data, which is not installed: {INSTALL_HINT}; received ImportError: {error}."
+        ) from None
     return ray
 
 
@@ -89,6 +91,7 @@ class ModelSource:
     @classmethod
     def from_args(cls, model: str, weights: str | None = None, unsafe: bool = False) -> ModelSource:
         """Model and weights files as absolute paths, so that actors started elsewhere find them."""
+
         def absolute(value):
             return os.path.abspath(value) if value is not None and os.path.exists(value) else value
 
@@ -136,10 +139,13 @@ def check_visible(job: Job) -> str:
         raise OutputNotShared(
             f"--out {job.out_dir!r} is not shared with Ray node {node!r}: it cannot read the probe file "
             f"{probe!r} the driver wrote there; use a folder every node mounts at the same path "
-            f"(e.g. NFS); received {'no such file' if seen is None else 'another run’s probe'}.")
+            f"(e.g. NFS); received {'no such file' if seen is None else 'another run’s probe'}."
+        )
     if not os.path.isdir(job.input_dir):
-        raise OutputNotShared(f"INPUT_DIR {job.input_dir!r} is not visible on Ray node {node!r}; use a "
-                              f"folder every node mounts at the same path; received no such folder.")
+        raise OutputNotShared(
+            f"INPUT_DIR {job.input_dir!r} is not visible on Ray node {node!r}; use a "
+            f"folder every node mounts at the same path; received no such folder."
+        )
     return node
 
 
@@ -175,8 +181,7 @@ class ChunkExplainer:
         self.targets_for = job.targets_for_model(self.model)
 
     def __call__(self, rows: dict) -> dict:
-        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False)
-                   for images in rows["images"]]
+        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
         return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
 
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
@@ -201,11 +206,18 @@ class ChunkExplainer:
             inputs.append(item)
             originals.append(original)
         if good:
-            explanations = pipeline.explain_batch(self.model, np.stack(inputs), job.methods, self.targets_for,
-                                                  job.batch_size, good)
-            items = [(path, folders[path], originals[row],
-                      outputs.per_image(explanations, row, job.looks, "npz" in job.formats))
-                     for row, path in enumerate(good)]
+            explanations = pipeline.explain_batch(
+                self.model, np.stack(inputs), job.methods, self.targets_for, job.batch_size, good
+            )
+            items = [
+                (
+                    path,
+                    folders[path],
+                    originals[row],
+                    outputs.per_image(explanations, row, job.looks, "npz" in job.formats),
+                )
+                for row, path in enumerate(good)
+            ]
             del explanations
             for path, written in pipeline.write_batch(job.out_dir, items, self.spec.class_names, job.formats):
                 done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
@@ -214,8 +226,10 @@ class ChunkExplainer:
 
 def _decode_results(text: str) -> list:
     """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them."""
-    return [(path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
-            for path, written in json.loads(text)]
+    return [
+        (path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
+        for path, written in json.loads(text)
+    ]
 
 
 def connect(address: str | None, *, num_cpus: int | None = None):
@@ -227,10 +241,13 @@ def connect(address: str | None, *, num_cpus: int | None = None):
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
-    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
-             "configure_logging": True}
-    env = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
-                        "MPLBACKEND": "Agg"}}
+    quiet = {
+        "include_dashboard": False,
+        "logging_level": logging.ERROR,
+        "log_to_driver": False,
+        "configure_logging": True,
+    }
+    env = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"), "MPLBACKEND": "Agg"}}
     if address is None:
         ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env, **quiet)
     else:
@@ -244,8 +261,11 @@ def check_nodes(ray, job: Job) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     check = ray.remote(num_cpus=0, max_retries=0)(check_visible)
-    pending = [check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
-               .remote(job) for node in ray.nodes() if node.get("Alive")]
+    pending = [
+        check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(job)
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]
     for ref in pending:
         try:
             ray.get(ref)
@@ -307,10 +327,19 @@ def run(
     token = f"{secrets.token_hex(16)} {socket.gethostname()} {os.getpid()}"
     probe = PROBE_PREFIX + token[:12]
     write_atomic(os.path.join(out_abs, probe), token.encode())
-    job = Job(input_dir=os.path.abspath(input_dir), input_label=input_dir, out_dir=out_abs, probe=probe,
-              token=token, model=model, methods=tuple((name, dict(options)) for name, options in methods),
-              targets_for_model=targets_for_model, looks=dict(looks), batch_size=batch_size,
-              formats=tuple(formats))
+    job = Job(
+        input_dir=os.path.abspath(input_dir),
+        input_label=input_dir,
+        out_dir=out_abs,
+        probe=probe,
+        token=token,
+        model=model,
+        methods=tuple((name, dict(options)) for name, options in methods),
+        targets_for_model=targets_for_model,
+        looks=dict(looks),
+        batch_size=batch_size,
+        formats=tuple(formats),
+    )
     try:
         ray, started = connect(address, num_cpus=num_cpus)
         try:
@@ -348,7 +377,7 @@ def _chunks(mine: Sequence[str], todo: set, size: int) -> list[list[str]]:
     A chunk is recorded whole (one manifest append), so a resumed run redoes whole chunks of the
     first run, each image at its first position.
     """
-    return [[path for path in mine[i:i + size] if path in todo] for i in range(0, len(mine), size)]
+    return [[path for path in mine[i : i + size] if path in todo] for i in range(0, len(mine), size)]
 
 
 def remove_stale_probes(out_dir: str) -> None:
@@ -393,8 +422,13 @@ def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
     # One chunk per block, so that one task is one chunk: a retry redoes only the chunk that failed.
     dataset = ray.data.from_items(rows, override_num_blocks=len(rows))
     return dataset.map_batches(
-        ChunkExplainer, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1, num_gpus=gpus_per_worker or None,
+        ChunkExplainer,
+        fn_constructor_kwargs={"job": job},
+        batch_size=1,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        num_cpus=1,
+        num_gpus=gpus_per_worker or None,
     )
 
 

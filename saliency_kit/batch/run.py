@@ -29,6 +29,7 @@ resume, another shard) with other settings, or after the model file, its weights
 changed, is refused instead of mixing two kinds of results. Shards starting at the same moment
 take a lock on the folder while they check and write it.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as futures
@@ -39,13 +40,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..files import remove_partials
+from ..images import ImageLoadError
 from . import outputs as out_files
 from .discovery import image_key
 from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
-from ..files import remove_partials
-from ..images import ImageLoadError
 
 __all__ = ["Summary", "explain_batch", "finish_batch", "run", "targets_for", "write_batch"]
 
@@ -76,20 +77,35 @@ def targets_for(spec, model, batch_size: int) -> Callable:
     return resolve
 
 
-def explain_batch(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]], targets_for: Callable,
-                  batch_size: int, paths: Sequence[str]) -> list:
+def explain_batch(
+    model,
+    inputs: np.ndarray,
+    methods: Sequence[tuple[str, dict]],
+    targets_for: Callable,
+    batch_size: int,
+    paths: Sequence[str],
+) -> list:
     """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
     the targets are resolved once for all methods; seeded noise is keyed by each path."""
     from ..api import explain
 
     targets = targets_for(inputs)
     keys = [image_key(path) for path in paths]
-    return [explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
-            for name, options in methods]
+    return [
+        explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
+        for name, options in methods
+    ]
 
 
-def explain_asked(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]], ask: Callable, batch_size: int,
-                  paths: Sequence[str], sizes: Sequence[tuple[int, int]]) -> tuple[list, list]:
+def explain_asked(
+    model,
+    inputs: np.ndarray,
+    methods: Sequence[tuple[str, dict]],
+    ask: Callable,
+    batch_size: int,
+    paths: Sequence[str],
+    sizes: Sequence[tuple[int, int]],
+) -> tuple[list, list]:
     """For a segmentation model, a detector or an output head: ``ask(inputs, sizes)`` gives each
     image's questions (regions, boxes; see :mod:`saliency_kit.cli.tasks`) and ``targets`` for
     the images that ask something, which alone are explained. Returns ``(explanations, asked)``
@@ -102,8 +118,10 @@ def explain_asked(model, inputs: np.ndarray, methods: Sequence[tuple[str, dict]]
     if not rows:
         return [], asked
     keys = [image_key(paths[row]) for row in rows]
-    explanations = [explain(model, inputs[rows], name, targets, batch_size=batch_size, input_keys=keys,
-                               **options) for name, options in methods]
+    explanations = [
+        explain(model, inputs[rows], name, targets, batch_size=batch_size, input_keys=keys, **options)
+        for name, options in methods
+    ]
     return explanations, asked
 
 
@@ -127,7 +145,8 @@ def run(
 
     ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns int ``[B, K]`` for a
     batch (one forward pass at most, shared by every method); or, when it has a true
-    ``asks_questions`` attribute, it is the ``ask`` of :func:`explain_asked` (regions, boxes). ``looks``: method -> ``outputs.Look``.
+    ``asks_questions`` attribute, it is the ``ask`` of :func:`explain_asked` (regions, boxes). ``looks``:
+    method -> ``outputs.Look``.
     Unreadable files are recorded and skipped; lines already in the manifest are not written again.
 
     Images are decoded by ``decode_workers`` threads; maps are rendered and written by
@@ -142,7 +161,7 @@ def run(
     summary = Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     for path in todo:  # a killed run may have left temporary files behind
         remove_partials(os.path.join(out_dir, plan.folders[path]))
-    chunks = [todo[i:i + batch_size] for i in range(0, len(todo), batch_size)]
+    chunks = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
     progress = Progress(len(todo), stream=progress_stream)
     start = time.monotonic()
 
@@ -172,21 +191,38 @@ def run(
 
             items = []
             if good and getattr(targets_for, "asks_questions", False):
-                explanations, asked = explain_asked(model, np.stack(inputs), methods, targets_for, batch_size, good,
-                                                    [o.shape[:2] for o in originals])
-                items = [(path, plan.folders[path], originals[row],
-                          [] if at is None else out_files.per_image(explanations, at, looks, "npz" in formats,
-                                                                    subjects=questions))
-                         for row, (path, (at, questions)) in enumerate(zip(good, asked))]
+                explanations, asked = explain_asked(
+                    model, np.stack(inputs), methods, targets_for, batch_size, good, [o.shape[:2] for o in originals]
+                )
+                items = [
+                    (
+                        path,
+                        plan.folders[path],
+                        originals[row],
+                        []
+                        if at is None
+                        else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
+                    )
+                    for row, (path, (at, questions)) in enumerate(zip(good, asked))
+                ]
                 del explanations
             elif good:
                 explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
-                items = [(path, plan.folders[path], originals[row],
-                          out_files.per_image(explanations, row, looks, "npz" in formats))
-                         for row, path in enumerate(good)]
+                items = [
+                    (
+                        path,
+                        plan.folders[path],
+                        originals[row],
+                        out_files.per_image(explanations, row, looks, "npz" in formats),
+                    )
+                    for row, path in enumerate(good)
+                ]
                 del explanations
-            job = writers.submit(write_batch, out_dir, items, spec.class_names, formats,
-                                 tuple(spec.input_size)) if items else None
+            job = (
+                writers.submit(write_batch, out_dir, items, spec.class_names, formats, tuple(spec.input_size))
+                if items
+                else None
+            )
             del inputs, originals, items
 
             # Record the previous batch while this one is being written.
@@ -207,8 +243,9 @@ def _writer_pool(processes: int) -> futures.Executor:
 
     # "spawn": fresh interpreters that never touch TensorFlow (forking a process that runs it is
     # unsafe), children of this process so that they can notice when it is gone.
-    pool = futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=_worker_start, initargs=(os.getpid(),))
+    pool = futures.ProcessPoolExecutor(
+        processes, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start, initargs=(os.getpid(),)
+    )
     for _ in range(processes):  # start the workers now, while the model compiles
         pool.submit(_warm_up)
     return pool
@@ -245,8 +282,14 @@ def write_batch(out_dir: str, items, class_names, formats, input_size=None) -> l
     done = []
     for path, folder, original, results in items:
         try:
-            done.append((path, out_files.write_image_outputs(out_dir, folder, original, results, class_names,
-                                                             formats, durable=False, input_size=input_size)))
+            done.append(
+                (
+                    path,
+                    out_files.write_image_outputs(
+                        out_dir, folder, original, results, class_names, formats, durable=False, input_size=input_size
+                    ),
+                )
+            )
         except OSError as error:  # e.g. disk full, permission denied: report the image, keep going
             done.append((path, one_line(error)))
     return done
@@ -263,8 +306,9 @@ def finish_batch(batch, plan: Plan, summary: Summary, progress: Progress) -> Non
             continue
         done += 1
         summary.files += len(written)
-        records += [line for line in out_files.manifest_lines(path, written)
-                    if (path, line["file"]) not in plan.recorded]  # redoing an image cut short: old lines stay
+        records += [
+            line for line in out_files.manifest_lines(path, written) if (path, line["file"]) not in plan.recorded
+        ]  # redoing an image cut short: old lines stay
     for path, message in failed:
         if (path, message) not in plan.recorded:  # a resumed run does not repeat old news
             records.append(out_files.failure_line(path, message))
@@ -272,5 +316,3 @@ def finish_batch(batch, plan: Plan, summary: Summary, progress: Progress) -> Non
     summary.explained += done
     summary.failures.extend(failed)
     progress.update(done, len(failed))
-
-

@@ -1,5 +1,6 @@
 """``saliency batch INPUT_DIR --out DIR``: explain every image under a folder (see
 :mod:`saliency_kit.batch` for the run loop, the plan, settings, resume and the manifest)."""
+
 from __future__ import annotations
 
 import os
@@ -17,20 +18,30 @@ from .options import UsageError
 
 def add_parser(subcommands, common) -> None:
     parser = subcommands.add_parser(
-        "batch", parents=[common], help="explain every image under a folder",
+        "batch",
+        parents=[common],
+        help="explain every image under a folder",
         description="Explain every image under INPUT_DIR (recursively). Outputs mirror the input "
-                    "folders under --out; manifest.jsonl gets one line per file written and one "
-                    "per unreadable input. Files are written atomically; a killed run can be "
-                    "continued with --resume.")
+        "folders under --out; manifest.jsonl gets one line per file written and one "
+        "per unreadable input. Files are written atomically; a killed run can be "
+        "continued with --resume.",
+    )
     parser.add_argument("input_dir", metavar="INPUT_DIR")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
     add_explain_options(parser)
-    parser.add_argument("--shard", type=_shard, metavar="I/N",
-                        help="take only shard I of N (0 <= I < N): a fixed split by file path, so N "
-                             "machines can share a folder; each writes manifest.shard-I-of-N.jsonl")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue an earlier run into the same --out: skip complete images "
-                             "(refused if the model, its weights or config, or the options changed)")
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="take only shard I of N (0 <= I < N): a fixed split by file path, so N "
+        "machines can share a folder; each writes manifest.shard-I-of-N.jsonl",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an earlier run into the same --out: skip complete images "
+        "(refused if the model, its weights or config, or the options changed)",
+    )
     ray_options.add_options(parser)
     parser.set_defaults(handler=run)
 
@@ -46,11 +57,14 @@ def _shard(text: str) -> tuple[int, int]:
 
 def settings(args, plan, looks, fingerprint) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
-    return {"model": fingerprint,
-            "methods": [[name, options, vars(looks[name]).copy()] for name, options in plan],
-            "targets": list(args.target or [opt.DEFAULT_TARGET]), "format": args.format,
-            **({"boxes": args.boxes} if args.boxes is not None else {}),
-            **({"output": args.output} if args.output is not None else {})}
+    return {
+        "model": fingerprint,
+        "methods": [[name, options, vars(looks[name]).copy()] for name, options in plan],
+        "targets": list(args.target or [opt.DEFAULT_TARGET]),
+        "format": args.format,
+        **({"boxes": args.boxes} if args.boxes is not None else {}),
+        **({"output": args.output} if args.output is not None else {}),
+    }
 
 
 def run(args) -> int:
@@ -72,8 +86,12 @@ def run(args) -> int:
         raise UsageError(opt.message(error)) from error
 
     shard = f" (shard {args.shard[0]}/{args.shard[1]} of {len(plan_.everything)})" if args.shard else ""
-    print(f"saliency batch: {len(plan_.mine)} images{shard} under {args.input_dir}"
-          + (f", {len(plan_.skip)} already complete" if plan_.skip else ""), file=sys.stderr, flush=True)
+    print(
+        f"saliency batch: {len(plan_.mine)} images{shard} under {args.input_dir}"
+        + (f", {len(plan_.skip)} already complete" if plan_.skip else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     if _nothing_left(args, plan_):
         return 1 if plan_.failed_before else 0
 
@@ -84,8 +102,10 @@ def run(args) -> int:
         target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
         targets_for = pipeline.targets_for(target_spec, model, args.batch_size)
     elif args.ray is not None:
-        raise UsageError(f"--ray explains classifiers; model {spec.name!r} is a {spec.task} model (or --output "
-                         "was given): run saliency batch without --ray, or with --shard I/N on several machines.")
+        raise UsageError(
+            f"--ray explains classifiers; model {spec.name!r} is a {spec.task} model (or --output "
+            "was given): run saliency batch without --ray, or with --shard I/N on several machines."
+        )
     else:
         from .tasks import Asker
 
@@ -96,9 +116,16 @@ def run(args) -> int:
         summary = ray_options.run(args, plan_, methods, target_spec, looks)
     else:
         summary = pipeline.run(
-            input_dir=args.input_dir, out_dir=args.out, plan=plan_, model=model, spec=spec, methods=methods,
-            targets_for=targets_for, looks=looks,
-            batch_size=args.batch_size, formats=outputs.FORMATS[args.format],
+            input_dir=args.input_dir,
+            out_dir=args.out,
+            plan=plan_,
+            model=model,
+            spec=spec,
+            methods=methods,
+            targets_for=targets_for,
+            looks=looks,
+            batch_size=args.batch_size,
+            formats=outputs.FORMATS[args.format],
         )
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
@@ -123,17 +150,18 @@ def _nothing_left(args, plan_) -> bool:
     unreadable = planning.still_unreadable(args.input_dir, todo)
     if set(unreadable) != set(todo):
         return False
-    summary = pipeline.Summary(total=len(plan_.mine), skipped=len(plan_.skip),
-                               failures=sorted(unreadable.items()))
+    summary = pipeline.Summary(total=len(plan_.mine), skipped=len(plan_.skip), failures=sorted(unreadable.items()))
     _report(summary, plan_.manifest.path)
     return True
 
 
 def _report(summary, manifest_path: str) -> None:
     rate = summary.explained / summary.seconds if summary.seconds > 0 else 0.0
-    print(f"saliency batch: {summary.explained} images explained, {summary.skipped} already complete, "
-          f"{len(summary.failures)} failed; {summary.files} files written in {summary.seconds:.1f} s "
-          f"({rate:.1f} images/s); manifest: {manifest_path}")
+    print(
+        f"saliency batch: {summary.explained} images explained, {summary.skipped} already complete, "
+        f"{len(summary.failures)} failed; {summary.files} files written in {summary.seconds:.1f} s "
+        f"({rate:.1f} images/s); manifest: {manifest_path}"
+    )
     for path, text in summary.failures[:20]:
         print(f"  failed: {text}" if path in text else f"  failed: {path}: {text}")
     if len(summary.failures) > 20:

@@ -16,6 +16,7 @@ Object masks for the localisation metrics are read from files beside the images 
 ``STEM<suffix>.png`` (``--mask-suffix``, default ``_mask``; white = object); images without one
 get no localisation values.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,7 @@ from . import options as opt
 from .options import UsageError
 
 #: Metrics scored when no --metric is given (fast on any model); localisation ones when masks exist.
-DEFAULT_METRICS = ("faithfulness_correlation", "region_perturbation", "max_sensitivity", "sparseness",
-                   "random_logit")
+DEFAULT_METRICS = ("faithfulness_correlation", "region_perturbation", "max_sensitivity", "sparseness", "random_logit")
 DEFAULT_LOCALISATION = ("pointing_game", "relevance_mass_accuracy", "auc")
 #: What the command line changes from the library's (Quantus') defaults, to keep a run short.
 CLI_METRIC_OPTIONS = {
@@ -45,11 +45,31 @@ CLI_METRIC_OPTIONS = {
 }
 #: The names of ``saliency_kit.evaluate.METRICS``, here so that building the parser imports no SciPy.
 METRIC_NAMES = (
-    "faithfulness_correlation", "infidelity", "road", "monotonicity_correlation", "region_perturbation",
-    "pixel_flipping", "deletion", "insertion", "max_sensitivity", "avg_sensitivity", "relative_input_stability",
-    "pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
-    "attribution_localisation", "auc", "sparseness", "complexity", "effective_complexity", "random_logit",
-    "randomization", "completeness", "non_sensitivity", "input_invariance",
+    "faithfulness_correlation",
+    "infidelity",
+    "road",
+    "monotonicity_correlation",
+    "region_perturbation",
+    "pixel_flipping",
+    "deletion",
+    "insertion",
+    "max_sensitivity",
+    "avg_sensitivity",
+    "relative_input_stability",
+    "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "top_k_intersection",
+    "attribution_localisation",
+    "auc",
+    "sparseness",
+    "complexity",
+    "effective_complexity",
+    "random_logit",
+    "randomization",
+    "completeness",
+    "non_sensitivity",
+    "input_invariance",
 )
 PARTS = "metrics_parts"
 SETTINGS = "metrics_settings.json"
@@ -67,26 +87,41 @@ CAVEATS = (
 def add_parser(subcommands, common) -> None:
     """Add the ``evaluate`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
     parser = subcommands.add_parser(
-        "evaluate", parents=[common],
+        "evaluate",
+        parents=[common],
         help="which method should I trust? every method x metric on your images (CSV, JSON, chart)",
-        description=("Score every --method with every --metric on the images (a seeded random map is "
-                     "always added as a method), and write metrics.csv, metrics.json and metrics.png "
-                     "to --out. " + CAVEATS),
+        description=(
+            "Score every --method with every --metric on the images (a seeded random map is "
+            "always added as a method), and write metrics.csv, metrics.json and metrics.png "
+            "to --out. " + CAVEATS
+        ),
         epilog=f"Metrics: {', '.join(METRIC_NAMES)}. --seed N seeds every metric's draws, the random map and "
-               "the noisy methods (default: 0).",
+        "the noisy methods (default: 0).",
     )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     opt.add_model_options(parser)
     opt.add_method_options(parser)
-    parser.add_argument("--metric", action="append", metavar="NAME",
-                        help=f"a metric (repeatable; default: {', '.join(DEFAULT_METRICS)}, and "
-                             f"{', '.join(DEFAULT_LOCALISATION)} when masks are found)")
-    parser.add_argument("--mask-suffix", default="_mask", metavar="S",
-                        help="object masks are the files STEM<S>.png beside the images (default: _mask)")
-    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
-                        help=f"output directory (default: {opt.DEFAULT_OUT})")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the images already scored in --out (same settings) and score the rest")
+    parser.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help=f"a metric (repeatable; default: {', '.join(DEFAULT_METRICS)}, and "
+        f"{', '.join(DEFAULT_LOCALISATION)} when masks are found)",
+    )
+    parser.add_argument(
+        "--mask-suffix",
+        default="_mask",
+        metavar="S",
+        help="object masks are the files STEM<S>.png beside the images (default: _mask)",
+    )
+    parser.add_argument(
+        "--out", default=opt.DEFAULT_OUT, metavar="DIR", help=f"output directory (default: {opt.DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the images already scored in --out (same settings) and score the rest",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -96,8 +131,10 @@ def _metrics(args, have_masks: bool) -> list[str]:
     chosen = list(dict.fromkeys(args.metric or [*DEFAULT_METRICS, *(DEFAULT_LOCALISATION if have_masks else ())]))
     for name in chosen:
         if name not in METRIC_NAMES:
-            raise UsageError(f"unknown metric {name!r}{did_you_mean(name, list(METRIC_NAMES))}; choose from: "
-                             f"{', '.join(METRIC_NAMES)}")
+            raise UsageError(
+                f"unknown metric {name!r}{did_you_mean(name, list(METRIC_NAMES))}; choose from: "
+                f"{', '.join(METRIC_NAMES)}"
+            )
     return chosen
 
 
@@ -115,7 +152,7 @@ def load_mask(path: str, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     with Image.open(path) as image:
-        grey = image.convert("L").resize((size[1], size[0]), Image.NEAREST)
+        grey = image.convert("L").resize((size[1], size[0]), Image.Resampling.NEAREST)
     return np.asarray(grey) > 127
 
 
@@ -125,7 +162,7 @@ def _part_name(image: str) -> str:
 
 def run(args) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
-    from ..batch import run as pipeline
+    from ..batch import plan as planning
     from ..evaluate import METRICS, compare
     from ..files import remove_partials, write_json
     from ..images import ImageLoadError, load_image
@@ -150,19 +187,25 @@ def run(args) -> int:
         opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug)
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    (kind, value), = opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug).parts
+    ((kind, value),) = opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug).parts
     target = f"top{value}" if kind == "top" else int(value)
     plan = with_model_defaults(plan, spec)
 
-    settings = {"model": pipeline.model_fingerprint(args.model, args.weights), "methods": [list(p) for p in plan],
-                "metrics": metrics, "target": texts[0], "seed": seed, "mask_suffix": args.mask_suffix,
-                "metric_options": {m: CLI_METRIC_OPTIONS[m] for m in metrics if m in CLI_METRIC_OPTIONS}}
+    settings = {
+        "model": planning.model_fingerprint(args.model, args.weights),
+        "methods": [list(p) for p in plan],
+        "metrics": metrics,
+        "target": texts[0],
+        "seed": seed,
+        "mask_suffix": args.mask_suffix,
+        "metric_options": {m: CLI_METRIC_OPTIONS[m] for m in metrics if m in CLI_METRIC_OPTIONS},
+    }
     parts = os.path.join(args.out, PARTS)
     os.makedirs(parts, exist_ok=True)
     remove_partials(parts)
     try:
         _check_settings(args.out, settings)
-    except pipeline.RunRefused as error:
+    except planning.RunRefused as error:
         raise UsageError(str(error)) from error
     todo = [p for p in images if not (args.resume and os.path.isfile(os.path.join(parts, _part_name(p))))]
     methods = [name for name, _ in plan]
@@ -183,10 +226,19 @@ def run(args) -> int:
             preflighted = True
         mask = load_mask(masks_found[path], x.shape[:2])[None] if masks_found[path] else None
         chosen = [m for m in metrics if mask is not None or not METRICS[m].needs_masks]
-        table = compare(model, x[None], methods, chosen, targets=target, masks=mask, seed=seed,
-                        batch_size=args.batch_size, method_options=method_options,
-                        metric_options={m: CLI_METRIC_OPTIONS.get(m, {}) for m in chosen},
-                        progress=lambda *_: progress.update(1))
+        table = compare(
+            model,
+            x[None],
+            methods,
+            chosen,
+            targets=target,
+            masks=mask,
+            seed=seed,
+            batch_size=args.batch_size,
+            method_options=method_options,
+            metric_options={m: CLI_METRIC_OPTIONS.get(m, {}) for m in chosen},
+            progress=lambda *_: progress.update(1),
+        )
         progress.update((len(methods) + 1) * (len(metrics) - len(chosen)))
         values = {f"{r['method']}\t{r['metric']}": r["per_input"][0] for r in table["rows"]}
         write_json({"image": os.path.abspath(path), "values": values}, os.path.join(parts, _part_name(path)))
@@ -212,12 +264,12 @@ def _check_settings(out_dir: str, settings: dict) -> None:
     recorded there (another run in the same folder is refused)."""
     import json
 
-    from ..batch import run as pipeline
+    from ..batch import plan as planning
     from ..files import write_json
 
     settings = json.loads(json.dumps(settings))
     path = os.path.join(out_dir, SETTINGS)
-    with pipeline.locked(out_dir):
+    with planning.locked(out_dir):
         before = None
         if os.path.exists(path):
             with open(path, encoding="utf-8") as handle:
@@ -227,8 +279,10 @@ def _check_settings(out_dir: str, settings: dict) -> None:
                     before = None
         if before is not None and before != settings:
             changed = ", ".join(k for k in settings if before.get(k) != settings[k]) or "settings"
-            raise pipeline.RunRefused(f"--out {out_dir!r} holds metrics made with other settings ({changed} "
-                                      f"differ; see {path}); use the same options, or another --out")
+            raise planning.RunRefused(
+                f"--out {out_dir!r} holds metrics made with other settings ({changed} "
+                f"differ; see {path}); use the same options, or another --out"
+            )
         if before is None:
             write_json(settings, path)
 
@@ -247,14 +301,24 @@ def collect(parts: str, images: list[str], methods: list[str], metrics: list[str
     rows = []
     for metric in metrics:
         for method in methods:
-            values = np.array([v.get(f"{method}\t{metric}", np.nan) if v.get(f"{method}\t{metric}") is not None
-                               else np.nan for v in per_image], dtype=np.float64)
+            values = np.array(
+                [
+                    v.get(f"{method}\t{metric}", np.nan) if v.get(f"{method}\t{metric}") is not None else np.nan
+                    for v in per_image
+                ],
+                dtype=np.float64,
+            )
             finite = values[np.isfinite(values)]
-            rows.append({"method": method, "metric": metric,
-                         "mean": float(finite.mean()) if finite.size else float("nan"),
-                         "std": float(finite.std()) if finite.size else float("nan"),
-                         "per_input": [float(v) for v in values],
-                         "higher_is_better": METRICS[metric].higher_is_better})
+            rows.append(
+                {
+                    "method": method,
+                    "metric": metric,
+                    "mean": float(finite.mean()) if finite.size else float("nan"),
+                    "std": float(finite.std()) if finite.size else float("nan"),
+                    "per_input": [float(v) for v in values],
+                    "higher_is_better": METRICS[metric].higher_is_better,
+                }
+            )
     return {"images": [os.path.abspath(p) for p in images], "rows": rows}
 
 
@@ -268,10 +332,13 @@ def write_table(out: str, table: dict, settings: dict) -> list[str]:
     writer.writerow(["method", "metric", "image", "value", "higher_is_better"])
     for row in table["rows"]:
         for image, value in zip(table["images"], row["per_input"]):
-            writer.writerow([row["method"], row["metric"], image, "" if np.isnan(value) else repr(value),
-                             row["higher_is_better"]])
-    paths = [write_atomic(os.path.join(out, "metrics.csv"), text.getvalue().encode()),
-             write_json({"settings": settings, "caveats": CAVEATS, **table}, os.path.join(out, "metrics.json"))]
+            writer.writerow(
+                [row["method"], row["metric"], image, "" if np.isnan(value) else repr(value), row["higher_is_better"]]
+            )
+    paths = [
+        write_atomic(os.path.join(out, "metrics.csv"), text.getvalue().encode()),
+        write_json({"settings": settings, "caveats": CAVEATS, **table}, os.path.join(out, "metrics.json")),
+    ]
     png = os.path.join(out, "metrics.png")
     save_png(metrics_figure(table), png, dpi=100)
     return [*paths, png]
@@ -305,10 +372,12 @@ def metrics_figure(table: dict):
         ax.set_title(f"{metric} ({'higher' if better else 'lower'} is better)", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
         ax.axvline(0, color="0.8", linewidth=0.5)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_axis_off()
-    fig.suptitle(f"saliency evaluate: {len(table['images'])} images, methods ranked best first "
-                 f"(bar: mean, dots: images)", fontsize=10)
+    fig.suptitle(
+        f"saliency evaluate: {len(table['images'])} images, methods ranked best first (bar: mean, dots: images)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -333,9 +402,12 @@ class _Progress:
         now = time.monotonic()
         if now - self.last >= 10 or self.done >= self.total:
             self.last = now
-            print(f"saliency evaluate: {self.done}/{self.total} method x metric cells "
-                  f"({100 * self.done / max(self.total, 1):.0f}%), {now - self.start:.0f}s",
-                  file=self.stream, flush=True)
+            print(
+                f"saliency evaluate: {self.done}/{self.total} method x metric cells "
+                f"({100 * self.done / max(self.total, 1):.0f}%), {now - self.start:.0f}s",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:

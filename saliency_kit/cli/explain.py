@@ -1,6 +1,7 @@
 """``saliency explain IMAGE...``: explain a few images; per image, method and class a heatmap and an
 overlay PNG (and/or an NPZ), one grid PNG per image, and ``manifest.jsonl`` in --out listing them
 as ``saliency batch`` does."""
+
 from __future__ import annotations
 
 import os
@@ -15,13 +16,17 @@ from .options import UsageError
 
 def add_parser(subcommands, common) -> None:
     parser = subcommands.add_parser(
-        "explain", parents=[common], help="explain one or more images",
+        "explain",
+        parents=[common],
+        help="explain one or more images",
         description="Explain images: per image, method and class a heatmap and an overlay PNG, plus "
-                    "one grid PNG per image; manifest.jsonl in --out lists every file.")
+        "one grid PNG per image; manifest.jsonl in --out lists every file.",
+    )
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
     add_explain_options(parser)
-    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
-                        help=f"output folder (default: {opt.DEFAULT_OUT})")
+    parser.add_argument(
+        "--out", default=opt.DEFAULT_OUT, metavar="DIR", help=f"output folder (default: {opt.DEFAULT_OUT})"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -31,17 +36,26 @@ def add_explain_options(parser) -> None:
     opt.add_method_options(parser)
     group = parser.add_argument_group(
         "segmentation, detection, several outputs",
-        "On a segmentation model (task = \"segmentation\" in its config) --target NAME explains the region "
+        'On a segmentation model (task = "segmentation" in its config) --target NAME explains the region '
         "predicted as NAME, --target NAME@MASK.png a region given by a mask image (nonzero = in); the default "
-        "is every class predicted somewhere but the background. On a detector (task = \"detection\") the "
+        'is every class predicted somewhere but the background. On a detector (task = "detection") the '
         "default explains every detected box (score at least the config's score_threshold, after non-max "
         "suppression); --target NAME its boxes of class NAME, --target NAME@x0,y0,x1,y1 a given box in the "
-        "image file's pixels.")
-    group.add_argument("--boxes", metavar="topN|all", default=None,
-                       help="detectors: explain the N best detected boxes, or all of them (default: all)")
-    group.add_argument("--output", metavar="NAME", default=None,
-                       help="a multi-output model: explain the output (head) NAME (or its index); --target then "
-                            "picks its components: topK, an index, or all (default: top1)")
+        "image file's pixels.",
+    )
+    group.add_argument(
+        "--boxes",
+        metavar="topN|all",
+        default=None,
+        help="detectors: explain the N best detected boxes, or all of them (default: all)",
+    )
+    group.add_argument(
+        "--output",
+        metavar="NAME",
+        default=None,
+        help="a multi-output model: explain the output (head) NAME (or its index); --target then "
+        "picks its components: topK, an index, or all (default: top1)",
+    )
     opt.add_render_options(parser)
 
 
@@ -66,8 +80,12 @@ def check_before_loading(args):
     the model's config names its classes. Returns ``(plan, spec or None)``."""
     plan = opt.method_plan(args)
     spec = opt.model_spec(args)
-    if spec is not None and (spec.task != "classification" or args.output is not None or args.boxes is not None
-                             or any("@" in text for text in args.target or [])):
+    if spec is not None and (
+        spec.task != "classification"
+        or args.output is not None
+        or args.boxes is not None
+        or any("@" in text for text in args.target or [])
+    ):
         task_plan(args, spec)
     elif spec is not None and spec.class_names:
         opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
@@ -89,7 +107,9 @@ def with_model_defaults(plan, spec) -> list[tuple[str, dict]]:
 def run(args) -> int:
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:
-        raise UsageError(f"no such file: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise UsageError(
+            f"no such file: {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     plan, _ = check_before_loading(args)
     formats = outputs.FORMATS[args.format]
     looks = opt.looks(args, plan)
@@ -122,16 +142,18 @@ def run(args) -> int:
     opt.preflight(model, spec, np.stack(inputs[:1]), plan, args.batch_size)
 
     if tasks_plan is not None:
-        return _run_task(args, model, spec, tasks_plan, plan, looks, formats, paths, np.stack(inputs), originals,
-                         failures)
+        return _run_task(
+            args, model, spec, tasks_plan, plan, looks, formats, paths, np.stack(inputs), originals, failures
+        )
 
     from ..api import explain
 
     batch = np.stack(inputs)
     logits = opt.model_scores(model, batch, args.batch_size)
     targets = _resolve(target_spec, logits)  # the logits ``sk.explain`` ranks topK by
-    explanations = [explain(model, batch, name, targets, batch_size=args.batch_size, **options)
-                    for name, options in plan]
+    explanations = [
+        explain(model, batch, name, targets, batch_size=args.batch_size, **options) for name, options in plan
+    ]
     shown, label = _shown_scores(model, batch, logits, args.batch_size)
 
     folders = outputs.explain_dirs(paths)
@@ -140,8 +162,9 @@ def run(args) -> int:
     for row, path in enumerate(paths):
         print(f"{path}: {label}: " + _top(shown[row], spec.class_names))
         results = outputs.per_image(explanations, row, looks, "npz" in formats)
-        written = outputs.write_image_outputs(args.out, folders[path], originals[row], results,
-                                              spec.class_names, formats)
+        written = outputs.write_image_outputs(
+            args.out, folders[path], originals[row], results, spec.class_names, formats
+        )
         lines += outputs.manifest_lines(path, written)
         files = [os.path.join(args.out, w.file) for w in written]
         if "png" in formats:
@@ -194,19 +217,24 @@ def _write_grid(args, explanations, row, path, original, spec, folder, looks) ->
     from .. import render
 
     signs = {look.sign for look in looks.values()}
-    figure = render.grid([_Row(e, row) for e in explanations], [original], spec.class_names,
-                         sign=signs.pop() if len(signs) == 1 else "abs", cmap=args.cmap,
-                         clip_percentile=args.clip_percentile, alpha=args.alpha,
-                         row_labels=[os.path.basename(path)], score_name="logit")
+    figure = render.grid(
+        [_Row(e, row) for e in explanations],
+        [original],
+        spec.class_names,
+        sign=signs.pop() if len(signs) == 1 else "abs",
+        cmap=args.cmap,
+        clip_percentile=args.clip_percentile,
+        alpha=args.alpha,
+        row_labels=[os.path.basename(path)],
+        score_name="logit",
+    )
     return render.save_png(figure, os.path.join(args.out, folder, "grid.png"))
-
 
 
 def _run_task(args, model, spec, tasks_plan, plan, looks, formats, paths, batch, originals, failures) -> int:
     """``run`` for a segmentation model, a detector or an output head: each image's questions
     (:mod:`.tasks`) from one forward pass, the images that ask something explained together."""
     from ..api import explain
-
     from . import tasks
 
     raw = tasks.forward(model, batch, args.batch_size, tasks_plan)
@@ -215,8 +243,9 @@ def _run_task(args, model, spec, tasks_plan, plan, looks, formats, paths, batch,
     explanations = []
     if rows:
         targets, _ = tasks.build_targets([asked[row] for row in rows])
-        explanations = [explain(model, batch[rows], name, targets, batch_size=args.batch_size, **options)
-                        for name, options in plan]
+        explanations = [
+            explain(model, batch[rows], name, targets, batch_size=args.batch_size, **options) for name, options in plan
+        ]
     folders = outputs.explain_dirs(paths)
     manifest = outputs.Manifest(os.path.join(args.out, outputs.MANIFEST))
     lines = []
@@ -226,21 +255,25 @@ def _run_task(args, model, spec, tasks_plan, plan, looks, formats, paths, batch,
             continue
         at = rows.index(row)
         results = outputs.per_image(explanations, at, looks, "npz" in formats, subjects=asked[row])
-        written = outputs.write_image_outputs(args.out, folders[path], originals[row], results,
-                                              spec.class_names, formats, input_size=spec.input_size)
+        written = outputs.write_image_outputs(
+            args.out, folders[path], originals[row], results, spec.class_names, formats, input_size=spec.input_size
+        )
         lines += outputs.manifest_lines(path, written)
         files = [os.path.join(args.out, w.file) for w in written]
         if "png" in formats:
-            files.append(_write_task_grid(args, explanations, at, asked[row], path, originals[row], spec,
-                                          folders[path], looks))
+            files.append(
+                _write_task_grid(args, explanations, at, asked[row], path, originals[row], spec, folders[path], looks)
+            )
         for file in files:
             print(f"  wrote {file}")
     manifest.replace_images(lines + [outputs.failure_line(path, error) for path, error in failures])
     gallery.write_gallery(args.out)
     print(f"  wrote {os.path.join(args.out, 'index.html')}")
     if failures:
-        print(f"saliency explain: {len(failures)} of {len(paths) + len(failures)} images could not be read",
-              file=sys.stderr)
+        print(
+            f"saliency explain: {len(failures)} of {len(paths) + len(failures)} images could not be read",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -260,9 +293,16 @@ def _write_task_grid(args, explanations, row, questions, path, original, spec, f
     from .. import render
 
     signs = {look.sign for look in looks.values()}
-    figure = render.grid([_TaskRow(e, row, questions) for e in explanations], [original], spec.class_names,
-                         sign=signs.pop() if len(signs) == 1 else "abs", cmap=args.cmap,
-                         clip_percentile=args.clip_percentile, alpha=args.alpha,
-                         row_labels=[os.path.basename(path)], score_name="score",
-                         marks=[[q.mark(spec.input_size) for q in questions]])
+    figure = render.grid(
+        [_TaskRow(e, row, questions) for e in explanations],
+        [original],
+        spec.class_names,
+        sign=signs.pop() if len(signs) == 1 else "abs",
+        cmap=args.cmap,
+        clip_percentile=args.clip_percentile,
+        alpha=args.alpha,
+        row_labels=[os.path.basename(path)],
+        score_name="score",
+        marks=[[q.mark(spec.input_size) for q in questions]],
+    )
     return render.save_png(figure, os.path.join(args.out, folder, "grid.png"))

@@ -1,5 +1,6 @@
 """``saliency models`` and ``saliency methods``: what is available, one line each, without
 importing TensorFlow (the method declarations and model configs are plain data)."""
+
 from __future__ import annotations
 
 

@@ -19,6 +19,7 @@ A subcommand is a module with ``add_parser(subcommands, common)`` that registers
 ``set_defaults(handler=fn)``, ``fn(args) -> exit status``, and raises :class:`UsageError` for
 problems found before its work starts. TensorFlow is imported only once a command needs a model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,12 @@ class Parser(argparse.ArgumentParser):
 
 def _common(debug_default) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=debug_default,
-                        help="show the full traceback of an error, and everything TensorFlow logs")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=debug_default,
+        help="show the full traceback of an error, and everything TensorFlow logs",
+    )
     return common
 
 
@@ -54,13 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="saliency",
         description="Saliency maps for Keras models: explain images, or whole folders of them.",
         epilog="Exit status: 0 all done; 1 some inputs failed; 2 usage error (bad arguments, unknown "
-               "model/method/class, model weights not available, --out holding another run).",
+        "model/method/class, model weights not available, --out holding another run).",
         parents=[_common(False)],
     )
     # Subcommands take --debug too, without resetting a --debug given before the subcommand.
     common = _common(argparse.SUPPRESS)
-    subcommands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True,
-                                        parser_class=Parser)
+    subcommands = parser.add_subparsers(
+        title="commands", dest="command", metavar="COMMAND", required=True, parser_class=Parser
+    )
     for command in COMMANDS:
         command.add_parser(subcommands, common)
     return parser
@@ -86,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - one line for users, the traceback with --debug
         if args.debug:
             raise
-        print(f"{prefix}: error: {type(error).__name__}: {message(error)} "
-              f"(run with --debug for the traceback)", file=sys.stderr)
+        print(
+            f"{prefix}: error: {type(error).__name__}: {message(error)} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

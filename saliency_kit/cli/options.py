@@ -6,6 +6,7 @@ Every option a method declares (:mod:`saliency_kit.methods`) is a flag: option `
 Reading the declarations imports neither TensorFlow nor Keras, so building the parser and
 checking methods, their options and (for named models) class names is instant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,15 +103,31 @@ _FLAG_TYPES = {int: _whole, float: _real, str: str}
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """--model, --weights, --unsafe, --batch-size (used by every command that runs a model)."""
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME|PATH",
-                       help=f"a model name from 'saliency models', a .toml config or a .keras/.h5 file "
-                            f"(default: {DEFAULT_MODEL}, a small network trained on 64x64 shapes)")
-    group.add_argument("--weights", default=None, metavar="W",
-                       help="'imagenet' (Keras' cache), 'random', or a weights file (default: the model's own)")
-    group.add_argument("--unsafe", action="store_true",
-                       help="allow a .keras file to run arbitrary code when loaded (only for files you trust)")
-    group.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
-                       help="most model evaluations per compiled call, and images per batch (default: 32)")
+    group.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        metavar="NAME|PATH",
+        help=f"a model name from 'saliency models', a .toml config or a .keras/.h5 file "
+        f"(default: {DEFAULT_MODEL}, a small network trained on 64x64 shapes)",
+    )
+    group.add_argument(
+        "--weights",
+        default=None,
+        metavar="W",
+        help="'imagenet' (Keras' cache), 'random', or a weights file (default: the model's own)",
+    )
+    group.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="allow a .keras file to run arbitrary code when loaded (only for files you trust)",
+    )
+    group.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="most model evaluations per compiled call, and images per batch (default: 32)",
+    )
 
 
 def model_spec(args):
@@ -171,17 +188,24 @@ def model_notes(args, spec, model, image_sizes: Sequence[tuple[int, int]]) -> li
     """One-line notes about silent defaults that may not be what the user wants."""
     notes = []
     if str(args.model) == DEFAULT_MODEL and any(tuple(size) != tuple(spec.input_size) for size in image_sizes):
-        notes.append(f"note: the default model '{DEFAULT_MODEL}' knows only {spec.input_size[0]}x"
-                     f"{spec.input_size[1]} pictures of five shapes; --model picks a real network "
-                     f"(see 'saliency models')")
+        notes.append(
+            f"note: the default model '{DEFAULT_MODEL}' knows only {spec.input_size[0]}x"
+            f"{spec.input_size[1]} pictures of five shapes; --model picks a real network "
+            f"(see 'saliency models')"
+        )
     path = str(args.model)
     from .. import zoo
 
-    if path.lower().endswith(zoo.MODEL_SUFFIXES) and not os.path.isfile(path + ".toml") \
-            and len(spec.class_names) == 1000:
-        notes.append(f"note: {os.path.basename(path)} has 1,000 outputs and no sidecar config, so its "
-                     f"classes are shown as numbers; if it is an ImageNet model, write {path}.toml with "
-                     f"classes = \"package:imagenet_classes.txt\"")
+    if (
+        path.lower().endswith(zoo.MODEL_SUFFIXES)
+        and not os.path.isfile(path + ".toml")
+        and len(spec.class_names) == 1000
+    ):
+        notes.append(
+            f"note: {os.path.basename(path)} has 1,000 outputs and no sidecar config, so its "
+            f"classes are shown as numbers; if it is an ImageNet model, write {path}.toml with "
+            f'classes = "package:imagenet_classes.txt"'
+        )
     return notes
 
 
@@ -198,12 +222,19 @@ def option_flags() -> dict[str, tuple]:
 def add_method_options(parser: argparse.ArgumentParser) -> None:
     """--method, and one flag per declared method option."""
     group = parser.add_argument_group("what to explain")
-    group.add_argument("--method", action="append", metavar="M",
-                       help=f"an attribution method from 'saliency methods'; repeat for several "
-                            f"(default: {DEFAULT_METHOD})")
-    group.add_argument("--target", action="append", metavar="T",
-                       help="topK (the K best classes, any case), a class index or a class name "
-                            f"(any case); repeat for several (default: {DEFAULT_TARGET})")
+    group.add_argument(
+        "--method",
+        action="append",
+        metavar="M",
+        help=f"an attribution method from 'saliency methods'; repeat for several (default: {DEFAULT_METHOD})",
+    )
+    group.add_argument(
+        "--target",
+        action="append",
+        metavar="T",
+        help="topK (the K best classes, any case), a class index or a class name "
+        f"(any case); repeat for several (default: {DEFAULT_TARGET})",
+    )
     group = parser.add_argument_group("method options (each used only by the methods that take it)")
     for name, (option, takers) in option_flags().items():
         text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
@@ -213,8 +244,9 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         if option.type is bool:
             group.add_argument(option.flag, action=argparse.BooleanOptionalAction, **kwargs)
         else:
-            group.add_argument(option.flag, type=_FLAG_TYPES[option.type], choices=option.choices,
-                               metavar=_metavar(option), **kwargs)
+            group.add_argument(
+                option.flag, type=_FLAG_TYPES[option.type], choices=option.choices, metavar=_metavar(option), **kwargs
+            )
 
 
 def _range_text(name: str, takers: list) -> str:
@@ -240,10 +272,12 @@ def method_plan(args) -> list[tuple[str, dict]]:
     known = method_registry.names()
     for name in chosen:
         if name not in known:
-            raise UsageError(f"unknown method {name!r}{did_you_mean(name, known)}; choose from: "
-                             f"{', '.join(known)}")
-    given = {key[len(OPTION_DEST):]: value for key, value in vars(args).items()
-             if key.startswith(OPTION_DEST) and value is not None}
+            raise UsageError(f"unknown method {name!r}{did_you_mean(name, known)}; choose from: {', '.join(known)}")
+    given = {
+        key[len(OPTION_DEST) :]: value
+        for key, value in vars(args).items()
+        if key.startswith(OPTION_DEST) and value is not None
+    }
     plan, used = [], set()
     for name in chosen:
         method = method_registry.get(name)
@@ -258,8 +292,9 @@ def method_plan(args) -> list[tuple[str, dict]]:
     for option in sorted(set(given) - used):
         takers = option_flags()[option][1]
         flag = "--" + option.replace("_", "-")
-        raise UsageError(f"{flag} only applies to {', '.join(takers)}, which is not among the chosen "
-                         f"methods ({', '.join(chosen)})")
+        raise UsageError(
+            f"{flag} only applies to {', '.join(takers)}, which is not among the chosen methods ({', '.join(chosen)})"
+        )
     return plan
 
 
@@ -321,21 +356,44 @@ def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np
 # ------------------------------------------------------------------------------ rendering
 def add_render_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("--format", choices=sorted(FORMATS), default="png",
-                       help="what to write per image, method and class: png = a heatmap PNG and an "
-                            "overlay PNG (plus a grid PNG per image with explain); npz = one NumPy .npz "
-                            "file holding the map, the attributions, class and score; both = the PNGs "
-                            "and the .npz (default: png)")
-    group.add_argument("--sign", choices=SIGNS, default=None,
-                       help="which part of a map to draw: abs (magnitude), positive (evidence for the "
-                            "class), negative (against), all (both, diverging colours around zero) "
-                            "(default: all for signed methods such as integrated_gradients, else abs)")
-    group.add_argument("--cmap", type=_colormap, default=None, metavar="NAME",
-                       help="a matplotlib colormap (default: inferno for abs, RdBu_r for all)")
-    group.add_argument("--alpha", type=_fraction, default=0.5, metavar="F",
-                       help="opacity of the heatmap in overlays, 0 to 1 (default: 0.5)")
-    group.add_argument("--clip-percentile", type=_percentile, default=99.0, metavar="P",
-                       help="maps are scaled so this percentile of |map| is full colour (default: 99)")
+    group.add_argument(
+        "--format",
+        choices=sorted(FORMATS),
+        default="png",
+        help="what to write per image, method and class: png = a heatmap PNG and an "
+        "overlay PNG (plus a grid PNG per image with explain); npz = one NumPy .npz "
+        "file holding the map, the attributions, class and score; both = the PNGs "
+        "and the .npz (default: png)",
+    )
+    group.add_argument(
+        "--sign",
+        choices=SIGNS,
+        default=None,
+        help="which part of a map to draw: abs (magnitude), positive (evidence for the "
+        "class), negative (against), all (both, diverging colours around zero) "
+        "(default: all for signed methods such as integrated_gradients, else abs)",
+    )
+    group.add_argument(
+        "--cmap",
+        type=_colormap,
+        default=None,
+        metavar="NAME",
+        help="a matplotlib colormap (default: inferno for abs, RdBu_r for all)",
+    )
+    group.add_argument(
+        "--alpha",
+        type=_fraction,
+        default=0.5,
+        metavar="F",
+        help="opacity of the heatmap in overlays, 0 to 1 (default: 0.5)",
+    )
+    group.add_argument(
+        "--clip-percentile",
+        type=_percentile,
+        default=99.0,
+        metavar="P",
+        help="maps are scaled so this percentile of |map| is full colour (default: 99)",
+    )
 
 
 def looks(args, plan) -> dict[str, Look]:
@@ -352,5 +410,13 @@ def warn(command: str, text: str) -> None:
     print(f"saliency {command}: {text}", file=sys.stderr)
 
 
-__all__ = ["UsageError", "add_model_options", "load_model_from_args", "method_plan", "parse_targets",
-           "model_scores", "looks", "did_you_mean"]
+__all__ = [
+    "UsageError",
+    "add_model_options",
+    "load_model_from_args",
+    "method_plan",
+    "parse_targets",
+    "model_scores",
+    "looks",
+    "did_you_mean",
+]

@@ -1,5 +1,6 @@
 """``saliency batch ... --ray [ADDRESS]``: the flags, their checks, and the call of the Ray runner
 (:mod:`saliency_kit.batch.ray`) in place of the local pipeline."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,17 +16,36 @@ ADDRESS = re.compile(r"auto|ray://\S+|[\w.-]+:\d+")
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(f"Ray (needs the extra: {ray_runner.INSTALL_HINT.split('  ')[0]})")
-    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                       help="compute on Ray Data actors: without ADDRESS on a local Ray instance (all "
-                            "cores); 'auto' or ray://HOST:PORT joins a cluster, whose nodes must all "
-                            "see INPUT_DIR and --out at the same paths")
-    group.add_argument("--workers", type=positive_int, metavar="N",
-                       help="--ray: actors, each loading the model once (default: one per CPU, or per "
-                            "--gpus-per-worker GPUs, of the cluster)")
-    group.add_argument("--gpus-per-worker", type=_gpus, default=0.0, metavar="G",
-                       help="--ray: GPUs Ray's scheduler gives each actor (default 0)")
-    group.add_argument("--batch-images", type=positive_int, metavar="N",
-                       help="--ray: images per actor call (default: --batch-size, the local run's batches)")
+    group.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="compute on Ray Data actors: without ADDRESS on a local Ray instance (all "
+        "cores); 'auto' or ray://HOST:PORT joins a cluster, whose nodes must all "
+        "see INPUT_DIR and --out at the same paths",
+    )
+    group.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="--ray: actors, each loading the model once (default: one per CPU, or per "
+        "--gpus-per-worker GPUs, of the cluster)",
+    )
+    group.add_argument(
+        "--gpus-per-worker",
+        type=_gpus,
+        default=0.0,
+        metavar="G",
+        help="--ray: GPUs Ray's scheduler gives each actor (default 0)",
+    )
+    group.add_argument(
+        "--batch-images",
+        type=positive_int,
+        metavar="N",
+        help="--ray: images per actor call (default: --batch-size, the local run's batches)",
+    )
 
 
 def _gpus(text: str) -> float:
@@ -41,17 +61,27 @@ def _gpus(text: str) -> float:
 def check(args) -> None:
     """Before any work: the Ray flags only with --ray, a valid ADDRESS, and Ray Data installed."""
     if args.ray is None:
-        given = [flag for flag, value in (("--workers", args.workers), ("--batch-images", args.batch_images),
-                                           ("--gpus-per-worker", args.gpus_per_worker or None)) if value is not None]
+        given = [
+            flag
+            for flag, value in (
+                ("--workers", args.workers),
+                ("--batch-images", args.batch_images),
+                ("--gpus-per-worker", args.gpus_per_worker or None),
+            )
+            if value is not None
+        ]
         if given:
             raise UsageError(f"{given[0]} only applies with --ray; received {given[0]} without --ray.")
         return
     if args.ray and not ADDRESS.fullmatch(args.ray):
-        raise UsageError(f"--ray ADDRESS must be auto, ray://HOST:PORT or HOST:PORT (or nothing, for a local "
-                         f"Ray instance); received {args.ray!r}.")
+        raise UsageError(
+            f"--ray ADDRESS must be auto, ray://HOST:PORT or HOST:PORT (or nothing, for a local "
+            f"Ray instance); received {args.ray!r}."
+        )
     if args.shard:
-        raise UsageError("--ray splits the work itself: use it without --shard; received --shard "
-                         f"{args.shard[0]}/{args.shard[1]}.")
+        raise UsageError(
+            f"--ray splits the work itself: use it without --shard; received --shard {args.shard[0]}/{args.shard[1]}."
+        )
     try:
         ray_runner.import_ray()
     except ray_runner.RayUnavailable as error:
@@ -62,13 +92,24 @@ def run(args, plan, methods, target_spec, looks):
     """The Ray runner with the command's settings; a node that cannot see --out is a usage error."""
     try:
         return ray_runner.run(
-            input_dir=args.input_dir, out_dir=args.out, plan=plan,
+            input_dir=args.input_dir,
+            out_dir=args.out,
+            plan=plan,
             model=ray_runner.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
-            methods=methods, targets_for_model=ray_runner.targets(target_spec, args.batch_size), looks=looks,
-            batch_size=args.batch_size, formats=outputs.FORMATS[args.format], address=args.ray or None,
-            workers=args.workers, gpus_per_worker=args.gpus_per_worker, batch_images=args.batch_images)
+            methods=methods,
+            targets_for_model=ray_runner.targets(target_spec, args.batch_size),
+            looks=looks,
+            batch_size=args.batch_size,
+            formats=outputs.FORMATS[args.format],
+            address=args.ray or None,
+            workers=args.workers,
+            gpus_per_worker=args.gpus_per_worker,
+            batch_images=args.batch_images,
+        )
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
     except ConnectionError as error:  # no cluster at that address
-        raise UsageError(f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "
-                         f"--head', or give its address); received {' '.join(str(error).split())}") from None
+        raise UsageError(
+            f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "
+            f"--head', or give its address); received {' '.join(str(error).split())}"
+        ) from None

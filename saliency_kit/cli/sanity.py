@@ -8,6 +8,7 @@ as the weights become random is not explaining the model (Adebayo et al. 2018).
 Files written to ``--out``: ``sanity_<image stem>.png`` and ``sanity_<image stem>.json`` (the
 similarities of every step, per method, as returned by ``sk.evaluate.randomization_test``).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,8 @@ def default_methods() -> list[str]:
 def add_parser(subcommands, common) -> None:
     """Add the ``sanity`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
     parser = subcommands.add_parser(
-        "sanity", parents=[common],
+        "sanity",
+        parents=[common],
         help="model-randomisation sanity check of saliency methods (figure + JSON)",
         description=(
             "Re-initialise the model's weighted layers (from the output down) and show how each "
@@ -44,24 +46,34 @@ def add_parser(subcommands, common) -> None:
     parser.add_argument("image", metavar="IMAGE", help="an image file")
     opt.add_model_options(parser)
     parser.add_argument(
-        "--method", action="append", metavar="M",
+        "--method",
+        action="append",
+        metavar="M",
         help="a method to check (repeatable; default: a plain gradient, guided backprop and a CAM method)",
     )
-    parser.add_argument("--target", default=opt.DEFAULT_TARGET, metavar="T",
-                        help="topK (any case), a class index or a class name, as for explain (default: top1)")
-    parser.add_argument("--out", default=opt.DEFAULT_OUT, metavar="DIR",
-                        help=f"output directory (default: {opt.DEFAULT_OUT})")
-    parser.add_argument("--mode", choices=("cascading", "independent"), default="cascading",
-                        help="re-initialise layers cumulatively from the output (default) or one at a time")
+    parser.add_argument(
+        "--target",
+        default=opt.DEFAULT_TARGET,
+        metavar="T",
+        help="topK (any case), a class index or a class name, as for explain (default: top1)",
+    )
+    parser.add_argument(
+        "--out", default=opt.DEFAULT_OUT, metavar="DIR", help=f"output directory (default: {opt.DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("cascading", "independent"),
+        default="cascading",
+        help="re-initialise layers cumulatively from the output (default) or one at a time",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the re-initialisation (default: 0)")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
-    from ..files import write_json
+    from ..files import save_png, write_json
     from ..images import ImageLoadError, load_images
-    from ..files import save_png
     from .explain import with_model_defaults
 
     if not os.path.isfile(args.image):
@@ -74,7 +86,7 @@ def run(args) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     target_spec = opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
-    (kind, value), = target_spec.parts
+    ((kind, value),) = target_spec.parts
     target = f"top{value}" if kind == "top" else int(value)
     plan = with_model_defaults(plan, spec)
     try:
@@ -84,8 +96,11 @@ def run(args) -> int:
     opt.preflight(model, spec, inputs, plan, args.batch_size)
     result = {}
     for method, options in plan:
-        result.update(check_methods(model, inputs, [method], target, mode=args.mode, seed=args.seed,
-                                    batch_size=args.batch_size, **options))
+        result.update(
+            check_methods(
+                model, inputs, [method], target, mode=args.mode, seed=args.seed, batch_size=args.batch_size, **options
+            )
+        )
     stem = os.path.splitext(os.path.basename(args.image))[0]
     png = os.path.join(args.out, f"sanity_{stem}.png")
     fig = sanity_figure(originals[0], result, class_names=spec.class_names)
@@ -101,8 +116,10 @@ def run(args) -> int:
     path = write_json(report, os.path.join(args.out, f"sanity_{stem}.json"))
     for method, r in result.items():
         last = r["steps"][-1]
-        print(f"{method}: fully randomised vs original: spearman_abs={last['spearman_abs']:.3f} "
-              f"spearman={last['spearman']:.3f} ssim={last['ssim']:.3f}")
+        print(
+            f"{method}: fully randomised vs original: spearman_abs={last['spearman_abs']:.3f} "
+            f"spearman={last['spearman']:.3f} ssim={last['ssim']:.3f}"
+        )
     print(png)
     print(path)
     return 0
@@ -126,8 +143,9 @@ def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", s
             if path is None:
                 original = expl
                 continue
-            steps.append({"layer": path, **compare_maps(original, expl), "step": len(steps) + 1,
-                          "randomized": randomized})
+            steps.append(
+                {"layer": path, **compare_maps(original, expl), "step": len(steps) + 1, "randomized": randomized}
+            )
         result[method] = {
             "maps": np.stack(maps),
             "layers": [s["layer"] for s in steps],
@@ -167,8 +185,9 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
     cols = _columns(n_steps)
     ncols = 2 + len(cols)
     # each row: the panel, two lines of title (layer name, wrapped to the panel's width) and ρ
-    fig = Figure(figsize=(panel_inches * ncols, (panel_inches * 1.25 + 0.15) * len(methods) + 0.5),
-                 layout="constrained")
+    fig = Figure(
+        figsize=(panel_inches * ncols, (panel_inches * 1.25 + 0.15) * len(methods) + 0.5), layout="constrained"
+    )
     axes = np.atleast_2d(fig.subplots(len(methods), ncols, squeeze=False))
     for row, method in enumerate(methods):
         r = result[method]

@@ -7,6 +7,7 @@ factory registrations. None of it is about the user's command, so :func:`import_
 at a temporary file, then forwards every line that is not such noise. Numerics are untouched
 (``TF_ENABLE_ONEDNN_OPTS`` is left alone). ``--debug`` imports without any of this.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,6 +45,7 @@ def import_tensorflow(debug: bool = False) -> None:
     if debug:
         import keras  # noqa: F401
         import tensorflow  # noqa: F401
+
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.stderr.flush()
@@ -51,8 +53,8 @@ def import_tensorflow(debug: bool = False) -> None:
         saved = os.dup(2)
         try:
             os.dup2(capture.fileno(), 2)
-            import tensorflow  # noqa: F401
             import keras  # noqa: F401
+            import tensorflow  # noqa: F401
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)

@@ -2,6 +2,7 @@
 output head, parsed and checked before any model runs: :class:`Request` (one ``--target``) and
 :class:`TaskPlan` (all of them); mask files read, boxes parsed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,11 +54,17 @@ def parse(texts: Sequence[str] | None, boxes: str | None, output, spec) -> TaskP
     class names), reading mask files; problems are :class:`UsageError` lines. No TensorFlow."""
     task = spec.task
     if boxes is not None and task != "detection":
-        raise UsageError(f"--boxes applies to detectors (a config with task = \"detection\"); model "
-                         f"{spec.name!r} is a {task} model; received --boxes {boxes!r}.")
+        raise UsageError(
+            f'--boxes applies to detectors (a config with task = "detection"); model '
+            f"{spec.name!r} is a {task} model; received --boxes {boxes!r}."
+        )
     if output is not None:
-        return TaskPlan("output", tuple(_parse_output_target(t) for t in texts or ["top1"]), None,
-                        int(output) if str(output).isdigit() else str(output))
+        return TaskPlan(
+            "output",
+            tuple(_parse_output_target(t) for t in texts or ["top1"]),
+            None,
+            int(output) if str(output).isdigit() else str(output),
+        )
     count = _parse_boxes(boxes) if boxes is not None else None
     requests = tuple(_parse_one(text, spec) for text in texts or [])
     return TaskPlan(task, requests, count, None)
@@ -81,8 +88,9 @@ def _parse_output_target(text: str) -> Request:
         return Request(text, "top", count=int(match.group(1)))
     if stripped.isdigit():
         return Request(text, "class", index=int(stripped))
-    raise UsageError(f"--target {text!r}: with --output, a target is topK, a component index or 'all'; "
-                     f"received {text!r}.")
+    raise UsageError(
+        f"--target {text!r}: with --output, a target is topK, a component index or 'all'; received {text!r}."
+    )
 
 
 def _class_index(name: str, spec, text: str) -> int:
@@ -95,10 +103,14 @@ def _class_index(name: str, spec, text: str) -> int:
     if stripped.isdigit():
         if int(stripped) < len(names):
             return int(stripped)
-        raise UsageError(f"--target {text!r}: class index {stripped} is out of range for {spec.name!r} "
-                         f"({len(names)} classes, 0-{len(names) - 1}); received {stripped}.")
-    raise UsageError(f"--target {text!r}: {spec.name!r} has no class {stripped!r}{did_you_mean(stripped, names)}; "
-                     f"its classes: {', '.join(names)}.")
+        raise UsageError(
+            f"--target {text!r}: class index {stripped} is out of range for {spec.name!r} "
+            f"({len(names)} classes, 0-{len(names) - 1}); received {stripped}."
+        )
+    raise UsageError(
+        f"--target {text!r}: {spec.name!r} has no class {stripped!r}{did_you_mean(stripped, names)}; "
+        f"its classes: {', '.join(names)}."
+    )
 
 
 def _parse_one(text: str, spec) -> Request:
@@ -116,20 +128,26 @@ def _parse_one(text: str, spec) -> Request:
         return Request(text, "mask", index=index, mask=read_mask(where, text), mask_file=where)
     if spec.task == "detection":
         return Request(text, "box", index=index, box=parse_box(where, text))
-    raise UsageError(f"--target {text!r}: NAME@MASK.png and NAME@x0,y0,x1,y1 apply to segmentation and "
-                     f"detection models (task in the model's config); {spec.name!r} is a {spec.task} model.")
+    raise UsageError(
+        f"--target {text!r}: NAME@MASK.png and NAME@x0,y0,x1,y1 apply to segmentation and "
+        f"detection models (task in the model's config); {spec.name!r} is a {spec.task} model."
+    )
 
 
 def parse_box(where: str, text: str) -> tuple:
     """``"x0,y0,x1,y1"`` -> four floats with ``0 <= x0 < x1`` and ``0 <= y0 < y1``; else a usage error."""
     match = _BOX.fullmatch(where)
     if not match:
-        raise UsageError(f"--target {text!r}: a box is NAME@x0,y0,x1,y1, four numbers in image pixels "
-                         f"(e.g. star@10,12,40,44); received {where!r}.")
+        raise UsageError(
+            f"--target {text!r}: a box is NAME@x0,y0,x1,y1, four numbers in image pixels "
+            f"(e.g. star@10,12,40,44); received {where!r}."
+        )
     x0, y0, x1, y1 = (float(v) for v in match.groups())
     if min(x0, y0) < 0 or not (x0 < x1 and y0 < y1):
-        raise UsageError(f"--target {text!r}: a box needs 0 <= x0 < x1 and 0 <= y0 < y1 (image pixels); "
-                         f"received x0={x0:g}, y0={y0:g}, x1={x1:g}, y1={y1:g}.")
+        raise UsageError(
+            f"--target {text!r}: a box needs 0 <= x0 < x1 and 0 <= y0 < y1 (image pixels); "
+            f"received x0={x0:g}, y0={y0:g}, x1={x1:g}, y1={y1:g}."
+        )
     return (x0, y0, x1, y1)
 
 
@@ -139,8 +157,10 @@ def read_mask(path: str, text: str) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     if not os.path.isfile(path):
-        raise UsageError(f"--target {text!r}: no such mask file {path!r}; NAME@MASK.png needs an image "
-                         f"whose nonzero pixels are the region.")
+        raise UsageError(
+            f"--target {text!r}: no such mask file {path!r}; NAME@MASK.png needs an image "
+            f"whose nonzero pixels are the region."
+        )
     try:
         with Image.open(path) as image:
             image.load()
@@ -151,9 +171,10 @@ def read_mask(path: str, text: str) -> np.ndarray:
                 array = np.asarray(image.convert("I") if image.mode.startswith("I") else image.convert("L"))
                 mask = array > 0
     except (UnidentifiedImageError, OSError, ValueError) as error:
-        raise UsageError(f"--target {text!r}: cannot read the mask {path!r} as an image: "
-                         f"{message(error)}") from None
+        raise UsageError(f"--target {text!r}: cannot read the mask {path!r} as an image: {message(error)}") from None
     if not mask.any():
-        raise UsageError(f"--target {text!r}: the mask {path!r} has no nonzero pixel, so it holds no "
-                         f"region; received an all-zero {mask.shape[1]}x{mask.shape[0]} image.")
+        raise UsageError(
+            f"--target {text!r}: the mask {path!r} has no nonzero pixel, so it holds no "
+            f"region; received an all-zero {mask.shape[1]}x{mask.shape[0]} image."
+        )
     return mask

@@ -27,6 +27,7 @@ indices, or ``all``.
 Each image gets its own list of :class:`Question` (what one column of its maps explains); the
 columns of a batch are padded to the longest list, and the padding is never written.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,19 @@ import numpy as np
 from .options import UsageError, did_you_mean
 from .task_requests import BACKGROUND, Request, TaskPlan, parse
 
-__all__ = ["Request", "Question", "TaskPlan", "parse", "forward", "describe", "questions", "build_targets",
-           "Asker", "BACKGROUND"]
+__all__ = [
+    "Request",
+    "Question",
+    "TaskPlan",
+    "parse",
+    "forward",
+    "describe",
+    "questions",
+    "build_targets",
+    "Asker",
+    "BACKGROUND",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class Question:
@@ -71,12 +83,14 @@ def forward(model, inputs: np.ndarray, batch_size: int, plan: TaskPlan) -> np.nd
     the detector's raw output, or the chosen head's values ``[B, C]`` (flattened)."""
     parts = []
     for start in range(0, len(inputs), batch_size):
-        values = model(inputs[start:start + batch_size], training=False)
+        values = model(inputs[start : start + batch_size], training=False)
         if plan.output is not None:
             values = _head_values(model, values, plan.output)
         elif isinstance(values, (list, tuple, dict)):
-            raise UsageError(f"model {model.name!r} has several outputs; pick one with --output NAME "
-                             f"(its outputs: {', '.join(map(str, _output_names(model, values)))}).")
+            raise UsageError(
+                f"model {model.name!r} has several outputs; pick one with --output NAME "
+                f"(its outputs: {', '.join(map(str, _output_names(model, values)))})."
+            )
         parts.append(np.asarray(values, dtype=np.float32))
     result = np.concatenate(parts)
     return result.reshape(len(result), -1) if plan.output is not None else result
@@ -99,8 +113,10 @@ def _head_values(model, values, head):
         return items[head]
     if head in names:
         return items[names.index(head)]
-    raise UsageError(f"--output {head!r}: model {model.name!r} has no such output{did_you_mean(str(head), map(str, names))}; "
-                     f"its outputs: {', '.join(map(str, names))} (or their index 0-{len(items) - 1}).")
+    raise UsageError(
+        f"--output {head!r}: model {model.name!r} has no such output{did_you_mean(str(head), map(str, names))}; "
+        f"its outputs: {', '.join(map(str, names))} (or their index 0-{len(items) - 1})."
+    )
 
 
 def describe(plan: TaskPlan, spec, raw_row: np.ndarray, asked: Sequence[Question]) -> str:
@@ -113,11 +129,17 @@ def describe(plan: TaskPlan, spec, raw_row: np.ndarray, asked: Sequence[Question
     elif plan.task == "detection":
         from .. import detections
 
-        found = detections.decode(raw_row[None], score_threshold=spec.score_threshold,
-                                  iou_threshold=spec.iou_threshold)[0]
-        text = (f"{len(found)} detections (score >= {spec.score_threshold:g}): " + ", ".join(
-            f"{spec.class_names[d.label]} {d.score:.3f} [{', '.join(f'{v:.0f}' for v in d.box)}]" for d in found)
-                if found else f"no detection with a score >= {spec.score_threshold:g}")
+        found = detections.decode(
+            raw_row[None], score_threshold=spec.score_threshold, iou_threshold=spec.iou_threshold
+        )[0]
+        text = (
+            f"{len(found)} detections (score >= {spec.score_threshold:g}): "
+            + ", ".join(
+                f"{spec.class_names[d.label]} {d.score:.3f} [{', '.join(f'{v:.0f}' for v in d.box)}]" for d in found
+            )
+            if found
+            else f"no detection with a score >= {spec.score_threshold:g}"
+        )
     else:
         order = np.argsort(-raw_row, kind="stable")[:5]
         text = f"output {plan.output}: " + ", ".join(f"{c} {raw_row[c]:.3f}" for c in order)
@@ -155,8 +177,10 @@ def _mask_names(requests) -> dict:
 
     files = list(dict.fromkeys(os.path.realpath(r.mask_file) for r in requests if r.kind == "mask"))
     stems = [_stem(f) for f in files]
-    return {f: f"mask-{stem}" if stems.count(stem) == 1 else
-            f"mask-{stem}-{hashlib.sha256(f.encode()).hexdigest()[:6]}" for f, stem in zip(files, stems)}
+    return {
+        f: f"mask-{stem}" if stems.count(stem) == 1 else f"mask-{stem}-{hashlib.sha256(f.encode()).hexdigest()[:6]}"
+        for f, stem in zip(files, stems)
+    }
 
 
 def questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes: Sequence[tuple[int, int]]) -> list[list[Question]]:
@@ -182,8 +206,10 @@ def _output_questions(plan: TaskPlan, values: np.ndarray) -> list[Question]:
             chosen = [int(c) for c in np.argsort(-values, kind="stable")[: request.count]]
         else:
             if request.index >= values.size:
-                raise UsageError(f"--target {request.text!r}: output {head!r} has {values.size} components "
-                                 f"(0-{values.size - 1}); received {request.index}.")
+                raise UsageError(
+                    f"--target {request.text!r}: output {head!r} has {values.size} components "
+                    f"(0-{values.size - 1}); received {request.index}."
+                )
             chosen = [request.index]
         picked += [c for c in chosen if c not in picked]
     from ..batch.outputs import safe_name
@@ -192,8 +218,9 @@ def _output_questions(plan: TaskPlan, values: np.ndarray) -> list[Question]:
 
 
 def _region(index, spec, mask, name, record) -> Question:
-    return Question("region", int(index), spec.class_names[index], name,
-                    {"region": record, "pixels": int(mask.sum())}, mask=mask)
+    return Question(
+        "region", int(index), spec.class_names[index], name, {"region": record, "pixels": int(mask.sum())}, mask=mask
+    )
 
 
 def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question]:
@@ -207,8 +234,15 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
 
     for request in plan.requests or [Request("", "top", count=len(spec.class_names))]:
         if request.kind == "mask":
-            add(_region(request.index, spec, _scaled_mask(request.mask, predicted.shape),
-                        mask_names[os.path.realpath(request.mask_file)], request.mask_file))
+            add(
+                _region(
+                    request.index,
+                    spec,
+                    _scaled_mask(request.mask, predicted.shape),
+                    mask_names[os.path.realpath(request.mask_file)],
+                    request.mask_file,
+                )
+            )
             continue
         chosen = ranked[: request.count] if request.kind == "top" else [request.index]
         for c in chosen:
@@ -231,9 +265,14 @@ def found_once(found: list):
 
 def _detection(spec, rank: int, found) -> Question:
     """Detection number ``rank`` (best first) of an image as a question."""
-    return Question("box", found.label, spec.class_names[found.label], f"box{rank}",
-                    {"box": [round(v, 2) for v in found.box], "detection": rank,
-                     "detection_score": round(found.score, 4)}, box=found.box)
+    return Question(
+        "box",
+        found.label,
+        spec.class_names[found.label],
+        f"box{rank}",
+        {"box": [round(v, 2) for v in found.box], "detection": rank, "detection_score": round(found.score, 4)},
+        box=found.box,
+    )
 
 
 def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[list[Question]]:
@@ -252,11 +291,21 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
             if request.kind == "box":
                 x0, y0, x1, y1 = request.box
                 if x1 > width or y1 > height:
-                    raise UsageError(f"--target {request.text!r}: the box reaches beyond the image "
-                                     f"({width}x{height} pixels); received x1={x1:g}, y1={y1:g}.")
+                    raise UsageError(
+                        f"--target {request.text!r}: the box reaches beyond the image "
+                        f"({width}x{height} pixels); received x1={x1:g}, y1={y1:g}."
+                    )
                 box = (x0 * input_w / width, y0 * input_h / height, x1 * input_w / width, y1 * input_h / height)
-                add(Question("box", request.index, spec.class_names[request.index], _box_name(request.box),
-                             {"box": [round(v, 2) for v in box]}, box=box))
+                add(
+                    Question(
+                        "box",
+                        request.index,
+                        spec.class_names[request.index],
+                        _box_name(request.box),
+                        {"box": [round(v, 2) for v in box]},
+                        box=box,
+                    )
+                )
             elif request.kind == "top":
                 for rank, d in ranked[: request.count]:
                     add(_detection(spec, rank, d))

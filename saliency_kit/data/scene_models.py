@@ -14,6 +14,7 @@ and learn from :mod:`saliency_kit.data.scenes` (``scripts/train_shapes_seg.py``,
 :class:`CellBoxes` is the detector's one layer of its own (registered with Keras, so the saved
 model loads in safe mode once this module is imported; :func:`saliency_kit.load_model` does so).
 """
+
 from __future__ import annotations
 
 import keras
@@ -23,8 +24,14 @@ from keras import layers, ops
 from .scenes import SEGMENTATION_CLASSES
 from .shapes import CLASS_NAMES, IMAGE_SIZE
 
-__all__ = ["CellBoxes", "build_segmenter", "build_detector", "DETECTOR_STRIDE", "SEGMENTER_CAM_LAYER",
-           "DETECTOR_CAM_LAYER"]
+__all__ = [
+    "CellBoxes",
+    "build_segmenter",
+    "build_detector",
+    "DETECTOR_STRIDE",
+    "SEGMENTER_CAM_LAYER",
+    "DETECTOR_CAM_LAYER",
+]
 
 DETECTOR_STRIDE = 8  # input pixels per grid cell
 SEGMENTER_CAM_LAYER = "decoder"
@@ -106,6 +113,7 @@ def build_detector() -> keras.Model:
     boxes = CellBoxes(DETECTOR_STRIDE, name="boxes")(distances)
     objectness = layers.Reshape((grid * grid, 1), name="objectness")(layers.Conv2D(1, 1, name="objectness_logit")(x))
     classes = layers.Reshape((grid * grid, len(CLASS_NAMES)), name="classes")(
-        layers.Conv2D(len(CLASS_NAMES), 1, name="class_logits")(x))
+        layers.Conv2D(len(CLASS_NAMES), 1, name="class_logits")(x)
+    )
     outputs = layers.Concatenate(name="detections")([boxes, objectness, classes])
     return keras.Model(inputs, outputs, name="shapes_det")

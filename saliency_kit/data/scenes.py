@@ -28,6 +28,7 @@ Data specification (what ``make_scenes`` guarantees):
 - Image ``i`` depends only on ``(seed, i)``, and never repeats an image of ``shapes.make_dataset``
   for the same seed.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .shapes import (CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, _gradient_background,
-                      _rasterise, shape_polygon)
+from .shapes import CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, _gradient_background, _rasterise, shape_polygon
 
 __all__ = ["SEGMENTATION_CLASSES", "MAX_OBJECTS", "Scenes", "make_scenes", "scene_boxes"]
 
@@ -125,8 +125,7 @@ def make_scenes(n: int, seed: int = 0, *, objects: tuple[int, int] = (1, MAX_OBJ
         raise ValueError(f"n must be a non-negative whole number; received {n!r}.")
     low, high = (int(v) for v in objects)
     if not 0 <= low <= high <= MAX_OBJECTS:
-        raise ValueError(f"objects must be (low, high) with 0 <= low <= high <= {MAX_OBJECTS}; "
-                         f"received {objects!r}.")
+        raise ValueError(f"objects must be (low, high) with 0 <= low <= high <= {MAX_OBJECTS}; received {objects!r}.")
     n = int(n)
     images = np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     label_maps = np.empty((n, IMAGE_SIZE, IMAGE_SIZE), np.uint8)

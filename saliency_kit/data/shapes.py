@@ -25,6 +25,7 @@ Data specification (what ``make_dataset`` guarantees):
 
 The model's input is the uint8 image scaled to [0, 1] (float32).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,22 @@ def shape_polygon(label: int, centre: tuple[float, float], radius: float, angle:
         # (L/2)^2 + (L/6)^2 = radius^2.
         half = radius / math.sqrt(1 + 1 / 9)
         w = half / 3
-        pts = np.array([(w, half), (w, w), (half, w), (half, -w), (w, -w), (w, -half),
-                        (-w, -half), (-w, -w), (-half, -w), (-half, w), (-w, w), (-w, half)])
+        pts = np.array(
+            [
+                (w, half),
+                (w, w),
+                (half, w),
+                (half, -w),
+                (w, -w),
+                (w, -half),
+                (-w, -half),
+                (-w, -w),
+                (-half, -w),
+                (-half, w),
+                (-w, w),
+                (-w, half),
+            ]
+        )
         thetas = np.arctan2(pts[:, 1], pts[:, 0])
         radii = np.hypot(pts[:, 0], pts[:, 1])
     else:
@@ -123,8 +138,14 @@ def _one_image(seed: int, index: int):
                 break
         if ok.size:
             colour = candidates[ok[0], 0].astype(np.uint8)
-            info = {"radius": radius, "centre": centre, "angle": angle, "colour": colour,
-                    "lines": n_lines, "background": image.copy()}
+            info = {
+                "radius": radius,
+                "centre": centre,
+                "angle": angle,
+                "colour": colour,
+                "lines": n_lines,
+                "background": image.copy(),
+            }
             image[mask] = colour
             return image, mask, label, info
 
@@ -156,8 +177,11 @@ def _allocate(n):
     if int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     n = int(n)
-    return (np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8),
-            np.empty((n, IMAGE_SIZE, IMAGE_SIZE), bool), np.empty(n, np.int64))
+    return (
+        np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8),
+        np.empty((n, IMAGE_SIZE, IMAGE_SIZE), bool),
+        np.empty(n, np.int64),
+    )
 
 
 def preprocess(images) -> np.ndarray:

@@ -24,18 +24,20 @@ the kernel (vectorised with ``pfor`` on a GPU).
 Dtypes: the model runs in its own dtype policy (mixed precision included); running sums of
 16-bit values are kept in float32 and results leave as float32 NumPy arrays.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from . import chunking, payload as payload_module
-from .inputs import channel_axis, check_channels_axis, check_inputs, layer_channel_axis
+from . import chunking
+from . import payload as payload_module
 from .backend import active as active_backend
 from .cache import KERNELS_PER_MODEL, ModelCache, value_key
 from .chunking import check_batch_size
+from .inputs import channel_axis, check_channels_axis, check_inputs, layer_channel_axis
 
 __all__ = [
     "check_inputs",
@@ -145,8 +147,14 @@ def fingerprint(model) -> tuple:
     while stack:
         layer = stack.pop()
         activation = getattr(layer, "activation", None)
-        parts.append((type(layer).__name__, getattr(layer, "name", ""),
-                      None if activation is None else _activation_key(activation), derived_state(layer)))
+        parts.append(
+            (
+                type(layer).__name__,
+                getattr(layer, "name", ""),
+                None if activation is None else _activation_key(activation),
+                derived_state(layer),
+            )
+        )
         stack.extend(reversed(getattr(layer, "layers", ()) or ()))
     return tuple(parts)
 
@@ -184,10 +192,24 @@ def _tupled(value):
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, options: dict, *,
-        score: str = "logits", score_fn=None, batch_size: int = 32, cost: int = 1,
-        channel_axis: int = -1, keys=None, score_vectors=None, layer_axis: int | None = None, target=None,
-        payload=None) -> dict:
+def run(
+    compute: Callable,
+    model,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    options: dict,
+    *,
+    score: str = "logits",
+    score_fn=None,
+    batch_size: int = 32,
+    cost: int = 1,
+    channel_axis: int = -1,
+    keys=None,
+    score_vectors=None,
+    layer_axis: int | None = None,
+    target=None,
+    payload=None,
+) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
     Args:
@@ -223,19 +245,42 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
     seed = int(options.get("seed") or 0)
     structure, per_input, leaves = payload_module.layout(payload, B, K)
     target_key = None if target is None else target.kernel_key()
-    key = ("run", compute, score, value_key(score_fn), constants,
-           tuple((a.shape, a.dtype.str) for a in arrays), shape, dtype.name, layout, channel_axis, layer_axis,
-           fingerprint(model), target_key, payload_module.key(structure, per_input, leaves))
+    key = (
+        "run",
+        compute,
+        score,
+        value_key(score_fn),
+        constants,
+        tuple((a.shape, a.dtype.str) for a in arrays),
+        shape,
+        dtype.name,
+        layout,
+        channel_axis,
+        layer_axis,
+        fingerprint(model),
+        target_key,
+        payload_module.key(structure, per_input, leaves),
+    )
 
     def build():
         rules_used: list = []
         reports: list = []
         views = _views_of(model, score, score_fn, rules_used)
         kernel = backend.build_kernel(
-            compute, {k: v for k, v in options.items() if k not in array_names}, array_names, views, layout,
-            shape, dtype, [backend.array_spec(a) for a in arrays],
-            backend.vectorise_classes(model), channel_axis, _traced, reports,
-            doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}", layer_axis=layer_axis,
+            compute,
+            {k: v for k, v in options.items() if k not in array_names},
+            array_names,
+            views,
+            layout,
+            shape,
+            dtype,
+            [backend.array_spec(a) for a in arrays],
+            backend.vectorise_classes(model),
+            channel_axis,
+            _traced,
+            reports,
+            doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}",
+            layer_axis=layer_axis,
             target=kernel_target,
             payload=(structure, per_input, payload_module.specs(per_input, leaves, layout.n, layout.group)),
         )
@@ -258,16 +303,27 @@ def run(compute: Callable, model, inputs: np.ndarray, targets: np.ndarray, optio
         for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
             _stats["calls"] += 1
             chunk_payload = chunking.payload_slice(leaves, per_input, start, stop, n, k0, k1, group)
-            out = kernel(x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, chunk_payload,
-                         *arrays)
+            out = kernel(
+                x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, chunk_payload, *arrays
+            )
             for name, value in out.items():
                 value = backend.to_numpy(value)
                 if name not in results:
                     results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
     if "scores" not in results and target is not None:  # one batched forward pass with the payload
-        results["scores"] = run(_clean_scores, model, inputs, targets, {}, score=score, batch_size=batch_size,
-                                channel_axis=channel_axis, target=target, payload=payload)["attributions"]
+        results["scores"] = run(
+            _clean_scores,
+            model,
+            inputs,
+            targets,
+            {},
+            score=score,
+            batch_size=batch_size,
+            channel_axis=channel_axis,
+            target=target,
+            payload=payload,
+        )["attributions"]
     if "scores" not in results:  # the method took no gradient at the inputs themselves
         if score_vectors is None:
             score_vectors = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
@@ -302,8 +358,17 @@ def target_scores(model, inputs, selection, *, score="logits", batch_size=32) ->
     if selection.target is None:
         values = all_scores(model, inputs, score=score, batch_size=batch_size)
         return np.take_along_axis(values, columns, axis=1)
-    return run(_clean_scores, model, inputs, columns, {}, score=score, batch_size=batch_size,
-               target=selection.target, payload=selection.payload)["attributions"]
+    return run(
+        _clean_scores,
+        model,
+        inputs,
+        columns,
+        {},
+        score=score,
+        batch_size=batch_size,
+        target=selection.target,
+        payload=selection.payload,
+    )["attributions"]
 
 
 def _clean_scores(ctx):
@@ -318,8 +383,9 @@ def _jacobian_rows(ctx, rule):
 def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=None, batch_size=32) -> np.ndarray:
     """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the classes ``targets`` (int ``[B, K]``),
     through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
-    return run(_jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn,
-               batch_size=batch_size)["attributions"]
+    return run(
+        _jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn, batch_size=batch_size
+    )["attributions"]
 
 
 # ---------------------------------------------------------------------------------- forward
@@ -337,16 +403,21 @@ def outputs(model, inputs, *, score="logits", batch_size=32, strip=True):
     key = ("outputs", score, strip, shape, dtype.name, n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = _kernels.get(
-        model, key,
-        lambda: backend.build_values_kernel(lambda: score_view(model_ref(), score), n, shape, dtype, _traced,
-                                    raw=True if strip else "unstripped"),
+        model,
+        key,
+        lambda: backend.build_values_kernel(
+            lambda: score_view(model_ref(), score), n, shape, dtype, _traced, raw=True if strip else "unstripped"
+        ),
     )
     parts = []
     for start in range(0, len(inputs), n):
         stop = min(start + n, len(inputs))
         _stats["calls"] += 1
-        parts.append(tree.map_structure(lambda t: backend.to_numpy(t)[: stop - start], kernel(
-            chunking.pad(inputs[start:stop], n))))
+        parts.append(
+            tree.map_structure(
+                lambda t, rows=stop - start: backend.to_numpy(t)[:rows], kernel(chunking.pad(inputs[start:stop], n))
+            )
+        )
     return tree.map_structure(lambda *leaves: np.concatenate(leaves, axis=0), *parts)
 
 
@@ -361,10 +432,16 @@ def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch
     key = ("values", score, value_key(score_fn), _rule_key(rule), shape, dtype.name, n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = _kernels.get(
-        model, key,
+        model,
+        key,
         lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score, score_fn, rule), n, shape, dtype, _traced,
-            f"the forward pass of model {model.name!r}"),
+            lambda: score_view(model_ref(), score, score_fn, rule),
+            n,
+            shape,
+            dtype,
+            _traced,
+            f"the forward pass of model {model.name!r}",
+        ),
     )
     if rule is not None:
         rewritten_model(model, rule)
@@ -390,13 +467,13 @@ def forward_scores(model, inputs, targets, *, score="logits", batch_size=32, sco
     if targets.ndim == 1:
         targets = targets[:, None]
     if targets.ndim != 2 or len(targets) != len(inputs) or not np.issubdtype(targets.dtype, np.integer):
-        raise ValueError(
-            f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}."
-        )
+        raise ValueError(f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}.")
     columns = score_columns(model, score_fn)
     if columns is None:
-        raise ValueError("forward_scores needs a model whose output is [batch, classes], or a score_fn; "
-                         "received a model whose output is not.")
+        raise ValueError(
+            "forward_scores needs a model whose output is [batch, classes], or a score_fn; "
+            "received a model whose output is not."
+        )
     if targets.size and (targets.min() < 0 or targets.max() >= columns):
         raise ValueError(
             f"targets must lie in [0, {columns - 1}]; received values from {targets.min()} to {targets.max()}."

@@ -6,9 +6,11 @@ framework only through :func:`active`; the methods reach it only through the
 :class:`~saliency_kit.engine.tf.Context` the kernels hand them (and ``keras.ops``). A second
 backend is a module with these names, returned by :func:`active`.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -23,16 +25,36 @@ class Backend(Protocol):
     """What a method's function sees inside a kernel: the chunk's inputs and targets and the
     primitives (gradients, scores, layer taps, running sums, seeded draws, resizing, host steps)."""
 
-    def build_kernel(self, compute: Callable, options: dict, array_names: tuple, views: Callable, layout: Any,
-                     shape: tuple, dtype: Any, array_specs: list, vectorise: bool, channel_axis: int,
-                     traced: Callable[[], None], reports: list, doing: str = "the method",
-                     layer_axis: int | None = None) -> Callable:
+    def build_kernel(
+        self,
+        compute: Callable,
+        options: dict,
+        array_names: tuple,
+        views: Callable,
+        layout: Any,
+        shape: tuple,
+        dtype: Any,
+        array_specs: list,
+        vectorise: bool,
+        channel_axis: int,
+        traced: Callable[[], None],
+        reports: list,
+        doing: str = "the method",
+        layer_axis: int | None = None,
+    ) -> Callable:
         """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
         running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
         naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers."""
 
-    def build_values_kernel(self, views: Callable, n: int, shape: tuple, dtype: Any,
-                            traced: Callable[[], None], doing: str = "the forward pass") -> Callable:
+    def build_values_kernel(
+        self,
+        views: Callable,
+        n: int,
+        shape: tuple,
+        dtype: Any,
+        traced: Callable[[], None],
+        doing: str = "the forward pass",
+    ) -> Callable:
         """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
 
     def vectorise_classes(self, model: Any) -> bool:

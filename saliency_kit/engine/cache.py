@@ -10,13 +10,14 @@ its code, defaults and closure contents. No key is the ``id()`` of an object the
 keep alive (an ``id`` can be reused once its object is gone, which would hand back a stale
 kernel).
 """
+
 from __future__ import annotations
 
 import functools
 import types
 import weakref
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["ModelCache", "KERNELS_PER_MODEL", "value_key"]
 
@@ -29,7 +30,7 @@ class ModelCache:
 
     def __init__(self, size: int = KERNELS_PER_MODEL):
         self.size = size
-        self._entries: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+        self._entries: weakref.WeakKeyDictionary[object, OrderedDict] = weakref.WeakKeyDictionary()
 
     def get(self, model, key, build: Callable):
         try:
@@ -90,7 +91,12 @@ def value_key(value, depth: int = 3):
         used = value.__globals__
         # the globals it reads are part of what it computes (a module-level k in out[:, k])
         names = tuple((name, value_key(used[name], depth - 1)) for name in code.co_names if name in used)
-        parts = (code, value_key(value.__defaults__ or (), depth - 1), tuple(value_key(c, depth - 1) for c in cells), names)
+        parts = (
+            code,
+            value_key(value.__defaults__ or (), depth - 1),
+            tuple(value_key(c, depth - 1) for c in cells),
+            names,
+        )
         if all(_hashable(p) for p in parts):
             return ("function", *parts)
         return value
@@ -104,7 +110,7 @@ def value_key(value, depth: int = 3):
 
 def _has_contents(cell) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:
         return False
     return True

@@ -10,6 +10,7 @@ evaluations per input and target (samples × steps, windows, ...):
 * ``budget``: copies of one input the method may evaluate at once (its running sums take
   blocks of that many points, so memory stays one chunk whatever ``samples``/``steps`` are).
 """
+
 from __future__ import annotations
 
 import math

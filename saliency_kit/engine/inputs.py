@@ -1,6 +1,7 @@
 """The checks on what a request brings before the engine runs anything: the inputs against the
 model's input signature, and where the channels are (the input's, and its spatial layers').
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,14 +28,13 @@ def check_inputs(model, inputs) -> np.ndarray:
             f"inputs must be floating point, already preprocessed for the model (expected "
             f"{dtype}); apply the model's preprocessing first; received dtype {array.dtype}."
         )
-    if array.ndim != len(expected) or any(
-        e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])
-    ):
+    if array.ndim != len(expected) or any(e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])):
         want = "[B, " + ", ".join("?" if e is None else str(e) for e in expected[1:]) + "]"
         raise ValueError(f"inputs must have shape {want} for model {model.name!r}; received {array.shape}.")
     if array.shape[0] == 0:
-        raise ValueError("inputs is empty: expected at least one input along the first axis; received shape "
-                         f"{array.shape}.")
+        raise ValueError(
+            f"inputs is empty: expected at least one input along the first axis; received shape {array.shape}."
+        )
     if not np.all(np.isfinite(array)):
         raise ValueError("inputs must be finite; received NaN or infinite values.")
     return np.ascontiguousarray(array.astype(dtype, copy=False))
@@ -58,15 +58,18 @@ def check_channels_axis(given, ndim: int) -> int:
     """``explain``'s ``channels_axis`` (an axis of ``[B, ...]`` inputs) as the channel axis of one
     input (``0`` or ``-1``); ``TypeError``/``ValueError`` for anything but ``1`` or the last axis."""
     if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
-        raise TypeError(f"channels_axis must be an int (1 for [B, C, H, W], -1 for [B, H, W, C]) or None; "
-                        f"received {given!r}.")
+        raise TypeError(
+            f"channels_axis must be an int (1 for [B, C, H, W], -1 for [B, H, W, C]) or None; received {given!r}."
+        )
     axis = int(given) % ndim if -ndim <= int(given) < ndim else None
     if axis == ndim - 1:
         return -1
     if axis == 1 and ndim >= 3:
         return 0
-    raise ValueError(f"channels_axis must be 1 (inputs [B, C, H, W]) or -1 (inputs [B, H, W, C]) for inputs of "
-                     f"rank {ndim}; received {given!r}.")
+    raise ValueError(
+        f"channels_axis must be 1 (inputs [B, C, H, W]) or -1 (inputs [B, H, W, C]) for inputs of "
+        f"rank {ndim}; received {given!r}."
+    )
 
 
 def layer_channel_axis(model, inputs: np.ndarray) -> int:

@@ -5,6 +5,7 @@ kernel as one tuple argument of fixed signature (new masks or boxes do not recom
 Leaves are ``[B, K, ...]`` (one value per input and column) or
 :class:`~saliency_kit.targets.PerInput` ``[B, ...]`` (one per input).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,10 @@ def layout(payload, B: int, K: int):
     for leaf, shared in zip(leaves, per_input):
         want = (B,) if shared else (B, K)
         if leaf.shape[: len(want)] != want:
-            raise ValueError(f"a target payload leaf must have shape [{B}{'' if shared else f', {K}'}, ...] "
-                             f"({'per input' if shared else 'per input and column'}); received {leaf.shape}.")
+            raise ValueError(
+                f"a target payload leaf must have shape [{B}{'' if shared else f', {K}'}, ...] "
+                f"({'per input' if shared else 'per input and column'}); received {leaf.shape}."
+            )
     structure = tree.pack_sequence_as(payload, list(range(len(flat))))
     return structure, per_input, leaves
 
@@ -41,12 +44,17 @@ def key(structure, per_input, leaves) -> tuple:
     """The part of a kernel's cache key a payload fixes: its structure and its leaves' shapes and dtypes."""
     if structure is None:
         return ()
-    return (repr(structure), per_input,
-            tuple((leaf.shape[1 if shared else 2:], leaf.dtype.str) for leaf, shared in zip(leaves, per_input)))
+    return (
+        repr(structure),
+        per_input,
+        tuple((leaf.shape[1 if shared else 2 :], leaf.dtype.str) for leaf, shared in zip(leaves, per_input)),
+    )
 
 
 def specs(per_input, leaves, n: int, group: int) -> tuple:
     """The kernel argument specs of the leaves of one chunk of ``n`` inputs and ``group`` columns."""
     backend = active_backend()
-    return tuple(backend.array_spec(np.empty((n, *leaf.shape[1:]) if shared else (n, group, *leaf.shape[2:]),
-                                              leaf.dtype)) for leaf, shared in zip(leaves, per_input))
+    return tuple(
+        backend.array_spec(np.empty((n, *leaf.shape[1:]) if shared else (n, group, *leaf.shape[2:]), leaf.dtype))
+        for leaf, shared in zip(leaves, per_input)
+    )

@@ -31,6 +31,7 @@ Methods use these and ``keras.ops``, never TensorFlow itself.
 Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
 its moving statistics, weights are never written.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,11 +41,18 @@ import numpy as np
 import tensorflow as tf
 
 from ..model.layers import is_recurrent
-from .tf_gradients import (Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule,
-                           is_relu_rule)
+from .tf_gradients import Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
 
-__all__ = ["Context", "Selection", "build_kernel", "build_values_kernel", "vectorise_classes", "eagerly", "array_spec",
-           "to_numpy"]
+__all__ = [
+    "Context",
+    "Selection",
+    "build_kernel",
+    "build_values_kernel",
+    "vectorise_classes",
+    "eagerly",
+    "array_spec",
+    "to_numpy",
+]
 
 
 class _OwnKernelsFilter(logging.Filter):
@@ -60,7 +68,6 @@ class _OwnKernelsFilter(logging.Filter):
 
 
 tf.get_logger().addFilter(_OwnKernelsFilter())
-
 
 
 # ------------------------------------------------------------------------------------ models
@@ -100,13 +107,27 @@ class Context:
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
             (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
         layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
-            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's, unless the model
+            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's,
+            unless the model
             moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
             runs channels-last layers).
     """
 
-    def __init__(self, views, inputs, selection, index, keys, seed, budget, vectorise, channel_axis=-1, top=True,
-                 reports=None, layer_axis=None):
+    def __init__(
+        self,
+        views,
+        inputs,
+        selection,
+        index,
+        keys,
+        seed,
+        budget,
+        vectorise,
+        channel_axis=-1,
+        top=True,
+        reports=None,
+        layer_axis=None,
+    ):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
@@ -193,8 +214,10 @@ class Context:
         """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
         forward only; class targets only (a target object's outputs need not be a vector)."""
         if self.selection.target is not None:
-            raise ValueError("ctx.values gives the score vector of class targets; with a target object use "
-                             f"ctx.scores or ctx.probabilities; received {self.selection.target!r}.")
+            raise ValueError(
+                "ctx.values gives the score vector of class targets; with a target object use "
+                f"ctx.scores or ctx.probabilities; received {self.selection.target!r}."
+            )
         rows, _, lead = self._rows(points)
         values = tf.cast(self._views(rule)(rows), tf.float32)
         return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
@@ -253,13 +276,14 @@ class Context:
         # the first block is traced outside the loop: it fixes the shapes of the running sums
         totals = block_sums(0)
         if blocks > 1:
+
             def body(b, totals):
                 return b + 1, [t + s for t, s in zip(totals, block_sums(b))]
 
             totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
         return tf.nest.pack_sequence_as(structure[0], totals)
 
-    def at(self, points) -> "Context":
+    def at(self, points) -> Context:
         """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
         copy keeping its input's targets (their payload included), index and key; results of a method there are
         ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
@@ -267,9 +291,20 @@ class Context:
         copies = int(np.prod(lead)) if lead else 1
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
-        return Context(self._views, rows, selection, index, keys, self.seed, max(1, self.budget // copies),
-                       self._vectorise, self.channel_axis, top=False, reports=self._reports,
-                       layer_axis=self.layer_channel_axis)
+        return Context(
+            self._views,
+            rows,
+            selection,
+            index,
+            keys,
+            self.seed,
+            max(1, self.budget // copies),
+            self._vectorise,
+            self.channel_axis,
+            top=False,
+            reports=self._reports,
+            layer_axis=self.layer_channel_axis,
+        )
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids, count: int):
@@ -339,9 +374,24 @@ class Context:
 
 
 # ----------------------------------------------------------------------------------- kernels
-def build_kernel(compute, options: dict, array_names: tuple, views, layout, shape, dtype, array_specs,
-                 vectorise: bool, channel_axis, traced, reports: list, doing: str = "the method", layer_axis=None,
-                 target=None, payload=None):
+def build_kernel(
+    compute,
+    options: dict,
+    array_names: tuple,
+    views,
+    layout,
+    shape,
+    dtype,
+    array_specs,
+    vectorise: bool,
+    channel_axis,
+    traced,
+    reports: list,
+    doing: str = "the method",
+    layer_axis=None,
+    target=None,
+    payload=None,
+):
     """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -371,8 +421,19 @@ def build_kernel(compute, options: dict, array_names: tuple, views, layout, shap
         del reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
         selection = Selection(targets, target[0], tree, per_input)
-        ctx = Context(views, x, selection, index, keys, seed, layout.budget, vectorise, channel_axis, reports=reports,
-                      layer_axis=layer_axis)
+        ctx = Context(
+            views,
+            x,
+            selection,
+            index,
+            keys,
+            seed,
+            layout.budget,
+            vectorise,
+            channel_axis,
+            reports=reports,
+            layer_axis=layer_axis,
+        )
         values = dict(options)
         values.update(zip(array_names, arrays))
         if "seed" in values:

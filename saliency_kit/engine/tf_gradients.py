@@ -4,15 +4,25 @@
 
 Used by :mod:`saliency_kit.engine.tf` (the context and the kernels).
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["SMALL_FLOATS", "Selection", "accumulator_dtype", "differentiate", "gradient_at", "gradient_by_rule",
-           "is_relu_rule", "target_scores"]
+__all__ = [
+    "SMALL_FLOATS",
+    "Selection",
+    "accumulator_dtype",
+    "differentiate",
+    "gradient_at",
+    "gradient_by_rule",
+    "is_relu_rule",
+    "target_scores",
+]
 
 
 SMALL_FLOATS = ("float16", "bfloat16")
+
 
 def target_scores(values, targets):
     return tf.gather(values, targets, batch_dims=1)
@@ -40,22 +50,26 @@ class Selection:
         mapped = [input_fn(leaf) if shared else column_fn(leaf) for leaf, shared in zip(leaves, self._per_input)]
         return tf.nest.pack_sequence_as(self.payload, mapped)
 
-    def repeat(self, copies: int) -> "Selection":
+    def repeat(self, copies: int) -> Selection:
         """Each row repeated ``copies`` times (row ``b·copies + c`` is copy c of row b)."""
         if copies == 1:
             return self
         rep = lambda t: tf.repeat(t, copies, axis=0)  # noqa: E731
         return Selection(rep(self.columns), self.target, self._map(rep, rep), self._per_input)
 
-    def per_column(self) -> "Selection":
+    def per_column(self) -> Selection:
         """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
         n, K = self.columns.shape[0], self.width
 
         def split(leaf):
             return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
 
-        return Selection(tf.reshape(self.columns, [n * K, 1]), self.target,
-                         self._map(split, lambda leaf: tf.repeat(leaf, K, axis=0)), self._per_input)
+        return Selection(
+            tf.reshape(self.columns, [n * K, 1]),
+            self.target,
+            self._map(split, lambda leaf: tf.repeat(leaf, K, axis=0)),
+            self._per_input,
+        )
 
     def _outputs(self, view, z, tap):
         taps = tuple(self.target.taps)

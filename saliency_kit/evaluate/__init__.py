@@ -27,29 +27,72 @@ pixel means) and its perturbation; sensitivity metrics do not flag a random or c
 themselves; localisation rewards maps shaped like the object, not maps faithful to the model.
 Compare methods on the same inputs and settings, and against the ``"random"`` row.
 """
+
 from __future__ import annotations
 
 from .axiomatic import completeness, input_invariance, non_sensitivity
 from .compare import METRICS, compare
 from .complexity import complexity, effective_complexity, sparseness
 from .deletion import deletion_insertion
-from .faithfulness import (faithfulness_correlation, infidelity, monotonicity_correlation,
-                           pixel_flipping, region_perturbation, road)
-from .localisation import (attribution_localisation, auc, pointing_game, relevance_mass_accuracy,
-                           relevance_rank_accuracy, top_k_intersection)
-from .randomisation import (clone_with_weights, compare_maps, comparison_maps, iter_randomization, random_logit,
-                            randomization_test, reinitialize, weighted_layers)
+from .faithfulness import (
+    faithfulness_correlation,
+    infidelity,
+    monotonicity_correlation,
+    pixel_flipping,
+    region_perturbation,
+    road,
+)
+from .localisation import (
+    attribution_localisation,
+    auc,
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+    top_k_intersection,
+)
+from .randomisation import (
+    clone_with_weights,
+    compare_maps,
+    comparison_maps,
+    iter_randomization,
+    random_logit,
+    randomization_test,
+    reinitialize,
+    weighted_layers,
+)
 from .robustness import avg_sensitivity, max_sensitivity, relative_input_stability
 
 __all__ = [
-    "faithfulness_correlation", "infidelity", "road", "monotonicity_correlation", "region_perturbation",
-    "pixel_flipping", "deletion_insertion",
-    "max_sensitivity", "avg_sensitivity", "relative_input_stability",
-    "pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
-    "attribution_localisation", "auc",
-    "sparseness", "complexity", "effective_complexity",
-    "randomization_test", "iter_randomization", "compare_maps", "comparison_maps", "random_logit",
-    "completeness", "non_sensitivity", "input_invariance",
-    "compare", "METRICS",
-    "clone_with_weights", "weighted_layers", "reinitialize",
+    "faithfulness_correlation",
+    "infidelity",
+    "road",
+    "monotonicity_correlation",
+    "region_perturbation",
+    "pixel_flipping",
+    "deletion_insertion",
+    "max_sensitivity",
+    "avg_sensitivity",
+    "relative_input_stability",
+    "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "top_k_intersection",
+    "attribution_localisation",
+    "auc",
+    "sparseness",
+    "complexity",
+    "effective_complexity",
+    "randomization_test",
+    "iter_randomization",
+    "compare_maps",
+    "comparison_maps",
+    "random_logit",
+    "completeness",
+    "non_sensitivity",
+    "input_invariance",
+    "compare",
+    "METRICS",
+    "clone_with_weights",
+    "weighted_layers",
+    "reinitialize",
 ]

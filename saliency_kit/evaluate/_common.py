@@ -21,6 +21,7 @@ Every random draw comes from a generator keyed by ``(seed, metric, input positio
 (:func:`saliency_kit.engine.forward_scores`), so results do not depend on ``batch_size`` nor on how
 the inputs are grouped.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -29,9 +30,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["RANDOM", "Scored", "prepare", "rng", "normalise_by_max", "baseline_values", "forward",
-           "input_groups", "random_attributions", "perturbed_keys", "to_pixels", "check_int", "check_float", "Job",
-           "score_jobs", "spatial_shape", "spatial_to_elements"]
+__all__ = [
+    "RANDOM",
+    "Scored",
+    "prepare",
+    "rng",
+    "normalise_by_max",
+    "baseline_values",
+    "forward",
+    "input_groups",
+    "random_attributions",
+    "perturbed_keys",
+    "to_pixels",
+    "check_int",
+    "check_float",
+    "Job",
+    "score_jobs",
+    "spatial_shape",
+    "spatial_to_elements",
+]
 
 #: The name of the seeded random explanation (the meta-check method of :func:`compare`).
 RANDOM = "random"
@@ -75,8 +92,10 @@ class Scored:
         """Element attributions ``[N, K, *input]`` of the same method for new ``inputs`` (one batched
         call), ``targets`` int ``[N, K]``, ``keys`` one noise key per input (seeded methods)."""
         if self.method is None:
-            raise ValueError("this metric re-runs the explainer on perturbed inputs: give a method name (e.g. "
-                             "'gradient') or an Explanation, not a bare attribution array; received an array.")
+            raise ValueError(
+                "this metric re-runs the explainer on perturbed inputs: give a method name (e.g. "
+                "'gradient') or an Explanation, not a bare attribution array; received an array."
+            )
         if self.method == RANDOM:
             return random_attributions(inputs.shape, targets, keys, self.seed)
         if callable(self.method):
@@ -85,10 +104,19 @@ class Scored:
         from ..api import explain
 
         target_arg = self.score_fn if self.score_fn is not None else targets
-        expl = explain(self.model, inputs, self.method, target_arg, score=self.score, batch_size=self.batch_size,
-                       input_keys=keys, **self.options)
-        return _element_view(np.asarray(expl.attributions, dtype=np.float64), inputs, self.channel_axis,
-                             "the explanation's attributions")
+        expl = explain(
+            self.model,
+            inputs,
+            self.method,
+            target_arg,
+            score=self.score,
+            batch_size=self.batch_size,
+            input_keys=keys,
+            **self.options,
+        )
+        return _element_view(
+            np.asarray(expl.attributions, dtype=np.float64), inputs, self.channel_axis, "the explanation's attributions"
+        )
 
 
 def check_int(name: str, value, minimum: int = 1) -> int:
@@ -115,8 +143,11 @@ def rng(seed: int, salt: str, index: int) -> np.random.Generator:
 def perturbed_keys(seed: int, count: int, samples: int) -> np.ndarray:
     """One noise key in ``[0, 2**31)`` per perturbed copy ``(input b, sample s)``, row ``b·samples + s``
     (independent of batching, distinct from the clean inputs' default keys ``0..B-1``)."""
-    states = [np.random.SeedSequence([int(seed) % 2**32, b, s]).generate_state(1)[0]
-              for b in range(count) for s in range(samples)]
+    states = [
+        np.random.SeedSequence([int(seed) % 2**32, b, s]).generate_state(1)[0]
+        for b in range(count)
+        for s in range(samples)
+    ]
     return (np.asarray(states, dtype=np.int64) % 2**31).astype(np.int64)
 
 
@@ -124,11 +155,14 @@ def random_attributions(shape: tuple, targets: np.ndarray, keys: np.ndarray, see
     """The seeded random explanation: uniform ``[0, 1)`` per element, ``[N, K, *shape[1:]]``, one
     generator per (input key, target), so an input gets the same map for a target wherever it is in a
     batch, and independent maps for different targets."""
-    return np.stack([
-        np.stack([np.random.default_rng([int(seed) % 2**32, 0x5EED, int(key), int(t)]).random(shape[1:])
-                  for t in row])
-        for key, row in zip(keys, np.asarray(targets))
-    ])
+    return np.stack(
+        [
+            np.stack(
+                [np.random.default_rng([int(seed) % 2**32, 0x5EED, int(key), int(t)]).random(shape[1:]) for t in row]
+            )
+            for key, row in zip(keys, np.asarray(targets))
+        ]
+    )
 
 
 def normalise_by_max(a: np.ndarray) -> np.ndarray:
@@ -166,14 +200,16 @@ def baseline_values(baseline, flat_input: np.ndarray, count: int, generator: np.
             if generator is None:
                 raise ValueError("baseline 'uniform' needs a seeded generator.")
             return np.full(count, generator.uniform(0.0, 1.0))
-        raise ValueError(f"baseline must be 'black', 'white', 'mean', 'uniform', a number or an array; "
-                         f"received {baseline!r}.")
+        raise ValueError(
+            f"baseline must be 'black', 'white', 'mean', 'uniform', a number or an array; received {baseline!r}."
+        )
     value = np.asarray(baseline, dtype=np.float64)
     if value.ndim == 0:
         return np.full(count, float(value))
     if value.shape != (count,):
-        raise ValueError(f"an array baseline must hold one value per replaced feature ({count}); "
-                         f"received shape {value.shape}.")
+        raise ValueError(
+            f"an array baseline must hold one value per replaced feature ({count}); received shape {value.shape}."
+        )
     return value
 
 
@@ -191,11 +227,20 @@ def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.nda
     rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     if not scored.softmax:
         row_targets = _at_least_one_chunk(np.asarray(row_targets), scored.batch_size)
-        return np.asarray(forward_scores(scored.model, rows, row_targets, score=scored.score,
-                                         batch_size=scored.batch_size, score_fn=scored.score_fn),
-                          dtype=np.float64)[:count]
-    values = np.asarray(all_scores(scored.model, rows, score=scored.score, batch_size=scored.batch_size),
-                        dtype=np.float64)[:count]
+        return np.asarray(
+            forward_scores(
+                scored.model,
+                rows,
+                row_targets,
+                score=scored.score,
+                batch_size=scored.batch_size,
+                score_fn=scored.score_fn,
+            ),
+            dtype=np.float64,
+        )[:count]
+    values = np.asarray(
+        all_scores(scored.model, rows, score=scored.score, batch_size=scored.batch_size), dtype=np.float64
+    )[:count]
     values = np.exp(values - values.max(axis=-1, keepdims=True))
     values /= values.sum(axis=-1, keepdims=True)
     return np.take_along_axis(values, np.asarray(row_targets, dtype=np.int64), axis=1)
@@ -206,8 +251,9 @@ def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
     from ..engine import all_scores
 
     rows_in_chunks = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
-    return np.argmax(all_scores(scored.model, rows_in_chunks, score=scored.score,
-                                batch_size=scored.batch_size), axis=-1)[:len(rows)]
+    return np.argmax(
+        all_scores(scored.model, rows_in_chunks, score=scored.score, batch_size=scored.batch_size), axis=-1
+    )[: len(rows)]
 
 
 def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
@@ -218,8 +264,7 @@ def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate([rows, np.repeat(rows[-1:], short, axis=0)]) if short > 0 and len(rows) else rows
 
 
-def input_groups(count: int, rows_per_input: int, row_bytes: int,
-                 max_bytes: int = MAX_BATCH_BYTES) -> Iterator[range]:
+def input_groups(count: int, rows_per_input: int, row_bytes: int, max_bytes: int = MAX_BATCH_BYTES) -> Iterator[range]:
     """Consecutive ranges of input positions whose perturbed rows fit in ``max_bytes``."""
     per_input = max(1, rows_per_input * row_bytes)
     size = max(1, int(max_bytes // per_input))
@@ -246,8 +291,10 @@ def _element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, w
         if values.shape[2:] == spatial:  # CAM maps: broadcast over the channels
             axis = 2 + (channel_axis % (x.ndim - 1))
             return np.broadcast_to(np.expand_dims(values, axis), (*values.shape[:2], *x.shape[1:]))
-    raise ValueError(f"{what} must be [B, K, *input] = [{x.shape[0]}, K, {', '.join(map(str, x.shape[1:]))}] "
-                     f"(or CAM maps [B, K, H, W]); received shape {values.shape}.")
+    raise ValueError(
+        f"{what} must be [B, K, *input] = [{x.shape[0]}, K, {', '.join(map(str, x.shape[1:]))}] "
+        f"(or CAM maps [B, K, H, W]); received shape {values.shape}."
+    )
 
 
 def _image_channel_axis(model, x: np.ndarray) -> int | None:
@@ -258,8 +305,18 @@ def _image_channel_axis(model, x: np.ndarray) -> int | None:
     return engine.channel_axis(model, x)
 
 
-def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int = 0, batch_size: int = 32,
-            score: str = "logits", softmax: bool = False, method_options: dict | None = None) -> Scored:
+def prepare(
+    model,
+    inputs,
+    explanation_or_method,
+    targets="top1",
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+    score: str = "logits",
+    softmax: bool = False,
+    method_options: dict | None = None,
+) -> Scored:
     """Resolve a metric's arguments into a :class:`Scored` (see the module docstring)."""
     from .. import engine
     from ..api import _check_score, explain, resolve_targets
@@ -275,52 +332,89 @@ def prepare(model, inputs, explanation_or_method, targets="top1", *, seed: int =
     channel_axis = _image_channel_axis(model, x)
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
     if softmax and score_fn is not None:
-        raise ValueError("softmax=True scores the softmax of the model's classes: give class targets or "
-                         "softmax=False; received a score function as targets.")
-    common = dict(model=model, x=x, channel_axis=channel_axis, score=score, score_fn=score_fn,
-                  batch_size=batch_size, seed=int(seed), softmax=bool(softmax))
+        raise ValueError(
+            "softmax=True scores the softmax of the model's classes: give class targets or "
+            "softmax=False; received a score function as targets."
+        )
+    common = dict(
+        model=model,
+        x=x,
+        channel_axis=channel_axis,
+        score=score,
+        score_fn=score_fn,
+        batch_size=batch_size,
+        seed=int(seed),
+        softmax=bool(softmax),
+    )
 
     if isinstance(explanation_or_method, Explanation):
         expl = explanation_or_method
         if len(expl) != len(x):
             raise ValueError(f"the explanation must be of the {len(x)} inputs given; received one of {len(expl)}.")
-        elements = _element_view(np.asarray(expl.attributions, dtype=np.float64), x, channel_axis,
-                                 "explanation.attributions")
+        elements = _element_view(
+            np.asarray(expl.attributions, dtype=np.float64), x, channel_axis, "explanation.attributions"
+        )
         pixels = np.asarray(expl.maps, dtype=np.float64) if channel_axis is not None else elements
         options = {k: v for k, v in expl.options.items() if k != "score"}
-        return Scored(elements=elements, pixels=pixels, targets=np.asarray(expl.targets, dtype=np.int64),
-                      method=expl.method, options=options, **{**common, "score": expl.options.get("score", score)})
+        return Scored(
+            elements=elements,
+            pixels=pixels,
+            targets=np.asarray(expl.targets, dtype=np.int64),
+            method=expl.method,
+            options=options,
+            **{**common, "score": expl.options.get("score", score)},
+        )
 
     if isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
         seed_noise(explanation_or_method, method_options, seed)
-        expl = explain(model, x, explanation_or_method, targets, score=score, batch_size=batch_size,
-                       **method_options)
-        elements = _element_view(np.asarray(expl.attributions, dtype=np.float64), x, channel_axis,
-                                 "explanation.attributions")
+        expl = explain(model, x, explanation_or_method, targets, score=score, batch_size=batch_size, **method_options)
+        elements = _element_view(
+            np.asarray(expl.attributions, dtype=np.float64), x, channel_axis, "explanation.attributions"
+        )
         pixels = np.asarray(expl.maps, dtype=np.float64) if channel_axis is not None else elements
-        return Scored(elements=elements, pixels=pixels, targets=np.asarray(expl.targets, dtype=np.int64),
-                      method=explanation_or_method, options=method_options, **common)
+        return Scored(
+            elements=elements,
+            pixels=pixels,
+            targets=np.asarray(expl.targets, dtype=np.int64),
+            method=explanation_or_method,
+            options=method_options,
+            **common,
+        )
 
     resolved = resolve_targets(model, x, targets, score=score, batch_size=batch_size)
     if isinstance(explanation_or_method, str):  # RANDOM
         elements = random_attributions(x.shape, resolved, np.arange(len(x)), seed)
-        return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved,
-                      method=RANDOM, **common)
+        return Scored(
+            elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, method=RANDOM, **common
+        )
     if callable(explanation_or_method):
-        elements = _element_view(np.asarray(explanation_or_method(model, x, resolved), dtype=np.float64), x,
-                                 channel_axis, "the explainer's attributions")
-        return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved,
-                      method=explanation_or_method, **common)
+        elements = _element_view(
+            np.asarray(explanation_or_method(model, x, resolved), dtype=np.float64),
+            x,
+            channel_axis,
+            "the explainer's attributions",
+        )
+        return Scored(
+            elements=elements,
+            pixels=to_pixels(elements, channel_axis),
+            targets=resolved,
+            method=explanation_or_method,
+            **common,
+        )
     try:
         values = np.asarray(explanation_or_method, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError("explanation_or_method must be an Explanation, a method name, 'random', a callable "
-                        "explainer or an attribution array; received "
-                        f"{type(explanation_or_method).__name__}.") from None
+        raise TypeError(
+            "explanation_or_method must be an Explanation, a method name, 'random', a callable "
+            "explainer or an attribution array; received "
+            f"{type(explanation_or_method).__name__}."
+        ) from None
     elements = _element_view(values, x, channel_axis, "the attribution array")
     if elements.shape[1] != resolved.shape[1]:
-        raise ValueError(f"the attribution array has {elements.shape[1]} maps per input but targets give "
-                         f"{resolved.shape[1]}; received targets {targets!r}.")
+        raise ValueError(
+            f"the attribution array has {elements.shape[1]} maps per input but targets give "
+            f"{resolved.shape[1]}; received targets {targets!r}."
+        )
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
 
 
@@ -332,9 +426,11 @@ def _refuse_target_objects(targets, explanation_or_method) -> None:
     info = getattr(explanation_or_method, "target_info", None) or []
     kinds = {column.get("kind") for row in info for column in row if isinstance(column, dict)}
     if is_target(targets) or kinds - {"class", "callable", None}:
-        raise ValueError("this metric scores class targets of a classifier; target objects (region, box, output, "
-                         "unit) are taken by deletion_insertion and pointing_game; received "
-                         f"{targets if is_target(targets) else 'an explanation of ' + ', '.join(sorted(map(str, kinds)))}.")
+        raise ValueError(
+            "this metric scores class targets of a classifier; target objects (region, box, output, "
+            "unit) are taken by deletion_insertion and pointing_game; received "
+            f"{targets if is_target(targets) else 'an explanation of ' + ', '.join(sorted(map(str, kinds)))}."
+        )
 
 
 def seed_noise(method: str, method_options: dict, seed: int) -> None:
@@ -360,8 +456,9 @@ def maps_only(maps, name: str) -> np.ndarray:
     return values
 
 
-def pixel_maps(name: str, model, inputs, explanation_or_method, targets, maps, *, seed, batch_size,
-               method_options) -> np.ndarray:
+def pixel_maps(
+    name: str, model, inputs, explanation_or_method, targets, maps, *, seed, batch_size, method_options
+) -> np.ndarray:
     """The ``[B, K, ...]`` pixel maps a model-free metric scores: ``maps`` when given, else the pixel
     view of whatever :func:`prepare` makes of the other arguments."""
     if maps is not None:
@@ -375,8 +472,9 @@ def pixel_maps(name: str, model, inputs, explanation_or_method, targets, maps, *
 
     if isinstance(explanation_or_method, Explanation) and inputs is not None:
         return np.asarray(explanation_or_method.maps, dtype=np.float64)
-    return prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size,
-                   method_options=method_options).pixels
+    return prepare(
+        model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, method_options=method_options
+    ).pixels
 
 
 @dataclass
@@ -410,7 +508,7 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
         values = forward(scored, rows.reshape(-1, *scored.x.shape[1:]), targets)
         start = 0
         for index, r, t in pending:
-            results[index].append(values[start:start + len(r), :len(t)])
+            results[index].append(values[start : start + len(r), : len(t)])
             start += len(r)
         pending, pending_rows = [], 0
 
@@ -431,8 +529,10 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
 def spatial_shape(scored: Scored) -> tuple[int, int]:
     """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
     if scored.channel_axis is None:
-        raise ValueError(f"this metric perturbs image regions: it needs image inputs [B, H, W, C] (or channels "
-                         f"first); received inputs of shape {scored.x.shape}.")
+        raise ValueError(
+            f"this metric perturbs image regions: it needs image inputs [B, H, W, C] (or channels "
+            f"first); received inputs of shape {scored.x.shape}."
+        )
     shape = list(scored.x.shape[1:])
     del shape[scored.channel_axis]
     return tuple(shape)

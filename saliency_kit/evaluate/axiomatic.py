@@ -9,22 +9,33 @@
 
 Where Quantus 0.6.0 departs from the papers these follow the papers (said in each docstring).
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ._common import (Job, Scored, baseline_values, check_float, check_int, forward, prepare, preprocess, rng,
-                      score_jobs)
+from ._common import Job, Scored, baseline_values, check_float, check_int, forward, prepare, preprocess, rng, score_jobs
 
 __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
-def completeness(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_baseline="black",
-                 normalise: bool = False, abs: bool = False, score: str = "logits", softmax: bool = False,
-                 seed: int = 0,
-                 batch_size: int = 32, **method_options) -> np.ndarray:
+def completeness(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    perturb_baseline="black",
+    normalise: bool = False,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
     is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
     give ``perturb_baseline=0.0`` for a method whose baseline is zeros, e.g. integrated gradients'
@@ -34,20 +45,43 @@ def completeness(model, inputs, explanation_or_method="gradient", targets="top1"
     False in practice) and normalises the attributions by default (which breaks the sum); here
     the gap itself is returned and the attributions are not normalised unless asked.
     """
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
-    baseline = np.stack([baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b))
-                         for b, row in enumerate(flat)]).reshape(scored.x.shape)
+    baseline = np.stack(
+        [baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
+    ).reshape(scored.x.shape)
     change = forward(scored, scored.x, scored.targets) - forward(scored, baseline, scored.targets)
     return np.abs(a.reshape(*a.shape[:2], -1).sum(-1) - change)
 
 
-def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="top1", *, eps: float = 1e-5,
-                    features_in_step: int = 1, perturb_baseline="black", normalise: bool = True, abs: bool = True,
-                    score: str = "logits", softmax: bool = True,
-                    seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+def non_sensitivity(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    eps: float = 1e-5,
+    features_in_step: int = 1,
+    perturb_baseline="black",
+    normalise: bool = True,
+    abs: bool = True,
+    score: str = "logits",
+    softmax: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """How many steps of ``features_in_step`` elements violate non-sensitivity: float ``[B, K]``
     (0 is best). A step violates it when "its attribution is below ``eps``" (every element of it)
     differs from "replacing it by the baseline changes the score by less than ``eps``". Each step is
@@ -59,8 +93,17 @@ def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="to
     """
     eps = check_float("eps", eps)
     features_in_step = check_int("features_in_step", features_in_step)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
@@ -71,8 +114,9 @@ def non_sensitivity(model, inputs, explanation_or_method="gradient", targets="to
     jobs = []
     for b in range(len(flat)):
         generator = rng(seed, "non_sensitivity", b)
-        values = np.stack([baseline_values(perturb_baseline, flat[b], features_in_step, generator)
-                           for _ in range(steps)])
+        values = np.stack(
+            [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
+        )
         jobs.append(Job(steps, _step_rows(flat[b], padded, values), scored.targets[b]))
     result = np.empty(a.shape[:2])
     for b, scores in enumerate(score_jobs(scored, jobs)):
@@ -90,12 +134,23 @@ def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray):
         valid = idx >= 0
         rows[np.nonzero(valid)[0], idx[valid]] = val[valid]
         return rows
+
     return make
 
 
-def input_invariance(model, inputs, explanation_or_method="gradient", targets="top1", *, input_shift: float = -1.0,
-                     atol: float = 1e-4, score: str = "logits", seed: int = 0, batch_size: int = 32,
-                     **method_options) -> np.ndarray:
+def input_invariance(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    input_shift: float = -1.0,
+    atol: float = 1e-4,
+    score: str = "logits",
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Whether the explanation of ``x + input_shift`` on the shifted model ``m'(z) = m(z − input_shift)``
     equals the explanation of ``x`` on ``m`` (every element within ``atol``): float ``[B, K]``, 1.0
     or 0.0. The plain gradient passes; gradient × input does not.
@@ -107,11 +162,20 @@ def input_invariance(model, inputs, explanation_or_method="gradient", targets="t
     import keras
 
     input_shift, atol = check_float("input_shift", input_shift), check_float("atol", atol)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        method_options=method_options,
+    )
     inner = keras.Input(shape=scored.x.shape[1:], dtype=scored.x.dtype)
-    shifted_model = keras.Model(inner, model(keras.layers.Rescaling(1.0, offset=-input_shift)(inner)),
-                                name=f"{model.name}_shifted")
+    shifted_model = keras.Model(
+        inner, model(keras.layers.Rescaling(1.0, offset=-input_shift)(inner)), name=f"{model.name}_shifted"
+    )
     options = dict(scored.options)
     if isinstance(options.get("layer"), str):
         options["layer"] = f"{model.name}/{options['layer']}"

@@ -5,6 +5,7 @@ methods from it is not measuring anything about them on these inputs. Metric val
 baseline and the perturbation each metric uses, so compare methods within a table, never values
 across settings.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -30,13 +31,15 @@ class Metric:
 
 
 def _deletion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size,
-                                           **options)["deletion_auc"]
+    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
+        "deletion_auc"
+    ]
 
 
 def _insertion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size,
-                                           **options)["insertion_auc"]
+    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
+        "insertion_auc"
+    ]
 
 
 def _pointing(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
@@ -47,6 +50,7 @@ def _model_free(function):
     def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
         extra = {"masks": masks} if masks is not None else {}
         return function(maps=np.asarray(expl.maps), **extra, **options)
+
     return run
 
 
@@ -54,6 +58,7 @@ def _scored(function):
     def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
         value = function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **options)
         return value["score"] if isinstance(value, dict) else value
+
     return run
 
 
@@ -61,40 +66,55 @@ def _randomization(model, inputs, expl, targets, *, masks=None, seed=0, batch_si
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)
-    steps = randomisation.randomization_test(model, inputs, method, np.asarray(expl.targets),
-                                             mode=options.pop("mode", "efficient_mprt"), seed=seed, **options)
+    steps = randomisation.randomization_test(
+        model,
+        inputs,
+        method,
+        np.asarray(expl.targets),
+        mode=options.pop("mode", "efficient_mprt"),
+        seed=seed,
+        **options,
+    )
     return np.asarray(steps[-1]["per_input"], dtype=np.float64)
 
 
 #: The metrics :func:`compare` and ``saliency evaluate`` know, by name.
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("faithfulness_correlation", _scored(faithfulness.faithfulness_correlation), True, family="faithfulness"),
-    Metric("infidelity", _scored(faithfulness.infidelity), False, family="faithfulness"),
-    Metric("road", _scored(faithfulness.road), False, family="faithfulness"),
-    Metric("monotonicity_correlation", _scored(faithfulness.monotonicity_correlation), True, family="faithfulness"),
-    Metric("region_perturbation", _scored(faithfulness.region_perturbation), True, family="faithfulness"),
-    Metric("pixel_flipping", _scored(faithfulness.pixel_flipping), False, family="faithfulness"),
-    Metric("deletion", _deletion, False, family="faithfulness"),
-    Metric("insertion", _insertion, True, family="faithfulness"),
-    Metric("max_sensitivity", _scored(robustness.max_sensitivity), False, family="robustness"),
-    Metric("avg_sensitivity", _scored(robustness.avg_sensitivity), False, family="robustness"),
-    Metric("relative_input_stability", _scored(robustness.relative_input_stability), False, family="robustness"),
-    Metric("pointing_game", _pointing, True, needs_masks=True, family="localisation"),
-    Metric("relevance_mass_accuracy", _model_free(localisation.relevance_mass_accuracy), True, True, "localisation"),
-    Metric("relevance_rank_accuracy", _model_free(localisation.relevance_rank_accuracy), True, True, "localisation"),
-    Metric("top_k_intersection", _model_free(localisation.top_k_intersection), True, True, "localisation"),
-    Metric("attribution_localisation", _model_free(localisation.attribution_localisation), True, True,
-           "localisation"),
-    Metric("auc", _model_free(localisation.auc), True, True, "localisation"),
-    Metric("sparseness", _model_free(complexity.sparseness), True, family="complexity"),
-    Metric("complexity", _model_free(complexity.complexity), False, family="complexity"),
-    Metric("effective_complexity", _model_free(complexity.effective_complexity), False, family="complexity"),
-    Metric("random_logit", _scored(randomisation.random_logit), False, family="randomisation"),
-    Metric("randomization", _randomization, True, family="randomisation"),
-    Metric("completeness", _scored(axiomatic.completeness), False, family="axiomatic"),
-    Metric("non_sensitivity", _scored(axiomatic.non_sensitivity), False, family="axiomatic"),
-    Metric("input_invariance", _scored(axiomatic.input_invariance), True, family="axiomatic"),
-)}
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("faithfulness_correlation", _scored(faithfulness.faithfulness_correlation), True, family="faithfulness"),
+        Metric("infidelity", _scored(faithfulness.infidelity), False, family="faithfulness"),
+        Metric("road", _scored(faithfulness.road), False, family="faithfulness"),
+        Metric("monotonicity_correlation", _scored(faithfulness.monotonicity_correlation), True, family="faithfulness"),
+        Metric("region_perturbation", _scored(faithfulness.region_perturbation), True, family="faithfulness"),
+        Metric("pixel_flipping", _scored(faithfulness.pixel_flipping), False, family="faithfulness"),
+        Metric("deletion", _deletion, False, family="faithfulness"),
+        Metric("insertion", _insertion, True, family="faithfulness"),
+        Metric("max_sensitivity", _scored(robustness.max_sensitivity), False, family="robustness"),
+        Metric("avg_sensitivity", _scored(robustness.avg_sensitivity), False, family="robustness"),
+        Metric("relative_input_stability", _scored(robustness.relative_input_stability), False, family="robustness"),
+        Metric("pointing_game", _pointing, True, needs_masks=True, family="localisation"),
+        Metric(
+            "relevance_mass_accuracy", _model_free(localisation.relevance_mass_accuracy), True, True, "localisation"
+        ),
+        Metric(
+            "relevance_rank_accuracy", _model_free(localisation.relevance_rank_accuracy), True, True, "localisation"
+        ),
+        Metric("top_k_intersection", _model_free(localisation.top_k_intersection), True, True, "localisation"),
+        Metric(
+            "attribution_localisation", _model_free(localisation.attribution_localisation), True, True, "localisation"
+        ),
+        Metric("auc", _model_free(localisation.auc), True, True, "localisation"),
+        Metric("sparseness", _model_free(complexity.sparseness), True, family="complexity"),
+        Metric("complexity", _model_free(complexity.complexity), False, family="complexity"),
+        Metric("effective_complexity", _model_free(complexity.effective_complexity), False, family="complexity"),
+        Metric("random_logit", _scored(randomisation.random_logit), False, family="randomisation"),
+        Metric("randomization", _randomization, True, family="randomisation"),
+        Metric("completeness", _scored(axiomatic.completeness), False, family="axiomatic"),
+        Metric("non_sensitivity", _scored(axiomatic.non_sensitivity), False, family="axiomatic"),
+        Metric("input_invariance", _scored(axiomatic.input_invariance), True, family="axiomatic"),
+    )
+}
 
 
 def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batch_size: int = 32, **options):
@@ -111,14 +131,30 @@ def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batc
     resolved = resolve_targets(model, x, targets, batch_size=batch_size)
     attributions = random_attributions(x.shape, resolved, np.arange(len(x)), seed).astype(np.float32)
     axis = engine.channel_axis(model, x) if x.ndim == 4 else None
-    return Explanation(attributions=attributions, maps=to_pixels(attributions, axis).astype(np.float32),
-                       targets=resolved, scores=np.zeros(resolved.shape, np.float32), method=RANDOM,
-                       options={"seed": seed})
+    return Explanation(
+        attributions=attributions,
+        maps=to_pixels(attributions, axis).astype(np.float32),
+        targets=resolved,
+        scores=np.zeros(resolved.shape, np.float32),
+        method=RANDOM,
+        options={"seed": seed},
+    )
 
 
-def compare(model, inputs, methods: Sequence[str], metrics: Sequence[str], *, targets="top1", masks=None,
-            seed: int = 0, batch_size: int = 32, metric_options: dict | None = None,
-            method_options: dict | None = None, progress: Callable[[str, str], None] | None = None) -> dict:
+def compare(
+    model,
+    inputs,
+    methods: Sequence[str],
+    metrics: Sequence[str],
+    *,
+    targets="top1",
+    masks=None,
+    seed: int = 0,
+    batch_size: int = 32,
+    metric_options: dict | None = None,
+    method_options: dict | None = None,
+    progress: Callable[[str, str], None] | None = None,
+) -> dict:
     """Score every method with every metric on the same inputs.
 
     Each method is explained once (``"random"``, a seeded random map, is always added); every metric
@@ -154,20 +190,40 @@ def compare(model, inputs, methods: Sequence[str], metrics: Sequence[str], *, ta
         raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
     rows = []
     for method in methods:
-        expl = explanation_of(model, inputs, method, targets, seed=seed, batch_size=batch_size,
-                              **method_options.get(method, {}))
+        expl = explanation_of(
+            model, inputs, method, targets, seed=seed, batch_size=batch_size, **method_options.get(method, {})
+        )
         for name in metrics:
             metric = METRICS[name]
-            values = np.asarray(metric.function(model, inputs, expl, np.asarray(expl.targets), masks=masks, seed=seed,
-                                                batch_size=batch_size, **dict(metric_options.get(name, {}))),
-                                dtype=np.float64)
-            per_input = np.nanmean(values, axis=1) if values.ndim == 2 and not np.all(np.isnan(values)) else (
-                values.mean(axis=1) if values.ndim == 2 else values)
+            values = np.asarray(
+                metric.function(
+                    model,
+                    inputs,
+                    expl,
+                    np.asarray(expl.targets),
+                    masks=masks,
+                    seed=seed,
+                    batch_size=batch_size,
+                    **dict(metric_options.get(name, {})),
+                ),
+                dtype=np.float64,
+            )
+            per_input = (
+                np.nanmean(values, axis=1)
+                if values.ndim == 2 and not np.all(np.isnan(values))
+                else (values.mean(axis=1) if values.ndim == 2 else values)
+            )
             finite = per_input[~np.isnan(per_input)]
-            rows.append({"method": method, "metric": name,
-                         "mean": float(finite.mean()) if finite.size else float("nan"),
-                         "std": float(finite.std()) if finite.size else float("nan"),
-                         "per_input": [float(v) for v in per_input], "higher_is_better": metric.higher_is_better})
+            rows.append(
+                {
+                    "method": method,
+                    "metric": name,
+                    "mean": float(finite.mean()) if finite.size else float("nan"),
+                    "std": float(finite.std()) if finite.size else float("nan"),
+                    "per_input": [float(v) for v in per_input],
+                    "higher_is_better": metric.higher_is_better,
+                }
+            )
             if progress is not None:
                 progress(method, name)
     return {"rows": rows}

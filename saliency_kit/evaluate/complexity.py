@@ -13,6 +13,7 @@ the magnitude taken. They need no model: ``sparseness(maps=maps)`` scores a bare
 (or ``[B, H, W]``) array. A method that says nothing (all zeros) scores as simple as can be: these
 metrics say nothing about faithfulness.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,17 +23,37 @@ from ._common import check_float, pixel_maps, preprocess
 __all__ = ["sparseness", "complexity", "effective_complexity"]
 
 
-def _flat(name, model, inputs, explanation_or_method, targets, maps, normalise, absolute, seed, batch_size,
-          method_options) -> np.ndarray:
-    values = pixel_maps(name, model, inputs, explanation_or_method, targets, maps, seed=seed,
-                        batch_size=batch_size, method_options=method_options)
+def _flat(
+    name, model, inputs, explanation_or_method, targets, maps, normalise, absolute, seed, batch_size, method_options
+) -> np.ndarray:
+    values = pixel_maps(
+        name,
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        seed=seed,
+        batch_size=batch_size,
+        method_options=method_options,
+    )
     values = preprocess(values, normalise=normalise, absolute=absolute)
     return values.reshape(*values.shape[:2], -1)
 
 
-def sparseness(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *, maps=None,
-               normalise: bool = True, abs: bool = True, seed: int = 0, batch_size: int = 32,
-               **method_options) -> np.ndarray:
+def sparseness(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    normalise: bool = True,
+    abs: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Gini index of each map's magnitudes: float ``[B, K]`` in ``[0, 1)``; higher is sparser.
 
     ``G = Σ_i (2i − n − 1)·a_(i) / (n·Σ_i a_(i))`` over the ``n`` values sorted increasingly, each
@@ -45,33 +66,90 @@ def sparseness(model=None, inputs=None, explanation_or_method="gradient", target
         maps: a bare ``[B, K, ...]`` or ``[B, ...]`` array of maps to score instead.
         normalise, abs: Quantus' preprocessing (defaults as Quantus).
     """
-    a = _flat("sparseness", model, inputs, explanation_or_method, targets, maps, normalise, abs, seed,
-              batch_size, method_options) + 1e-7
+    a = (
+        _flat(
+            "sparseness",
+            model,
+            inputs,
+            explanation_or_method,
+            targets,
+            maps,
+            normalise,
+            abs,
+            seed,
+            batch_size,
+            method_options,
+        )
+        + 1e-7
+    )
     n = a.shape[-1]
     a = np.sort(a, axis=-1)
     weights = 2 * np.arange(1, n + 1) - n - 1
     return (weights * a).sum(axis=-1) / (n * a.sum(axis=-1))
 
 
-def complexity(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *, maps=None,
-               normalise: bool = True, abs: bool = True, seed: int = 0, batch_size: int = 32,
-               **method_options) -> np.ndarray:
+def complexity(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    normalise: bool = True,
+    abs: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Entropy of each map's magnitude distribution ``p = a / Σ|a|``: float ``[B, K]``, in nats;
     lower is simpler (``−Σ p log(p + 1e-12)``, as Quantus). An all-zero map gives NaN (no
     distribution)."""
-    a = _flat("complexity", model, inputs, explanation_or_method, targets, maps, normalise, abs, seed,
-              batch_size, method_options)
+    a = _flat(
+        "complexity",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         p = a / np.abs(a).sum(axis=-1, keepdims=True)
     return -(p * np.log(p + 1e-12)).sum(axis=-1)
 
 
-def effective_complexity(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
-                         maps=None, eps: float = 1e-5, normalise: bool = True, abs: bool = True, seed: int = 0,
-                         batch_size: int = 32, **method_options) -> np.ndarray:
+def effective_complexity(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    eps: float = 1e-5,
+    normalise: bool = True,
+    abs: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """How many values of each map exceed ``eps`` after the preprocessing: float ``[B, K]``
     (counts); lower is simpler."""
     eps = check_float("eps", eps)
-    a = _flat("effective_complexity", model, inputs, explanation_or_method, targets, maps, normalise, abs,
-              seed, batch_size, method_options)
+    a = _flat(
+        "effective_complexity",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     return (a > eps).sum(axis=-1).astype(np.float64)

@@ -1,6 +1,7 @@
 """Deletion and insertion curves (RISE, Petsiuk et al. 2018): the score as pixels are removed
 (or added to a blurred image) in order of decreasing map value, with a random order beside them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -97,9 +98,11 @@ def deletion_insertion(
 
         selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
         if selection.target is not None and np.asarray(selection.columns).shape != tgt.shape:
-            raise ValueError(f"targets must be the target the explanation was made for: it gives "
-                             f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
-                             f"{tgt.shape[1]}; received {targets!r}.")
+            raise ValueError(
+                f"targets must be the target the explanation was made for: it gives "
+                f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
+                f"{tgt.shape[1]}; received {targets!r}."
+            )
         if selection.target is None:
             selection = None
 
@@ -139,8 +142,7 @@ def deletion_insertion(
             scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
         else:
             rows = np.repeat([b for _, b, _ in positions], steps + 1)
-            scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score,
-                                              batch_size=batch_size))
+            scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score, batch_size=batch_size))
         scores = scores.reshape(len(positions), steps + 1, n_targets)
         for (name, b, k), s in zip(positions, scores):
             if k is None:

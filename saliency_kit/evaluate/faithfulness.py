@@ -27,6 +27,7 @@ never values across settings or papers.
 All perturbed inputs are built in NumPy and scored through the engine's compiled, batched forward
 pass; random draws are seeded per input, so results do not depend on ``batch_size``.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,19 +36,52 @@ import numpy as np
 from scipy.sparse import csc_matrix, lil_matrix
 from scipy.sparse.linalg import spsolve
 
-from ._common import (Job, baseline_values, check_float, check_int, forward, is_random_baseline,
-                      predicted_classes, prepare, preprocess, rng, score_jobs, spatial_shape, spatial_to_elements)
+from ._common import (
+    Job,
+    baseline_values,
+    check_float,
+    check_int,
+    forward,
+    is_random_baseline,
+    predicted_classes,
+    prepare,
+    preprocess,
+    rng,
+    score_jobs,
+    spatial_shape,
+    spatial_to_elements,
+)
 from .similarity import pearson, spearman_rows
 
-__all__ = ["faithfulness_correlation", "infidelity", "road", "monotonicity_correlation", "region_perturbation",
-           "pixel_flipping", "noisy_linear_imputation", "image_blocks"]
+__all__ = [
+    "faithfulness_correlation",
+    "infidelity",
+    "road",
+    "monotonicity_correlation",
+    "region_perturbation",
+    "pixel_flipping",
+    "noisy_linear_imputation",
+    "image_blocks",
+]
 
 
-def faithfulness_correlation(model, inputs, explanation_or_method="gradient", targets="top1", *, nr_runs: int = 100,
-                             subset_size: int = 224, perturb_baseline="black", normalise: bool = True,
-                             abs: bool = False, score: str = "logits", softmax: bool = False,
-                             seed: int = 0, batch_size: int = 32,
-                             **method_options) -> np.ndarray:
+def faithfulness_correlation(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    nr_runs: int = 100,
+    subset_size: int = 224,
+    perturb_baseline="black",
+    normalise: bool = True,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
 
@@ -56,14 +90,24 @@ def faithfulness_correlation(model, inputs, explanation_or_method="gradient", ta
     distribution: subsets of elements).
     """
     nr_runs, subset_size = check_int("nr_runs", nr_runs, 2), check_int("subset_size", subset_size)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
     if subset_size > flat.shape[1]:
-        raise ValueError(f"subset_size must be at most the number of input elements ({flat.shape[1]}); "
-                         f"received {subset_size}.")
+        raise ValueError(
+            f"subset_size must be at most the number of input elements ({flat.shape[1]}); received {subset_size}."
+        )
     clean = forward(scored, scored.x, scored.targets)
     jobs, subsets = [], []
     for b in range(len(flat)):
@@ -82,10 +126,12 @@ def faithfulness_correlation(model, inputs, explanation_or_method="gradient", ta
 
 def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
     """``make(start, stop)``: copies of one input with ``indices[r]`` set to ``values[r]`` (row r)."""
+
     def make(start, stop):
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         np.put_along_axis(rows, indices[start:stop], values[start:stop], axis=1)
         return rows
+
     return make
 
 
@@ -93,17 +139,32 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
     """The ``patch_size`` squares tiling an image, row by row, as Quantus' padded grid: the image is
     centred in a grid padded up to a multiple of ``patch_size`` (``floor`` of the padding on top and
     left), and each square is cut to the image."""
+
     def edges(size):
         pad = (patch_size - size % patch_size) % patch_size
         start = -(pad // 2)
         return [slice(max(s, 0), min(s + patch_size, size)) for s in range(start, size, patch_size)]
+
     return [(r, c) for r in edges(height) for c in edges(width)]
 
 
-def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", *, perturb_patch_sizes=(4,),
-               n_perturb_samples: int = 10, perturb_baseline="black", normalise: bool = False, abs: bool = False,
-               score: str = "logits", softmax: bool = False,
-               seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+def infidelity(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    perturb_patch_sizes=(4,),
+    n_perturb_samples: int = 10,
+    perturb_baseline="black",
+    normalise: bool = False,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
     As Quantus 0.6.0: ``x_j`` is the input with its first ``j`` squares of ``patch_size`` (row by
@@ -116,8 +177,17 @@ def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", 
     """
     n_perturb_samples = check_int("n_perturb_samples", n_perturb_samples)
     sizes = [check_int("perturb_patch_sizes", int(p)) for p in np.atleast_1d(perturb_patch_sizes)]
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     height, width = spatial_shape(scored)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     x = scored.x.astype(np.float64)
@@ -133,8 +203,9 @@ def infidelity(model, inputs, explanation_or_method="gradient", targets="top1", 
                 block[r, c] = True
                 masks.append(spatial_to_elements(block, scored).reshape(-1))
             for _ in range(repeats):
-                values = np.stack([baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator)
-                                   for _ in masks])
+                values = np.stack(
+                    [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in masks]
+                )
                 rows = _cumulative(x[b].ravel(), np.stack(masks), values)
                 layouts.append((b, size))
                 jobs.append(Job(len(rows), lambda s, e, rows=rows: rows[s:e], scored.targets[b]))
@@ -194,14 +265,34 @@ def noisy_linear_imputation(image: np.ndarray, indices: np.ndarray, noise: np.nd
     return out.reshape(image.shape)
 
 
-_NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1 / 12), ((0, -1), 1 / 6),
-               ((-1, -1), 1 / 12), ((1, 0), 1 / 6), ((-1, 0), 1 / 6))
+_NEIGHBOURS = (
+    ((1, 1), 1 / 12),
+    ((0, 1), 1 / 6),
+    ((-1, 1), 1 / 12),
+    ((1, -1), 1 / 12),
+    ((0, -1), 1 / 6),
+    ((-1, -1), 1 / 12),
+    ((1, 0), 1 / 6),
+    ((-1, 0), 1 / 6),
+)
 
 
-def road(model, inputs, explanation_or_method="gradient", targets="top1", *, percentages=tuple(range(1, 100, 2)),
-         noise: float = 0.01, normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
-         seed: int = 0,
-         batch_size: int = 32, **method_options) -> dict:
+def road(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    percentages=tuple(range(1, 100, 2)),
+    noise: float = 0.01,
+    normalise: bool = True,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
     deviation of the added Gaussian noise).
@@ -216,8 +307,17 @@ def road(model, inputs, explanation_or_method="gradient", targets="top1", *, per
     """
     percentages = [check_float("percentages", p) for p in np.atleast_1d(percentages)]
     noise = check_float("noise", noise)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
     channels_first = np.moveaxis(scored.x.astype(np.float64), 1 + scored.channel_axis % 3, 1)
@@ -228,7 +328,7 @@ def road(model, inputs, explanation_or_method="gradient", targets="top1", *, per
         for k in range(pixels.shape[1]):
             order = np.argsort(-pixels[b, k], kind="stable")
             for p in percentages:
-                chosen = order[:int(height * width * p / 100)]
+                chosen = order[: int(height * width * p / 100)]
                 draw = noise * generator.standard_normal((channels_first.shape[1], len(chosen)))
                 rows.append(noisy_linear_imputation(channels_first[b], chosen, draw))
         rows = np.moveaxis(np.stack(rows), 1, 1 + scored.channel_axis % 3)
@@ -237,11 +337,24 @@ def road(model, inputs, explanation_or_method="gradient", targets="top1", *, per
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 
 
-def monotonicity_correlation(model, inputs, explanation_or_method="gradient", targets="top1", *,
-                             nr_samples: int = 100, features_in_step: int = 1, eps: float = 1e-5,
-                             perturb_baseline="uniform", normalise: bool = True, abs: bool = True,
-                             score: str = "logits", softmax: bool = True, seed: int = 0, batch_size: int = 32,
-                             **method_options) -> np.ndarray:
+def monotonicity_correlation(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    nr_samples: int = 100,
+    features_in_step: int = 1,
+    eps: float = 1e-5,
+    perturb_baseline="uniform",
+    normalise: bool = True,
+    abs: bool = True,
+    score: str = "logits",
+    softmax: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Spearman correlation between the attribution of each step of ``features_in_step`` elements
     (in increasing order of attribution) and the score variance its removal causes,
     ``mean_s (f(x_s) − f(x))² / f(x)²`` over ``nr_samples`` draws of the baseline (``f(x)²``
@@ -252,8 +365,17 @@ def monotonicity_correlation(model, inputs, explanation_or_method="gradient", ta
     """
     nr_samples, features_in_step = check_int("nr_samples", nr_samples), check_int("features_in_step", features_in_step)
     eps = check_float("eps", eps)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
@@ -269,14 +391,15 @@ def monotonicity_correlation(model, inputs, explanation_or_method="gradient", ta
             padded = np.concatenate([order, np.full(steps * features_in_step - n, -1)]).reshape(steps, features_in_step)
             orders.append((b, k, padded))
             indices = np.repeat(padded, repeats, axis=0)
-            values = np.stack([baseline_values(perturb_baseline, flat[b], features_in_step, generator)
-                               for _ in range(len(indices))])
-            jobs.append(Job(len(indices), _step_replacer(flat[b], indices, values), scored.targets[b][k:k + 1]))
+            values = np.stack(
+                [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(len(indices))]
+            )
+            jobs.append(Job(len(indices), _step_replacer(flat[b], indices, values), scored.targets[b][k : k + 1]))
     scores = score_jobs(scored, jobs)
     result = np.empty(a.shape[:2])
     for (b, k, padded), lost in zip(orders, scores):
         y = clean[b, k]
-        inverse = 1.0 / y ** 2 if np.abs(y) >= eps else 1.0
+        inverse = 1.0 / y**2 if np.abs(y) >= eps else 1.0
         variance = np.mean((lost[:, 0].reshape(steps, repeats) - y) ** 2, axis=1) * inverse
         attribution = np.where(padded >= 0, a[b, k][np.maximum(padded, 0)], 0.0).sum(axis=1)
         result[b, k] = spearman_rows(attribution, variance)
@@ -285,20 +408,35 @@ def monotonicity_correlation(model, inputs, explanation_or_method="gradient", ta
 
 def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
     """Copies of one input with the valid (``>= 0``) ``indices[r]`` set to ``values[r]``."""
+
     def make(start, stop):
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = indices[start:stop], values[start:stop]
         valid = idx >= 0
         rows[np.nonzero(valid)[0], idx[valid]] = val[valid]
         return rows
+
     return make
 
 
-def region_perturbation(model, inputs, explanation_or_method="gradient", targets="top1", *, patch_size: int = 8,
-                        order: str = "morf", regions_evaluation: int = 100, perturb_baseline="black",
-                        normalise: bool = True, abs: bool = False, score: str = "logits", softmax: bool = True,
-                        seed: int = 0,
-                        batch_size: int = 32, **method_options) -> dict:
+def region_perturbation(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    patch_size: int = 8,
+    order: str = "morf",
+    regions_evaluation: int = 100,
+    perturb_baseline="black",
+    normalise: bool = True,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
     and replaced by the baseline one after another, cumulatively, for ``regions_evaluation`` steps.
@@ -308,12 +446,23 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
         its mean (the area over the perturbation curve), ``"score"``: the same as ``aopc``} (MoRF:
         higher is better). Image inputs only.
     """
-    patch_size, regions_evaluation = check_int("patch_size", patch_size), check_int("regions_evaluation",
-                                                                                   regions_evaluation)
+    patch_size, regions_evaluation = (
+        check_int("patch_size", patch_size),
+        check_int("regions_evaluation", regions_evaluation),
+    )
     if order not in ("morf", "lerf", "random"):
         raise ValueError(f"order must be 'morf', 'lerf' or 'random'; received {order!r}.")
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs)
     blocks = image_blocks(height, width, patch_size)
@@ -329,12 +478,18 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
         generator = rng(seed, "region_perturbation", b)
         for k in range(pixels.shape[1]):
             sums = (masks * pixels[b, k][None]).reshape(len(blocks), -1).sum(-1)
-            ranking = (np.argsort(-sums, kind="stable") if order == "morf" else np.argsort(sums, kind="stable")
-                       if order == "lerf" else generator.permutation(len(blocks)))[:steps]
-            values = np.stack([baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator)
-                               for _ in range(steps)])
+            ranking = (
+                np.argsort(-sums, kind="stable")
+                if order == "morf"
+                else np.argsort(sums, kind="stable")
+                if order == "lerf"
+                else generator.permutation(len(blocks))
+            )[:steps]
+            values = np.stack(
+                [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
+            )
             rows = _cumulative(x[b].ravel(), element_masks[ranking], values)
-            jobs.append(Job(steps, lambda s, e, rows=rows: rows[s:e], scored.targets[b][k:k + 1]))
+            jobs.append(Job(steps, lambda s, e, rows=rows: rows[s:e], scored.targets[b][k : k + 1]))
             keys.append((b, k))
     curve = np.zeros((*pixels.shape[:2], steps))
     for (b, k), lost in zip(keys, score_jobs(scored, jobs)):
@@ -343,9 +498,22 @@ def region_perturbation(model, inputs, explanation_or_method="gradient", targets
     return {"curve": curve, "aopc": aopc, "score": aopc}
 
 
-def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top1", *, features_in_step: int = 1,
-                   perturb_baseline="black", normalise: bool = True, abs: bool = False, score: str = "logits",
-                   softmax: bool = True, seed: int = 0, batch_size: int = 32, **method_options) -> dict:
+def pixel_flipping(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    features_in_step: int = 1,
+    perturb_baseline="black",
+    normalise: bool = True,
+    abs: bool = False,
+    score: str = "logits",
+    softmax: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.
 
@@ -355,8 +523,17 @@ def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top
         is better). ``n_elements / features_in_step`` evaluations per input and target.
     """
     features_in_step = check_int("features_in_step", features_in_step)
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     softmax=softmax, method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        softmax=softmax,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     a = a.reshape(*a.shape[:2], -1)
     flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
@@ -368,7 +545,7 @@ def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top
         for k in range(a.shape[1]):
             order = np.argsort(-a[b, k], kind="stable")
             values = baseline_values(perturb_baseline, flat[b], n, generator)
-            jobs.append(Job(steps, _flipper(flat[b], order, values, features_in_step), scored.targets[b][k:k + 1]))
+            jobs.append(Job(steps, _flipper(flat[b], order, values, features_in_step), scored.targets[b][k : k + 1]))
             keys.append((b, k))
     curve = np.zeros((*a.shape[:2], steps))
     for (b, k), values in zip(keys, score_jobs(scored, jobs)):
@@ -379,10 +556,12 @@ def pixel_flipping(model, inputs, explanation_or_method="gradient", targets="top
 
 def _flipper(flat_input: np.ndarray, order: np.ndarray, values: np.ndarray, per_step: int):
     """``make(start, stop)``: rows ``j`` with the first ``(j + 1)·per_step`` elements of ``order`` flipped."""
+
     def make(start, stop):
         counts = np.minimum((np.arange(start, stop) + 1) * per_step, len(order))
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
         flipped = rank[None, :] < counts[:, None]
         return np.where(flipped, values[None, :], flat_input[None, :])
+
     return make

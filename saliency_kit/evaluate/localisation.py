@@ -19,6 +19,7 @@ unstable quicksort order). An input with an empty mask scores NaN. These metrics
 ``auc(maps=maps, masks=masks)``. They reward maps that look like segmentations: a map can be
 faithful to a model that uses the context and still localise badly.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,14 @@ from scipy import stats
 from . import similarity as metrics
 from ._common import check_int, pixel_maps, preprocess
 
-__all__ = ["pointing_game", "relevance_mass_accuracy", "relevance_rank_accuracy", "top_k_intersection",
-           "attribution_localisation", "auc"]
+__all__ = [
+    "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "top_k_intersection",
+    "attribution_localisation",
+    "auc",
+]
 
 
 def object_masks(masks, count: int) -> np.ndarray:
@@ -37,28 +44,55 @@ def object_masks(masks, count: int) -> np.ndarray:
     from ..targets import Region
 
     if masks is None:
-        raise ValueError("masks are needed: bool [B, H, W] (True on each object) or the region target the "
-                         "explanation was made for; received None.")
+        raise ValueError(
+            "masks are needed: bool [B, H, W] (True on each object) or the region target the "
+            "explanation was made for; received None."
+        )
     if isinstance(masks, Region):
         if isinstance(masks.masks, str):
-            raise ValueError("a region with masks='predicted' has masks only the model knows: pass the masks "
-                             "(bool [B, H, W]) or a region with given masks; received region(masks='predicted').")
+            raise ValueError(
+                "a region with masks='predicted' has masks only the model knows: pass the masks "
+                "(bool [B, H, W]) or a region with given masks; received region(masks='predicted')."
+            )
         array = np.asarray(masks.masks)
         return np.broadcast_to(array, (count, *array.shape)).copy() if array.ndim == 2 else array
     return np.asarray(masks)
 
 
-def _maps_and_masks(name, model, inputs, explanation_or_method, targets, maps, masks, normalise, absolute,
-                    seed, batch_size, method_options):
+def _maps_and_masks(
+    name,
+    model,
+    inputs,
+    explanation_or_method,
+    targets,
+    maps,
+    masks,
+    normalise,
+    absolute,
+    seed,
+    batch_size,
+    method_options,
+):
     """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
-    values = pixel_maps(name, model, inputs, explanation_or_method, targets, maps, seed=seed,
-                        batch_size=batch_size, method_options=method_options)
+    values = pixel_maps(
+        name,
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        seed=seed,
+        batch_size=batch_size,
+        method_options=method_options,
+    )
     if masks is None:
         raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")
     masks = object_masks(masks, values.shape[0])
     if masks.shape != (values.shape[0], *values.shape[2:]):
-        raise ValueError(f"{name}: masks must be bool [B, H, W] = {(values.shape[0], *values.shape[2:])} to match "
-                         f"the maps; received shape {masks.shape}.")
+        raise ValueError(
+            f"{name}: masks must be bool [B, H, W] = {(values.shape[0], *values.shape[2:])} to match "
+            f"the maps; received shape {masks.shape}."
+        )
     if masks.dtype != bool:
         raise TypeError(f"{name}: masks must be boolean (True on the object); received dtype {masks.dtype}.")
     values = preprocess(values, normalise=normalise, absolute=absolute)
@@ -71,26 +105,72 @@ def _ranked_on_object(a: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.take_along_axis(np.broadcast_to(s, a.shape), order, axis=-1)
 
 
-def relevance_mass_accuracy(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
-                            maps=None, masks=None, normalise: bool = True, abs: bool = False, seed: int = 0,
-                            batch_size: int = 32, **method_options) -> np.ndarray:
+def relevance_mass_accuracy(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    masks=None,
+    normalise: bool = True,
+    abs: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """``Σ_{object} a / Σ a`` of each map: float ``[B, K]`` (1 = all of the mass on the object). With
     signed maps (``abs=False``, Quantus' default) negative mass outside can push it above 1."""
-    a, s = _maps_and_masks("relevance_mass_accuracy", model, inputs, explanation_or_method, targets, maps, masks,
-                           normalise, abs, seed, batch_size, method_options)
+    a, s = _maps_and_masks(
+        "relevance_mass_accuracy",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        masks,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         result = (a * s).sum(-1) / a.sum(-1)
     result[np.broadcast_to(s.sum(-1) == 0, result.shape)] = np.nan
     return result
 
 
-def relevance_rank_accuracy(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
-                            maps=None, masks=None, normalise: bool = True, abs: bool = False, seed: int = 0,
-                            batch_size: int = 32, **method_options) -> np.ndarray:
+def relevance_rank_accuracy(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    masks=None,
+    normalise: bool = True,
+    abs: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Of the ``n = |object|`` highest-ranked pixels of each map, the share on the object: float
     ``[B, K]`` in ``[0, 1]``."""
-    a, s = _maps_and_masks("relevance_rank_accuracy", model, inputs, explanation_or_method, targets, maps, masks,
-                           normalise, abs, seed, batch_size, method_options)
+    a, s = _maps_and_masks(
+        "relevance_rank_accuracy",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        masks,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     on_object = _ranked_on_object(a, s)
     sizes = s.sum(-1)  # [B, 1]
     first = np.arange(a.shape[-1]) < sizes[..., None]
@@ -100,16 +180,40 @@ def relevance_rank_accuracy(model=None, inputs=None, explanation_or_method="grad
     return result
 
 
-def top_k_intersection(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
-                       maps=None, masks=None, k: int = 1000, concept_influence: bool = False,
-                       normalise: bool = True, abs: bool = False, seed: int = 0, batch_size: int = 32,
-                       **method_options) -> np.ndarray:
+def top_k_intersection(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    masks=None,
+    k: int = 1000,
+    concept_influence: bool = False,
+    normalise: bool = True,
+    abs: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Of the ``k`` highest-ranked pixels of each map (all of them when the map has fewer), the share
     on the object: float ``[B, K]``. ``concept_influence=True`` divides by the object's share of the
     image (``|object| / n``)."""
     k = check_int("k", k)
-    a, s = _maps_and_masks("top_k_intersection", model, inputs, explanation_or_method, targets, maps, masks,
-                           normalise, abs, seed, batch_size, method_options)
+    a, s = _maps_and_masks(
+        "top_k_intersection",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        masks,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     result = _ranked_on_object(a, s)[..., :k].mean(-1)
     sizes = np.broadcast_to(s.sum(-1), result.shape)
     if concept_influence:
@@ -119,10 +223,22 @@ def top_k_intersection(model=None, inputs=None, explanation_or_method="gradient"
     return result
 
 
-def attribution_localisation(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *,
-                             maps=None, masks=None, weighted: bool = False, positive_attributions: bool = False,
-                             normalise: bool = True, abs: bool = True, seed: int = 0, batch_size: int = 32,
-                             **method_options) -> np.ndarray:
+def attribution_localisation(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    masks=None,
+    weighted: bool = False,
+    positive_attributions: bool = False,
+    normalise: bool = True,
+    abs: bool = True,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """``Σ_{object} a / (Σ a + 1e-9)`` of each map's magnitudes (Quantus' defaults), float ``[B, K]``;
     NaN for an empty object or a share above 1 (possible only with signed maps).
 
@@ -130,8 +246,20 @@ def attribution_localisation(model=None, inputs=None, explanation_or_method="gra
     object's share of the image ``|object| / (H·W)`` (Kohlbrenner et al.'s weighting; Quantus 0.6.0
     divides by the size of a slice of the batch instead of the image's).
     """
-    a, s = _maps_and_masks("attribution_localisation", model, inputs, explanation_or_method, targets, maps,
-                           masks, normalise, abs, seed, batch_size, method_options)
+    a, s = _maps_and_masks(
+        "attribution_localisation",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        masks,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     if positive_attributions:
         a = np.clip(a, 0, None)
     result = (a * s).sum(-1) / (a.sum(-1) + 1e-9)
@@ -143,13 +271,36 @@ def attribution_localisation(model=None, inputs=None, explanation_or_method="gra
     return result
 
 
-def auc(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *, maps=None, masks=None,
-        normalise: bool = True, abs: bool = False, seed: int = 0, batch_size: int = 32,
-        **method_options) -> np.ndarray:
+def auc(
+    model=None,
+    inputs=None,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    maps=None,
+    masks=None,
+    normalise: bool = True,
+    abs: bool = False,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """ROC AUC of each map as a score for "this pixel is on the object": float ``[B, K]`` (0.5 is
     chance, 1 a perfect ranking; ties count one half). NaN when the object is empty or the whole image."""
-    a, s = _maps_and_masks("auc", model, inputs, explanation_or_method, targets, maps, masks, normalise, abs,
-                           seed, batch_size, method_options)
+    a, s = _maps_and_masks(
+        "auc",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        masks,
+        normalise,
+        abs,
+        seed,
+        batch_size,
+        method_options,
+    )
     result = np.full(a.shape[:2], np.nan)
     for b in range(a.shape[0]):
         positives = int(s[b, 0].sum())

@@ -11,8 +11,10 @@ The similarity arithmetic lives in :mod:`saliency_kit.evaluate.similarity`. Weig
 re-initialised with each layer's own initialisers on a copy of the model (Quantus permutes the
 trained weights instead); the user's model is never changed.
 """
+
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -153,13 +155,15 @@ def _randomized_copies(model, mode: str, layers, seed: int, order: str):
     clone = clone_with_weights(model)
     all_layers = weighted_layers(clone)
     if not all_layers:
-        raise ValueError(f"model {model.name!r} has no layer with weights: there is nothing to randomise; "
-                         f"received a model without weights.")
+        raise ValueError(
+            f"model {model.name!r} has no layer with weights: there is nothing to randomise; "
+            f"received a model without weights."
+        )
     index = {path: i for i, (path, _) in enumerate(all_layers)}
     chosen = _select_layers(all_layers, layers)
     yield None, clone, []
     randomized: list[str] = []
-    for path, layer in (reversed(chosen) if order == "top_down" else chosen):
+    for path, layer in reversed(chosen) if order == "top_down" else chosen:
         saved = [w.numpy() for w in layer.weights] if mode == "independent" else None
         reinitialize(layer, seed=seed, salt=index[path])
         randomized = [*randomized, path] if mode != "independent" else [path]
@@ -211,9 +215,7 @@ def clone_with_weights(model):
     try:
         return copy_model(model, what="randomisation copy")
     except ValueError as error:
-        raise ValueError(
-            f"randomization_test needs a copy of the model to re-initialise: {error}"
-        ) from error
+        raise ValueError(f"randomization_test needs a copy of the model to re-initialise: {error}") from error
 
 
 def weighted_layers(model) -> list[tuple[str, object]]:
@@ -237,7 +239,8 @@ def _select_layers(all_layers, layers):
         if not hits:
             raise ValueError(
                 f"layer {name!r} is not a weighted layer of the model; weighted layers are: "
-                + ", ".join(p for p, _ in all_layers) + f"; received {name!r}."
+                + ", ".join(p for p, _ in all_layers)
+                + f"; received {name!r}."
             )
         chosen.update(hits)
     return [(p, layer) for p, layer in all_layers if p in chosen]
@@ -295,8 +298,9 @@ def _reseeded(init, seed: int):
     return init
 
 
-def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samples=50, noise_magnitude=0.1,
-                  **method_options) -> list[dict]:
+def _quantus_mode(
+    model, inputs, method, targets, *, mode, layers, seed, nr_samples=50, noise_magnitude=0.1, **method_options
+) -> list[dict]:
     """``randomization_test`` for Quantus' modes (see its docstring)."""
     from ..api import explain
 
@@ -307,10 +311,13 @@ def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samp
     seed_noise(method, method_options, seed)
     x = np.asarray(inputs)
     if smooth:
-        noisy = np.concatenate([
-            xb[None] + rng(seed, "smooth_mprt", b).normal(0.0, noise_magnitude * float(np.ptp(xb)),
-                                                          (nr_samples, *xb.shape))
-            for b, xb in enumerate(x)]).astype(x.dtype)
+        noisy = np.concatenate(
+            [
+                xb[None]
+                + rng(seed, "smooth_mprt", b).normal(0.0, noise_magnitude * float(np.ptp(xb)), (nr_samples, *xb.shape))
+                for b, xb in enumerate(x)
+            ]
+        ).astype(x.dtype)
         keys = perturbed_keys(seed, len(x), nr_samples)
 
     def attributions(clone, fixed_targets):
@@ -318,8 +325,14 @@ def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samp
         if not smooth:
             expl = explain(clone, x, method, fixed_targets, **method_options)
             return np.asarray(expl.attributions, np.float64), expl.targets
-        expl = explain(clone, noisy, method, np.repeat(np.asarray(fixed_targets), nr_samples, axis=0),
-                       input_keys=keys, **method_options)
+        expl = explain(
+            clone,
+            noisy,
+            method,
+            np.repeat(np.asarray(fixed_targets), nr_samples, axis=0),
+            input_keys=keys,
+            **method_options,
+        )
         values = np.asarray(expl.attributions, np.float64)
         return values.reshape(len(x), nr_samples, *values.shape[1:]).mean(axis=1), fixed_targets
 
@@ -332,22 +345,37 @@ def _quantus_mode(model, inputs, method, targets, *, mode, layers, seed, nr_samp
     original, fixed_targets = attributions(clone, targets)
     fixed_targets = np.asarray(fixed_targets)
     if mode == "efficient_mprt":
-        randomized: list[str] = []
-        for _, clone, randomized in steps:
-            pass
+        last = collections.deque(steps, maxlen=1)  # the last step: every layer randomised
+        _, clone, randomized = last[0]
         random_maps, _ = attributions(clone, fixed_targets)
         before, after = discrete_entropy(original), discrete_entropy(random_maps)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = after / before
-        return [{"layer": "all", "step": 1, "randomized": randomized, "similarity": float(np.nanmean(ratio)),
-                 "per_input": ratio, "complexity_original": before, "complexity_randomized": after}]
+        return [
+            {
+                "layer": "all",
+                "step": 1,
+                "randomized": randomized,
+                "similarity": float(np.nanmean(ratio)),
+                "per_input": ratio,
+                "complexity_original": before,
+                "complexity_randomized": after,
+            }
+        ]
     results = []
     reference = preprocess(original, normalise=True, absolute=True)
     for step, (path, clone, randomized) in enumerate(steps, start=1):
         current, _ = attributions(clone, fixed_targets)
         per_input = _spearman_per_map(reference, preprocess(current, normalise=True, absolute=True))
-        results.append({"layer": path, "step": step, "randomized": randomized,
-                        "similarity": float(np.nanmean(per_input)), "per_input": per_input})
+        results.append(
+            {
+                "layer": path,
+                "step": step,
+                "randomized": randomized,
+                "similarity": float(np.nanmean(per_input)),
+                "per_input": per_input,
+            }
+        )
     return results
 
 
@@ -368,9 +396,20 @@ def discrete_entropy(maps: np.ndarray, n_bins: int = 100) -> np.ndarray:
     return np.array([[stats.entropy(np.histogram(m, bins=n_bins)[0]) for m in row] for row in flat])
 
 
-def random_logit(model, inputs, explanation_or_method="gradient", targets="top1", *, num_classes: int | None = None,
-                 normalise: bool = True, abs: bool = False, score: str = "logits", seed: int = 0,
-                 batch_size: int = 32, **method_options) -> np.ndarray:
+def random_logit(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    num_classes: int | None = None,
+    normalise: bool = True,
+    abs: bool = False,
+    score: str = "logits",
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Sixt et al.'s random logit test: SSIM between the map of each target and the map of a class
     drawn uniformly among the others: float ``[B, K]``; lower is better (a class-sensitive map).
 
@@ -381,11 +420,20 @@ def random_logit(model, inputs, explanation_or_method="gradient", targets="top1"
     """
     from ..model.scores import score_columns
 
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        method_options=method_options,
+    )
     if scored.score_fn is not None:
-        raise ValueError("random_logit draws other classes: give class targets, not a score function; "
-                         "received a callable.")
+        raise ValueError(
+            "random_logit draws other classes: give class targets, not a score function; received a callable."
+        )
     classes = num_classes if num_classes is not None else score_columns(model, None)
     classes = check_int("num_classes", classes, 2)
     other = np.empty_like(scored.targets)

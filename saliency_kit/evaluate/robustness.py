@@ -15,12 +15,22 @@ Caveat: these metrics do not flag a useless explanation by themselves: a constan
 stable. Read them next to a faithfulness metric, and against the ``"random"`` row of
 :func:`saliency_kit.evaluate.compare`.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from ._common import (Scored, check_float, check_int, input_groups, perturbed_keys, predicted_classes, prepare,
-                      preprocess, rng)
+from ._common import (
+    Scored,
+    check_float,
+    check_int,
+    input_groups,
+    perturbed_keys,
+    predicted_classes,
+    prepare,
+    preprocess,
+    rng,
+)
 
 __all__ = ["max_sensitivity", "avg_sensitivity", "relative_input_stability"]
 
@@ -28,8 +38,16 @@ __all__ = ["max_sensitivity", "avg_sensitivity", "relative_input_stability"]
 MAX_EXPLAIN_BYTES = 1024 * 2**20
 
 
-def _perturbed_runs(scored: Scored, nr_samples: int, low: float, high: float, salt: str, normalise: bool,
-                    absolute: bool, check_changes: bool):
+def _perturbed_runs(
+    scored: Scored,
+    nr_samples: int,
+    low: float,
+    high: float,
+    salt: str,
+    normalise: bool,
+    absolute: bool,
+    check_changes: bool,
+):
     """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S])`` per input: the
     copies ``x + U(low, high)`` and their re-run explanations, one explain call per group of inputs."""
     x = scored.x
@@ -37,35 +55,66 @@ def _perturbed_runs(scored: Scored, nr_samples: int, low: float, high: float, sa
     per_copy = x[0].nbytes * (1 + scored.targets.shape[1] * 2)
     clean_classes = predicted_classes(scored, x) if check_changes else None
     for group in input_groups(len(x), nr_samples, per_copy, MAX_EXPLAIN_BYTES):
-        copies = np.concatenate([
-            x[b][None].astype(np.float64) + rng(scored.seed, salt, b).uniform(low, high, (nr_samples, *x.shape[1:]))
-            for b in group]).astype(x.dtype)
+        copies = np.concatenate(
+            [
+                x[b][None].astype(np.float64) + rng(scored.seed, salt, b).uniform(low, high, (nr_samples, *x.shape[1:]))
+                for b in group
+            ]
+        ).astype(x.dtype)
         targets = np.repeat(scored.targets[list(group)], nr_samples, axis=0)
         rows = [b * nr_samples + s for b in group for s in range(nr_samples)]
         attributions = preprocess(scored.explain(copies, targets, keys[rows]), normalise=normalise, absolute=absolute)
-        changed = (predicted_classes(scored, copies) != np.repeat(clean_classes[list(group)], nr_samples)
-                   if check_changes else np.zeros(len(copies), dtype=bool))
+        changed = (
+            predicted_classes(scored, copies) != np.repeat(clean_classes[list(group)], nr_samples)
+            if check_changes
+            else np.zeros(len(copies), dtype=bool)
+        )
         for i, b in enumerate(group):
             part = slice(i * nr_samples, (i + 1) * nr_samples)
             yield b, copies[part], attributions[part], changed[part]
 
 
-def _sensitivities(name, model, inputs, explanation_or_method, targets, nr_samples, lower_bound, upper_bound,
-                   normalise, absolute, nan_when_changed, score, seed, batch_size, method_options) -> np.ndarray:
+def _sensitivities(
+    name,
+    model,
+    inputs,
+    explanation_or_method,
+    targets,
+    nr_samples,
+    lower_bound,
+    upper_bound,
+    normalise,
+    absolute,
+    nan_when_changed,
+    score,
+    seed,
+    batch_size,
+    method_options,
+) -> np.ndarray:
     """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and asked."""
     nr_samples = check_int("nr_samples", nr_samples)
     lower_bound = check_float("lower_bound", lower_bound)
-    low, high = (-lower_bound, lower_bound) if upper_bound is None else (lower_bound, check_float("upper_bound",
-                                                                                                   upper_bound))
+    low, high = (
+        (-lower_bound, lower_bound) if upper_bound is None else (lower_bound, check_float("upper_bound", upper_bound))
+    )
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=absolute)
     a = a.reshape(*a.shape[:2], -1)
     result = np.zeros((*a.shape[:2], nr_samples))
-    for b, _, perturbed, changed in _perturbed_runs(scored, nr_samples, low, high, name, normalise, absolute,
-                                                          nan_when_changed):
+    for b, _, perturbed, changed in _perturbed_runs(
+        scored, nr_samples, low, high, name, normalise, absolute, nan_when_changed
+    ):
         difference = np.linalg.norm(a[b][None] - perturbed.reshape(nr_samples, a.shape[1], -1), axis=-1)  # [S, K]
         with np.errstate(invalid="ignore", divide="ignore"):
             result[b] = (difference / np.linalg.norm(a[b], axis=-1)[None]).T
@@ -74,29 +123,83 @@ def _sensitivities(name, model, inputs, explanation_or_method, targets, nr_sampl
     return result
 
 
-def max_sensitivity(model, inputs, explanation_or_method="gradient", targets="top1", *, nr_samples: int = 200,
-                    lower_bound: float = 0.2, upper_bound: float | None = None, normalise: bool = False,
-                    abs: bool = False, return_nan_when_prediction_changes: bool = False, score: str = "logits",
-                    seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+def max_sensitivity(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    nr_samples: int = 200,
+    lower_bound: float = 0.2,
+    upper_bound: float | None = None,
+    normalise: bool = False,
+    abs: bool = False,
+    return_nan_when_prediction_changes: bool = False,
+    score: str = "logits",
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """``max_s ‖a(x) − a(x + ε_s)‖ / ‖a(x)‖`` over ``nr_samples`` noise draws ``ε_s ~ U(−lower_bound,
     lower_bound)`` per element (``U(lower_bound, upper_bound)`` when ``upper_bound`` is given): float
     ``[B, K]``; lower is better. Copies that change the predicted class are left out when
     ``return_nan_when_prediction_changes`` (NaN if all do). The explanation must be a method name
     or an Explanation (the method is re-run on the copies)."""
-    values = _sensitivities("max_sensitivity", model, inputs, explanation_or_method, targets, nr_samples,
-                            lower_bound, upper_bound, normalise, abs, return_nan_when_prediction_changes, score,
-                            seed, batch_size, method_options)
+    values = _sensitivities(
+        "max_sensitivity",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        nr_samples,
+        lower_bound,
+        upper_bound,
+        normalise,
+        abs,
+        return_nan_when_prediction_changes,
+        score,
+        seed,
+        batch_size,
+        method_options,
+    )
     return _nan_reduce(np.nanmax, values)
 
 
-def avg_sensitivity(model, inputs, explanation_or_method="gradient", targets="top1", *, nr_samples: int = 200,
-                    lower_bound: float = 0.2, upper_bound: float | None = None, normalise: bool = False,
-                    abs: bool = False, return_nan_when_prediction_changes: bool = False, score: str = "logits",
-                    seed: int = 0, batch_size: int = 32, **method_options) -> np.ndarray:
+def avg_sensitivity(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    nr_samples: int = 200,
+    lower_bound: float = 0.2,
+    upper_bound: float | None = None,
+    normalise: bool = False,
+    abs: bool = False,
+    return_nan_when_prediction_changes: bool = False,
+    score: str = "logits",
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better."""
-    values = _sensitivities("avg_sensitivity", model, inputs, explanation_or_method, targets, nr_samples,
-                            lower_bound, upper_bound, normalise, abs, return_nan_when_prediction_changes, score,
-                            seed, batch_size, method_options)
+    values = _sensitivities(
+        "avg_sensitivity",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        nr_samples,
+        lower_bound,
+        upper_bound,
+        normalise,
+        abs,
+        return_nan_when_prediction_changes,
+        score,
+        seed,
+        batch_size,
+        method_options,
+    )
     return _nan_reduce(np.nanmean, values)
 
 
@@ -107,11 +210,24 @@ def _nan_reduce(reduce, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def relative_input_stability(model, inputs, explanation_or_method="gradient", targets="top1", *,
-                             nr_samples: int = 200, lower_bound: float = 0.02, upper_bound: float = 0.2,
-                             eps_min: float = 1e-6, normalise: bool = False, abs: bool = False,
-                             return_nan_when_prediction_changes: bool = True, score: str = "logits", seed: int = 0,
-                             batch_size: int = 32, **method_options) -> np.ndarray:
+def relative_input_stability(
+    model,
+    inputs,
+    explanation_or_method="gradient",
+    targets="top1",
+    *,
+    nr_samples: int = 200,
+    lower_bound: float = 0.02,
+    upper_bound: float = 0.2,
+    eps_min: float = 1e-6,
+    normalise: bool = False,
+    abs: bool = False,
+    return_nan_when_prediction_changes: bool = True,
+    score: str = "logits",
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options,
+) -> np.ndarray:
     """Agarwal et al.'s RIS: ``max_s ‖(a − a_s) / a‖ / max(‖(x − x_s) / x‖, eps_min)`` over copies
     ``x_s = x + U(lower_bound, upper_bound)`` (Quantus' noise), zeros in the divisors replaced by
     ``eps_min``: float ``[B, K]``; lower is better.
@@ -125,16 +241,26 @@ def relative_input_stability(model, inputs, explanation_or_method="gradient", ta
     eps_min = check_float("eps_min", eps_min, positive=True)
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
-    scored = prepare(model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, score=score,
-                     method_options=method_options)
+    scored = prepare(
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        seed=seed,
+        batch_size=batch_size,
+        score=score,
+        method_options=method_options,
+    )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     x = scored.x.astype(np.float64)
     result = np.zeros((*a.shape[:2], nr_samples))
-    for b, copies, perturbed, changed in _perturbed_runs(scored, nr_samples, low, high, "relative_input_stability",
-                                                         normalise, abs, return_nan_when_prediction_changes):
+    for b, copies, perturbed, changed in _perturbed_runs(
+        scored, nr_samples, low, high, "relative_input_stability", normalise, abs, return_nan_when_prediction_changes
+    ):
         ab = a[b][None]
-        numerator = np.linalg.norm(((ab - perturbed) / (ab + (ab == 0) * eps_min)).reshape(
-            nr_samples, a.shape[1], -1), axis=-1)  # [S, K]
+        numerator = np.linalg.norm(
+            ((ab - perturbed) / (ab + (ab == 0) * eps_min)).reshape(nr_samples, a.shape[1], -1), axis=-1
+        )  # [S, K]
         xb = x[b][None]
         denominator = np.linalg.norm(((xb - copies) / (xb + (xb == 0) * eps_min)).reshape(nr_samples, -1), axis=-1)
         denominator = denominator + (denominator == 0) * eps_min

@@ -4,6 +4,7 @@ Every function here is pure (no model, no TensorFlow) so it can be checked again
 values. Maps are 2-D (``[H, W]``) or any N-D array of one explanation; batches are handled by the
 callers in ``evaluate``.
 """
+
 from __future__ import annotations
 
 import warnings

@@ -4,6 +4,7 @@ The functions (:mod:`.ops`: ``scale``, ``clip``, ``clip_norm``, ``straight_throu
 ``numpy_function``) and the Keras layers built on them (:mod:`.layers`: ``GradientScale``,
 ``GradientClip``, ``GradientClipNorm``, also ``sk.layers``).
 """
+
 from .ops import clip, clip_norm, numpy_function, scale, straight_through
 
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]

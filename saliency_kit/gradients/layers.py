@@ -3,6 +3,7 @@
 Each is the identity on the forward pass, has no weights, and serialises: a model that contains
 them saves and loads with ``model.save`` / ``keras.models.load_model`` (safe mode included).
 """
+
 from __future__ import annotations
 
 import keras

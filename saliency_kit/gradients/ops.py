@@ -19,9 +19,10 @@ derivative that passes through ``y`` is multiplied by 5, including when an outer
 differentiates a gradient computed by an inner one. ``numpy_function``'s gradient is computed in
 NumPy and has no gradient of its own (an outer tape sees it as a constant).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -151,7 +152,9 @@ def numpy_function(fn: Callable, grad_fn: Callable, output_dtype=tf.float32) -> 
             def backward(dy):
                 dtypes = [x.dtype if x.dtype.is_floating or x.dtype.is_complex else tf.float32 for x in xs]
                 grads = tf.numpy_function(
-                    lambda *args: _checked_grads(grad_fn, args, len(xs), dtypes), [*xs, dy], dtypes,
+                    lambda *args: _checked_grads(grad_fn, args, len(xs), dtypes),
+                    [*xs, dy],
+                    dtypes,
                     stateful=False,
                 )
                 grads = grads if isinstance(grads, (list, tuple)) else [grads]

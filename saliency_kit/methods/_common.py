@@ -3,6 +3,7 @@ the cost of an extended method. Methods import these from here, never from one a
 
 NumPy and the declarations only (no TensorFlow, no Keras at import), like every method module.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,18 +66,23 @@ def baseline_array(baseline, inputs: np.ndarray) -> np.ndarray:
         value = np.broadcast_to(np.asarray(baseline, dtype=np.float64), shape)
     except (ValueError, TypeError):
         raise ValueError(
-            f"baseline must be a number or an array broadcastable to one input {shape}; "
-            f"received {np.shape(baseline)}."
+            f"baseline must be a number or an array broadcastable to one input {shape}; received {np.shape(baseline)}."
         ) from None
     if not np.all(np.isfinite(value)):
-        raise ValueError(f"baseline must be finite; received one with NaN or infinite values ({np.ravel(baseline)[:4]}...).")
+        raise ValueError(
+            f"baseline must be finite; received one with NaN or infinite values ({np.ravel(baseline)[:4]}...)."
+        )
     return np.ascontiguousarray(value.astype(inputs.dtype))
 
 
 # -- class activation maps ---------------------------------------------------------------------
-LAYER_OPTION = Option("layer", None, type=str, layer=True,
-                      help="the layer (default: the model's configured one, else the last layer whose output "
-                           "has the input's rank)")
+LAYER_OPTION = Option(
+    "layer",
+    None,
+    type=str,
+    layer=True,
+    help="the layer (default: the model's configured one, else the last layer whose output has the input's rank)",
+)
 RELU_OPTION = Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)")
 
 #: Input ranks (batch axis included) CAM methods explain: sequences, images, volumes.
@@ -152,8 +158,10 @@ def require_channels_last(request: Request, method: str, ranks=(4,), shape_text=
     """``ValueError`` unless the inputs are channels-last and of one of ``ranks`` (for methods that
     work on image axes: blurs, masks, regions); ``ranks=None`` checks the channel axis only."""
     if request.channel_axis == 0:
-        raise ValueError(f"{method} works on channels-last inputs; received a channels-first model "
-                         "(convert it, or use gradient, integrated_gradients or a CAM method).")
+        raise ValueError(
+            f"{method} works on channels-last inputs; received a channels-first model "
+            "(convert it, or use gradient, integrated_gradients or a CAM method)."
+        )
     if ranks is not None and request.inputs.ndim not in ranks:
         raise ValueError(f"{method} needs {shape_text}; received shape {request.inputs.shape}.")
 

@@ -15,11 +15,13 @@ register when :mod:`saliency_kit.methods` imports their modules; methods in inst
 distributions are found through the entry-point group ``saliency_kit.methods``, loaded once,
 the first time the registry is read.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .option import Option
 
@@ -40,18 +42,44 @@ __all__ = [
 ]
 
 #: Names the command line uses for its own flags; a method option may not be called so.
-RESERVED_OPTION_NAMES = frozenset({
-    "model", "weights", "unsafe", "method", "target", "targets", "out", "batch_size", "format",
-    "shard", "resume", "debug", "sign", "cmap", "alpha", "clip_percentile", "score",
-    "class_names", "ray", "workers", "gpus_per_worker", "batch_images", "mode", "help",
-    "inputs", "image", "images", "input_dir", "input_keys",
-})
+RESERVED_OPTION_NAMES = frozenset(
+    {
+        "model",
+        "weights",
+        "unsafe",
+        "method",
+        "target",
+        "targets",
+        "out",
+        "batch_size",
+        "format",
+        "shard",
+        "resume",
+        "debug",
+        "sign",
+        "cmap",
+        "alpha",
+        "clip_percentile",
+        "score",
+        "class_names",
+        "ray",
+        "workers",
+        "gpus_per_worker",
+        "batch_images",
+        "mode",
+        "help",
+        "inputs",
+        "image",
+        "images",
+        "input_dir",
+        "input_keys",
+    }
+)
 
 #: How ``maps`` are made from attributions (see :func:`saliency_kit.methods.reduce_map`).
 REDUCTIONS = ("abs_max", "sum", "mean", "none")
 
 ENTRY_POINT_GROUP = "saliency_kit.methods"
-
 
 
 @dataclass(frozen=True)
@@ -204,8 +232,10 @@ def register(
     if len(set(seen)) != len(seen):
         raise ValueError(f"method {name!r} declares an option twice; received {seen}.")
     if extends is not None and extends not in seen:
-        raise ValueError(f"method {name!r} extends the method named by option {extends!r}, which it does not "
-                         f"declare; received options {seen}.")
+        raise ValueError(
+            f"method {name!r} extends the method named by option {extends!r}, which it does not "
+            f"declare; received options {seen}."
+        )
 
     def decorator(fn):
         if not callable(fn):
@@ -249,7 +279,7 @@ def _preparation(name: str, own: Callable | None) -> Callable:
     """``prepare(request, options)`` of method ``name``: seeds drawn, the method's own ``own``,
     then the extended method's preparation on its own options."""
 
-    def prepare(request: "Request", options: dict) -> dict:
+    def prepare(request: Request, options: dict) -> dict:
         method = get(name)
         accepted = method.accepted(options)
         values = {k: accepted[k].resolve(v) if k in accepted else v for k, v in options.items()}
@@ -296,7 +326,7 @@ def unregister(name: str) -> Method:
     return method
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_plugins() -> None:
     """Import every module named in the entry-point group ``saliency_kit.methods``, once."""
     from importlib.metadata import entry_points

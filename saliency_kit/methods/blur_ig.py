@@ -22,6 +22,7 @@ widths as ``√(i σ_max / steps)``, so its widest blur is ``√σ_max``, not ``
 is always the widest blur (PAIR's ``max_sigma=σ²`` gives this module's ``max_sigma=σ``).
 Map: signed sum over the last axis.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -142,10 +143,10 @@ def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
         if len(spatial) == 1:
             derivative = _apply(x, change)
         else:  # ((G_H + g D_H) x (G_W + g D_W)ᵀ − G_H x G_Wᵀ) / g, without cancellation
-            derivative = (_apply(x, [change[0], blur[1]]) + _apply(x, [blur[0], change[1]])
-                          + grad_step * _apply(x, change))
+            derivative = (
+                _apply(x, [change[0], blur[1]]) + _apply(x, [blur[0], change[1]]) + grad_step * _apply(x, change)
+            )
         step = ops.reshape(ops.cast(ops.take(increments, i), dtype), [1, -1, *ones])
         return (step * derivative)[:, :, None] * ctx.gradients(points)
 
     return -ctx.sum(steps, along_path)
-

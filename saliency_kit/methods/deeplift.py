@@ -6,6 +6,7 @@ activation passes ``(f(x) − f(x′)) / (x − x′)``, max pooling Captum's ru
 weights. Summation to delta: ``Σ a = s(x) − s(x′)``; ``completeness_gap`` reports
 ``Σ a − (s(x) − s(x′))``. Map: signed sum over the last axis.
 """
+
 from __future__ import annotations
 
 from ._common import baseline_array
@@ -22,8 +23,10 @@ def prepare(request, options: dict) -> dict:
     "deeplift",
     title="DeepLIFT",
     summary="(x − baseline) × DeepLIFT Rescale multipliers (Shrikumar et al. 2017), with completeness_gap; "
-            "map: sum over the last axis",
-    options=[Option("baseline", 0.0, array=True, help="the reference input: a number or an array broadcastable to one input")],
+    "map: sum over the last axis",
+    options=[
+        Option("baseline", 0.0, array=True, help="the reference input: a number or an array broadcastable to one input")
+    ],
     reduce="sum",
     signed=True,
     prepare=prepare,

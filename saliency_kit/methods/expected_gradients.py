@@ -13,6 +13,7 @@ and with ``explain(..., input_keys=)`` wherever the input sits in a batch. In ex
 ``s(x) − E[s(x′)]``. Captum's ``GradientShap`` also adds Gaussian noise to the input
 (``stdevs``, 0 by default); there is none here. Map: signed sum over the last axis.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,9 @@ def prepare(request, options: dict) -> dict:
     try:
         array = np.asarray(baselines, dtype=request.inputs.dtype)
     except (TypeError, ValueError):
-        raise TypeError(f"baselines must be an array [N, ...] of numbers; received {type(baselines).__name__}.") from None
+        raise TypeError(
+            f"baselines must be an array [N, ...] of numbers; received {type(baselines).__name__}."
+        ) from None
     if array.ndim == len(shape):  # one baseline
         array = array[None]
     if array.shape[1:] != shape or len(array) == 0:
@@ -60,7 +63,7 @@ def draws(ctx, ids, samples: int, count: int):
     "expected_gradients",
     title="Expected Gradients",
     summary="integrated gradients over random baselines and random path points (Erion et al. 2021; "
-            "GradientSHAP); needs baselines=[N, ...]; map: sum over the last axis",
+    "GradientSHAP); needs baselines=[N, ...]; map: sum over the last axis",
     options=[
         Option("samples", 50, low=1, help="random (baseline, path point) draws per input"),
         Option("baselines", None, type=float, array=True, help="reference inputs [N, ...] (required)"),

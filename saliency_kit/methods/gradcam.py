@@ -17,6 +17,7 @@ Maps are resized to the input's length, size or volume by linear interpolation a
 (half-pixel centres, as ``tf.image.resize``; see ``Context.resize``); the CAM methods'
 attributions are the maps ``[B, K, T]``, ``[B, K, H, W]`` or ``[B, K, D, H, W]`` themselves.
 """
+
 from __future__ import annotations
 
 from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
@@ -38,9 +39,16 @@ def cam_map(ctx, weights, activations, relu):
     return ctx.resize(maps, ctx.spatial_size)
 
 
-@register("gradcam", title="Grad-CAM", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
-          summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
-                  "the map is the CAM itself")
+@register(
+    "gradcam",
+    title="Grad-CAM",
+    options=OPTIONS,
+    reduce="none",
+    cam=True,
+    prepare=prepare_cam_layer,
+    summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
+    "the map is the CAM itself",
+)
 def gradcam(ctx, layer, relu):
     from keras import ops
 
@@ -50,8 +58,15 @@ def gradcam(ctx, layer, relu):
     return cam_map(ctx, ops.mean(g, axis=spatial_axes(g, 2)), activations, relu)
 
 
-@register("gradcam_plus_plus", title="Grad-CAM++", options=OPTIONS, reduce="none", cam=True, prepare=prepare_cam_layer,
-          summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself")
+@register(
+    "gradcam_plus_plus",
+    title="Grad-CAM++",
+    options=OPTIONS,
+    reduce="none",
+    cam=True,
+    prepare=prepare_cam_layer,
+    summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself",
+)
 def gradcam_plus_plus(ctx, layer, relu):
     from keras import ops
 
@@ -64,9 +79,14 @@ def gradcam_plus_plus(ctx, layer, relu):
     return cam_map(ctx, ops.sum(alpha * ops.relu(g), axis=spatial_axes(g, 2)), activations, relu)
 
 
-@register("guided_gradcam", title="Guided Grad-CAM", options=OPTIONS, prepare=prepare_cam_layer, warn_zero=False,
-          summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); "
-                  "map: max |attribution| over the last axis")
+@register(
+    "guided_gradcam",
+    title="Guided Grad-CAM",
+    options=OPTIONS,
+    prepare=prepare_cam_layer,
+    warn_zero=False,
+    summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); map: max |attribution| over the last axis",
+)
 def guided_gradcam(ctx, layer, relu):
     from keras import ops
 

@@ -27,6 +27,7 @@ Anchor: PAIR's ``saliency.core.GuidedIG`` (``guided_ig_impl``); same path and at
 loops forever if no feature is left to move before the target is met (possible only through
 rounding); here that row's step ends.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,19 +43,25 @@ EPSILON = 1e-9  # PAIR's tolerance for "the target is met"
 
 
 def prepare(request, options: dict) -> dict:
-    return {**options, "baseline": baseline_array(options["baseline"], request.inputs),
-            "fraction": float(options["fraction"]), "max_dist": float(options["max_dist"])}
+    return {
+        **options,
+        "baseline": baseline_array(options["baseline"], request.inputs),
+        "fraction": float(options["fraction"]),
+        "max_dist": float(options["max_dist"]),
+    }
 
 
 @register(
     "guided_ig",
     title="Guided IG",
     summary="guided integrated gradients (Kapishnikov et al. 2021): an adaptive path moving the features of "
-            "smallest gradient first; map: sum over the last axis",
+    "smallest gradient first; map: sum over the last axis",
     options=[
         Option("steps", 50, low=1, help="steps of the adaptive path"),
         Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
-        Option("fraction", 0.25, low=0, high=1, low_open=True, help="fraction of the features moved at each inner step"),
+        Option(
+            "fraction", 0.25, low=0, high=1, low_open=True, help="fraction of the features moved at each inner step"
+        ),
         Option("max_dist", 0.02, low=0, high=1, help="how far (in α) a feature may lead or lag the straight line"),
     ],
     reduce="sum",
@@ -99,7 +106,8 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
             z = ops.where(per_row(active) & (position < alpha_min), low, z)  # laggards catch up
             current = flat_l1(z - end)
             met = ops.abs(target - current) <= ops.maximum(
-                EPSILON * ops.maximum(ops.abs(target), ops.abs(current)), EPSILON)
+                EPSILON * ops.maximum(ops.abs(target), ops.abs(current)), EPSILON
+            )
             magnitude = ops.where(ops.equal(z, high), inf, ops.abs(g))  # features at x(α_max) are done
             threshold = ops.sort(ops.reshape(magnitude, [rows, -1]), axis=1)[:, quantile_index]
             chosen = (magnitude <= per_row(threshold)) & ops.isfinite(magnitude)
@@ -117,6 +125,8 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
         return t + 1, z, attributions
 
     _, _, attributions = ops.while_loop(
-        lambda t, z, a: t < steps, step, (ops.convert_to_tensor(0, "int32"), start, ops.zeros([rows, *shape], f64)),
+        lambda t, z, a: t < steps,
+        step,
+        (ops.convert_to_tensor(0, "int32"), start, ops.zeros([rows, *shape], f64)),
     )
     return ops.reshape(attributions, [n, group, *shape])

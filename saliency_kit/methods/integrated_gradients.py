@@ -4,6 +4,7 @@
 sum to 1, so that for a linear score the attributions are exact for every rule. The completeness
 gap ``Σ a − (s(x) − s(x′))`` measures the quadrature error. Map: signed sum over the last axis.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +13,7 @@ from ._common import RULES, baseline_array, quadrature
 from .base import Option, register
 
 __all__ = ["integrated_gradients", "RULES", "quadrature"]
+
 
 def prepare(request, options: dict) -> dict:
     quadrature(options["rule"], options["steps"])
@@ -22,7 +24,7 @@ def prepare(request, options: dict) -> dict:
     "integrated_gradients",
     title="Integrated Gradients",
     summary="(x − baseline) × path-averaged gradient (Sundararajan et al. 2017), with completeness_gap; "
-            "map: sum over the last axis",
+    "map: sum over the last axis",
     options=[
         Option("steps", 50, low=1, help="points on the path from the baseline to the input"),
         Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),

@@ -16,6 +16,7 @@ Anchor: tf-keras-vis ``Layercam``, which upsamples with ``scipy.ndimage.zoom(ord
 to [0, 1] (here it is left as computed). On a layer of the input's own size the unnormalised
 maps agree.
 """
+
 from __future__ import annotations
 
 from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
@@ -28,7 +29,7 @@ __all__ = ["layercam"]
     "layercam",
     title="LayerCAM",
     summary="LayerCAM (Jiang et al. 2021): activations × their positive gradients, summed over channels; "
-            "works on early layers; the map is the CAM itself",
+    "works on early layers; the map is the CAM itself",
     options=[LAYER_OPTION, RELU_OPTION],
     reduce="none",
     cam=True,

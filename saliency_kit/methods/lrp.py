@@ -5,6 +5,7 @@
 layer passes relevance back by its rule (ε, z⁺, γ, α2β1, flat, ZBox), activations pass it
 unchanged. With zero biases and ε → 0 it sums to the score. Map: signed sum over the last axis.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,13 @@ def _freeze(value):
     title="LRP",
     summary="layer-wise relevance propagation with a composite of rules (Zennit's); map: sum over the last axis",
     options=[
-        Option("composite", "epsilon_plus_flat", choices=tuple(composites.names()), array=True,
-               help="which rule each layer gets: a registered name, or a saliency_kit.propagation.composites.Composite"),
+        Option(
+            "composite",
+            "epsilon_plus_flat",
+            choices=tuple(composites.names()),
+            array=True,
+            help="which rule each layer gets: a registered name, or a saliency_kit.propagation.composites.Composite",
+        ),
         Option("epsilon", 1e-6, help="ε of the ε-rule (dense layers)"),
         Option("gamma", 0.25, help="γ of the γ-rule (convolutions in epsilon_gamma_box and gamma)"),
         Option("low", None, type=float, array=True, help="ZBox lower bound of the input (model input space)"),
@@ -55,7 +61,10 @@ def _freeze(value):
 def lrp(ctx, composite, epsilon, gamma, low, high):
     from ..propagation.composites import LRPRewrite
 
-    options = {k: _freeze(v) for k, v in _composite_options(
-        {"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items() if v is not None}
+    options = {
+        k: _freeze(v)
+        for k, v in _composite_options({"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items()
+        if v is not None
+    }
     rule = LRPRewrite(composite, tuple(sorted(options.items())), input_relevance=True)
     return ctx.gradients(ctx.inputs, rule=rule)

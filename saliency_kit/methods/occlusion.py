@@ -3,7 +3,8 @@ input is replaced by ``value``.
 
 A window slides over the leading axes of one input — height and width of an image
 ``[H, W, C]`` (``[C, H, W]`` for channels-first models), time of a sequence ``[T, F]`` —
-spanning the whole channel axis (channels, features); for tabular inputs ``[F]`` it slides over the features, one at a time by default.
+spanning the whole channel axis (channels, features); for tabular inputs ``[F]`` it slides over the features,
+one at a time by default.
 Each element's attribution is the mean score drop over the windows that cover it (elements no
 window covers get 0). Defaults: a window of about 1/8 of each slid axis (at least 1), stride half
 the window; tabular: window 1, stride 1. ``window``/``stride`` may be an int (every slid axis),
@@ -11,6 +12,7 @@ a tuple over the slid axes, or a tuple over all axes of one input (to slide over
 Only forward passes are needed, batched inside the compiled kernel.
 Map: mean over the last axis (for the default windows every channel holds the same value).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -20,6 +22,7 @@ import numpy as np
 from .base import Option, register
 
 __all__ = ["occlusion", "windows"]
+
 
 def _per_axis(name, value, shape, slid, default):
     """``value`` as one size per axis of one input (``len(shape)``)."""
@@ -73,14 +76,14 @@ def _sizes(value):
     return value if value is None or isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
 
 
-
 def prepare(request, options: dict) -> dict:
     shape = request.inputs.shape[1:]
     try:
         fill = np.broadcast_to(np.asarray(options["value"], dtype=request.inputs.dtype), shape)
     except (ValueError, TypeError):
         raise ValueError(
-            f"value must be a number or an array broadcastable to one input {shape}; received {np.shape(options['value'])}."
+            f"value must be a number or an array broadcastable to one input {shape}; "
+            f"received {np.shape(options['value'])}."
         ) from None
     window, stride = _sizes(options["window"]), _sizes(options["stride"])
     regions = windows(shape, window, stride, request.channel_axis)
@@ -91,9 +94,15 @@ def prepare(request, options: dict) -> dict:
     "occlusion",
     title="Occlusion",
     summary="score drop when a sliding window is replaced by a value (Zeiler & Fergus 2014); "
-            "map: mean over the last axis",
+    "map: mean over the last axis",
     options=[
-        Option("window", None, type=int, array=True, help="window size (int, or one per axis); default about 1/8 of each axis"),
+        Option(
+            "window",
+            None,
+            type=int,
+            array=True,
+            help="window size (int, or one per axis); default about 1/8 of each axis",
+        ),
         Option("stride", None, type=int, array=True, help="step between windows; default half the window"),
         Option("value", 0.0, array=True, help="what a window is replaced by"),
     ],
@@ -120,7 +129,9 @@ def occlusion(ctx, window, stride, value, **resolved):
         starts = ops.take(corners, i, axis=0)  # [m, rank]
         inside = None
         for axis, (length, width) in enumerate(zip(shape, size)):
-            position = ops.reshape(ops.arange(length, dtype="int32"), [1] * (axis + 1) + [length] + [1] * (len(shape) - axis - 1))
+            position = ops.reshape(
+                ops.arange(length, dtype="int32"), [1] * (axis + 1) + [length] + [1] * (len(shape) - axis - 1)
+            )
             start = ops.reshape(starts[:, axis], [-1, *ones])
             here = ops.logical_and(position >= start, position < start + width)
             inside = here if inside is None else ops.logical_and(inside, here)

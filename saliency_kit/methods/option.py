@@ -5,6 +5,7 @@ values, :attr:`Option.range_text` states the range in ``--help`` and in the docs
 option (:meth:`Option.seed`) draws a seed when none is given. This module imports neither
 TensorFlow nor Keras.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ class Option:
     kind: str = "value"
 
     @classmethod
-    def seed(cls, name: str = "seed", help: str = "random seed, for repeatable maps") -> "Option":
+    def seed(cls, name: str = "seed", help: str = "random seed, for repeatable maps") -> Option:
         """A seed option: an int in ``[0, 2**63)``, or ``None`` (the default) for a seed drawn
         at random when the method is called (:meth:`resolve`)."""
         return cls(name, None, type=int, help=help, low=0, high=SEED_LIMIT - 1, kind="seed")
@@ -80,10 +81,13 @@ class Option:
             raise ValueError(f"option {self.name!r}: kind must be 'value' or 'seed'; received {self.kind!r}.")
         bounded = self.low is not None or self.high is not None
         if bounded and self.type not in (int, float):
-            raise TypeError(f"option {self.name!r}: only int and float options take low=/high=; "
-                            f"received type {self.type.__name__}.")
+            raise TypeError(
+                f"option {self.name!r}: only int and float options take low=/high=; received type {self.type.__name__}."
+            )
         if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"option {self.name!r}: low must not exceed high; received low={self.low}, high={self.high}.")
+            raise ValueError(
+                f"option {self.name!r}: low must not exceed high; received low={self.low}, high={self.high}."
+            )
         if bounded and self.default is not None and not self.array:
             self.check(self.default)  # a default outside its own range is a declaration error
 
@@ -175,4 +179,4 @@ def _is_keras_layer(value) -> bool:
 
 
 def _is_scalar(value) -> bool:
-    return isinstance(value, (numbers.Number, str)) or (hasattr(value, "ndim") and getattr(value, "ndim") == 0)
+    return isinstance(value, (numbers.Number, str)) or (hasattr(value, "ndim") and value.ndim == 0)

@@ -1,4 +1,5 @@
 """Map reductions: how a method's attributions become one display map per input and target."""
+
 from __future__ import annotations
 
 import numpy as np

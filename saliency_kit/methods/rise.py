@@ -18,6 +18,7 @@ K classes sharing them.
 instead of ``N · p`` (the same in expectation). Images only; attributions are the maps
 ``[B, K, H, W]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,10 @@ def smooth_masks(ctx, ids, count: int, cells: int, p: float, size: tuple):
     m = ids.shape[0]
     u = ctx.uniform(ids, count, [cells * cells + 2], shared=True)  # [m, cells² + 2]
     grids = ops.reshape(ops.cast(u[:, : cells * cells] < p, "float32"), [m, cells, cells])
-    offsets = ops.minimum(ops.cast(ops.floor(u[:, -2:] * ops.convert_to_tensor(cell, "float32")), "int32"),
-                          ops.convert_to_tensor([c - 1 for c in cell], "int32"))  # [m, 2]
+    offsets = ops.minimum(
+        ops.cast(ops.floor(u[:, -2:] * ops.convert_to_tensor(cell, "float32")), "int32"),
+        ops.convert_to_tensor([c - 1 for c in cell], "int32"),
+    )  # [m, 2]
     up = ctx.resize(grids[None], ((cells + 1) * cell[0], (cells + 1) * cell[1]))[0]  # [m, UH, UW]
     rows = offsets[:, 0:1] + ops.arange(height, dtype="int32")[None]  # [m, H]
     cols = offsets[:, 1:2] + ops.arange(width, dtype="int32")[None]  # [m, W]
@@ -59,7 +62,7 @@ def smooth_masks(ctx, ids, count: int, cells: int, p: float, size: tuple):
     "rise",
     title="RISE",
     summary="RISE (Petsiuk et al. 2018): scores of the input under random smooth masks, weighted by the masks; "
-            "the map is the saliency itself",
+    "the map is the saliency itself",
     options=[
         Option("masks", 2000, low=1, help="random masks (forward passes per input)"),
         Option("cells", 7, low=1, help="cells per side of each mask's random grid"),

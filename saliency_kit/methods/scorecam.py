@@ -24,6 +24,7 @@ keeps its own ``max_channels``. On a layer of the input's own size (no resizing)
 Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]`` (``[B, K, T]``,
 ``[B, K, D, H, W]``).
 """
+
 from __future__ import annotations
 
 from ._common import LAYER_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
@@ -39,11 +40,16 @@ ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count
     "scorecam",
     title="Score-CAM",
     summary="Score-CAM (Wang et al. 2020): channels weighted by the class probability of the input masked by "
-            "each; max_channels=N for Faster-ScoreCAM; the map is the CAM itself",
+    "each; max_channels=N for Faster-ScoreCAM; the map is the CAM itself",
     options=[
         LAYER_OPTION,
-        Option("max_channels", None, type=int, low=1,
-               help="Faster-ScoreCAM: only each input's N channels of largest spread (default: every channel)"),
+        Option(
+            "max_channels",
+            None,
+            type=int,
+            low=1,
+            help="Faster-ScoreCAM: only each input's N channels of largest spread (default: every channel)",
+        ),
     ],
     reduce="none",
     cam=True,

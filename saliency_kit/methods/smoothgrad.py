@@ -12,6 +12,7 @@ seed fixes the result whatever ``batch_size`` is. squaregrad and vargrad take sm
 options but ``aggregate``, which their name fixes (as Xplique names them). The map is reduced
 like the base method's.
 """
+
 from __future__ import annotations
 
 from ._common import base_cost
@@ -36,7 +37,7 @@ def cost(options: dict) -> int:
     "smoothgrad",
     title="SmoothGrad",
     summary="a pixel method (base=...) aggregated over noisy copies of the input (Smilkov et al. 2017); "
-            "map: as the base method",
+    "map: as the base method",
     options=[BASE, SAMPLES, NOISE, AGGREGATE, SEED],
     extends="base",
     cost=cost,
@@ -64,13 +65,25 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     return ops.relu(second / samples - ops.square(first / samples))  # variance, never negative
 
 
-@register("squaregrad", title="SquareGrad", options=[BASE, SAMPLES, NOISE, SEED], extends="base", cost=cost,
-          summary="SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method")
+@register(
+    "squaregrad",
+    title="SquareGrad",
+    options=[BASE, SAMPLES, NOISE, SEED],
+    extends="base",
+    cost=cost,
+    summary="SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method",
+)
 def squaregrad(ctx, **options):
     return smoothgrad(ctx, aggregate="square", **options)
 
 
-@register("vargrad", title="VarGrad", options=[BASE, SAMPLES, NOISE, SEED], extends="base", cost=cost,
-          summary="SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method")
+@register(
+    "vargrad",
+    title="VarGrad",
+    options=[BASE, SAMPLES, NOISE, SEED],
+    extends="base",
+    cost=cost,
+    summary="SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method",
+)
 def vargrad(ctx, **options):
     return smoothgrad(ctx, aggregate="variance", **options)

@@ -2,6 +2,7 @@
 table of :mod:`saliency_kit.methods`' docstring (``python scripts/method_tables.py --write``
 writes both; a test fails when either is stale). No TensorFlow.
 """
+
 from __future__ import annotations
 
 from .base import Method, builtins, get
@@ -17,8 +18,12 @@ def map_text(method: Method) -> str:
     """How ``maps`` are made, in words."""
     if method.extends is not None and method.reduce != "none":
         return "as the base method"
-    return {"abs_max": "max |a| over the last axis", "sum": "sum over the last axis",
-            "mean": "mean over the last axis", "none": "the attributions are the maps"}[method.reduce]
+    return {
+        "abs_max": "max |a| over the last axis",
+        "sum": "sum over the last axis",
+        "mean": "mean over the last axis",
+        "none": "the attributions are the maps",
+    }[method.reduce]
 
 
 def _option_text(option: Option) -> str:
@@ -45,8 +50,14 @@ def markdown() -> str:
     lines = ["| method | title | module | options (defaults) | map | signed |", "|---|---|---|---|---|---|"]
     for name in builtins():
         method = get(name)
-        cells = [f"`{name}`", method.title, f"`{_module(method)}.py`", options_text(method), map_text(method),
-                 "yes" if method.signed else "no"]
+        cells = [
+            f"`{name}`",
+            method.title,
+            f"`{_module(method)}.py`",
+            options_text(method),
+            map_text(method),
+            "yes" if method.signed else "no",
+        ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ the same segments and base attributions.
 Differences from PAIR's default: PAIR's IG averages two baselines (the image's min and its max);
 here ``base`` runs with its own options (integrated gradients: ``baseline=0.0`` unless given).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -83,15 +84,17 @@ def felzenszwalb_segments(image: np.ndarray) -> list[np.ndarray]:
     masks = []
     for scale in SCALES:
         labels = felzenszwalb(small, scale=scale, sigma=SIGMA, min_size=MIN_SIZE)
-        labels = resize(labels, image.shape[:2], order=0, preserve_range=True, mode="constant",
-                        anti_aliasing=False).astype(int)
+        labels = resize(
+            labels, image.shape[:2], order=0, preserve_range=True, mode="constant", anti_aliasing=False
+        ).astype(int)
         masks.extend(_dilate_labels(labels, DILATION_RADIUS))
     return masks
 
 
 # ranking ---------------------------------------------------------------------------------------
-def rank_regions(attributions: np.ndarray, segments, area_threshold: float = 1.0,
-                 min_new_pixels: int = MIN_NEW_PIXELS) -> tuple[np.ndarray, list[int]]:
+def rank_regions(
+    attributions: np.ndarray, segments, area_threshold: float = 1.0, min_new_pixels: int = MIN_NEW_PIXELS
+) -> tuple[np.ndarray, list[int]]:
     """``(map [H, W] float64, order)``: XRAI's map from a per-pixel attribution ``[H, W]`` and
     boolean region masks; ``order`` lists the indices of the regions added, first to last."""
     attributions = np.asarray(attributions, np.float64)
@@ -156,7 +159,8 @@ def segments_array(request, segments) -> np.ndarray | None:
         array = np.asarray(masks)
         if array.ndim != 3 or array.shape[1:] != size or len(array) == 0:
             raise ValueError(
-                f"each input's segments must be boolean masks [H, W] = {list(size)}; received an array of shape {array.shape}."
+                f"each input's segments must be boolean masks [H, W] = {list(size)}; "
+                f"received an array of shape {array.shape}."
             )
         arrays.append(array.astype(bool))
     most = max(len(a) for a in arrays)
@@ -168,8 +172,11 @@ def segments_array(request, segments) -> np.ndarray | None:
 
 def prepare(request, options: dict) -> dict:
     require_channels_last(request, "xrai")
-    return {**options, "area_threshold": float(options["area_threshold"]),
-            "segments": segments_array(request, options["segments"])}
+    return {
+        **options,
+        "area_threshold": float(options["area_threshold"]),
+        "segments": segments_array(request, options["segments"]),
+    }
 
 
 def _rank_chunk(images, per_pixel, regions, threshold, given):
@@ -186,13 +193,19 @@ def _rank_chunk(images, per_pixel, regions, threshold, given):
     "xrai",
     title="XRAI",
     summary="XRAI (Kapishnikov et al. 2019): image regions ranked by the density of a base method's attributions; "
-            "the map gives each pixel its region's gain",
+    "the map gives each pixel its region's gain",
     options=[
         Option("base", "integrated_gradients", help="the per-pixel attributions ranked (any non-CAM method)"),
-        Option("segments", None, type=str, array=True,
-               help="None: Felzenszwalb at 6 scales; or boolean [H, W] masks (per input)"),
-        Option("area_threshold", 1.0, low=0, high=1, low_open=True,
-               help="stop once this fraction of the image is covered"),
+        Option(
+            "segments",
+            None,
+            type=str,
+            array=True,
+            help="None: Felzenszwalb at 6 scales; or boolean [H, W] masks (per input)",
+        ),
+        Option(
+            "area_threshold", 1.0, low=0, high=1, low_open=True, help="stop once this fraction of the image is covered"
+        ),
     ],
     reduce="none",
     cam=True,  # attributions are [B, K, H, W] region maps, shown like CAMs
@@ -211,5 +224,7 @@ def xrai(ctx, base, segments, area_threshold, **base_options):
     regions = ops.take(segments, ctx.index, axis=0) if given else ops.zeros([0], "bool")
     return ctx.host(
         lambda images, values, masks: _rank_chunk(images, values, masks, area_threshold, given),
-        [ctx.inputs, ops.cast(per_pixel, "float64"), regions], "float32", per_pixel.shape,
+        [ctx.inputs, ops.cast(per_pixel, "float64"), regions],
+        "float32",
+        per_pixel.shape,
     )

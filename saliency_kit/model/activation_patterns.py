@@ -10,6 +10,7 @@ activations written by hand (``tf.minimum(tf.nn.relu(x), 3)``, ``tf.clip_by_valu
 the ops on the gradient's path and off it), ``None``, or raises :class:`Unsupported` when the
 pattern's parameters are not constants. :mod:`.override` marks what it finds.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,6 @@ def family_of_op(op) -> ReluFamily:
     if op.type == "LeakyRelu":
         return ReluFamily(negative_slope=_decimal(np.float32(op.get_attr("alpha"))))  # a float attr
     return ReluFamily()
-
 
 
 class Unsupported(Exception):
@@ -225,7 +225,6 @@ def _leaky(op, main) -> FoundActivation | None:
         if op.type == "Sub":
             raise Unsupported(f"a leaky ReLU ({op.name}) whose negative slope is not a constant")
         return FoundActivation(found.x, None, path, others)  # a PReLU
-    return FoundActivation(found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope),
-                       path, others)
-
-
+    return FoundActivation(
+        found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope), path, others
+    )

@@ -9,6 +9,7 @@ model's input shape and dtype) and outputs that differ raise ``ValueError`` nami
 whose output differs (a custom layer with an incomplete ``get_config``, or state outside its
 variables, is refused this way rather than explained wrongly).
 """
+
 from __future__ import annotations
 
 import keras
@@ -17,8 +18,16 @@ import numpy as np
 from . import keras_private
 from .layers import is_graph_model
 
-__all__ = ["copy_model", "check_copy", "copy_state", "rebuild_layer", "layer_config", "probe_input",
-           "input_signature", "layer_outputs"]
+__all__ = [
+    "copy_model",
+    "check_copy",
+    "copy_state",
+    "rebuild_layer",
+    "layer_config",
+    "probe_input",
+    "input_signature",
+    "layer_outputs",
+]
 
 
 def rebuild_layer(op):
@@ -26,8 +35,12 @@ def rebuild_layer(op):
     if isinstance(op, keras.layers.Lambda):
         # The same Python function, rebuilt in memory: no (unsafe) deserialisation of its code.
         return keras.layers.Lambda(
-            op.function, output_shape=keras_private.lambda_output_shape(op), mask=op.mask,
-            arguments=op.arguments, name=op.name, dtype=op.dtype_policy,
+            op.function,
+            output_shape=keras_private.lambda_output_shape(op),
+            mask=op.mask,
+            arguments=op.arguments,
+            name=op.name,
+            dtype=op.dtype_policy,
         )
     try:
         return type(op).from_config(layer_config(op))
@@ -107,9 +120,7 @@ def copy_state(original, clone) -> None:
     for source, target in zip(sources, targets):
         store = _own_state(source)
         mine = _own_state(target)
-        if len(store) != len(mine) or any(
-            tuple(store[k].shape) != tuple(mine[k].shape) for k in store if k in mine
-        ):
+        if len(store) != len(mine) or any(tuple(store[k].shape) != tuple(mine[k].shape) for k in store if k in mine):
             raise ValueError(
                 f"cannot copy layer {source.name!r} ({type(source).__name__}): the rebuilt layer does "
                 f"not have the original's variables ({len(mine)} instead of {len(store)}, or other "
@@ -255,8 +266,7 @@ def copy_model(model, replace=None, *, check: bool = True, what: str = "copy"):
     else:
         if replace is not None:
             raise ValueError(
-                f"cannot replace layers inside subclassed model {model.name!r}; received "
-                f"{type(model).__name__}."
+                f"cannot replace layers inside subclassed model {model.name!r}; received {type(model).__name__}."
             )
         try:
             new_model = type(model).from_config(model.get_config())

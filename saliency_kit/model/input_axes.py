@@ -11,6 +11,7 @@ Operations on the way that keep axes where they are (element-wise arithmetic, ca
 crops, resizes, normalisation) are passed through; an operation that may move axes in a way that
 cannot be followed (a reshape, a gather) makes the answer *unsure*.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,17 +24,64 @@ __all__ = ["Traced", "traced_channel_axis", "may_move_axes", "SPATIAL_LAYER_KIND
 SPATIAL_LAYER_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
 
 #: spatial TensorFlow ops and how to read the position of their input's channel axis
-_SPATIAL = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "MaxPoolV2", "AvgPool", "MaxPool3D",
-            "AvgPool3D")
+_SPATIAL = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "MaxPoolV2", "AvgPool", "MaxPool3D", "AvgPool3D")
 #: ops whose output axes are their (first data) input's axes
 _KEEP_AXES = {
-    "Identity", "Cast", "StopGradient", "EnsureShape", "CheckNumerics", "PreventGradient",
-    "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "Maximum", "Minimum", "Pow", "SquaredDifference",
-    "Neg", "Abs", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Tanh", "Sigmoid", "Relu", "Relu6", "Elu",
-    "Selu", "LeakyRelu", "Softplus", "Softsign", "Floor", "Round", "Sign", "ClipByValue", "BiasAdd", "Select",
-    "SelectV2", "FusedBatchNormV3", "Pad", "PadV2", "MirrorPad", "Slice", "StridedSlice", "ResizeBilinear",
-    "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea", "ScaleAndTranslate", "ImageProjectiveTransformV3",
-    "Erf", "Reciprocal",
+    "Identity",
+    "Cast",
+    "StopGradient",
+    "EnsureShape",
+    "CheckNumerics",
+    "PreventGradient",
+    "Add",
+    "AddV2",
+    "Sub",
+    "Mul",
+    "RealDiv",
+    "Div",
+    "DivNoNan",
+    "Maximum",
+    "Minimum",
+    "Pow",
+    "SquaredDifference",
+    "Neg",
+    "Abs",
+    "Square",
+    "Sqrt",
+    "Rsqrt",
+    "Exp",
+    "Log",
+    "Log1p",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "Relu6",
+    "Elu",
+    "Selu",
+    "LeakyRelu",
+    "Softplus",
+    "Softsign",
+    "Floor",
+    "Round",
+    "Sign",
+    "ClipByValue",
+    "BiasAdd",
+    "Select",
+    "SelectV2",
+    "FusedBatchNormV3",
+    "Pad",
+    "PadV2",
+    "MirrorPad",
+    "Slice",
+    "StridedSlice",
+    "ResizeBilinear",
+    "ResizeNearestNeighbor",
+    "ResizeBicubic",
+    "ResizeArea",
+    "ScaleAndTranslate",
+    "ImageProjectiveTransformV3",
+    "Erf",
+    "Reciprocal",
 }
 
 
@@ -89,8 +137,7 @@ def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
             where = int(tf.get_static_value(op.inputs[1]))
             axes.insert(where % (in_rank + 1), None)
         elif op.type == "Squeeze":
-            dims = [d % in_rank for d in op.get_attr("squeeze_dims")] or [
-                i for i, s in enumerate(data.shape) if s == 1]
+            dims = [d % in_rank for d in op.get_attr("squeeze_dims")] or [i for i, s in enumerate(data.shape) if s == 1]
             axes = [a for i, a in enumerate(axes) if i not in dims]
         elif op.type in _KEEP_AXES and in_rank == out_rank:
             continue
@@ -103,7 +150,8 @@ def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
 
 def _spatial_layer(layer) -> bool:
     return getattr(layer, "data_format", None) in ("channels_first", "channels_last") and any(
-        k in type(layer).__name__ for k in SPATIAL_LAYER_KINDS)
+        k in type(layer).__name__ for k in SPATIAL_LAYER_KINDS
+    )
 
 
 def may_move_axes(model) -> bool:
@@ -122,7 +170,8 @@ def may_move_axes(model) -> bool:
         if not type(layer).__module__.startswith("keras."):
             return True
         if is_graph_model(layer) and any(
-                not isinstance(op, keras.layers.Layer) for op in getattr(layer, "operations", ())):
+            not isinstance(op, keras.layers.Layer) for op in getattr(layer, "operations", ())
+        ):
             return True
     return False
 

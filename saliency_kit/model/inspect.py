@@ -2,6 +2,7 @@
 of its inputs, how to copy its weights into a rewritten copy, and the state it keeps outside its
 variables (which keys the engine's caches).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -74,7 +75,7 @@ def layer_channel_axis(model, rank: int) -> int:
     return 0 if "channels_first" in formats and rank >= 2 else -1
 
 
-_traced_axes: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
+_traced_axes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
 
 
 def _refuse_axes(model, why: str):
@@ -117,8 +118,11 @@ def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None
         return -1
     if found.axis == 1:
         return 0
-    raise _refuse_axes(model, f"its first convolution takes its channels from input axis {found.axis}, "
-                              "neither the first nor the last after the batch axis")
+    raise _refuse_axes(
+        model,
+        f"its first convolution takes its channels from input axis {found.axis}, "
+        "neither the first nor the last after the batch axis",
+    )
 
 
 def weight_sync(source, copy):

@@ -7,6 +7,7 @@ the shapes a subclassed model was built with. Each helper below wraps one privat
 so a Keras upgrade that removes one fails there with the attribute's name, not deep inside a
 method.
 """
+
 from __future__ import annotations
 
 import keras
@@ -31,16 +32,25 @@ __all__ = [
 
 #: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
 REQUIRED = (
-    (keras.Sequential, "_functional",
-     "the functional graph a built Sequential model runs (logits behind softmax, taps)"),
-    (keras.Model, "_run_through_graph",
-     "re-run a functional graph with one operation replaced or recorded (scores.py, copy.py)"),
+    (
+        keras.Sequential,
+        "_functional",
+        "the functional graph a built Sequential model runs (logits behind softmax, taps)",
+    ),
+    (
+        keras.Model,
+        "_run_through_graph",
+        "re-run a functional graph with one operation replaced or recorded (scores.py, copy.py)",
+    ),
     (keras.Model, "_nodes_by_depth", "tells a functional graph from a subclassed model"),
     (keras.KerasTensor, "_keras_history", "the operation that produced a functional output"),
     (keras.layers.Layer, "_call_context_args", "whether a layer's call takes `training`"),
     (keras.layers.Layer, "_flatten_layers", "the direct sub-layers of a layer (walker, re-init)"),
-    (keras.layers.Layer, "_inbound_nodes", "the inputs a shared layer was first called on; how often a "
-     "layer is called (LRP's BatchNorm merge)"),
+    (
+        keras.layers.Layer,
+        "_inbound_nodes",
+        "the inputs a shared layer was first called on; how often a layer is called (LRP's BatchNorm merge)",
+    ),
     (keras.layers.Layer, "_outbound_nodes", "how many layers read a layer's output (LRP's BatchNorm merge)"),
     (keras.layers.Lambda, "_output_shape", "rebuild a Lambda around the same function (copy.py)"),
     (keras.layers.Layer, "_build_shapes_dict", "the input shape a subclassed model was built with"),
@@ -53,8 +63,9 @@ def missing() -> list[str]:
         keras.Sequential: keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]),
         keras.layers.Lambda: keras.layers.Lambda(lambda t: t),
     }
-    probes[keras.Model] = probes[keras.Sequential]._functional if hasattr(
-        probes[keras.Sequential], "_functional") else keras.Model
+    probes[keras.Model] = (
+        probes[keras.Sequential]._functional if hasattr(probes[keras.Sequential], "_functional") else keras.Model
+    )
     probes[keras.KerasTensor] = keras.Input((1,))
     probes[keras.layers.Layer] = keras.layers.Dense(1)
     gone = []

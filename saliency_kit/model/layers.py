@@ -9,11 +9,12 @@ nested model or a wrapper (``"td/conv"`` inside ``TimeDistributed(name="td")``, 
 inside a ``Bidirectional``, ``"rnn/simple_rnn_cell"`` for the cell of a recurrent layer), at any
 depth.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Iterator
+from collections.abc import Iterator
 
 import keras
 
@@ -151,7 +152,7 @@ def layer_at(model, path: str):
 
 # The Grad-CAM layer configured for a model (saliency_kit.load_model records its spec's
 # ``gradcam_layer`` here). Weak keys: the model is neither kept alive nor changed.
-_CONFIGURED_CAM_LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CONFIGURED_CAM_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def configure_cam_layer(model, path: str | None) -> None:
@@ -162,8 +163,11 @@ def configure_cam_layer(model, path: str | None) -> None:
         _CONFIGURED_CAM_LAYERS.pop(model, None)
 
 
-_SPATIAL_OUTPUTS = {3: "3-D [batch, time, channels]", 4: "4-D [batch, height, width, channels]",
-                    5: "5-D [batch, depth, height, width, channels]"}
+_SPATIAL_OUTPUTS = {
+    3: "3-D [batch, time, channels]",
+    4: "4-D [batch, height, width, channels]",
+    5: "5-D [batch, depth, height, width, channels]",
+}
 
 
 def spatial_output_text(rank: int) -> str:

@@ -44,6 +44,7 @@ TensorFlow-private API used here (this module is kept self-contained): ``Operati
 functions a call op runs, to report them), ``tensorflow.python.eager.record.record_operation``
 (let a ``GradientTape`` see a rule-activation's gradient, as ``tf.custom_gradient`` does).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,8 +59,14 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import record as _tape_record  # TF-private: see the module docstring
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
-from .activation_patterns import (RELU_OP_TYPES, LAST_OP_TYPES, FoundActivation, Unsupported, family_of_op,
-                                  match_activation)
+from .activation_patterns import (
+    LAST_OP_TYPES,
+    RELU_OP_TYPES,
+    FoundActivation,
+    Unsupported,
+    family_of_op,
+    match_activation,
+)
 
 __all__ = ["relu_rule", "rule_activation", "OverrideReport", "RELU_OP_TYPES"]
 
@@ -89,8 +96,8 @@ class _Binding:
 
 _lock = threading.Lock()
 _keys = itertools.count()
-_bindings: "weakref.WeakValueDictionary[bytes, _Binding]" = weakref.WeakValueDictionary()
-_graph_bindings: "weakref.WeakKeyDictionary[object, list]" = weakref.WeakKeyDictionary()
+_bindings: weakref.WeakValueDictionary[bytes, _Binding] = weakref.WeakValueDictionary()
+_graph_bindings: weakref.WeakKeyDictionary[object, list] = weakref.WeakKeyDictionary()
 
 
 def _bind(rule: ModifiedBackprop, graphs) -> _Binding:

@@ -23,6 +23,7 @@ Either way gradients follow the rule eagerly, inside ``tf.function``, with ``Gra
 ``tf.gradients``; the user's model is only read, so a gradient of it traced before or after, or
 taken at the same time in another thread, stays plain.
 """
+
 from __future__ import annotations
 
 import collections
@@ -65,8 +66,9 @@ def _may_hide_relus(op) -> bool:
     """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
     if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
-    if isinstance(op, (keras.layers.Lambda, keras.layers.Wrapper, keras.layers.Bidirectional,
-                       keras.layers.RNN, keras.Model)):
+    if isinstance(
+        op, (keras.layers.Lambda, keras.layers.Wrapper, keras.layers.Bidirectional, keras.layers.RNN, keras.Model)
+    ):
         return True
     if not type(op).__module__.startswith("keras."):
         return True  # a custom layer: its call may do anything
@@ -186,8 +188,10 @@ def nothing_to_rewrite(model) -> ValueError:
 def _rewritten_clone(op, bound: ModifiedBackprop):
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
-    if isinstance(op, keras.layers.Layer) and hasattr(op, "activation") and not isinstance(
-        op, (keras.layers.ReLU, keras.layers.LeakyReLU)
+    if (
+        isinstance(op, keras.layers.Layer)
+        and hasattr(op, "activation")
+        and not isinstance(op, (keras.layers.ReLU, keras.layers.LeakyReLU))
     ):
         config = layer_config(op, activation)
         if "activation" not in config:

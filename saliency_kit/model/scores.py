@@ -22,11 +22,12 @@ Where a softmax/sigmoid is there but the values before it cannot be reached (it 
 compiled ``tf.function`` the model calls), a warning says so once per model and
 ``view.differentiated`` is ``"output"``: that is what the gradients are of.
 """
+
 from __future__ import annotations
 
 import warnings
 import weakref
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
@@ -38,13 +39,21 @@ __all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "ou
 
 _SQUASHERS = ("softmax", "sigmoid")
 # layers that pass values through unchanged (at inference): a squash before them is still final
-_VALUE_KEEPING = (keras.layers.Dropout, keras.layers.Identity, keras.layers.Reshape,
-                  keras.layers.Flatten, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
-                  keras.layers.AlphaDropout, keras.layers.SpatialDropout1D,
-                  keras.layers.SpatialDropout2D, keras.layers.SpatialDropout3D,
-                  keras.layers.ActivityRegularization)
-_warned: "weakref.WeakSet" = weakref.WeakSet()
-_traced_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # layer -> (token, squash)
+_VALUE_KEEPING = (
+    keras.layers.Dropout,
+    keras.layers.Identity,
+    keras.layers.Reshape,
+    keras.layers.Flatten,
+    keras.layers.GaussianNoise,
+    keras.layers.GaussianDropout,
+    keras.layers.AlphaDropout,
+    keras.layers.SpatialDropout1D,
+    keras.layers.SpatialDropout2D,
+    keras.layers.SpatialDropout3D,
+    keras.layers.ActivityRegularization,
+)
+_warned: weakref.WeakSet = weakref.WeakSet()
+_traced_memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> (token, squash)
 
 
 def _squasher_name(fn) -> str | None:
@@ -69,8 +78,11 @@ def _fused(op) -> bool:
     if isinstance(op, (keras.layers.Activation, keras.Model)):
         return False
     activation = getattr(op, "activation", None)
-    return activation is not None and _squasher_name(activation) is not None and (
-        getattr(activation, "__module__", "") or "").startswith("keras")
+    return (
+        activation is not None
+        and _squasher_name(activation) is not None
+        and (getattr(activation, "__module__", "") or "").startswith("keras")
+    )
 
 
 def _specs(op) -> list | None:
@@ -286,8 +298,12 @@ class ScoreView:
             if op is final and kind == "fused":
                 return recorder(op, _call_op(self._twins[id(op)]))
             if (op is final or inner) and is_graph_model(op):
-                return recorder(op, lambda *args, **kwargs: self._run(
-                    op, args[0], inner, strip=op is final, taken=taken, prefix=f"{prefix}{op.name}/"))
+                return recorder(
+                    op,
+                    lambda *args, **kwargs: self._run(
+                        op, args[0], inner, strip=op is final, taken=taken, prefix=f"{prefix}{op.name}/"
+                    ),
+                )
             if inner:
                 raise ValueError(
                     f"layer {prefix}{op.name}/{'/'.join(inner[0])!r} is inside {op.name!r} ({type(op).__name__}), "
@@ -400,7 +416,5 @@ def score_columns(model, score_fn: Callable | None = None) -> int | None:
         ) from None
     out_shape = tuple(getattr(result, "shape", ()))
     if len(out_shape) not in (1, 2) or out_shape[0] != 3 or (len(out_shape) == 2 and not out_shape[1]):
-        raise ValueError(
-            f"targets callable must return a [B] or [B, K] tensor; for B=3 it returned shape {out_shape}."
-        )
+        raise ValueError(f"targets callable must return a [B] or [B, K] tensor; for B=3 it returned shape {out_shape}.")
     return 1 if len(out_shape) == 1 else int(out_shape[1])

@@ -13,9 +13,10 @@ variables are its own.
 A squash inside a separately compiled ``tf.function`` the layer calls is seen (its function's
 graph is looked into) but cannot be looked behind: :func:`traced_squash` says ``"opaque"``.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf

@@ -18,6 +18,7 @@ copy, never on the user's model:
 Anything else that mixes values (attention, ``LayerNormalization``, ``Multiply``, a custom
 layer, an activation outside the ReLU family) has no rule: :func:`classify` refuses it, naming it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,32 +27,58 @@ import keras
 import tensorflow as tf
 
 from ..model import keras_private
-from ..rules.relu import relu_family_of_activation as relu_family_of, relu_family_of_function
+from ..rules.relu import relu_family_of_activation as relu_family_of
+from ..rules.relu import relu_family_of_function
 
 __all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
 
 LINEAR = (
-    keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
-    keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D,
-    keras.layers.SeparableConv1D, keras.layers.SeparableConv2D,
+    keras.layers.Dense,
+    keras.layers.Conv1D,
+    keras.layers.Conv2D,
+    keras.layers.Conv3D,
+    keras.layers.DepthwiseConv1D,
+    keras.layers.DepthwiseConv2D,
+    keras.layers.SeparableConv1D,
+    keras.layers.SeparableConv2D,
 )
 AVERAGE_POOLING = (
-    keras.layers.AveragePooling1D, keras.layers.AveragePooling2D, keras.layers.AveragePooling3D,
-    keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
+    keras.layers.AveragePooling1D,
+    keras.layers.AveragePooling2D,
+    keras.layers.AveragePooling3D,
+    keras.layers.GlobalAveragePooling1D,
+    keras.layers.GlobalAveragePooling2D,
     keras.layers.GlobalAveragePooling3D,
 )
 MAX_POOLING = (
-    keras.layers.MaxPooling1D, keras.layers.MaxPooling2D, keras.layers.MaxPooling3D,
-    keras.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling3D,
+    keras.layers.MaxPooling1D,
+    keras.layers.MaxPooling2D,
+    keras.layers.MaxPooling3D,
+    keras.layers.GlobalMaxPooling1D,
+    keras.layers.GlobalMaxPooling2D,
+    keras.layers.GlobalMaxPooling3D,
 )
 # Relevance moves, is copied or summed without being mixed: the plain gradient is the rule.
 ROUTING = (
-    keras.layers.InputLayer, keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D,
-    keras.layers.ZeroPadding3D, keras.layers.Cropping1D, keras.layers.Cropping2D,
-    keras.layers.Cropping3D, keras.layers.Reshape, keras.layers.Flatten, keras.layers.Permute,
-    keras.layers.Dropout, keras.layers.SpatialDropout1D, keras.layers.SpatialDropout2D,
-    keras.layers.SpatialDropout3D, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
-    keras.layers.AlphaDropout, keras.layers.Identity, keras.layers.Concatenate,
+    keras.layers.InputLayer,
+    keras.layers.ZeroPadding1D,
+    keras.layers.ZeroPadding2D,
+    keras.layers.ZeroPadding3D,
+    keras.layers.Cropping1D,
+    keras.layers.Cropping2D,
+    keras.layers.Cropping3D,
+    keras.layers.Reshape,
+    keras.layers.Flatten,
+    keras.layers.Permute,
+    keras.layers.Dropout,
+    keras.layers.SpatialDropout1D,
+    keras.layers.SpatialDropout2D,
+    keras.layers.SpatialDropout3D,
+    keras.layers.GaussianNoise,
+    keras.layers.GaussianDropout,
+    keras.layers.AlphaDropout,
+    keras.layers.Identity,
+    keras.layers.Concatenate,
     keras.layers.Add,
 )
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
@@ -74,11 +101,11 @@ class LayerFacts:
 
     path: str
     op: object
-    kind: str                 # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "model"
-    first: bool = False       # reads the model input (through routing and element-wise layers only)
-    merged_into: object = None   # for a BatchNormalization merged into the layer before it
-    absorbs: object = None       # for a linear layer: the BatchNormalization merged into it
-    final: bool = False       # produces the model's output
+    kind: str  # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "model"
+    first: bool = False  # reads the model input (through routing and element-wise layers only)
+    merged_into: object = None  # for a BatchNormalization merged into the layer before it
+    absorbs: object = None  # for a linear layer: the BatchNormalization merged into it
+    final: bool = False  # produces the model's output
 
 
 def classify(op, path: str, *, final: bool = False) -> str:
@@ -87,10 +114,17 @@ def classify(op, path: str, *, final: bool = False) -> str:
         return "model"
     if isinstance(op, LINEAR):
         activation = getattr(op, "activation", None)
-        if not (is_linear_activation(activation) or relu_family_of_function(activation) is not None
-                or (final and activation_name(activation) in SQUASHERS)):
-            _refuse(op, path, f"its activation {activation_name(activation)!r} has no LRP/DeepLIFT rule "
-                              "here (only the ReLU family, or a final softmax/sigmoid)")
+        if not (
+            is_linear_activation(activation)
+            or relu_family_of_function(activation) is not None
+            or (final and activation_name(activation) in SQUASHERS)
+        ):
+            _refuse(
+                op,
+                path,
+                f"its activation {activation_name(activation)!r} has no LRP/DeepLIFT rule "
+                "here (only the ReLU family, or a final softmax/sigmoid)",
+            )
         return "linear"
     if isinstance(op, AVERAGE_POOLING):
         return "average_pooling"
@@ -108,8 +142,11 @@ def classify(op, path: str, *, final: bool = False) -> str:
             return "routing"
         if final and name in SQUASHERS:
             return "squash"
-        _refuse(op, path, f"its activation {name!r} has no LRP/DeepLIFT rule here (only the ReLU "
-                          "family, or a final softmax/sigmoid)")
+        _refuse(
+            op,
+            path,
+            f"its activation {name!r} has no LRP/DeepLIFT rule here (only the ReLU family, or a final softmax/sigmoid)",
+        )
     if final and type(op).__name__ in ("Softmax", "Sigmoid"):
         return "squash"
     if type(op).__name__ == "Add":  # keras.ops.add / + on KerasTensors
@@ -127,7 +164,6 @@ def _refuse(op, path, why):
     )
 
 
-
 def _channel_axis(layer) -> int:
     return 1 if getattr(layer, "data_format", "channels_last") == "channels_first" else -1
 
@@ -135,8 +171,11 @@ def _channel_axis(layer) -> int:
 def _mergeable(producer, bn) -> bool:
     if not isinstance(producer, LINEAR) or not is_linear_activation(getattr(producer, "activation", None)):
         return False
-    if (len(keras_private.outbound_nodes(producer)) != 1 or len(keras_private.inbound_nodes(producer)) != 1
-            or len(keras_private.inbound_nodes(bn)) != 1):
+    if (
+        len(keras_private.outbound_nodes(producer)) != 1
+        or len(keras_private.inbound_nodes(producer)) != 1
+        or len(keras_private.inbound_nodes(bn)) != 1
+    ):
         return False
     rank = len(producer.output.shape)
     axis = bn.axis if isinstance(bn.axis, int) else (bn.axis[0] if len(bn.axis) == 1 else None)
@@ -167,7 +206,8 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
             op = node.operation
             path = f"{prefix}{op.name}"
             from_input = any(id(t) in reaching for t in node.input_tensors) or (
-                isinstance(op, keras.layers.InputLayer) and reads_input)
+                isinstance(op, keras.layers.InputLayer) and reads_input
+            )
             if id(op) in by_op:  # a shared layer: one rule, several calls
                 fact = by_op[id(op)]
                 fact.first = fact.first or (from_input and fact.kind in ("linear", "average_pooling", "affine", "relu"))

@@ -7,7 +7,8 @@ linear layers that read the model's input, through padding/reshaping only).
 
 After the user's entries every composite falls back on the same base map (Zennit's
 ``layer_map_base``): ReLU-family activations and unmerged ``BatchNormalization`` → :class:`Pass`,
-average pooling → ε-rule with ε = the composite's stabiliser (1e-6 by default). A ``Dense`` or convolution no key matches is refused.
+average pooling → ε-rule with ε = the composite's stabiliser (1e-6 by default). A ``Dense`` or convolution no
+key matches is refused.
 
 The named composites are Zennit's (``composite="epsilon_plus_flat"`` etc. in ``sk.explain``)::
 
@@ -23,12 +24,12 @@ composite of your own); ``names()`` lists them. This module imports neither Tens
 the rules and layer classes are imported when a composite is built, so reading the names (the
 ``lrp`` method's choices) stays cheap.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import inspect
 from collections.abc import Callable
-
 
 __all__ = [
     "Composite",
@@ -65,9 +66,13 @@ def _keras_kinds():
 
     dense = (keras.layers.Dense,)
     convolution = (
-        keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
-        keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D,
-        keras.layers.SeparableConv1D, keras.layers.SeparableConv2D,
+        keras.layers.Conv1D,
+        keras.layers.Conv2D,
+        keras.layers.Conv3D,
+        keras.layers.DepthwiseConv1D,
+        keras.layers.DepthwiseConv2D,
+        keras.layers.SeparableConv1D,
+        keras.layers.SeparableConv2D,
     )
     return dense, convolution
 
@@ -92,8 +97,11 @@ class Composite:
             if not (isinstance(entry, tuple) and len(entry) == 2):
                 raise TypeError(f"Composite rules must be (key, rule) pairs; received {entry!r}.")
             key, rule = entry
-            if not (isinstance(key, str) or isinstance(key, type)
-                    or (isinstance(key, tuple) and all(isinstance(k, type) for k in key))):
+            if not (
+                isinstance(key, str)
+                or isinstance(key, type)
+                or (isinstance(key, tuple) and all(isinstance(k, type) for k in key))
+            ):
                 raise TypeError(
                     "a Composite key must be a layer class (or tuple of classes), a layer name/path "
                     f"or 'first'; received {key!r}."
@@ -169,11 +177,15 @@ class EpsilonGammaBox(_Named):
         from . import rules
 
         dense, convolution = _keras_kinds()
-        Composite.__init__(self, [
-            ("first", FirstOf(convolution, rules.ZBox(low, high, stabilizer))),
-            (convolution, rules.Gamma(gamma, stabilizer)),
-            (dense, rules.Epsilon(epsilon)),
-        ], pooling_stabilizer=stabilizer)
+        Composite.__init__(
+            self,
+            [
+                ("first", FirstOf(convolution, rules.ZBox(low, high, stabilizer))),
+                (convolution, rules.Gamma(gamma, stabilizer)),
+                (dense, rules.Epsilon(epsilon)),
+            ],
+            pooling_stabilizer=stabilizer,
+        )
 
 
 class FirstOf:
@@ -204,8 +216,9 @@ class EpsilonAlpha2Beta1Flat(_Named):
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
         from . import rules
 
-        super().__init__(rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon),
-                         rules.Flat(stabilizer), stabilizer)
+        super().__init__(
+            rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon), rules.Flat(stabilizer), stabilizer
+        )
 
 
 def _one_rule(make_rule: Callable) -> Callable:
@@ -213,6 +226,7 @@ def _one_rule(make_rule: Callable) -> Callable:
         rule = make_rule(**options)
         dense, convolution = _keras_kinds()
         return Composite([(dense + convolution, rule)], pooling_stabilizer=pooling_stabilizer)
+
     build.rule_factory = make_rule
     return build
 
@@ -267,8 +281,11 @@ def get(composite, **options) -> Composite:
             options = {**options, "pooling_stabilizer": options["stabilizer"]}
         accepted["pooling_stabilizer"] = inspect.signature(factory).parameters["pooling_stabilizer"]
     given = {k: v for k, v in options.items() if v is not None and k in accepted}
-    missing = [k for k, p in accepted.items() if p.default is inspect.Parameter.empty
-               and p.kind is p.POSITIONAL_OR_KEYWORD and k not in given]
+    missing = [
+        k
+        for k, p in accepted.items()
+        if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD and k not in given
+    ]
     if missing:
         raise ValueError(
             f"composite {composite!r} needs {' and '.join(missing)} (the input bounds in the "

@@ -17,6 +17,7 @@ the one pass that puts rule-carrying layers into a copy of a model.
 Notation (Montavon et al. 2019): ``z_j = Σ_i x_i w_ij + b_j``; ``R_j`` the relevance of output
 ``j``; every denominator is stabilised as ``stab(d) = d + ε·sign(d)`` with ``sign(0) = +1``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,13 +26,29 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from . import canonizers
 from ..model.copy import check_copy, copy_model
 from ..rules.relu import relu_family_of_function
+from . import canonizers
 
-__all__ = ["Branch", "DELTA_EPSILON", "LinearPart", "LinearRule", "WrapperLayer", "clone_layer", "halves",
-           "interleave", "linear_parts", "maxpool_gate", "pass_gate", "rescale_gate", "rewrite_planned", "rule_gate",
-           "squash_apart", "stabilize", "unchanged"]
+__all__ = [
+    "Branch",
+    "DELTA_EPSILON",
+    "LinearPart",
+    "LinearRule",
+    "WrapperLayer",
+    "clone_layer",
+    "halves",
+    "interleave",
+    "linear_parts",
+    "maxpool_gate",
+    "pass_gate",
+    "rescale_gate",
+    "rewrite_planned",
+    "rule_gate",
+    "squash_apart",
+    "stabilize",
+    "unchanged",
+]
 
 DELTA_EPSILON = 1e-7  # DeepLIFT: below this |x − x₀| the plain derivative is the multiplier
 
@@ -81,25 +98,45 @@ def linear_parts(layer, absorbed_bn=None) -> list[LinearPart]:
 
     bias = value(layer.bias) if getattr(layer, "use_bias", False) else None
     if isinstance(layer, keras.layers.Dense):
-        parts = [LinearPart(lambda x, k, b: _add_bias(tf.matmul(x, k["kernel"]) if len(x.shape) == 2
-                                                      else tf.tensordot(x, k["kernel"], 1), b, layer),
-                            {"kernel": value(layer.kernel)}, bias)]
+        parts = [
+            LinearPart(
+                lambda x, k, b: _add_bias(
+                    tf.matmul(x, k["kernel"]) if len(x.shape) == 2 else tf.tensordot(x, k["kernel"], 1), b, layer
+                ),
+                {"kernel": value(layer.kernel)},
+                bias,
+            )
+        ]
     elif isinstance(layer, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):
         parts = _separable_parts(layer, value, bias)
     elif isinstance(layer, (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)):
+
         def depthwise(x, k, b):
-            z = keras.ops.depthwise_conv(x, k["kernel"], strides=layer.strides, padding=layer.padding,
-                                         data_format=layer.data_format, dilation_rate=layer.dilation_rate)
+            z = keras.ops.depthwise_conv(
+                x,
+                k["kernel"],
+                strides=layer.strides,
+                padding=layer.padding,
+                data_format=layer.data_format,
+                dilation_rate=layer.dilation_rate,
+            )
             return _add_bias(z, b, layer)
+
         parts = [LinearPart(depthwise, {"kernel": value(layer.kernel)}, bias)]
     elif isinstance(layer, (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
-        parts = [LinearPart(lambda x, k, b: _add_bias(layer.convolution_op(x, k["kernel"]), b, layer),
-                            {"kernel": value(layer.kernel)}, bias)]
+        parts = [
+            LinearPart(
+                lambda x, k, b: _add_bias(layer.convolution_op(x, k["kernel"]), b, layer),
+                {"kernel": value(layer.kernel)},
+                bias,
+            )
+        ]
     elif isinstance(layer, canonizers.AVERAGE_POOLING):
         parts = [LinearPart(lambda x, k, b: layer.call(x), {}, None)]
     else:
-        raise ValueError(f"layer {layer.name!r} ({type(layer).__name__}) has no linear part; "
-                         f"received {type(layer).__name__}.")
+        raise ValueError(
+            f"layer {layer.name!r} ({type(layer).__name__}) has no linear part; received {type(layer).__name__}."
+        )
     if absorbed_bn is not None:
         parts[-1] = _merge(parts[-1], layer, absorbed_bn, dtype)
     return parts
@@ -109,22 +146,31 @@ def _separable_parts(layer, value, bias):
     rank = 1 if isinstance(layer, keras.layers.SeparableConv1D) else 2
 
     def depthwise(x, k, b):
-        return keras.ops.depthwise_conv(x, k["depthwise_kernel"], strides=layer.strides, padding=layer.padding,
-                                        data_format=layer.data_format, dilation_rate=layer.dilation_rate)
+        return keras.ops.depthwise_conv(
+            x,
+            k["depthwise_kernel"],
+            strides=layer.strides,
+            padding=layer.padding,
+            data_format=layer.data_format,
+            dilation_rate=layer.dilation_rate,
+        )
 
     def pointwise(x, k, b):
-        z = keras.ops.conv(x, k["pointwise_kernel"], strides=(1,) * rank, padding="valid",
-                           data_format=layer.data_format)
+        z = keras.ops.conv(
+            x, k["pointwise_kernel"], strides=(1,) * rank, padding="valid", data_format=layer.data_format
+        )
         return _add_bias(z, b, layer)
 
-    return [LinearPart(depthwise, {"depthwise_kernel": value(layer.depthwise_kernel)}, None),
-            LinearPart(pointwise, {"pointwise_kernel": value(layer.pointwise_kernel)}, bias)]
+    return [
+        LinearPart(depthwise, {"depthwise_kernel": value(layer.depthwise_kernel)}, None),
+        LinearPart(pointwise, {"pointwise_kernel": value(layer.pointwise_kernel)}, bias),
+    ]
 
 
 def _merge(part: LinearPart, layer, bn, dtype) -> LinearPart:
     """``part`` followed by ``bn`` as one linear part: ``w·s``, ``b·s + t`` (canonizers' merge)."""
     scale, shift = canonizers.batchnorm_affine(bn, dtype)
-    (name, kernel), = part.kernels.items()
+    ((name, kernel),) = part.kernels.items()
     if isinstance(layer, (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)):
         merged = kernel * tf.reshape(scale, kernel.shape[-2:])
     else:
@@ -216,8 +262,10 @@ class LinearRule:
         for branch in self.branches:
             kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
             bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
-            run = (lambda kernels=kernels, bias=bias, kind=branch.inputs:
-                   part.apply(self._modified_input(kind, x), kernels, bias))
+
+            def run(kernels=kernels, bias=bias, kind=branch.inputs):
+                return part.apply(self._modified_input(kind, x), kernels, bias)
+
             if branch.inputs == "negative":
                 # with no bias in the branch (all rules here): zero output when x⁻ = 0
                 out = tf.cond(any_negative, run, lambda: tf.zeros_like(z)) if bias is None else run()
@@ -241,8 +289,11 @@ class LinearRule:
         constant = None
         for branch, kernels, _ in outputs:
             if branch.inputs == "negative":
-                vjp = tf.cond(any_negative, lambda kernels=kernels, group=branch.group:
-                              _linear_vjp(part, kernels, x, normalised[group]), lambda: tf.zeros_like(x))
+                vjp = tf.cond(
+                    any_negative,
+                    lambda kernels=kernels, group=branch.group: _linear_vjp(part, kernels, x, normalised[group]),
+                    lambda: tf.zeros_like(x),
+                )
             else:
                 vjp = _linear_vjp(part, kernels, x, normalised[branch.group])
             if branch.inputs in _PROPORTIONAL:
@@ -256,8 +307,7 @@ class LinearRule:
         return coefficients, constant
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items()
-                           if not k.startswith("_") and k != "branches")
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "branches")
         return f"{type(self).__name__}({fields})"
 
 
@@ -334,9 +384,11 @@ def rescale_gate(function, x, y):
                 tape.watch(x1)
                 plain = function(x1)
             derivative = tape.gradient(plain, x1)
-            multiplier = tf.where(tf.abs(delta_x) > DELTA_EPSILON,
-                                  (y1 - y0) / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x),
-                                  derivative)
+            multiplier = tf.where(
+                tf.abs(delta_x) > DELTA_EPSILON,
+                (y1 - y0) / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x),
+                derivative,
+            )
             return interleave(dy1 * multiplier, tf.zeros_like(x0)), None
 
         return tf.identity(y), backward
@@ -358,12 +410,14 @@ def maxpool_gate(pool, x, y):
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch([x1, x0])
                 p1, p0 = pool(x1), pool(x0)
-            shares = (tape.gradient(p1, x1, output_gradients=dy1 * (top - y0))
-                      + tape.gradient(p0, x0, output_gradients=dy1 * (y1 - top)))
+            shares = tape.gradient(p1, x1, output_gradients=dy1 * (top - y0)) + tape.gradient(
+                p0, x0, output_gradients=dy1 * (y1 - top)
+            )
             plain = tape.gradient(p1, x1, output_gradients=dy1)
             delta_x = x1 - x0
-            multiplier = tf.where(tf.abs(delta_x) > DELTA_EPSILON,
-                                  shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain)
+            multiplier = tf.where(
+                tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
+            )
             return interleave(multiplier, tf.zeros_like(x0)), None
 
         return tf.identity(y), backward
@@ -400,9 +454,14 @@ class WrapperLayer(keras.layers.Layer):
 def squash_apart(new_model, facts: list):
     """``new_model`` with a final layer's fused softmax/sigmoid as a separate ``Activation`` after
     the rewritten layer (which computes the logits), so that scores can be taken before it."""
-    final = [f for f in facts if f.final and f.kind == "linear"
-             and not canonizers.is_linear_activation(getattr(f.op, "activation", None))
-             and relu_family_of_function(f.op.activation) is None]
+    final = [
+        f
+        for f in facts
+        if f.final
+        and f.kind == "linear"
+        and not canonizers.is_linear_activation(getattr(f.op, "activation", None))
+        and relu_family_of_function(f.op.activation) is None
+    ]
     if not final:
         return new_model
     activation = final[0].op.activation
@@ -411,8 +470,7 @@ def squash_apart(new_model, facts: list):
     return keras.Model(new_model.inputs, outputs, name=new_model.name)
 
 
-def rewrite_planned(model, facts: list, plan: dict, wrap: Callable, *, what: str,
-                    link: Callable | None = None):
+def rewrite_planned(model, facts: list, plan: dict, wrap: Callable, *, what: str, link: Callable | None = None):
     """A copy of ``model`` in which every planned operation is replaced by its wrapper.
 
     Args:

@@ -15,13 +15,14 @@ DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x
   (sent to the winner in ``x₀``), and each input's share is divided by its ``x − x₀``
   (:func:`~saliency_kit.propagation.core.maxpool_gate`).
 """
+
 from __future__ import annotations
 
 import keras
 
+from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import WrapperLayer, clone_layer, linear_parts, maxpool_gate, rescale_gate, rewrite_planned
-from ..rules.relu import relu_family_of_function
 
 __all__ = ["DeepLiftLayer", "DeepLiftRewrite", "rewrite_deeplift"]
 
@@ -92,7 +93,11 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
             return DeepLiftLayer(clone_layer(op), "max_pooling")
         if fact.kind == "relu":
             family = canonizers.relu_family_of(op)
-            inner = clone_layer(op) if isinstance(op, keras.layers.Layer) else keras.layers.Activation("linear", name=op.name)
+            inner = (
+                clone_layer(op)
+                if isinstance(op, keras.layers.Layer)
+                else keras.layers.Activation("linear", name=op.name)
+            )
             return DeepLiftLayer(inner, "relu", family)
         return DeepLiftLayer(clone_layer(op), "linear", relu_family_of_function(op.activation))
 

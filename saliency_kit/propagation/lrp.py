@@ -14,17 +14,17 @@ Flat, WSquare and ZBox give relevance that is not proportional to the input; whe
 exactly 0 its relevance cannot be written as ``x · gradient``. ``rewrite_lrp(..., input_relevance=True)``
 returns a copy whose input gradient *is* the relevance (what the ``"lrp"`` method uses).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import keras
 import tensorflow as tf
 
+from ..model import keras_private
+from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import LinearRule, WrapperLayer, clone_layer, linear_parts, pass_gate, rewrite_planned, rule_gate
 from .rules import Epsilon, Pass
-from ..model import keras_private
-from ..rules.relu import relu_family_of_function
 
 __all__ = ["PassLayer", "RuleLayer", "rewrite_lrp"]
 
@@ -94,8 +94,10 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
     if not isinstance(model, keras.Model):
         raise TypeError(f"rewrite_lrp expects a keras.Model; received {type(model).__name__}.")
     if not callable(getattr(composite, "rule_for", None)):
-        raise TypeError(f"rewrite_lrp expects a Composite (composites.get(name) gives a named one); "
-                        f"received {type(composite).__name__}.")
+        raise TypeError(
+            f"rewrite_lrp expects a Composite (composites.get(name) gives a named one); "
+            f"received {type(composite).__name__}."
+        )
     facts = canonizers.model_facts(model)
     plan = {}  # id(original op) -> (fact, rule)
     for fact in facts:
@@ -128,14 +130,15 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
             if fact.absorbs is not None and id(fact.op) in wrappers:
                 bn_wrapper = wrappers[id(fact.absorbs.op)]
                 bn_wrapper.merged = True
-                wrappers[id(fact.op)].absorbed = (lambda w: (lambda: w))(bn_wrapper)
+                wrappers[id(fact.op)].absorbed = (lambda w: lambda: w)(bn_wrapper)
             if input_relevance and fact.first and id(fact.op) in wrappers:
                 wrappers[id(fact.op)].to_relevance = True
 
     new_model = rewrite_planned(model, facts, plan, wrap, what="LRP rewrite", link=link)
     new_model.rewritten_layers = {
         fact.path: (f"merged into {fact.merged_into.path!r}" if fact.merged_into is not None else plan[id(fact.op)][1])
-        for fact in facts if id(fact.op) in plan
+        for fact in facts
+        if id(fact.op) in plan
     }
     new_model.composite = composite
     return new_model

@@ -13,6 +13,7 @@ mechanism, :class:`~saliency_kit.propagation.core.LinearRule`, does the rest. A 
 subclass of a few lines here. ``Pass`` is the exception: it leaves relevance unchanged through an
 element-wise activation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -57,6 +58,7 @@ def _square(w):
 def _gamma_mod(gamma: float, part: Callable):
     def modify(w):
         return w + gamma * part(w)
+
     return modify
 
 
@@ -90,8 +92,10 @@ class Gamma(LinearRule):
         self.gamma = gamma
         up, down = _gamma_mod(gamma, _positive), _gamma_mod(gamma, _negative)
         self.branches = (
-            Branch("positive", up, up, group=0), Branch("negative", down, None, group=0),
-            Branch("positive", down, down, group=1), Branch("negative", up, None, group=1),
+            Branch("positive", up, up, group=0),
+            Branch("negative", down, None, group=0),
+            Branch("positive", down, down, group=1),
+            Branch("negative", up, None, group=1),
         )
 
     def group_masks(self) -> dict:
@@ -125,8 +129,10 @@ class AlphaBeta(LinearRule):
             )
         self.alpha, self.beta = alpha, beta
         self.branches = (
-            Branch("positive", _positive, _positive, group=0), Branch("negative", _negative, None, group=0),
-            Branch("positive", _negative, _negative, group=1), Branch("negative", _positive, None, group=1),
+            Branch("positive", _positive, _positive, group=0),
+            Branch("negative", _negative, None, group=0),
+            Branch("positive", _negative, _negative, group=1),
+            Branch("negative", _positive, None, group=1),
         )
 
     def group_scales(self) -> dict:
@@ -162,8 +168,10 @@ class ZBox(LinearRule):
         low_array, high_array = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
         if not (np.all(np.isfinite(low_array)) and np.all(np.isfinite(high_array))):
             raise ValueError(f"ZBox bounds must be finite numbers; received low={low!r}, high={high!r}.")
-        if np.any(np.broadcast_to(low_array, np.broadcast_shapes(low_array.shape, high_array.shape))
-                  > np.broadcast_to(high_array, np.broadcast_shapes(low_array.shape, high_array.shape))):
+        if np.any(
+            np.broadcast_to(low_array, np.broadcast_shapes(low_array.shape, high_array.shape))
+            > np.broadcast_to(high_array, np.broadcast_shapes(low_array.shape, high_array.shape))
+        ):
             raise ValueError(f"ZBox needs low <= high everywhere; received low={low!r}, high={high!r}.")
         self.low, self.high = low, high
         self.branches = (

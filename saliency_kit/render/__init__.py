@@ -20,6 +20,7 @@ percentile (so a few extreme pixels do not wash out the rest) and clipped to [0,
 zero, +inf / -inf as the largest positive / negative value; an all-zero map renders as the
 colormap's zero colour. Nothing here ever produces NaN.
 """
+
 from __future__ import annotations
 
 from ..files import png_bytes, save_png
@@ -29,5 +30,25 @@ from .marks import MARK_COLOUR, Mark, draw_box, draw_mark, outline
 from .sequences import check_tokens, series, tokens_html, volume
 from .titles import method_title
 
-__all__ = ["DEFAULT_CMAPS", "MARK_COLOUR", "Mark", "check_tokens", "draw_box", "draw_mark", "outline", "explanation_png", "fit_text", "grid", "heatmap", "method_title",
-           "normalize", "overlay", "png_bytes", "save_png", "series", "show", "tokens_html", "volume"]
+__all__ = [
+    "DEFAULT_CMAPS",
+    "MARK_COLOUR",
+    "Mark",
+    "check_tokens",
+    "draw_box",
+    "draw_mark",
+    "outline",
+    "explanation_png",
+    "fit_text",
+    "grid",
+    "heatmap",
+    "method_title",
+    "normalize",
+    "overlay",
+    "png_bytes",
+    "save_png",
+    "series",
+    "show",
+    "tokens_html",
+    "volume",
+]

@@ -7,6 +7,7 @@ percentile (so a few extreme pixels do not wash out the rest) and clipped to [0,
 zero, +inf / -inf as the largest positive / negative value; an all-zero map renders as the
 colormap's zero colour. Nothing here ever produces NaN.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,7 +56,7 @@ def normalize(map_, *, sign: str = "abs", clip_percentile: float = 99.0) -> np.n
     return scaled.astype(np.float32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _named_colormap(name: str):
     """A registered colormap by name (``matplotlib.colormaps[name]`` makes a copy at every call)."""
     import matplotlib
@@ -75,7 +76,7 @@ def colormap(cmap: Any, sign: str):
     return _named_colormap(cmap) if isinstance(cmap, str) else cmap  # else a Colormap instance
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _named_table(name: str) -> np.ndarray:
     return _table(_named_colormap(name))
 
@@ -191,13 +192,15 @@ def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.
         raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}")
     unknown = set(heatmap_options) - {"cmap", "sign", "clip_percentile"}
     if unknown:
-        raise TypeError(f"overlay() got unexpected options {sorted(unknown)}; "
-                        f"it accepts alpha, cmap, sign and clip_percentile")
+        raise TypeError(
+            f"overlay() got unexpected options {sorted(unknown)}; it accepts alpha, cmap, sign and clip_percentile"
+        )
     rgb = as_rgb(image_uint8)
     check_map_fits(np.shape(_as_map(map2d, allow_1d=False)), rgb.shape[:2])
     sign = heatmap_options.get("sign", "abs")
-    unit = normalize(_as_map(map2d, allow_1d=False), sign=sign,
-                     clip_percentile=heatmap_options.get("clip_percentile", 99.0))
+    unit = normalize(
+        _as_map(map2d, allow_1d=False), sign=sign, clip_percentile=heatmap_options.get("clip_percentile", 99.0)
+    )
     heat = colorize(resize_unit(unit, rgb.shape[:2]), heatmap_options.get("cmap"), sign)
     mixed = (1.0 - alpha) * rgb.astype(np.float32) + alpha * heat.astype(np.float32)
     return np.clip(mixed.round(), 0, 255).astype(np.uint8)

@@ -2,6 +2,7 @@
 :func:`show` in notebooks and scripts, on a bare :class:`matplotlib.figure.Figure` (the pyplot
 global state is never touched).
 """
+
 from __future__ import annotations
 
 import io
@@ -68,8 +69,10 @@ def _show_original(ax, original) -> None:
         ax.plot(np.arange(array.size), array, color="0.2", linewidth=1.0)
         ax.set_xlim(0, max(array.size - 1, 1))
     else:
-        raise ValueError(f"cannot show an original of shape {array.shape} in a grid; expected an image "
-                         f"[H, W, C], a sequence [T, F] or [T]; received shape {array.shape}.")
+        raise ValueError(
+            f"cannot show an original of shape {array.shape} in a grid; expected an image "
+            f"[H, W, C], a sequence [T, F] or [T]; received shape {array.shape}."
+        )
 
 
 def _style(ax) -> None:
@@ -90,8 +93,8 @@ def fit_text(text: str, width_inches: float, fontsize: float = 8.0, *, lines: in
     text = " ".join(str(text).split())
     wrapped = textwrap.wrap(text, limit, break_on_hyphens=False) or [""]
     if len(wrapped) > lines:
-        rest = " ".join(wrapped[lines - 1:])
-        wrapped = wrapped[:lines - 1] + [rest[: limit - 1] + "\u2026"]
+        rest = " ".join(wrapped[lines - 1 :])
+        wrapped = wrapped[: lines - 1] + [rest[: limit - 1] + "\u2026"]
     return "\n".join(wrapped).replace("$", r"\$")
 
 
@@ -126,7 +129,7 @@ def _panel_rows(items, max_columns: int) -> list[list[tuple]]:
         groups = [[(e, 0) for e in items]]
     else:
         groups = [[(e, k) for k in range(np.asarray(e.maps).shape[1])] for e in items]
-    return [group[i:i + max_columns] for group in groups for i in range(0, len(group), max_columns)]
+    return [group[i : i + max_columns] for group in groups for i in range(0, len(group), max_columns)]
 
 
 def grid(
@@ -146,7 +149,7 @@ def grid(
     max_columns: int = 5,
     feature_names: Sequence[str] | None = None,
     max_features: int = 12,
-    marks: Sequence[Sequence["Mark | None"]] | None = None,
+    marks: Sequence[Sequence[Mark | None]] | None = None,
 ):
     """A labelled figure of the maps of one or several methods on the same inputs.
 
@@ -159,7 +162,8 @@ def grid(
     row -- the input, then one panel per method; otherwise each method gets its own row of classes.
     A row holds at most ``max_columns`` panels and wraps after that; one-row blocks small enough
     are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs);
-    blocks stacked one per line form columns, and their method names head the first line only. Each panel is titled with its
+    blocks stacked one per line form columns, and their method names head the first line only. Each panel is
+    titled with its
     method (bold) and below that the class name (from ``class_names``, else ``"class i"``) and the
     score the map explains, ``score_name`` (e.g. ``"logit"``) saying what the score is; long
     names are shortened so that titles never run into each other. ``row_labels`` name the inputs.
@@ -180,12 +184,15 @@ def grid(
     items = _explanations(explanation)
     volumes = [np.shape(e.maps) for e in items if np.ndim(e.maps) == 5]
     if volumes:
-        raise ValueError(f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
-                         f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}.")
+        raise ValueError(
+            f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
+            f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}."
+        )
     n_inputs = np.asarray(items[0].maps).shape[0]
     if originals is not None and len(originals) != n_inputs:
-        raise ValueError(f"grid() needs one original per explained input ({n_inputs}); "
-                         f"received {len(originals)} originals.")
+        raise ValueError(
+            f"grid() needs one original per explained input ({n_inputs}); received {len(originals)} originals."
+        )
     if row_labels is not None and len(row_labels) != n_inputs:
         raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
     if int(max_columns) < 1:
@@ -216,8 +223,9 @@ def grid(
         height, width = np.asarray(items[0].maps).shape[2:]
         aspect = float(np.clip(height / width, 0.3, 3.0))
     title_inches = 0.55  # a bold method header, then two lines: the class name and the score
-    fig = Figure(figsize=(panel_inches * n_cols, (panel_inches * aspect + title_inches) * n_rows),
-                 dpi=dpi, layout="constrained")
+    fig = Figure(
+        figsize=(panel_inches * n_cols, (panel_inches * aspect + title_inches) * n_rows), dpi=dpi, layout="constrained"
+    )
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     for ax in axes.flat:
         ax.set_axis_off()
@@ -237,8 +245,9 @@ def grid(
             _style(ax)
             ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
             if row_labels is not None or headed:
-                _column_header(ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input",
-                                            panel_inches, 8.5))
+                _column_header(
+                    ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input", panel_inches, 8.5)
+                )
         elif row_labels is not None:
             axes[first, left].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
         for r, row in enumerate(layout):
@@ -246,8 +255,20 @@ def grid(
                 ax = axes[first + r, left + c + int(show_input)]
                 ax.set_axis_on()
                 mark = marks[i][k] if marks is not None and k < len(marks[i]) else None
-                _draw_panel(ax, e, i, k, originals, shown, options, overlay_cams=overlay_cams, alpha=alpha,
-                            feature_names=feature_names, max_features=max_features, mark=mark)
+                _draw_panel(
+                    ax,
+                    e,
+                    i,
+                    k,
+                    originals,
+                    shown,
+                    options,
+                    overlay_cams=overlay_cams,
+                    alpha=alpha,
+                    feature_names=feature_names,
+                    max_features=max_features,
+                    mark=mark,
+                )
                 target = int(np.asarray(e.targets)[i, k])
                 score = float(np.asarray(e.scores)[i, k])
                 value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
@@ -283,8 +304,12 @@ def explanation_png(explanation, originals=None, class_names=None, *, max_inputs
     items = [_first_inputs(e, max_inputs) for e in _explanations(explanation)]
     if originals is not None:
         originals = originals[:max_inputs]
-    figure = grid(items if isinstance(explanation, (list, tuple)) else items[0], originals, class_names,
-                  **{"dpi": 100, **grid_options})
+    figure = grid(
+        items if isinstance(explanation, (list, tuple)) else items[0],
+        originals,
+        class_names,
+        **{"dpi": 100, **grid_options},
+    )
     return png_bytes(figure)
 
 
@@ -340,9 +365,12 @@ def show(explanation, originals=None, class_names=None, *, path=None, block=None
 
         import matplotlib
 
-        warnings.warn(f"render.show(): matplotlib backend {matplotlib.get_backend()!r} has no display; nothing "
-                      f"was shown. Pass path='grid.png' to save the grid, or use grid() and save_png().",
-                      UserWarning, stacklevel=2)
+        warnings.warn(
+            f"render.show(): matplotlib backend {matplotlib.get_backend()!r} has no display; nothing "
+            f"was shown. Pass path='grid.png' to save the grid, or use grid() and save_png().",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 _TITLE_POINTS = 7.5  # panel titles: two lines of this size, under a header of 8.5 points
@@ -353,12 +381,20 @@ def _column_header(ax, text: str) -> None:
     from matplotlib.transforms import ScaledTranslation
 
     shift = ScaledTranslation(0, (3 + 2 * _TITLE_POINTS * 1.25 + 1) / 72, ax.figure.dpi_scale_trans)
-    ax.text(0.5, 1.0, text, transform=ax.transAxes + shift, ha="center", va="bottom",
-            fontsize=8.5, fontweight="bold", clip_on=False)
+    ax.text(
+        0.5,
+        1.0,
+        text,
+        transform=ax.transAxes + shift,
+        ha="center",
+        va="bottom",
+        fontsize=8.5,
+        fontweight="bold",
+        clip_on=False,
+    )
 
 
-def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features,
-                mark=None):
+def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features, mark=None):
     """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap (an
     image panel with ``mark`` drawn on it)."""
     if _is_tabular(e):

@@ -1,5 +1,6 @@
 """Marks: what a map explains, drawn on its picture -- a region's outline, a box with its class
 name (segmentation and detection targets)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,9 @@ def outline(image_uint8, mask, *, colour=MARK_COLOUR, width: int | None = None) 
         raise ValueError(f"outline() needs a mask [h, w]; received an array of shape {region.shape}.")
     region = region.astype(bool)
     if region.shape != rgb.shape[:2]:
-        scaled = Image.fromarray(region.astype(np.uint8) * 255).resize((rgb.shape[1], rgb.shape[0]),
-                                                                       Image.Resampling.NEAREST)
+        scaled = Image.fromarray(region.astype(np.uint8) * 255).resize(
+            (rgb.shape[1], rgb.shape[0]), Image.Resampling.NEAREST
+        )
         region = np.asarray(scaled) > 127
     inner = region
     for _ in range(width or _line_width(rgb.shape)):
@@ -60,8 +62,9 @@ def outline(image_uint8, mask, *, colour=MARK_COLOUR, width: int | None = None) 
     return rgb
 
 
-def draw_box(image_uint8, box, label: str | None = None, *, frame=None, colour=MARK_COLOUR,
-             width: int | None = None) -> np.ndarray:
+def draw_box(
+    image_uint8, box, label: str | None = None, *, frame=None, colour=MARK_COLOUR, width: int | None = None
+) -> np.ndarray:
     """``image_uint8`` ``[H, W, 3]`` with ``box`` drawn as a rectangle and ``label`` written on a
     ``colour`` band at its top-left corner (above the box when there is room, else inside).
 
@@ -95,7 +98,7 @@ def draw_box(image_uint8, box, label: str | None = None, *, frame=None, colour=M
     return np.asarray(picture)
 
 
-def draw_mark(image_uint8, mark: "Mark | None") -> np.ndarray:
+def draw_mark(image_uint8, mark: Mark | None) -> np.ndarray:
     """``image_uint8`` with ``mark``'s region outline and box drawn (unchanged for ``None``)."""
     rgb = as_rgb(image_uint8)
     if mark is None:

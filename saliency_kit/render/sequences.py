@@ -1,10 +1,11 @@
 """Maps that are not images: time series, volumes and tokens.
 
-    fig = sk.render.series(expl, series, k=0, index=0)   # maps [B, K, T]: each feature a line, the map a band
-    fig = sk.render.volume(expl3d, volumes, slices=6)     # maps [B, K, D, H, W]: a row of slices
-    page = sk.render.tokens_html(expl_text, tokens)       # maps [B, K, T]: coloured, escaped spans
-    expl_text.with_tokens(tokens)                         # shows as those spans in a notebook
+fig = sk.render.series(expl, series, k=0, index=0)   # maps [B, K, T]: each feature a line, the map a band
+fig = sk.render.volume(expl3d, volumes, slices=6)     # maps [B, K, D, H, W]: a row of slices
+page = sk.render.tokens_html(expl_text, tokens)       # maps [B, K, T]: coloured, escaped spans
+expl_text.with_tokens(tokens)                         # shows as those spans in a notebook
 """
+
 from __future__ import annotations
 
 import html
@@ -23,8 +24,9 @@ def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
     """``explanation.maps[index, k]`` with ``index`` and ``k`` checked."""
     maps = np.asarray(explanation.maps)
     if maps.ndim < 3:
-        raise ValueError(f"{what}() needs maps [B, K, ...] with at least one axis per input; received maps of "
-                         f"shape {maps.shape}.")
+        raise ValueError(
+            f"{what}() needs maps [B, K, ...] with at least one axis per input; received maps of shape {maps.shape}."
+        )
     for name, value, limit in (("index", index, maps.shape[0]), ("k", k, maps.shape[1])):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < limit:
             raise ValueError(f"{what}() needs {name} in [0, {limit}); received {value!r}.")
@@ -88,8 +90,9 @@ def _series_input(inputs, index: int, length: int, count: int) -> np.ndarray:
     """One input of ``inputs`` as ``[T, F]`` (channels-first ``[F, T]`` and univariate ``[T]`` accepted)."""
     array = np.asarray(inputs)
     if array.ndim not in (2, 3) or len(array) != count:
-        raise ValueError(f"series() needs the explained inputs [B, T, F] (or [B, T]), B = {count}; received "
-                         f"shape {array.shape}.")
+        raise ValueError(
+            f"series() needs the explained inputs [B, T, F] (or [B, T]), B = {count}; received shape {array.shape}."
+        )
     x = np.asarray(array[index], np.float64)
     if x.ndim == 1:
         x = x[:, None]
@@ -97,14 +100,29 @@ def _series_input(inputs, index: int, length: int, count: int) -> np.ndarray:
         return x
     if x.shape[1] == length:  # channels first: [F, T]
         return x.T
-    raise ValueError(f"series() needs inputs whose time axis has the map's length {length}; received one input "
-                     f"of shape {array.shape[1:]}.")
+    raise ValueError(
+        f"series() needs inputs whose time axis has the map's length {length}; received one input "
+        f"of shape {array.shape[1:]}."
+    )
 
 
-def series(explanation, inputs, *, k: int = 0, index: int = 0, feature_names: Sequence[str] | None = None,
-           class_names: Sequence[str] | None = None, per_feature: bool = False, sign: str | None = None,
-           cmap=None, clip_percentile: float = 99.0, max_features: int = 12, width_inches: float = 7.0,
-           row_inches: float = 0.9, dpi: int = 100):
+def series(
+    explanation,
+    inputs,
+    *,
+    k: int = 0,
+    index: int = 0,
+    feature_names: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    per_feature: bool = False,
+    sign: str | None = None,
+    cmap=None,
+    clip_percentile: float = 99.0,
+    max_features: int = 12,
+    width_inches: float = 7.0,
+    row_inches: float = 0.9,
+    dpi: int = 100,
+):
     """A time series with its map: each feature a line, the map a coloured band under it.
 
     ``explanation``: an :class:`~saliency_kit.Explanation` whose maps are ``[B, K, T]`` (a Conv1D
@@ -122,8 +140,10 @@ def series(explanation, inputs, *, k: int = 0, index: int = 0, feature_names: Se
     map_ = np.asarray(_one_map(explanation, index, k, "series"), np.float64)
     if map_.ndim != 1:
         route = "use sk.render.volume" if map_.ndim == 3 else "use sk.render.grid"
-        raise ValueError(f"series() draws time-series maps [B, K, T]; {route} for maps of one input of shape "
-                         f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}.")
+        raise ValueError(
+            f"series() draws time-series maps [B, K, T]; {route} for maps of one input of shape "
+            f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}."
+        )
     length, count = map_.size, np.shape(explanation.maps)[0]
     x = _series_input(inputs, index, length, count)
     features = x.shape[1]
@@ -135,8 +155,10 @@ def series(explanation, inputs, *, k: int = 0, index: int = 0, feature_names: Se
     if per_feature:
         attributions = np.asarray(explanation.attributions)[index, k]
         if attributions.shape not in ((length, features), (features, length)):
-            raise ValueError(f"per_feature=True needs attributions [T, F] per input and target ({length}, {features}); "
-                             f"received {attributions.shape} (a CAM has one value per time step: use the map).")
+            raise ValueError(
+                f"per_feature=True needs attributions [T, F] per input and target ({length}, {features}); "
+                f"received {attributions.shape} (a CAM has one value per time step: use the map)."
+            )
         bands = attributions if attributions.shape == (length, features) else attributions.T
         bands = np.asarray(bands, np.float64)[:, :shown].T  # [shown, T], scaled together
     else:
@@ -154,11 +176,23 @@ def series(explanation, inputs, *, k: int = 0, index: int = 0, feature_names: Se
         line = fig.add_subplot(grid[2 * f])
         band = fig.add_subplot(grid[2 * f + 1], sharex=line)
         line.plot(steps, x[:, f], color="0.15", linewidth=1.0)
-        line.set_ylabel(str(feature_names[f]) if feature_names is not None else f"x{f}", fontsize=7, rotation=0,
-                        ha="right", va="center")
+        line.set_ylabel(
+            str(feature_names[f]) if feature_names is not None else f"x{f}",
+            fontsize=7,
+            rotation=0,
+            ha="right",
+            va="center",
+        )
         line.tick_params(labelsize=6, labelbottom=False, length=2)
-        band.imshow(unit[f][None], aspect="auto", cmap=colormap, vmin=0.0, vmax=1.0, interpolation="nearest",
-                    extent=(-0.5, length - 0.5, 0.0, 1.0))
+        band.imshow(
+            unit[f][None],
+            aspect="auto",
+            cmap=colormap,
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="nearest",
+            extent=(-0.5, length - 0.5, 0.0, 1.0),
+        )
         band.set_yticks([])
         band.tick_params(labelsize=6, labelbottom=f == shown - 1, length=2)
         for spine in ("top", "right"):
@@ -191,8 +225,9 @@ def _volume_input(inputs, index: int, shape: tuple, count: int) -> np.ndarray:
     elif x.ndim == 4 and x.shape[1:] == shape:  # channels first
         grey = x.mean(axis=0)
     else:
-        raise ValueError(f"volume() needs inputs [B, D, H, W(, C)] matching the map {shape}; received one input of "
-                         f"shape {x.shape}.")
+        raise ValueError(
+            f"volume() needs inputs [B, D, H, W(, C)] matching the map {shape}; received one input of shape {x.shape}."
+        )
     grey = np.nan_to_num(grey)
     low, high = grey.min(), grey.max()
     return (grey - low) / (high - low) if high > low else np.zeros_like(grey)
@@ -209,9 +244,22 @@ def _slice_indices(slices, length: int) -> list[int]:
     return chosen
 
 
-def volume(explanation, inputs=None, *, k: int = 0, index: int = 0, axis: int = 0, slices=6,
-           class_names: Sequence[str] | None = None, sign: str | None = None, cmap=None,
-           clip_percentile: float = 99.0, alpha: float = 0.5, panel_inches: float = 1.5, dpi: int = 100):
+def volume(
+    explanation,
+    inputs=None,
+    *,
+    k: int = 0,
+    index: int = 0,
+    axis: int = 0,
+    slices=6,
+    class_names: Sequence[str] | None = None,
+    sign: str | None = None,
+    cmap=None,
+    clip_percentile: float = 99.0,
+    alpha: float = 0.5,
+    panel_inches: float = 1.5,
+    dpi: int = 100,
+):
     """A volume's map as a row of slices.
 
     ``explanation``: maps ``[B, K, D, H, W]`` (a Conv3D CAM, or any method's map of a volume
@@ -227,8 +275,10 @@ def volume(explanation, inputs=None, *, k: int = 0, index: int = 0, axis: int = 
     map_ = np.asarray(_one_map(explanation, index, k, "volume"), np.float64)
     if map_.ndim != 3:
         route = "use sk.render.series" if map_.ndim == 1 else "use sk.render.grid"
-        raise ValueError(f"volume() draws volume maps [B, K, D, H, W]; {route} for maps of one input of shape "
-                         f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}.")
+        raise ValueError(
+            f"volume() draws volume maps [B, K, D, H, W]; {route} for maps of one input of shape "
+            f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}."
+        )
     if isinstance(axis, bool) or axis not in (0, 1, 2):
         raise ValueError(f"volume() needs axis 0 (depth), 1 (height) or 2 (width); received {axis!r}.")
     if not 0.0 <= float(alpha) <= 1.0:
@@ -241,8 +291,9 @@ def volume(explanation, inputs=None, *, k: int = 0, index: int = 0, axis: int = 
         grey = _volume_input(inputs, index, map_.shape, np.shape(explanation.maps)[0])[..., None]
         heat = (1.0 - alpha) * grey + alpha * heat
     height, width = np.take(map_, 0, axis=axis).shape
-    fig = Figure(figsize=(panel_inches * len(chosen) + 0.9, panel_inches * height / width + 0.6), dpi=dpi,
-                 layout="constrained")
+    fig = Figure(
+        figsize=(panel_inches * len(chosen) + 0.9, panel_inches * height / width + 0.6), dpi=dpi, layout="constrained"
+    )
     axes = fig.subplots(1, len(chosen), squeeze=False)[0]
     for ax, i in zip(axes, chosen):
         ax.imshow(np.clip(np.take(heat, i, axis=axis), 0.0, 1.0), interpolation="nearest")
@@ -263,8 +314,9 @@ def check_tokens(tokens, maps_shape: tuple) -> list[list[str]]:
         raise ValueError(f"tokens need maps [B, K, T], one value per token; received maps of shape {maps_shape}.")
     count, length = maps_shape[0], maps_shape[2]
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-        raise TypeError(f"tokens must be a list of str per input (or one list for one input); received "
-                        f"{type(tokens).__name__}.")
+        raise TypeError(
+            f"tokens must be a list of str per input (or one list for one input); received {type(tokens).__name__}."
+        )
     rows = list(tokens)
     if rows and all(isinstance(t, str) for t in rows):
         rows = [rows]
@@ -275,8 +327,9 @@ def check_tokens(tokens, maps_shape: tuple) -> list[list[str]]:
         if isinstance(row, (str, bytes)) or not isinstance(row, Sequence) or not all(isinstance(t, str) for t in row):
             raise TypeError(f"tokens[{b}] must be a list of str; received {type(row).__name__}.")
         if len(row) > length:
-            raise ValueError(f"tokens[{b}] has {len(row)} tokens but the map has {length} positions; received "
-                             f"{len(row)} tokens.")
+            raise ValueError(
+                f"tokens[{b}] has {len(row)} tokens but the map has {length} positions; received {len(row)} tokens."
+            )
         checked.append(list(row))
     return checked
 
@@ -291,8 +344,15 @@ def _text_colour(rgb) -> str:
     return "#000000" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 0.55 else "#ffffff"
 
 
-def tokens_html(explanation, tokens, *, k: int = 0, class_names: Sequence[str] | None = None, cmap=None,
-                clip_percentile: float = 99.0) -> str:
+def tokens_html(
+    explanation,
+    tokens,
+    *,
+    k: int = 0,
+    class_names: Sequence[str] | None = None,
+    cmap=None,
+    clip_percentile: float = 99.0,
+) -> str:
     """Tokens coloured by their map, as an HTML fragment (a ``div`` of ``span`` elements) with a legend.
 
     ``explanation``: maps ``[B, K, T]``, one value per token; ``tokens``: a list of str per input
@@ -317,9 +377,10 @@ def tokens_html(explanation, tokens, *, k: int = 0, class_names: Sequence[str] |
 
     escape = html.escape
     targets = np.asarray(explanation.targets)
-    lines = ['<div class="saliency-tokens" style="font-family:sans-serif;font-size:13px;line-height:1.9">',
-             f'<div class="saliency-tokens-title" style="font-weight:bold">{escape(method_title(explanation.method))}'
-             '</div>']
+    lines = [
+        '<div class="saliency-tokens" style="font-family:sans-serif;font-size:13px;line-height:1.9">',
+        f'<div class="saliency-tokens-title" style="font-weight:bold">{escape(method_title(explanation.method))}</div>',
+    ]
     at = 0
     for b, row in enumerate(rows):
         target = int(targets[b, k])
@@ -327,19 +388,25 @@ def tokens_html(explanation, tokens, *, k: int = 0, class_names: Sequence[str] |
         spans = []
         for t, token in enumerate(row):
             rgb = colours[at]
-            spans.append(f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};'
-                         f'color:{_text_colour(rgb)};'
-                         f'padding:1px 2px;border-radius:3px;white-space:pre" title="{t}: {values[b][t]:+.4g}">'
-                         f"{escape(token)}</span>")
+            spans.append(
+                f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};'
+                f"color:{_text_colour(rgb)};"
+                f'padding:1px 2px;border-radius:3px;white-space:pre" title="{t}: {values[b][t]:+.4g}">'
+                f"{escape(token)}</span>"
+            )
             at += 1
-        lines.append(f'<div class="saliency-tokens-row"><span class="saliency-tokens-label" style="color:#555">'
-                     f"{escape(f'input {b} · {name}:')}</span> " + " ".join(spans) + "</div>")
+        lines.append(
+            f'<div class="saliency-tokens-row"><span class="saliency-tokens-label" style="color:#555">'
+            f"{escape(f'input {b} · {name}:')}</span> " + " ".join(spans) + "</div>"
+        )
     stops = ",".join(_hex_colour(colormap(u)[:3]) for u in np.linspace(0.0, 1.0, 9))
-    lines.append('<div class="saliency-tokens-legend" style="font-size:11px;color:#555">'
-                 f"<span>{-scale:+.3g}</span> "
-                 f'<span class="saliency-tokens-scale" style="display:inline-block;width:160px;height:10px;'
-                 f'vertical-align:middle;background:linear-gradient(to right,{stops})"></span> '
-                 f"<span>{scale:+.3g}</span> <span>(0 at the centre colour"
-                 f"{'; red: for the target, blue: against' if cmap is None else ''})</span></div>")
+    lines.append(
+        '<div class="saliency-tokens-legend" style="font-size:11px;color:#555">'
+        f"<span>{-scale:+.3g}</span> "
+        f'<span class="saliency-tokens-scale" style="display:inline-block;width:160px;height:10px;'
+        f'vertical-align:middle;background:linear-gradient(to right,{stops})"></span> '
+        f"<span>{scale:+.3g}</span> <span>(0 at the centre colour"
+        f"{'; red: for the target, blue: against' if cmap is None else ''})</span></div>"
+    )
     lines.append("</div>")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """What rendering shows of a method: its display title and whether its maps are CAMs, read
 from the method's declaration."""
+
 from __future__ import annotations
 
 __all__ = ["method_display", "method_title"]

@@ -7,6 +7,7 @@
 :mod:`saliency_kit.propagation` and are offered here too (looked up on first use, so that the
 propagation package may itself import :mod:`.relu`).
 """
+
 import importlib
 
 from .relu import (
@@ -38,8 +39,10 @@ __all__ = [
     "relu_family_of_function",
 ]
 
-_PROPAGATION = {"LinearRule": "core", **dict.fromkeys(
-    ("AlphaBeta", "Epsilon", "Flat", "Gamma", "Pass", "WSquare", "ZBox", "ZPlus"), "rules")}
+_PROPAGATION = {
+    "LinearRule": "core",
+    **dict.fromkeys(("AlphaBeta", "Epsilon", "Flat", "Gamma", "Pass", "WSquare", "ZBox", "ZPlus"), "rules"),
+}
 
 
 def __getattr__(name: str):

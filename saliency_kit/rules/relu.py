@@ -12,6 +12,7 @@ Lasagne's ``ModifiedBackprop`` recipe::
 Subclass :class:`ModifiedBackprop` and implement ``grad`` for a rule of your own; register the
 subclass with ``keras.saving.register_keras_serializable`` if models using it are to be saved.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,16 @@ import functools
 import keras
 import tensorflow as tf
 
-__all__ = ["PLAIN_RELU", "ReluFamily", "ModifiedBackprop", "GuidedBackprop", "DeconvBackprop", "as_rule",
-           "relu_family_of_activation", "relu_family_of_function"]
+__all__ = [
+    "PLAIN_RELU",
+    "ReluFamily",
+    "ModifiedBackprop",
+    "GuidedBackprop",
+    "DeconvBackprop",
+    "as_rule",
+    "relu_family_of_activation",
+    "relu_family_of_function",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +127,7 @@ class ModifiedBackprop:
         """``f'(x)`` of the bound activation, for use inside :meth:`grad`."""
         return self.activation.derivative(x)
 
-    def bind(self, activation: ReluFamily) -> "ModifiedBackprop":
+    def bind(self, activation: ReluFamily) -> ModifiedBackprop:
         """A shallow copy of this rule bound to ``activation``."""
         bound = copy.copy(self)
         bound.activation = activation
@@ -143,7 +152,7 @@ class ModifiedBackprop:
         return {"activation": self.activation.as_dict()}
 
     @classmethod
-    def from_config(cls, config: dict) -> "ModifiedBackprop":
+    def from_config(cls, config: dict) -> ModifiedBackprop:
         config = dict(config)
         activation = ReluFamily(**config.pop("activation", {}))
         rule = cls(**config)
@@ -184,9 +193,7 @@ def as_rule(rule) -> ModifiedBackprop:
         return _NAMED_RULES[rule]()
     if isinstance(rule, type) and issubclass(rule, ModifiedBackprop):
         raise ValueError(f"rule must be an instance, not the class {rule.__name__}: pass {rule.__name__}()")
-    raise ValueError(
-        f"rule must be 'guided', 'deconv' or a ModifiedBackprop instance; received {rule!r}"
-    )
+    raise ValueError(f"rule must be 'guided', 'deconv' or a ModifiedBackprop instance; received {rule!r}")
 
 
 def _known_relu_functions() -> dict:
@@ -203,8 +210,11 @@ def _known_relu_functions() -> dict:
 
 
 _KNOWN_RELU = _known_relu_functions()
-_LEAKY = {keras.activations.leaky_relu: "negative_slope", keras.ops.leaky_relu: "negative_slope",
-          tf.nn.leaky_relu: "alpha"}
+_LEAKY = {
+    keras.activations.leaky_relu: "negative_slope",
+    keras.ops.leaky_relu: "negative_slope",
+    tf.nn.leaky_relu: "alpha",
+}
 _LEAKY_DEFAULT = {keras.activations.leaky_relu: 0.2, keras.ops.leaky_relu: 0.2, tf.nn.leaky_relu: 0.2}
 
 

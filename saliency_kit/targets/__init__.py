@@ -14,6 +14,7 @@ per-input payload through the engine's chunking (:mod:`.base`), and every method
 A list of target objects puts their columns side by side. Importing this package imports
 neither TensorFlow nor Keras.
 """
+
 from __future__ import annotations
 
 from .base import Classes, PerInput, Resolved, Several, Target, TargetRequest, as_target, is_target

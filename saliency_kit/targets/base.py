@@ -17,10 +17,12 @@ explains. Noisy, blurred or occluded copies of an input keep its payload.
 
 This module imports neither TensorFlow nor Keras; the scores do, when they run.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,21 +48,26 @@ class Resolved:
     columns: np.ndarray
     payload: Any = None
     info: list = field(default_factory=list)
-    target: "Target | None" = None
+    target: Target | None = None
 
     @property
     def shape(self) -> tuple:
         return tuple(self.columns.shape)
 
-    def take(self, rows) -> "Resolved":
+    def take(self, rows) -> Resolved:
         """The rows ``rows`` (int ``[M]``, repeats allowed) of every per-input array: the target of
         ``M`` inputs that are copies of these (perturbed images scored with their own payload)."""
         import tensorflow as tf
 
         rows = np.asarray(rows, np.int64)
-        payload = None if self.payload is None else tf.nest.map_structure(
-            lambda leaf: PerInput(leaf.array[rows]) if isinstance(leaf, PerInput) else np.asarray(leaf)[rows],
-            self.payload)
+        payload = (
+            None
+            if self.payload is None
+            else tf.nest.map_structure(
+                lambda leaf: PerInput(leaf.array[rows]) if isinstance(leaf, PerInput) else np.asarray(leaf)[rows],
+                self.payload,
+            )
+        )
         info = [self.info[r] for r in rows] if self.info else []
         return Resolved(self.columns[rows], payload, info, self.target)
 
@@ -182,6 +189,7 @@ def as_target(value) -> Target:
 
 def class_info(columns: np.ndarray, names=None, kind: str = "class") -> list:
     """``B`` lists of ``K`` dicts ``{"kind", "class"[, "name"]}`` for int ``columns [B, K]``."""
+
     def one(c):
         entry = {"kind": kind, "class": int(c)}
         if names and 0 <= c < len(names):
@@ -268,8 +276,10 @@ class Several(Target):
         import tensorflow as tf
 
         values, taps = outputs
-        scores = [tf.cast(getattr(part, name)(part.outputs(values, taps), piece), tf.float32)
-                  for part, piece in zip(self.parts, payload["parts"])]
+        scores = [
+            tf.cast(getattr(part, name)(part.outputs(values, taps), piece), tf.float32)
+            for part, piece in zip(self.parts, payload["parts"])
+        ]
         stacked = tf.stack(scores, axis=-1)  # [n, K, parts]
         return tf.gather(stacked, tf.cast(payload["owner"], tf.int32), axis=2, batch_dims=2)
 
@@ -284,5 +294,6 @@ def _spread(payload, index: np.ndarray):
     """Every per-column leaf ``[B, k, ...]`` of ``payload`` taken at columns ``index`` ``[K]``."""
     import tensorflow as tf
 
-    return tf.nest.map_structure(lambda leaf: leaf if isinstance(leaf, PerInput) else np.asarray(leaf)[:, index],
-                                 payload)
+    return tf.nest.map_structure(
+        lambda leaf: leaf if isinstance(leaf, PerInput) else np.asarray(leaf)[:, index], payload
+    )

@@ -15,6 +15,7 @@ model gives probabilities) and ``z`` the class logits. The K boxes of one input 
 columns: they share its forward pass. Score-CAM's probability of a box: the D-RISE score
 itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class probability.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -38,8 +39,10 @@ class Box(Target):
         if score not in ("drise", "class"):
             raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
         if class_activation is not None and class_activation not in _ACTIVATIONS:
-            raise ValueError(f"class_activation must be one of {', '.join(map(repr, _ACTIVATIONS))} or None; "
-                             f"received {class_activation!r}.")
+            raise ValueError(
+                f"class_activation must be one of {', '.join(map(repr, _ACTIVATIONS))} or None; "
+                f"received {class_activation!r}."
+            )
         self.boxes = boxes
         self.classes = classes
         self.mode = score
@@ -62,10 +65,19 @@ class Box(Target):
         bound = Box(None, None, self.mode, self.class_activation or ("softmax" if form == "tensor" else "sigmoid"))
         bound.form = form
         names = request.class_names
-        info = [[{"kind": "box", "box": tuple(float(v) for v in boxes[b, k]), "class": int(classes[b, k]),
-                  **({"name": names[classes[b, k]]} if names and classes[b, k] < len(names) else {}),
-                  **({"padding": True} if padding[b, k] else {})}
-                 for k in range(K)] for b in range(B)]
+        info = [
+            [
+                {
+                    "kind": "box",
+                    "box": tuple(float(v) for v in boxes[b, k]),
+                    "class": int(classes[b, k]),
+                    **({"name": names[classes[b, k]]} if names and classes[b, k] < len(names) else {}),
+                    **({"padding": True} if padding[b, k] else {}),
+                }
+                for k in range(K)
+            ]
+            for b in range(B)
+        ]
         payload = {"boxes": boxes.astype(np.float32), "classes": classes}
         return Resolved(classes, payload, info, bound)
 
@@ -89,15 +101,21 @@ class Box(Target):
         else:
             array = np.asarray(given)
             if array.dtype.kind not in "iu":
-                raise TypeError(f"box classes must be None, an int, a class name or ints shaped like the boxes; "
-                                f"received {self.classes!r}.")
+                raise TypeError(
+                    f"box classes must be None, an int, a class name or ints shaped like the boxes; "
+                    f"received {self.classes!r}."
+                )
             if array.shape == (K,):
                 array = np.tile(array, (B, 1))
             if array.shape != (B, K):
-                raise ValueError(f"box classes must hold one class per box, shape {[B, K]} (or {[K]}); "
-                                 f"received shape {list(array.shape)}.")
+                raise ValueError(
+                    f"box classes must hold one class per box, shape {[B, K]} (or {[K]}); "
+                    f"received shape {list(array.shape)}."
+                )
         if array.min() < 0 or array.max() >= C:
-            raise ValueError(f"box classes must lie in [0, {C - 1}]; received values from {array.min()} to {array.max()}.")
+            raise ValueError(
+                f"box classes must lie in [0, {C - 1}]; received values from {array.min()} to {array.max()}."
+            )
         return array.astype(np.int64)
 
     # -- kernel --------------------------------------------------------------------------------
@@ -221,8 +239,9 @@ def _boxes(boxes, B: int) -> tuple[np.ndarray, np.ndarray]:
         array = np.stack([np.concatenate([r, np.repeat(r[-1:], K - len(r), axis=0)]) for r in lists])
         padding = np.array([[k >= len(r) for k in range(K)] for r in lists])
     if not np.all(np.isfinite(array)) or np.any(array[..., 2] < array[..., 0]) or np.any(array[..., 3] < array[..., 1]):
-        raise ValueError("boxes must be finite [x0, y0, x1, y1] with x0 ≤ x1 and y0 ≤ y1; received "
-                         f"{_describe(boxes)}.")
+        raise ValueError(
+            f"boxes must be finite [x0, y0, x1, y1] with x0 ≤ x1 and y0 ≤ y1; received {_describe(boxes)}."
+        )
     return np.ascontiguousarray(array), padding
 
 

@@ -1,4 +1,5 @@
 """The error for a class target asked of a model whose output is not ``[B, C]``."""
+
 from __future__ import annotations
 
 __all__ = ["class_target_error", "output_kind"]
@@ -35,15 +36,15 @@ def output_kind(model) -> str:
 
 _ADVICE = {
     "dense": "its output is dense ([B, H', W', C], a segmentation): explain a region with "
-             "targets=sk.targets.region(masks, classes)",
+    "targets=sk.targets.region(masks, classes)",
     "detector": "it is a detector ([B, N, 4 + 1 + C] proposals or boxes/classification): explain a box with "
-                "targets=sk.targets.box(boxes)",
+    "targets=sk.targets.box(boxes)",
     "dense or detector": "its output is [B, N, C]: for a detector's raw proposals use "
-                         "targets=sk.targets.box(boxes); for a dense output (a sequence labeller) "
-                         "targets=sk.targets.region(masks, classes)",
+    "targets=sk.targets.box(boxes); for a dense output (a sequence labeller) "
+    "targets=sk.targets.region(masks, classes)",
     "several": "it has several outputs: pick one with targets=sk.targets.output(name_or_index, classes)",
     "other": "explain an inner unit with targets=sk.targets.unit(layer, index), or pass "
-             "targets=score_fn (a callable returning [B] or [B, K] scores)",
+    "targets=score_fn (a callable returning [B] or [B, K] scores)",
 }
 
 

@@ -12,6 +12,7 @@ several columns from one forward pass.
 
 Score-CAM's probability of either: the score itself.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -92,14 +93,18 @@ def _head(model, head) -> tuple:
     names = list(getattr(model, "output_names", None) or [])
     if isinstance(head, str):
         if head not in names:
-            raise ValueError(f"output {head!r} is not an output of model {model.name!r}; its outputs are "
-                             f"{names or 'unnamed: give an index'}; received {head!r}.")
+            raise ValueError(
+                f"output {head!r} is not an output of model {model.name!r}; its outputs are "
+                f"{names or 'unnamed: give an index'}; received {head!r}."
+            )
         index = names.index(head)
     else:
         index = int(head)
         if not 0 <= index < len(heads):
-            raise ValueError(f"output index must lie in [0, {len(heads) - 1}] (model {model.name!r} has "
-                             f"{len(heads)} outputs); received {head!r}.")
+            raise ValueError(
+                f"output index must lie in [0, {len(heads) - 1}] (model {model.name!r} has "
+                f"{len(heads)} outputs); received {head!r}."
+            )
     return (index if isinstance(structure, list) else _WHOLE), heads[index]
 
 
@@ -130,10 +135,15 @@ class Unit(Target):
 
     def __init__(self, layer, index):
         def check(i):
-            if isinstance(i, bool) or not isinstance(i, (numbers.Integral, tuple)) or (
-                    isinstance(i, tuple) and not all(isinstance(j, numbers.Integral) for j in i)):
-                raise TypeError(f"unit index must be an int (a channel), a tuple of ints (one element) or a list of "
-                                f"them; received {index!r}.")
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, (numbers.Integral, tuple))
+                or (isinstance(i, tuple) and not all(isinstance(j, numbers.Integral) for j in i))
+            ):
+                raise TypeError(
+                    f"unit index must be an int (a channel), a tuple of ints (one element) or a list of "
+                    f"them; received {index!r}."
+                )
             return i
 
         self.layer = layer
@@ -160,8 +170,10 @@ class Unit(Target):
         try:
             shape = tuple(found.output.shape)
         except (AttributeError, ValueError):
-            raise ValueError(f"unit targets need a layer with one known output shape; layer {path!r} has none "
-                             f"(a layer called several times, or inside a subclassed model); received {path!r}.") from None
+            raise ValueError(
+                f"unit targets need a layer with one known output shape; layer {path!r} has none "
+                f"(a layer called several times, or inside a subclassed model); received {path!r}."
+            ) from None
         indices = self.index if isinstance(self.index, list) else [self.index]
         kinds = {isinstance(i, tuple) for i in indices}
         if len(kinds) != 1:
@@ -174,18 +186,24 @@ class Unit(Target):
         inner = shape[1:]
         if element:
             if any(len(i) != len(inner) for i in indices) or any(s is None for s in inner):
-                raise ValueError(f"a tuple unit index needs one int per axis of layer {path!r}'s output "
-                                 f"{list(shape)}; received {self.index!r}.")
+                raise ValueError(
+                    f"a tuple unit index needs one int per axis of layer {path!r}'s output "
+                    f"{list(shape)}; received {self.index!r}."
+                )
             try:
                 flat = [int(np.ravel_multi_index(i, inner)) for i in indices]
             except ValueError:
-                raise ValueError(f"unit index {self.index!r} is outside layer {path!r}'s output {list(shape)}; "
-                                 f"received {self.index!r}.") from None
+                raise ValueError(
+                    f"unit index {self.index!r} is outside layer {path!r}'s output {list(shape)}; "
+                    f"received {self.index!r}."
+                ) from None
         else:
             size = inner[bound.channel_axis if bound.channel_axis < 0 else 0]
             if any(not 0 <= i < size for i in indices):
-                raise ValueError(f"unit channel must lie in [0, {size - 1}] for layer {path!r} (output "
-                                 f"{list(shape)}); received {self.index!r}.")
+                raise ValueError(
+                    f"unit channel must lie in [0, {size - 1}] for layer {path!r} (output "
+                    f"{list(shape)}); received {self.index!r}."
+                )
             flat = [int(i) for i in indices]
         B = request.num_inputs
         columns = np.tile(np.array(flat, np.int64), (B, 1))

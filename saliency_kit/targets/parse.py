@@ -1,6 +1,7 @@
 """Class targets: the one parser of class target requests (no model runs, no gradients).
 
-Used by ``sk.explain``, the command line and ``saliency sanity`` alike: :func:`parse` (every class form: an ``int``, a sequence of ``B``
+Used by ``sk.explain``, the command line and ``saliency sanity`` alike: :func:`parse` (every class form: an
+``int``, a sequence of ``B``
   ints or class names, an array ``[B, K]``, ``"topK"``, a class name, a callable),
   :func:`parse_string` (one command-line ``--target``), :func:`combine` (several of them) and
   :func:`resolve` (a spec and, for ``topK``, the scores → int ``[B, K]``). Everything is
@@ -13,13 +14,14 @@ Used by ``sk.explain``, the command line and ``saliency sanity`` alike: :func:`p
 
 Scores (logits behind a softmax, taps on inner layers) live in :mod:`saliency_kit.model.scores`.
 """
+
 from __future__ import annotations
 
 import difflib
 import numbers
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +33,6 @@ __all__ = [
     "resolve",
     "class_names_of",
 ]
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,17 +100,26 @@ def _name_index(text: str, names: Sequence[str] | None) -> int:
         exact = [i for i, name in enumerate(names) if name == text]
         lowered = [n.lower() for n in names]
         key = text.strip().lower()
-        if len(exact) > 1 or not exact and lowered.count(key) > 1 and len({names[i] for i, n in enumerate(lowered) if n == key}) == 1:
+        if (
+            len(exact) > 1
+            or not exact
+            and lowered.count(key) > 1
+            and len({names[i] for i, n in enumerate(lowered) if n == key}) == 1
+        ):
             same = exact or [i for i, n in enumerate(lowered) if n == key]
-            raise ValueError(f"class name {text!r} names several classes ({', '.join(map(str, same))}); give "
-                             f"the class index instead; received {text!r}.")
+            raise ValueError(
+                f"class name {text!r} names several classes ({', '.join(map(str, same))}); give "
+                f"the class index instead; received {text!r}."
+            )
         if exact:
             return exact[0]
         if lowered.count(key) == 1:
             return lowered.index(key)
         if lowered.count(key) > 1:
-            raise ValueError(f"class name {text!r} matches several classes when case is ignored; give its "
-                             f"exact spelling; received {text!r}.")
+            raise ValueError(
+                f"class name {text!r} matches several classes when case is ignored; give its "
+                f"exact spelling; received {text!r}."
+            )
         close = difflib.get_close_matches(key, lowered, n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(names[lowered.index(c)]) for c in close)}?" if close else ""
         sample = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")

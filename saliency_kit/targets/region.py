@@ -14,6 +14,7 @@ copies are scored on the same positions). A one-position mask explains one pixel
 Score-CAM's probability of a region: the softmax over the classes of the region's reduced
 logits, taken at its class.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,9 @@ class Region(Target):
             raise ValueError(f"reduce must be 'mean' or 'sum'; received {reduce!r}.")
         if isinstance(masks, str):
             if masks != "predicted":
-                raise ValueError(f"masks must be a bool array [H', W'], [B, H', W'] or 'predicted'; received {masks!r}.")
+                raise ValueError(
+                    f"masks must be a bool array [H', W'], [B, H', W'] or 'predicted'; received {masks!r}."
+                )
         else:
             array = np.asarray(masks)
             if array.dtype != bool:
@@ -81,9 +84,19 @@ class Region(Target):
             payload = {"classes": classes, "masks": PerInput(given)}
             sizes = np.repeat(given.reshape(B, -1).sum(-1)[:, None], classes.shape[1], axis=1)
         names = request.class_names
-        info = [[{"kind": "region", "class": int(c), **({"name": names[c]} if names and c < len(names) else {}),
-                  "pixels": int(size), "mask": "predicted" if isinstance(self.masks, str) else "given"}
-                 for c, size in zip(row, size_row)] for row, size_row in zip(classes, sizes)]
+        info = [
+            [
+                {
+                    "kind": "region",
+                    "class": int(c),
+                    **({"name": names[c]} if names and c < len(names) else {}),
+                    "pixels": int(size),
+                    "mask": "predicted" if isinstance(self.masks, str) else "given",
+                }
+                for c, size in zip(row, size_row)
+            ]
+            for row, size_row in zip(classes, sizes)
+        ]
         return Resolved(classes, payload, info, self)
 
     def _given(self, B: int, spatial: tuple) -> np.ndarray:
@@ -109,7 +122,9 @@ class Region(Target):
         per_column = len(masks.shape) == len(outputs.shape)  # [n, K, *spatial] vs [n, *spatial]
         masks = tf.cast(tf.reshape(masks, [n, -1, flat.shape[1]] if per_column else [n, flat.shape[1]]), tf.float32)
         if every_class:
-            sums = tf.einsum("npc,nkp->nkc", flat, masks) if per_column else tf.einsum("npc,np->nc", flat, masks)[:, None]
+            sums = (
+                tf.einsum("npc,nkp->nkc", flat, masks) if per_column else tf.einsum("npc,np->nc", flat, masks)[:, None]
+            )
         else:
             picked = tf.gather(flat, tf.cast(payload["classes"], tf.int32), axis=2, batch_dims=1)  # [n, P, K]
             sums = tf.einsum("npk,nkp->nk", picked, masks) if per_column else tf.einsum("npk,np->nk", picked, masks)

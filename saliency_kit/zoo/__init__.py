@@ -50,13 +50,36 @@ With no cached ImageNet file, ``load_model`` checks in a few seconds whether the
 can be reached; if not (or if ``SALIENCY_KIT_OFFLINE=1``) it raises :class:`WeightsUnavailableError`
 naming the expected file and the ways out, before Keras starts a download.
 """
+
 from __future__ import annotations
 
-from .config import (CONFIG_ENV, MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, list_models, read_class_names,
-                     resolved_file, sidecar_spec)
+from .config import (
+    CONFIG_ENV,
+    MODEL_SUFFIXES,
+    ModelSpec,
+    Preprocessing,
+    get_spec,
+    list_models,
+    read_class_names,
+    resolved_file,
+    sidecar_spec,
+)
 from .load import load_model, spec_of
 from .weights import OFFLINE_ENV, WeightsUnavailableError, keras_cache_dir
 
-__all__ = ["CONFIG_ENV", "MODEL_SUFFIXES", "ModelSpec", "OFFLINE_ENV", "Preprocessing",
-           "WeightsUnavailableError", "get_spec", "keras_cache_dir", "list_models", "load_model",
-           "read_class_names", "resolved_file", "sidecar_spec", "spec_of"]
+__all__ = [
+    "CONFIG_ENV",
+    "MODEL_SUFFIXES",
+    "ModelSpec",
+    "OFFLINE_ENV",
+    "Preprocessing",
+    "WeightsUnavailableError",
+    "get_spec",
+    "keras_cache_dir",
+    "list_models",
+    "load_model",
+    "read_class_names",
+    "resolved_file",
+    "sidecar_spec",
+    "spec_of",
+]

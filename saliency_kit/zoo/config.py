@@ -1,6 +1,7 @@
 """Model configs: the TOML schema, where configs are found, :class:`Preprocessing` and
 :class:`ModelSpec` (see :mod:`saliency_kit.zoo` for the keys).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +9,9 @@ import difflib
 import os
 import sys
 import warnings
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -19,8 +20,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["CONFIG_ENV", "MODEL_SUFFIXES", "ModelSpec", "Preprocessing", "get_spec", "list_models",
-           "read_class_names", "resolve_path", "resolved_file", "sidecar_spec"]
+__all__ = [
+    "CONFIG_ENV",
+    "MODEL_SUFFIXES",
+    "ModelSpec",
+    "Preprocessing",
+    "get_spec",
+    "list_models",
+    "read_class_names",
+    "resolve_path",
+    "resolved_file",
+    "sidecar_spec",
+]
 
 
 CONFIG_ENV = "SALIENCY_KIT_CONFIGS"
@@ -32,8 +43,20 @@ MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 _PACKAGE_PREFIX = "package:"
 
 
-_CONFIG_KEYS = {"name", "constructor", "model_file", "input_size", "preprocess", "classes",
-                "gradcam_layer", "weights_file", "description", "task", "score_threshold", "iou_threshold"}
+_CONFIG_KEYS = {
+    "name",
+    "constructor",
+    "model_file",
+    "input_size",
+    "preprocess",
+    "classes",
+    "gradcam_layer",
+    "weights_file",
+    "description",
+    "task",
+    "score_threshold",
+    "iou_threshold",
+}
 TASKS = ("classification", "segmentation", "detection")
 DETECTION_FIELDS = 5  # a detector's raw output: 4 box coordinates and an objectness logit before the classes
 
@@ -72,26 +95,27 @@ class Preprocessing:
     }
 
     @classmethod
-    def from_config(cls, value) -> "Preprocessing":
+    def from_config(cls, value) -> Preprocessing:
         """A mode name, or a table with any of ``scale``, ``mean``, ``std``, ``channel_order``."""
         if isinstance(value, str):
             if value not in cls.MODES:
-                raise ValueError(f"unknown preprocess mode {value!r}; expected one of "
-                                 f"{sorted(cls.MODES)} or a table {{scale, mean, std, channel_order}}")
+                raise ValueError(
+                    f"unknown preprocess mode {value!r}; expected one of "
+                    f"{sorted(cls.MODES)} or a table {{scale, mean, std, channel_order}}"
+                )
             return cls(mode=value, **cls.MODES[value])
         if isinstance(value, dict):
             unknown = set(value) - {"scale", "mean", "std", "channel_order"}
             if unknown:
-                raise ValueError(f"unknown preprocess keys {sorted(unknown)}; "
-                                 "allowed: scale, mean, std, channel_order")
-            kwargs = {k: tuple(float(v) for v in value[k]) if k in ("mean", "std") else value[k]
-                      for k in value}
+                raise ValueError(f"unknown preprocess keys {sorted(unknown)}; allowed: scale, mean, std, channel_order")
+            kwargs = {k: tuple(float(v) for v in value[k]) if k in ("mean", "std") else value[k] for k in value}
             if "scale" in kwargs:
                 kwargs["scale"] = float(kwargs["scale"])
             for key in ("mean", "std"):
                 if key in kwargs and len(kwargs[key]) != 3:
-                    raise ValueError(f"preprocess {key} needs 3 values (R, G, B order of the "
-                                     f"model input), got {kwargs[key]}")
+                    raise ValueError(
+                        f"preprocess {key} needs 3 values (R, G, B order of the model input), got {kwargs[key]}"
+                    )
             if kwargs.get("channel_order", "RGB") not in ("RGB", "BGR"):
                 raise ValueError(f"channel_order must be 'RGB' or 'BGR', got {kwargs['channel_order']!r}")
             return cls(**kwargs)
@@ -180,7 +204,7 @@ def _read_toml(path) -> dict:
 def resolve_path(value: str, base: Path | None):
     """``"package:NAME"`` -> a file in saliency_kit/data; else a path relative to ``base``."""
     if value.startswith(_PACKAGE_PREFIX):
-        return resources.files("saliency_kit.data").joinpath(value[len(_PACKAGE_PREFIX):])
+        return resources.files("saliency_kit.data").joinpath(value[len(_PACKAGE_PREFIX) :])
     path = Path(value).expanduser()
     return path if path.is_absolute() or base is None else Path(base) / path
 
@@ -206,8 +230,10 @@ def read_class_names(text: str, where) -> list:
     for number, line in enumerate(lines, start=1):
         name = line.strip()
         if not name:
-            raise ValueError(f"class names file {where}, line {number}: a blank line; every line up to the "
-                             f"last must name one class (class {number - 1}); received an empty line.")
+            raise ValueError(
+                f"class names file {where}, line {number}: a blank line; every line up to the "
+                f"last must name one class (class {number - 1}); received an empty line."
+            )
         names.append(name)
     warn_repeated_names(names, f"class names file {where}")
     return names
@@ -279,8 +305,9 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
         if key in config:
             value = config[key]
             if task != "detection":
-                raise ValueError(f"config {source}: {key} applies to task = \"detection\" only; received it "
-                                 f"with task {task!r}.")
+                raise ValueError(
+                    f'config {source}: {key} applies to task = "detection" only; received it with task {task!r}.'
+                )
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"config {source}: {key} must be a number from 0 to 1; received {value!r}.")
             thresholds[key] = float(value)
@@ -326,7 +353,8 @@ def get_spec(name_or_path) -> ModelSpec:
         raise ValueError(
             f"unknown model {str(name_or_path)!r}.{hint} Known models: {', '.join(sorted(configs))}. "
             f"A model file must end in {', '.join(MODEL_SUFFIXES)}; a config file in .toml; "
-            f"add config directories with ${CONFIG_ENV}.")
+            f"add config directories with ${CONFIG_ENV}."
+        )
     source = configs[str(name_or_path)]
     return _spec_from_config(_read_toml(source), source)
 

@@ -1,6 +1,7 @@
 """Loading a model from a name, a config or a model file, and the spec a loaded model carries
 (:func:`spec_of`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,25 +61,25 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     config agrees with the model."""
     in_shape = tuple(model.input_shape) if not isinstance(model.input_shape, list) else None
     if in_shape is None or len(in_shape) != 4:
-        raise ValueError(f"{spec.name}: expected one image input [B, H, W, C], "
-                         f"got input shape {model.input_shape}")
+        raise ValueError(f"{spec.name}: expected one image input [B, H, W, C], got input shape {model.input_shape}")
     first = _takes_channels_first(model, in_shape)
     if first and isinstance(spec.preprocess, Preprocessing):
         spec = dataclasses.replace(spec, preprocess=dataclasses.replace(spec.preprocess, channels_first=True))
     size = spec.input_size or (in_shape[2:4] if first else in_shape[1:3])
     if None in size:
-        raise ValueError(f"{spec.name}: the model accepts any image size {in_shape}; give "
-                         "input_size = [height, width] in its config")
+        raise ValueError(
+            f"{spec.name}: the model accepts any image size {in_shape}; give input_size = [height, width] in its config"
+        )
     n_out = _class_count(spec, model.output_shape)
     names = spec.class_names or [str(i) for i in range(n_out or 0)]
     if n_out is not None and len(names) != n_out:
-        raise ValueError(f"{spec.name}: {len(names)} class names for {n_out} model outputs "
-                         f"(config {spec.source})")
+        raise ValueError(f"{spec.name}: {len(names)} class names for {n_out} model outputs (config {spec.source})")
     layer = spec.gradcam_layer or _last_4d_layer(model)
     if layer is not None:
         _get_layer(model, layer, spec)
-    return dataclasses.replace(spec, input_size=tuple(int(s) for s in size), class_names=list(names),
-                    gradcam_layer=layer)
+    return dataclasses.replace(
+        spec, input_size=tuple(int(s) for s in size), class_names=list(names), gradcam_layer=layer
+    )
 
 
 def _takes_channels_first(model, in_shape) -> bool:
@@ -109,15 +110,20 @@ def _class_count(spec: ModelSpec, output_shape) -> int | None:
     shape = tuple(output_shape)
     expected = {"classification": 2, "segmentation": 4, "detection": 3}[spec.task]
     if len(shape) != expected:
-        form = {"classification": "[B, C]", "segmentation": "[B, H', W', C]",
-                "detection": "[B, N, 4 + 1 + C]"}[spec.task]
+        form = {"classification": "[B, C]", "segmentation": "[B, H', W', C]", "detection": "[B, N, 4 + 1 + C]"}[
+            spec.task
+        ]
         if spec.task != "classification":  # a classifier config may describe any one-output model
-            raise ValueError(f"{spec.name}: task {spec.task!r} needs an output {form}; received a model whose "
-                             f"output shape is {shape} (config {spec.source}).")
+            raise ValueError(
+                f"{spec.name}: task {spec.task!r} needs an output {form}; received a model whose "
+                f"output shape is {shape} (config {spec.source})."
+            )
     if spec.task == "detection":
         if shape[-1] is None or shape[-1] <= DETECTION_FIELDS:
-            raise ValueError(f"{spec.name}: a detector's output needs 4 box values, an objectness logit and at "
-                             f"least one class logit per proposal; received an output shape {shape}.")
+            raise ValueError(
+                f"{spec.name}: a detector's output needs 4 box values, an objectness logit and at "
+                f"least one class logit per proposal; received an output shape {shape}."
+            )
         return shape[-1] - DETECTION_FIELDS
     return shape[-1]
 
@@ -141,12 +147,13 @@ def _get_layer(model, path: str, spec=None):
 
 
 # The spec of each model load_model returned, so that explaining that model uses its configured
-# class names and Grad-CAM layer (model.layers.configure_cam_layer records the latter). Weak keys: the model is not kept alive
+# class names and Grad-CAM layer (model.layers.configure_cam_layer records the latter). Weak keys: the model
+# is not kept alive
 # and not changed.
-_SPECS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def spec_of(model) -> "ModelSpec | None":
+def spec_of(model) -> ModelSpec | None:
     """The :class:`ModelSpec` that :func:`load_model` returned with ``model``, or ``None``."""
     try:
         return _SPECS.get(model)
@@ -181,15 +188,18 @@ def _load_model_file(path: Path, weights, unsafe: bool):
     except ImportError:
         pass
     from ..data import scene_models as _scene_models  # noqa: F401  registers the shipped detector's CellBoxes
+
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} does not exist")
     try:
         model = keras.saving.load_model(path, compile=False, safe_mode=not unsafe)
     except ValueError as e:
         if "safe_mode" in str(e) or "unsafe" in str(e).lower():
-            raise ValueError(f"{path} contains code (e.g. a Lambda layer) that safe mode refuses "
-                             "to run; load it with unsafe=True (--unsafe) only if you trust the "
-                             "file") from None
+            raise ValueError(
+                f"{path} contains code (e.g. a Lambda layer) that safe mode refuses "
+                "to run; load it with unsafe=True (--unsafe) only if you trust the "
+                "file"
+            ) from None
         raise ValueError(f"cannot load model {path}: {e}") from None
     except OSError as e:
         raise ValueError(f"cannot load model {path}: {e}") from None

@@ -1,6 +1,7 @@
 """ImageNet weights, offline-safe: Keras' cache, a quick probe of the download server, and
 :class:`WeightsUnavailableError` naming the expected file before Keras starts a download.
 """
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,14 @@ from pathlib import Path
 
 from .config import ModelSpec
 
-__all__ = ["KERAS_WEIGHTS_URL", "OFFLINE_ENV", "WeightsUnavailableError", "check_imagenet_weights",
-           "keras_cache_dir", "load_weights_into"]
+__all__ = [
+    "KERAS_WEIGHTS_URL",
+    "OFFLINE_ENV",
+    "WeightsUnavailableError",
+    "check_imagenet_weights",
+    "keras_cache_dir",
+    "load_weights_into",
+]
 
 
 OFFLINE_ENV = "SALIENCY_KIT_OFFLINE"
@@ -73,8 +80,9 @@ def check_imagenet_weights(spec: ModelSpec) -> None:
     raise WeightsUnavailableError(
         f"ImageNet weights for {spec.name} are not cached at {expected} and cannot be downloaded "
         f"(no network). Copy the file there, pass it with --weights PATH (weights=PATH), use "
-        f"--weights random (weights=\"random\") for an untrained network, or use the shipped "
-        f"offline model: --model shapes.")
+        f'--weights random (weights="random") for an untrained network, or use the shipped '
+        f"offline model: --model shapes."
+    )
 
 
 def load_weights_into(model, weights, name: str) -> None:
@@ -82,8 +90,9 @@ def load_weights_into(model, weights, name: str) -> None:
     if path is None:
         raise ValueError(f"weights must be 'imagenet', 'random' or a file path, got {weights!r}")
     if not path.is_file():
-        raise FileNotFoundError(f"weights file {path} does not exist (weights= accepts 'imagenet', "
-                                "'random' or the path of a weights file)")
+        raise FileNotFoundError(
+            f"weights file {path} does not exist (weights= accepts 'imagenet', 'random' or the path of a weights file)"
+        )
     try:
         if path.suffix == ".keras":
             import keras

@@ -1,13 +1,13 @@
 """`saliency evaluate` run for real on the shipped model and generated shape images."""
+
 import csv
 import json
 import os
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from cli_support import own_lines
+from PIL import Image
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,9 @@ def test_evaluate_writes_the_table_the_chart_and_resumes(shapes_dir, tmp_path, c
     table = json.loads((out / "metrics.json").read_text())
     assert table["images"] == [os.path.abspath(p) for p in images]
     rows = {(r["method"], r["metric"]): r for r in table["rows"]}
-    assert set(rows) == {(m, n) for m in ("gradient", "random") for n in ("sparseness", "faithfulness_correlation",
-                                                                          "auc")}
+    assert set(rows) == {
+        (m, n) for m in ("gradient", "random") for n in ("sparseness", "faithfulness_correlation", "auc")
+    }
     assert rows["gradient", "auc"]["per_input"][2] is None  # no mask: no localisation value (JSON null)
     assert rows["random", "auc"]["higher_is_better"] and rows["random", "auc"]["mean"] is not None
     assert rows["gradient", "sparseness"]["mean"] > rows["random", "sparseness"]["mean"]
@@ -69,8 +70,22 @@ def test_evaluate_writes_the_table_the_chart_and_resumes(shapes_dir, tmp_path, c
     assert "did you mean 'sparseness'" in own_lines(capsys.readouterr().err, "evaluate")[0]
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"not a png")
-    assert main(["evaluate", images[0], str(broken), "--method", "gradient", "--metric", "sparseness",
-                 "--out", str(tmp_path / "partial")]) == 1
+    assert (
+        main(
+            [
+                "evaluate",
+                images[0],
+                str(broken),
+                "--method",
+                "gradient",
+                "--metric",
+                "sparseness",
+                "--out",
+                str(tmp_path / "partial"),
+            ]
+        )
+        == 1
+    )
     assert "skipped" in " ".join(own_lines(capsys.readouterr().err, "evaluate"))
     assert (tmp_path / "partial" / "metrics.csv").exists()
     # a batch run's gallery in --out is rebuilt to link the table

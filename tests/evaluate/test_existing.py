@@ -3,6 +3,7 @@
 The shipped-model checks (their acceptance numbers) share module-scoped fixtures so the
 images, masks and explanations are computed once.
 """
+
 import numpy as np
 import pytest
 
@@ -203,8 +204,14 @@ def _explanation(maps, targets, attributions=None):
 
     maps = np.asarray(maps, np.float32)
     attributions = maps if attributions is None else attributions
-    return Explanation(attributions=attributions, maps=maps, targets=np.asarray(targets), scores=np.zeros(maps.shape[:2]),
-                       method="test", options={})
+    return Explanation(
+        attributions=attributions,
+        maps=maps,
+        targets=np.asarray(targets),
+        scores=np.zeros(maps.shape[:2]),
+        method="test",
+        options={},
+    )
 
 
 def test_deletion_insertion_closed_form():
@@ -297,8 +304,14 @@ def small_cnn():
 
 
 def test_randomization_test_mechanics(small_cnn):
-    from saliency_kit.evaluate import clone_with_weights, iter_randomization, randomization_test, reinitialize, weighted_layers
     import saliency_kit as sk
+    from saliency_kit.evaluate import (
+        clone_with_weights,
+        iter_randomization,
+        randomization_test,
+        reinitialize,
+        weighted_layers,
+    )
 
     model, inputs = small_cnn
     before = [w.numpy() for w in model.weights]
@@ -382,10 +395,15 @@ def shapes_data():
 
 
 # the acceptance thresholds; a small CNN trained on this data reaches about 0.96, 0.95 and 0.78
-POINTING_MINIMUM = {"gradcam": 0.90, "guided_backprop": 0.90, "gradient": 0.70,
-                    # none are set for these; held to the bar of their kin (guided backprop's
-                    # for LRP, the gradient's for DeepLIFT). Measured on seed 3: 98.0 % and 89.5 %
-                    "lrp": 0.90, "deeplift": 0.70}
+POINTING_MINIMUM = {
+    "gradcam": 0.90,
+    "guided_backprop": 0.90,
+    "gradient": 0.70,
+    # none are set for these; held to the bar of their kin (guided backprop's
+    # for LRP, the gradient's for DeepLIFT). Measured on seed 3: 98.0 % and 89.5 %
+    "lrp": 0.90,
+    "deeplift": 0.70,
+}
 
 
 @pytest.mark.parametrize("method", list(POINTING_MINIMUM))
@@ -432,8 +450,7 @@ def cascading(shapes_data):
     from saliency_kit.evaluate import randomization_test
 
     model, x, _, _ = shapes_data
-    return {m: randomization_test(model, x[:8], m, "top1", seed=0)
-            for m in ("gradient", "gradcam", "guided_backprop")}
+    return {m: randomization_test(model, x[:8], m, "top1", seed=0) for m in ("gradient", "gradcam", "guided_backprop")}
 
 
 @pytest.mark.parametrize("method", ["gradient", "gradcam"])
@@ -478,5 +495,8 @@ def test_compare_maps_uses_channel_sums_of_magnitudes_and_of_signed_values():
 
     ssim = np.mean([structural_similarity(unit(mag_a[i, 0]), unit(mag_b[i, 0]), data_range=1.0) for i in range(2)])
     assert result["ssim"] == pytest.approx(ssim)
-    assert compare_maps(ea, ea) == {"spearman_abs": pytest.approx(1.0), "spearman": pytest.approx(1.0),
-                                    "ssim": pytest.approx(1.0)}
+    assert compare_maps(ea, ea) == {
+        "spearman_abs": pytest.approx(1.0),
+        "spearman": pytest.approx(1.0),
+        "ssim": pytest.approx(1.0),
+    }

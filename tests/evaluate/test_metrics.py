@@ -1,9 +1,9 @@
 """sk.evaluate's metrics: closed forms, and the properties every metric must have (seeded, per
 input, independent of batch_size and of the other inputs in the batch)."""
-import numpy as np
-import pytest
 
 import keras
+import numpy as np
+import pytest
 
 from saliency_kit import evaluate
 from saliency_kit.evaluate import _common
@@ -12,12 +12,14 @@ from saliency_kit.evaluate import _common
 @pytest.fixture(scope="module")
 def model():
     keras.utils.set_random_seed(11)
-    return keras.Sequential([
-        keras.Input((8, 8, 3)),
-        keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(5),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(5),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +64,23 @@ def test_seeded_per_input_and_independent_of_batch_size(model, x, name):
     options = dict(CHEAP[name], **({"samples": 3} if method == "smoothgrad" else {}))
     full = _score(metric(model, x, method, "top2", batch_size=32, **options))
     assert full.shape == (4, 2) and full.dtype == np.float64
-    np.testing.assert_allclose(_score(metric(model, x, method, "top2", batch_size=3, **options)), full,
-                               rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(
+        _score(metric(model, x, method, "top2", batch_size=3, **options)), full, rtol=1e-5, atol=1e-6, equal_nan=True
+    )
     # an input's score does not depend on the other inputs of the batch (per-input seeds and normalisation)
-    np.testing.assert_allclose(_score(metric(model, x[:2], method, "top2", batch_size=5, **options)), full[:2],
-                               rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(
+        _score(metric(model, x[:2], method, "top2", batch_size=5, **options)),
+        full[:2],
+        rtol=1e-5,
+        atol=1e-6,
+        equal_nan=True,
+    )
 
 
-@pytest.mark.parametrize("name", ["faithfulness_correlation", "max_sensitivity", "monotonicity_correlation",
-                                  "region_perturbation", "random_logit"])
+@pytest.mark.parametrize(
+    "name",
+    ["faithfulness_correlation", "max_sensitivity", "monotonicity_correlation", "region_perturbation", "random_logit"],
+)
 def test_the_seed_is_the_only_randomness(model, x, name):
     metric = getattr(evaluate, name)
     one = _score(metric(model, x, "gradient", seed=1, **CHEAP[name]))
@@ -82,9 +92,12 @@ def test_an_explanation_is_scored_as_it_is(model, x):
     import saliency_kit as sk
 
     expl = sk.explain(model, x, "integrated_gradients", "top1", steps=16)
-    np.testing.assert_allclose(evaluate.faithfulness_correlation(model, x, expl, **CHEAP["faithfulness_correlation"]),
-                               evaluate.faithfulness_correlation(model, x, expl.attributions, expl.targets,
-                                                                 **CHEAP["faithfulness_correlation"]))
+    np.testing.assert_allclose(
+        evaluate.faithfulness_correlation(model, x, expl, **CHEAP["faithfulness_correlation"]),
+        evaluate.faithfulness_correlation(
+            model, x, expl.attributions, expl.targets, **CHEAP["faithfulness_correlation"]
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------ closed forms
@@ -115,8 +128,12 @@ def test_completeness_of_integrated_gradients_has_a_tiny_gap(model, x):
 
     expl = sk.explain(model, x, "integrated_gradients", "top2", steps=256)
     gap = evaluate.completeness(model, x, expl, perturb_baseline=0.0)  # IG's default baseline: zeros
-    change = np.abs(expl.scores - sk.evaluate._common.forward(
-        _common.prepare(model, np.zeros_like(x), expl.attributions, expl.targets), np.zeros_like(x), expl.targets))
+    change = np.abs(
+        expl.scores
+        - sk.evaluate._common.forward(
+            _common.prepare(model, np.zeros_like(x), expl.attributions, expl.targets), np.zeros_like(x), expl.targets
+        )
+    )
     assert (gap < 1e-2 * change + 1e-5).all()
     np.testing.assert_allclose(gap, np.abs(expl.completeness_gap), rtol=1e-3, atol=1e-5)
     # the plain gradient does not add up to the score
@@ -126,8 +143,9 @@ def test_completeness_of_integrated_gradients_has_a_tiny_gap(model, x):
 def test_completeness_of_gradient_x_input_on_a_linear_model_is_exact():
     linear = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
     x = np.random.default_rng(2).normal(size=(6, 5)).astype(np.float32)
-    np.testing.assert_allclose(evaluate.completeness(linear, x, "gradient_x_input", "top1", perturb_baseline=0.0),
-                               0.0, atol=1e-5)
+    np.testing.assert_allclose(
+        evaluate.completeness(linear, x, "gradient_x_input", "top1", perturb_baseline=0.0), 0.0, atol=1e-5
+    )
 
 
 def test_random_logit_of_a_random_map_is_at_chance(model):
@@ -197,14 +215,21 @@ def test_clear_errors(model, x, masks):
 
 
 def test_compare_always_has_the_random_row(model, x, masks):
-    table = evaluate.compare(model, x, ["gradient", "integrated_gradients"], ["sparseness", "auc",
-                                                                              "faithfulness_correlation"],
-                             masks=masks, metric_options={"faithfulness_correlation": CHEAP["faithfulness_correlation"]},
-                             method_options={"integrated_gradients": {"steps": 8}})
+    table = evaluate.compare(
+        model,
+        x,
+        ["gradient", "integrated_gradients"],
+        ["sparseness", "auc", "faithfulness_correlation"],
+        masks=masks,
+        metric_options={"faithfulness_correlation": CHEAP["faithfulness_correlation"]},
+        method_options={"integrated_gradients": {"steps": 8}},
+    )
     rows = table["rows"]
     assert {(r["method"], r["metric"]) for r in rows} == {
-        (m, n) for m in ("gradient", "integrated_gradients", "random")
-        for n in ("sparseness", "auc", "faithfulness_correlation")}
+        (m, n)
+        for m in ("gradient", "integrated_gradients", "random")
+        for n in ("sparseness", "auc", "faithfulness_correlation")
+    }
     for row in rows:
         assert len(row["per_input"]) == 4
         assert row["mean"] == pytest.approx(np.nanmean(row["per_input"]))
@@ -232,15 +257,17 @@ def test_pointing_game_and_deletion_take_a_region_target(segmenter, x):
     region = sk.targets.region(mask, classes=1)
     expl = sk.explain(segmenter, x, "gradient", region)
     # the region's own mask is the object
-    np.testing.assert_array_equal(evaluate.pointing_game(expl, region),
-                                  evaluate.pointing_game(expl, np.broadcast_to(mask, (4, 8, 8))))
+    np.testing.assert_array_equal(
+        evaluate.pointing_game(expl, region), evaluate.pointing_game(expl, np.broadcast_to(mask, (4, 8, 8)))
+    )
     curves = evaluate.deletion_insertion(segmenter, x, expl, targets=region, steps=4, score="logits")
+
     # by hand: the region's mean logit of class 1, at the input and at the all-zero image
     def region_score(images):
         return segmenter.predict(images, verbose=0)[..., 1][:, mask].mean(axis=-1)
+
     np.testing.assert_allclose(curves["deletion_curve"][:, 0, 0], region_score(x), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(curves["deletion_curve"][:, 0, -1], region_score(np.zeros_like(x)), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(curves["deletion_curve"][:, 0, -1], region_score(np.zeros_like(x)), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(curves["insertion_curve"][:, 0, -1], region_score(x), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="predicted"):
         evaluate.pointing_game(expl, sk.targets.region("predicted", classes=1))
@@ -264,7 +291,8 @@ def test_quantus_randomisation_modes(model, x):
     assert [step["layer"] for step in smooth] == top_down[::-1]  # SmoothMPRT: from the input up
     efficient = evaluate.randomization_test(model, x[:2], "gradient", mode="efficient_mprt")
     assert len(efficient) == 1 and efficient[0]["randomized"] == top_down[::-1]
-    np.testing.assert_allclose(efficient[0]["per_input"],
-                               efficient[0]["complexity_randomized"] / efficient[0]["complexity_original"])
+    np.testing.assert_allclose(
+        efficient[0]["per_input"], efficient[0]["complexity_randomized"] / efficient[0]["complexity_original"]
+    )
     with pytest.raises(ValueError, match="mode must be one of"):
         evaluate.randomization_test(model, x[:2], "gradient", mode="shuffled")

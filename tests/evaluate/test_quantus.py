@@ -8,6 +8,7 @@ from its paper, the test shows the departure and checks the paper's version.
 
 Inputs have one channel so that Quantus' channels-first flattening and ours coincide.
 """
+
 import numpy as np
 import pytest
 
@@ -27,12 +28,14 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 def twins():
     """A Keras network ``[B, H, W, 1]`` and its PyTorch twin ``[B, 1, H, W]`` with the same weights."""
     keras.utils.set_random_seed(7)
-    model = keras.Sequential([
-        keras.Input((H, W, 1)),
-        keras.layers.Conv2D(3, 3, padding="same", activation="relu", bias_initializer="random_normal"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(CLASSES, bias_initializer="random_normal"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((H, W, 1)),
+            keras.layers.Conv2D(3, 3, padding="same", activation="relu", bias_initializer="random_normal"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(CLASSES, bias_initializer="random_normal"),
+        ]
+    )
     conv, dense = model.layers[0], model.layers[2]
 
     class Twin(torch.nn.Module):
@@ -92,8 +95,10 @@ class Feed:
 
 
 def run_quantus(metric, twin, x_t, y, a_t, **kwargs):
-    return np.asarray(metric(model=twin, x_batch=x_t, y_batch=y, a_batch=a_t, channel_first=True, device="cpu",
-                             **kwargs), dtype=np.float64)
+    return np.asarray(
+        metric(model=twin, x_batch=x_t, y_batch=y, a_batch=a_t, channel_first=True, device="cpu", **kwargs),
+        dtype=np.float64,
+    )
 
 
 # ------------------------------------------------------------------------------ faithfulness
@@ -106,8 +111,13 @@ def test_faithfulness_correlation_matches_quantus(twins, data, monkeypatch):
         g = _common.rng(0, "faithfulness_correlation", b)
         subsets.append([g.choice(H * W, size, replace=False) for _ in range(runs)])
     monkeypatch.setattr(np.random, "choice", Feed(subsets[b][r] for r in range(runs) for b in range(B)))
-    reference = run_quantus(quantus.FaithfulnessCorrelation(nr_runs=runs, subset_size=size, return_aggregate=False,
-                                                            disable_warnings=True), twin, x_t, y, a_t)
+    reference = run_quantus(
+        quantus.FaithfulnessCorrelation(nr_runs=runs, subset_size=size, return_aggregate=False, disable_warnings=True),
+        twin,
+        x_t,
+        y,
+        a_t,
+    )
     monkeypatch.undo()
     got = evaluate.faithfulness_correlation(model, x, ours(a_t), y[:, None], nr_runs=runs, subset_size=size)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
@@ -116,8 +126,9 @@ def test_faithfulness_correlation_matches_quantus(twins, data, monkeypatch):
 def test_infidelity_matches_quantus(twins, data):
     model, twin = twins
     x, x_t, y, a_t = data
-    reference = run_quantus(quantus.Infidelity(perturb_patch_sizes=[2, 3], n_perturb_samples=2, disable_warnings=True),
-                            twin, x_t, y, a_t)
+    reference = run_quantus(
+        quantus.Infidelity(perturb_patch_sizes=[2, 3], n_perturb_samples=2, disable_warnings=True), twin, x_t, y, a_t
+    )
     got = evaluate.infidelity(model, x, ours(a_t), y[:, None], perturb_patch_sizes=[2, 3], n_perturb_samples=2)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
 
@@ -145,8 +156,11 @@ def test_noisy_linear_imputation_matches_quantus():
     image = np.random.default_rng(0).random((1, 7, 5))
     indices = np.array([0, 3, 8, 9, 10, 17, 34])
     noise = np.zeros((1, len(indices)))
-    np.testing.assert_allclose(evaluate.faithfulness.noisy_linear_imputation(image, indices, noise),
-                               noisy_linear_imputation(image.copy(), indices, noise=0.0), rtol=1e-12)
+    np.testing.assert_allclose(
+        evaluate.faithfulness.noisy_linear_imputation(image, indices, noise),
+        noisy_linear_imputation(image.copy(), indices, noise=0.0),
+        rtol=1e-12,
+    )
 
 
 def test_road_imputes_every_channel_where_quantus_fails():
@@ -157,8 +171,9 @@ def test_road_imputes_every_channel_where_quantus_fails():
     indices = np.array([6, 7, 12])
     ours_3 = evaluate.faithfulness.noisy_linear_imputation(image, indices, np.zeros((3, 3)))
     for c in range(3):  # each channel is imputed as its own one-channel image
-        np.testing.assert_allclose(ours_3[c], noisy_linear_imputation(image[c:c + 1].copy(), indices, noise=0.0)[0],
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            ours_3[c], noisy_linear_imputation(image[c : c + 1].copy(), indices, noise=0.0)[0], rtol=1e-12
+        )
     # an imputed pixel is the weighted mean of its neighbours: a constant image stays constant
     flat = np.full((3, 5, 5), 0.25)
     np.testing.assert_allclose(evaluate.faithfulness.noisy_linear_imputation(flat, indices, np.zeros((3, 3))), flat)
@@ -177,8 +192,13 @@ def test_monotonicity_correlation_matches_quantus(twins, data):
 def test_region_perturbation_matches_quantus(twins, data, patch_size):
     model, twin = twins
     x, x_t, y, a_t = data
-    reference = run_quantus(quantus.RegionPerturbation(patch_size=patch_size, regions_evaluation=5,
-                                                       disable_warnings=True), twin, x_t, y, a_t)
+    reference = run_quantus(
+        quantus.RegionPerturbation(patch_size=patch_size, regions_evaluation=5, disable_warnings=True),
+        twin,
+        x_t,
+        y,
+        a_t,
+    )
     got = evaluate.region_perturbation(model, x, ours(a_t), y[:, None], patch_size=patch_size, regions_evaluation=5)
     np.testing.assert_allclose(got["curve"][:, 0], reference, **TOL)
     np.testing.assert_allclose(got["aopc"], got["curve"].mean(-1))
@@ -191,8 +211,9 @@ def test_pixel_flipping_matches_quantus(twins, data, monkeypatch):
     got = evaluate.pixel_flipping(model, x, ours(a_t), y[:, None], features_in_step=4)
     np.testing.assert_allclose(got["curve"][:, 0], reference, **TOL)
     monkeypatch.setattr(np, "trapz", np.trapezoid, raising=False)  # Quantus 0.6.0 calls NumPy 1's name
-    auc = run_quantus(quantus.PixelFlipping(features_in_step=4, return_auc_per_sample=True, disable_warnings=True),
-                      twin, x_t, y, a_t)
+    auc = run_quantus(
+        quantus.PixelFlipping(features_in_step=4, return_auc_per_sample=True, disable_warnings=True), twin, x_t, y, a_t
+    )
     np.testing.assert_allclose(got["auc"][:, 0], auc, **TOL)
 
 
@@ -211,8 +232,9 @@ def test_sensitivity_matches_quantus(twins, data, monkeypatch, name):
     a_t = torch_gradient(twin, x_t, y)
     monkeypatch.setattr(np.random, "uniform", _uniform_feed(name, samples, -0.2, 0.2))
     cls = quantus.MaxSensitivity if name == "max_sensitivity" else quantus.AvgSensitivity
-    reference = run_quantus(cls(nr_samples=samples, disable_warnings=True), twin, x_t, y, a_t,
-                            explain_func=torch_gradient)
+    reference = run_quantus(
+        cls(nr_samples=samples, disable_warnings=True), twin, x_t, y, a_t, explain_func=torch_gradient
+    )
     monkeypatch.undo()
     got = getattr(evaluate, name)(model, x, "gradient", y[:, None], nr_samples=samples)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
@@ -224,12 +246,20 @@ def test_relative_input_stability_matches_quantus(twins, data, monkeypatch):
     samples = 4
     a_t = torch_gradient(twin, x_t, y)
     monkeypatch.setattr(np.random, "uniform", _uniform_feed("relative_input_stability", samples, 0.02, 0.2))
-    reference = run_quantus(quantus.RelativeInputStability(nr_samples=samples, return_nan_when_prediction_changes=False,
-                                                           disable_warnings=True), twin, x_t, y, a_t,
-                            explain_func=torch_gradient)
+    reference = run_quantus(
+        quantus.RelativeInputStability(
+            nr_samples=samples, return_nan_when_prediction_changes=False, disable_warnings=True
+        ),
+        twin,
+        x_t,
+        y,
+        a_t,
+        explain_func=torch_gradient,
+    )
     monkeypatch.undo()
-    got = evaluate.relative_input_stability(model, x, "gradient", y[:, None], nr_samples=samples,
-                                            return_nan_when_prediction_changes=False)
+    got = evaluate.relative_input_stability(
+        model, x, "gradient", y[:, None], nr_samples=samples, return_nan_when_prediction_changes=False
+    )
     np.testing.assert_allclose(got[:, 0], reference, rtol=1e-4)  # ratios of float32 gradient differences
 
 
@@ -243,33 +273,42 @@ def masks():
     return s
 
 
-@pytest.mark.parametrize("name, cls, options", [
-    ("relevance_mass_accuracy", "RelevanceMassAccuracy", {}),
-    ("relevance_rank_accuracy", "RelevanceRankAccuracy", {}),
-    ("top_k_intersection", "TopKIntersection", {"k": 5}),
-    ("top_k_intersection", "TopKIntersection", {"k": 7, "concept_influence": True}),
-    ("attribution_localisation", "AttributionLocalisation", {}),
-    ("auc", "AUC", {}),
-])
+@pytest.mark.parametrize(
+    "name, cls, options",
+    [
+        ("relevance_mass_accuracy", "RelevanceMassAccuracy", {}),
+        ("relevance_rank_accuracy", "RelevanceRankAccuracy", {}),
+        ("top_k_intersection", "TopKIntersection", {"k": 5}),
+        ("top_k_intersection", "TopKIntersection", {"k": 7, "concept_influence": True}),
+        ("attribution_localisation", "AttributionLocalisation", {}),
+        ("auc", "AUC", {}),
+    ],
+)
 def test_localisation_matches_quantus(data, masks, name, cls, options):
     x, x_t, y, a_t = data
     metric = getattr(quantus, cls)(**options, disable_warnings=True)
-    reference = np.asarray(metric(model=None, x_batch=x_t, y_batch=y, a_batch=a_t, s_batch=masks[:, None],
-                                  channel_first=True), dtype=np.float64)
+    reference = np.asarray(
+        metric(model=None, x_batch=x_t, y_batch=y, a_batch=a_t, s_batch=masks[:, None], channel_first=True),
+        dtype=np.float64,
+    )
     got = getattr(evaluate, name)(maps=a_t, masks=masks, **options)  # [B, 1, H, W]: one map per input
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
 
 
 # -------------------------------------------------------------------------------- complexity
-@pytest.mark.parametrize("name, cls", [("sparseness", "Sparseness"), ("complexity", "Complexity"),
-                                       ("effective_complexity", "EffectiveComplexity")])
+@pytest.mark.parametrize(
+    "name, cls",
+    [("sparseness", "Sparseness"), ("complexity", "Complexity"), ("effective_complexity", "EffectiveComplexity")],
+)
 def test_complexity_matches_quantus(data, name, cls):
     x, x_t, y, a_t = data
     a = _common.normalise_by_max(a_t[:, None])[:, 0]  # per input, so that Quantus' batch maximum is not needed
     options = {"eps": 0.3} if name == "effective_complexity" else {}
     metric = getattr(quantus, cls)(normalise=False, **options, disable_warnings=True)
-    reference = np.asarray(metric(model=None, x_batch=x_t, y_batch=y, a_batch=a.astype(np.float32).copy(),
-                                  channel_first=True), dtype=np.float64)
+    reference = np.asarray(
+        metric(model=None, x_batch=x_t, y_batch=y, a_batch=a.astype(np.float32).copy(), channel_first=True),
+        dtype=np.float64,
+    )
     got = getattr(evaluate, name)(maps=a.astype(np.float32), normalise=False, **options)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
 
@@ -289,8 +328,14 @@ def test_random_logit_matches_quantus(twins, data, monkeypatch):
     a_t = torch_gradient(twin, x_t, y)
     draws = np.array([_common.rng(0, "random_logit", b).integers(0, CLASSES - 1) for b in range(B)])
     monkeypatch.setattr(np.random, "randint", Feed([draws]))
-    reference = run_quantus(quantus.RandomLogit(num_classes=CLASSES, normalise=False, disable_warnings=True),
-                            twin, x_t, y, a_t, explain_func=torch_gradient)
+    reference = run_quantus(
+        quantus.RandomLogit(num_classes=CLASSES, normalise=False, disable_warnings=True),
+        twin,
+        x_t,
+        y,
+        a_t,
+        explain_func=torch_gradient,
+    )
     monkeypatch.undo()
     got = evaluate.random_logit(model, x, "gradient", y[:, None], normalise=False)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
@@ -302,8 +347,9 @@ def test_completeness_gap_is_what_quantus_compares_for_equality(twins, data):
     model, twin = twins
     x, x_t, y, a_t = data
     seen = []
-    metric = quantus.Completeness(normalise=False, output_func=lambda d: seen.append(np.asarray(d)) or d,
-                                  disable_warnings=True)
+    metric = quantus.Completeness(
+        normalise=False, output_func=lambda d: seen.append(np.asarray(d)) or d, disable_warnings=True
+    )
     equal = run_quantus(metric, twin, x_t, y, a_t)
     assert not equal.any()  # exact equality of floats: always False on these arrays
     got = evaluate.completeness(model, x, ours(a_t), y[:, None])
@@ -326,8 +372,9 @@ def test_input_invariance_shifts_every_pixel_where_quantus_skips_one(twins, data
     model, twin = twins
     x, x_t, y, _ = data
     a_t = torch_gradient(twin, x_t, y)
-    quantus_says = run_quantus(quantus.InputInvariance(disable_warnings=True), twin, x_t, y, a_t,
-                               explain_func=torch_gradient)
+    quantus_says = run_quantus(
+        quantus.InputInvariance(disable_warnings=True), twin, x_t, y, a_t, explain_func=torch_gradient
+    )
     assert not quantus_says.all()
     np.testing.assert_array_equal(evaluate.input_invariance(model, x, "gradient", y[:, None]), 1.0)
     # gradient × input is not input invariant: its attributions move with the input

@@ -1,4 +1,5 @@
 """Models small enough that every method's answer can be computed by hand."""
+
 import keras
 import numpy as np
 import pytest
@@ -45,5 +46,3 @@ def tiny_cnn():
     x = np.random.default_rng(4).normal(size=(2, 8, 8, 2)).astype("float32")
     A = keras.Model(inputs, a)(x).numpy()  # [2, 4, 4, 3]
     return model, x, A, model.get_layer("dense").kernel.numpy()
-
-

@@ -1,5 +1,6 @@
 """Method declarations: the registry, option checking driven by the declarations, methods
 registered from outside the package, entry points, and no TensorFlow for reading declarations."""
+
 import json
 import os
 import subprocess
@@ -7,7 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -34,8 +34,9 @@ def int_steps(ctx, steps):
 def outside_methods():
     """Registered for this module's tests only: other modules see the registry as it was."""
     register("gradient_power", summary="|∂s/∂x| to a power", options={"power": 2.0}, reduce="sum")(gradient_power)
-    register("int_steps", summary="a method sharing integrated gradients' int option 'steps'",
-             options={"steps": 3})(int_steps)
+    register("int_steps", summary="a method sharing integrated gradients' int option 'steps'", options={"steps": 3})(
+        int_steps
+    )
     yield
     methods.unregister("gradient_power")
     methods.unregister("int_steps")
@@ -159,13 +160,15 @@ def test_reading_every_declaration_imports_neither_tensorflow_nor_keras():
 
 
 def test_methods_of_installed_distributions_are_loaded_from_the_entry_point_group(tmp_path):
-    (tmp_path / "outside_plugin.py").write_text(textwrap.dedent("""
+    (tmp_path / "outside_plugin.py").write_text(
+        textwrap.dedent("""
         from saliency_kit.methods import register
 
         @register("outside_gradient", summary="a plugin's gradient", options={"scale": 2.0})
         def outside_gradient(ctx, scale):
             return scale * ctx.gradients(ctx.inputs)
-    """))
+    """)
+    )
     info = tmp_path / "outside_plugin-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside-plugin\nVersion: 0.1\n")
@@ -245,7 +248,12 @@ def test_a_seed_option_draws_a_seed_when_none_is_given():
         seed.check(-1)
     # the declaration says which methods are noisy; smoothgrad is noisy whatever its base
     assert [m for m in BUILTINS if methods.get(m).noisy] == [
-        "smoothgrad", "squaregrad", "vargrad", "expected_gradients", "rise"]
+        "smoothgrad",
+        "squaregrad",
+        "vargrad",
+        "expected_gradients",
+        "rise",
+    ]
     assert methods.get("xrai").seed_option() is None
     assert methods.get("xrai").seed_option({"base": "expected_gradients"}) == "seed"
 

@@ -1,4 +1,5 @@
 """Blur IG against PAIR's ``saliency.core.BlurIG`` and against its own definition."""
+
 import numpy as np
 import pytest
 import scipy.ndimage
@@ -21,7 +22,6 @@ def tiny_model(dtype="float64", size=12, classes=3):
     return keras.Model(inputs, outputs)
 
 
-
 @pytest.mark.parametrize("sigma", [0.0, 0.3, 1.7, 6.0, 40.0])
 def test_blur_matrix_is_scipy_constant_mode(sigma):
     rng = np.random.default_rng(0)
@@ -41,8 +41,12 @@ def test_matches_pair_blur_ig(sqrt):
         for k in range(2):
             # PAIR's sqrt spacing is sqrt(i · max_sigma / steps): its widest blur is sqrt(max_sigma)
             expected = saliency_core.BlurIG().GetMask(
-                x[b], pair_gradients(model, targets[b, k]), steps=10, max_sigma=16.0 if sqrt else 4.0,
-                sqrt=sqrt, batch_size=1,
+                x[b],
+                pair_gradients(model, targets[b, k]),
+                steps=10,
+                max_sigma=16.0 if sqrt else 4.0,
+                sqrt=sqrt,
+                batch_size=1,
             )
             np.testing.assert_allclose(got.attributions[b, k], expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
 
@@ -67,8 +71,7 @@ def test_linear_model_closed_form():
     outputs = keras.layers.Dense(1, dtype="float64")(keras.layers.Flatten(dtype="float64")(inputs))
     model = keras.Model(inputs, outputs)
     x = np.random.default_rng(3).uniform(0, 1, (1, size, size, 1))
-    got = sk.explain(model, x, "blur_ig", targets=0, steps=steps, max_sigma=max_sigma,
-                     grad_step=max_sigma / steps)
+    got = sk.explain(model, x, "blur_ig", targets=0, steps=steps, max_sigma=max_sigma, grad_step=max_sigma / steps)
     blurred = scipy.ndimage.gaussian_filter(x[0], (max_sigma, max_sigma, 0), mode="constant")
     change = model(x).numpy()[0, 0] - model(blurred[None]).numpy()[0, 0]
     np.testing.assert_allclose(got.attributions.sum(), change, rtol=1e-6)

@@ -4,14 +4,15 @@ against NumPy computed from the layer's activations and gradients taken with a t
 (``np.interp`` along each axis, half-pixel centres, edges held: ``scipy.ndimage.zoom(order=1,
 grid_mode=True, mode="nearest")``); and every registered method on both ranks: the right shapes
 or a one-line ``ValueError``."""
+
 import keras
 import numpy as np
 import pytest
 import scipy.ndimage
 import tensorflow as tf
+from method_support import small_options
 
 import saliency_kit as sk
-from method_support import small_options
 from saliency_kit import methods
 from saliency_kit.model.layers import default_cam_layer
 
@@ -32,9 +33,11 @@ def linear_resize(a: np.ndarray, size) -> np.ndarray:
 
 def test_the_reference_resize_is_scipy_zoom_with_half_pixel_centres():
     a = np.random.default_rng(0).normal(size=(3, 4, 5))
-    np.testing.assert_allclose(linear_resize(a, (6, 8, 8)),
-                               scipy.ndimage.zoom(a, (2, 2, 8 / 5), order=1, grid_mode=True, mode="nearest"),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        linear_resize(a, (6, 8, 8)),
+        scipy.ndimage.zoom(a, (2, 2, 8 / 5), order=1, grid_mode=True, mode="nearest"),
+        atol=1e-12,
+    )
 
 
 # -- the models ----------------------------------------------------------------------------------
@@ -124,13 +127,22 @@ def test_gradcam_equals_numpy_from_the_twin_activations_and_gradients(net, reque
 def test_gradcam_plus_plus_and_layercam_equal_numpy(net, request):
     model, x = request.getfixturevalue(net)
     A, g = activations_and_gradients(model, x)
-    np.testing.assert_allclose(sk.explain(model, x, "gradcam_plus_plus", TARGETS).attributions,
-                               numpy_gradcam_plus_plus(A, g, spatial(x)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        sk.explain(model, x, "gradcam_plus_plus", TARGETS).attributions,
+        numpy_gradcam_plus_plus(A, g, spatial(x)),
+        rtol=1e-4,
+        atol=1e-6,
+    )
     A1, g1 = activations_and_gradients(model, x, "c1")  # LayerCAM on the early layer too
-    np.testing.assert_allclose(sk.explain(model, x, "layercam", TARGETS, layer="c1").attributions,
-                               numpy_layercam(A1, g1, spatial(x)), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(sk.explain(model, x, "layercam", TARGETS).attributions,
-                               numpy_layercam(A, g, spatial(x)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        sk.explain(model, x, "layercam", TARGETS, layer="c1").attributions,
+        numpy_layercam(A1, g1, spatial(x)),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        sk.explain(model, x, "layercam", TARGETS).attributions, numpy_layercam(A, g, spatial(x)), rtol=1e-4, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("net", NETS)
@@ -148,8 +160,9 @@ def test_scorecam_equals_numpy_with_masked_forward_passes(net, request):
             probabilities = tf.nn.softmax(logits).numpy()[0]
             for k, target in enumerate(TARGETS[b]):
                 expected[b, k] += probabilities[target] * A[b, ..., c]
-    expected = np.stack([[linear_resize(np.maximum(expected[b, k], 0), spatial(x)) for k in range(2)]
-                         for b in range(B)])
+    expected = np.stack(
+        [[linear_resize(np.maximum(expected[b, k], 0), spatial(x)) for k in range(2)] for b in range(B)]
+    )
     np.testing.assert_allclose(got.attributions, expected, rtol=1e-4, atol=1e-6)
 
 
@@ -160,8 +173,9 @@ def test_guided_gradcam_is_guided_backprop_times_the_resized_cam(net, request):
     guided = sk.explain(model, x, "guided_backprop", TARGETS).attributions
     both = sk.explain(model, x, "guided_gradcam", TARGETS)
     assert both.attributions.shape == (B, 2, *x.shape[1:]) and both.maps.shape == (B, 2, *spatial(x))
-    np.testing.assert_allclose(both.attributions, guided * numpy_gradcam(A, g, spatial(x))[..., None],
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        both.attributions, guided * numpy_gradcam(A, g, spatial(x))[..., None], rtol=1e-4, atol=1e-6
+    )
 
 
 CAMS = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "layercam", "scorecam"]
@@ -190,8 +204,11 @@ def test_the_default_layer_is_the_last_of_the_input_rank_nested_models_included(
         default_cam_layer(series, 5)
 
     inner_in = keras.Input((4, 6, 6, 1))
-    backbone = keras.Model(inner_in, keras.layers.Conv3D(2, 3, activation="relu", name="deep")(
-        keras.layers.Conv3D(2, 1, name="shallow")(inner_in)), name="backbone")
+    backbone = keras.Model(
+        inner_in,
+        keras.layers.Conv3D(2, 3, activation="relu", name="deep")(keras.layers.Conv3D(2, 1, name="shallow")(inner_in)),
+        name="backbone",
+    )
     outer_in = keras.Input((4, 6, 6, 1))
     volume = keras.Model(outer_in, keras.layers.Dense(2)(keras.layers.GlobalMaxPooling3D()(backbone(outer_in))))
     assert default_cam_layer(volume, 5) == "backbone/deep"
@@ -215,10 +232,13 @@ def test_a_layer_of_another_rank_and_inputs_of_no_spatial_rank_are_refused_in_on
 
 
 # -- channels first ----------------------------------------------------------------------------
-@pytest.mark.parametrize("conv, pool, shape", [
-    (keras.layers.Conv1D, keras.layers.GlobalAveragePooling1D, (16, 3)),
-    (keras.layers.Conv3D, keras.layers.GlobalAveragePooling3D, (6, 8, 8, 2)),
-])
+@pytest.mark.parametrize(
+    "conv, pool, shape",
+    [
+        (keras.layers.Conv1D, keras.layers.GlobalAveragePooling1D, (16, 3)),
+        (keras.layers.Conv3D, keras.layers.GlobalAveragePooling3D, (6, 8, 8, 2)),
+    ],
+)
 def test_channels_first_models_give_the_maps_of_their_channels_last_twin(conv, pool, shape):
     keras.utils.set_random_seed(23)
     last = _classifier(shape, conv, pool)

@@ -1,9 +1,10 @@
 """Expected gradients (GradientSHAP): a hand-written reference, the IG limit, seeds and batch sizes."""
+
 import numpy as np
 import pytest
+from method_support import uniform_draws
 
 import saliency_kit as sk
-from method_support import uniform_draws
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
@@ -44,8 +45,9 @@ def test_one_baseline_many_samples_converges_to_integrated_gradients():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(1, 6, 6, 2)).astype("float32")
     baseline = rng.normal(size=(6, 6, 2)).astype("float32")
-    eg = sk.explain(model, x, "expected_gradients", targets=2, samples=3000, baselines=baseline[None],
-                    seed=3, batch_size=256)
+    eg = sk.explain(
+        model, x, "expected_gradients", targets=2, samples=3000, baselines=baseline[None], seed=3, batch_size=256
+    )
     ig = sk.explain(model, x, "integrated_gradients", targets=2, steps=200, baseline=baseline)
     error = np.abs(eg.attributions - ig.attributions).sum() / np.abs(ig.attributions).sum()
     assert error < 0.05
@@ -62,10 +64,12 @@ def test_seed_fixes_the_result_whatever_the_batch_size():
     a = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5, batch_size=1)
     b = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5, batch_size=64)
     # with input keys, an input's draws are its own wherever it sits
-    keyed = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5,
-                       input_keys=[10, 11, 12])
-    c = sk.explain(model, x[2:], "expected_gradients", targets=a.targets[2:], samples=9, baselines=refs, seed=5,
-                   input_keys=[12])
+    keyed = sk.explain(
+        model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=5, input_keys=[10, 11, 12]
+    )
+    c = sk.explain(
+        model, x[2:], "expected_gradients", targets=a.targets[2:], samples=9, baselines=refs, seed=5, input_keys=[12]
+    )
     d = sk.explain(model, x, "expected_gradients", targets="top2", samples=9, baselines=refs, seed=6)
     np.testing.assert_allclose(a.attributions, b.attributions, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(c.attributions[0], keyed.attributions[2], rtol=1e-5, atol=1e-7)

@@ -1,5 +1,6 @@
 """Grad-CAM, Grad-CAM++ and guided Grad-CAM computed by hand on a tiny CNN whose channel
 gradients are W[c, k] / (h w)."""
+
 import numpy as np
 import tensorflow as tf
 
@@ -55,8 +56,9 @@ def test_the_layer_may_be_given_as_the_layer_object(tiny_cnn):
         assert by_object.layer == "conv" and by_object.options["layer"] == "conv"  # recorded as its path
         np.testing.assert_array_equal(by_object.attributions, by_name.attributions)
     cam = np.maximum((A * W[:, 1] / 16.0).sum(-1), 0)
-    np.testing.assert_allclose(sk.explain(model, x, "gradcam", 1, layer=conv).attributions[:, 0], _upsample(cam),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        sk.explain(model, x, "gradcam", 1, layer=conv).attributions[:, 0], _upsample(cam), atol=1e-5
+    )
 
     # a layer nested in an inner model is found by object too, as its path
     outer_in = keras.Input((8, 8, 2))

@@ -1,5 +1,6 @@
 """gradient, gradient × input, guided backprop and deconvnet against closed forms and a hand
 computation on a net small enough to do on paper."""
+
 import re
 
 import keras
@@ -75,8 +76,9 @@ class _CompiledRelu(keras.layers.Layer):
         return self.relu(t)
 
 
-@pytest.mark.parametrize("layer, message", [(_CeilingFromData, "threshold is not a constant"),
-                                            (_CompiledRelu, "keep their plain gradient")])
+@pytest.mark.parametrize(
+    "layer, message", [(_CeilingFromData, "threshold is not a constant"), (_CompiledRelu, "keep their plain gradient")]
+)
 def test_a_relu_the_rule_cannot_reach_is_refused_not_silently_left_plain(layer, message):
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(2)(layer()(keras.layers.Dense(4)(inputs))))

@@ -1,4 +1,5 @@
 """Guided IG against PAIR's ``saliency.core.GuidedIG`` and its integrated-gradients limit."""
+
 import numpy as np
 import pytest
 
@@ -16,7 +17,6 @@ def tiny_model(dtype="float64"):
     h = keras.layers.Conv2D(4, 3, padding="same", activation="tanh", dtype=dtype)(inputs)
     h = keras.layers.Flatten(dtype=dtype)(h)
     return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(h))
-
 
 
 class _NumpyWithOldQuantile:
@@ -49,14 +49,23 @@ def test_matches_pair_guided_ig(fraction, max_dist):
     baseline = np.zeros((8, 8, 2))
     baseline[:2] = x[0, :2]  # some features equal to the baseline: they never move
     targets = np.array([[0, 2], [1, 0]])
-    got = sk.explain(model, x, "guided_ig", targets=targets, steps=12, baseline=baseline,
-                     fraction=fraction, max_dist=max_dist, batch_size=3)
+    got = sk.explain(
+        model,
+        x,
+        "guided_ig",
+        targets=targets,
+        steps=12,
+        baseline=baseline,
+        fraction=fraction,
+        max_dist=max_dist,
+        batch_size=3,
+    )
     for b in range(2):
         for k in range(2):
-            expected = pair_guided_ig(model, x[b], targets[b, k], baseline, x_steps=12,
-                                      fraction=fraction, max_dist=max_dist)
-            np.testing.assert_allclose(got.attributions[b, k], expected, rtol=1e-4,
-                                       atol=1e-6 * np.abs(expected).max())
+            expected = pair_guided_ig(
+                model, x[b], targets[b, k], baseline, x_steps=12, fraction=fraction, max_dist=max_dist
+            )
+            np.testing.assert_allclose(got.attributions[b, k], expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
 
 
 def test_max_dist_zero_is_left_riemann_integrated_gradients():

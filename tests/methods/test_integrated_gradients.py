@@ -1,5 +1,6 @@
 """Integrated gradients: closed forms on a linear model, quadrature rules, completeness on a CNN
 whose score at the baseline is not zero (so a forgotten − s(baseline) fails), bad baselines."""
+
 import keras
 import numpy as np
 import pytest
@@ -43,15 +44,17 @@ def test_integrated_gradients_completeness_on_a_cnn():
     keras.utils.set_random_seed(9)
     # non-zero biases: the scores at the zero baseline are not zero
     init = {"kernel_initializer": "he_normal", "bias_initializer": keras.initializers.RandomUniform(0.05, 0.3)}
-    model = keras.Sequential([
-        keras.Input((12, 12, 3)),
-        keras.layers.Conv2D(8, 3, activation="relu", **init),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(8, 3, activation="relu", **init),
-        keras.layers.Flatten(),
-        keras.layers.Dense(16, activation="relu", **init),
-        keras.layers.Dense(3, activation="softmax", **init),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((12, 12, 3)),
+            keras.layers.Conv2D(8, 3, activation="relu", **init),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(8, 3, activation="relu", **init),
+            keras.layers.Flatten(),
+            keras.layers.Dense(16, activation="relu", **init),
+            keras.layers.Dense(3, activation="softmax", **init),
+        ]
+    )
     x = np.random.default_rng(6).uniform(0, 1, size=(2, 12, 12, 3)).astype("float32")
     targets = [[0, 1]] * 2
     expl = sk.explain(model, x, "integrated_gradients", targets, steps=256, batch_size=128)

@@ -1,10 +1,11 @@
 """The "lrp" and "deeplift" methods against NumPy written here, batched and with K classes."""
+
 import keras
 import numpy as np
 import pytest
+from propagation.numpy_reference import numpy_deeplift
 
 import saliency_kit as sk
-from propagation.numpy_reference import numpy_deeplift
 from saliency_kit.propagation import composites
 
 
@@ -28,9 +29,12 @@ def numpy_lrp_epsilon(x, weights, column, eps):
     z1 = x @ W1 + b1
     a1 = np.maximum(z1, 0)
     z2 = a1 @ W2 + b2
-    stab = lambda z: z + eps * np.where(z >= 0, 1, -1)
+
+    def stab(z):
+        return z + eps * np.where(z >= 0, 1, -1)
+
     R2 = np.where(np.arange(3) == column, z2, 0)
-    R1 = a1 * (W2 @ (R2 / stab(z2)))          # relevance of the ReLU outputs = of z1 (Pass)
+    R1 = a1 * (W2 @ (R2 / stab(z2)))  # relevance of the ReLU outputs = of z1 (Pass)
     return x * (W1 @ (R1 / stab(z1)))
 
 
@@ -73,7 +77,10 @@ def test_deeplift_matches_numpy_sums_to_delta_and_reports_the_gap(mlp):
     baseline = np.array([0.3, -0.2, 0.1, 0.0], "float32")
     targets = np.array([[0, 1, 2]] * len(x))
     got = sk.explain(model, x, "deeplift", targets=targets, baseline=baseline, batch_size=4)
-    logits = lambda v: np.maximum(v @ weights[0] + weights[1], 0) @ weights[2] + weights[3]
+
+    def logits(v):
+        return np.maximum(v @ weights[0] + weights[1], 0) @ weights[2] + weights[3]
+
     for b in range(len(x)):
         delta = logits(x[b].astype(np.float64)) - logits(baseline.astype(np.float64))
         for k in range(3):

@@ -1,15 +1,25 @@
 """The sampling, path and CAM methods on awkward models: a backbone nested in a classifier, a subclassed model,
 mixed precision; K classes per input and batch-versus-alone agreement for each."""
+
 import numpy as np
 import pytest
+from method_support import small_options
 
 import saliency_kit as sk
-from method_support import small_options
 
 keras = pytest.importorskip("keras")
 
-METHODS = ["blur_ig", "guided_ig", "expected_gradients", "squaregrad", "vargrad", "scorecam", "layercam", "rise",
-           "xrai"]
+METHODS = [
+    "blur_ig",
+    "guided_ig",
+    "expected_gradients",
+    "squaregrad",
+    "vargrad",
+    "scorecam",
+    "layercam",
+    "rise",
+    "xrai",
+]
 
 
 def nested_model():

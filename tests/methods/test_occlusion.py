@@ -1,4 +1,5 @@
 """Occlusion against hand computations: on a linear model a window's drop is Σ w·(x − value)."""
+
 import keras
 import numpy as np
 
@@ -17,8 +18,9 @@ def test_occlusion_of_a_linear_model(linear_image):
     coarse = sk.explain(model, x, "occlusion", 1, window=(2, 2), stride=2, value=0.5)
     region = (slice(None), slice(2, 4), slice(0, 2))
     expected = ((x - 0.5) * w[1])[region].sum(axis=(1, 2, 3))
-    np.testing.assert_allclose(coarse.attributions[:, 0][region], np.broadcast_to(
-        expected[:, None, None, None], (B, 2, 2, 2)), atol=1e-5)
+    np.testing.assert_allclose(
+        coarse.attributions[:, 0][region], np.broadcast_to(expected[:, None, None, None], (B, 2, 2, 2)), atol=1e-5
+    )
 
 
 def test_occlusion_of_tabular_inputs_is_feature_ablation():

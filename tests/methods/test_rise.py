@@ -1,10 +1,11 @@
 """RISE: a region-mean model ranks its region first; a hand-written reference; seeds and batch sizes."""
+
 import numpy as np
 import pytest
 import skimage.transform
+from method_support import uniform_draws
 
 import saliency_kit as sk
-from method_support import uniform_draws
 
 keras = pytest.importorskip("keras")
 
@@ -34,7 +35,9 @@ def test_region_mean_model_ranks_its_region_first():
         far = np.ones((16, 16), bool)
         far[max(rows.start - 4, 0) : rows.stop + 4, max(cols.start - 4, 0) : cols.stop + 4] = False
         assert saliency[inside].min() > saliency[far].max()
-        assert np.unravel_index(saliency.argmax(), saliency.shape) in {(r, c) for r in range(16)[rows] for c in range(16)[cols]}
+        assert np.unravel_index(saliency.argmax(), saliency.shape) in {
+            (r, c) for r in range(16)[rows] for c in range(16)[cols]
+        }
 
 
 def test_matches_a_numpy_reference_with_skimage_masks():
@@ -49,10 +52,12 @@ def test_matches_a_numpy_reference_with_skimage_masks():
     u = uniform_draws(7, None, count, range(count), [cells * cells + 2])
     grids = (u[:, : cells * cells] < p).astype("float32").reshape(count, cells, cells)
     offsets = np.minimum(np.floor(u[:, -2:] * 4).astype(int), 3)
-    masks = np.stack([
-        skimage.transform.resize(g, (16, 16), order=1, mode="edge", anti_aliasing=False)[r : r + 12, c : c + 12]
-        for g, (r, c) in zip(grids, offsets)
-    ])
+    masks = np.stack(
+        [
+            skimage.transform.resize(g, (16, 16), order=1, mode="edge", anti_aliasing=False)[r : r + 12, c : c + 12]
+            for g, (r, c) in zip(grids, offsets)
+        ]
+    )
     for b in range(2):
         scores = model(x[b][None] * masks[..., None]).numpy()  # [count, 2]
         for k, cls in enumerate(got.targets[b]):

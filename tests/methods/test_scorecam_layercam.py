@@ -1,4 +1,5 @@
 """Score-CAM and LayerCAM against tf-keras-vis ``Scorecam``/``Layercam`` and hand-written references."""
+
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
 """SmoothGrad against closed forms on a linear model: the gradient is constant, so the mean is
 the gradient, the mean of squares its square and the variance zero."""
+
 import numpy as np
 
 import saliency_kit as sk

@@ -1,11 +1,12 @@
 """squaregrad and vargrad (and smoothgrad's mean) against an independent NumPy implementation
 fed the same noise: the noise reproduced from its documented keys with TensorFlow's stateless
 generator, the gradients of a one-hidden-layer tanh network in closed form."""
+
 import numpy as np
 import pytest
+from method_support import normal_draws
 
 import saliency_kit as sk
-from method_support import normal_draws
 
 keras = pytest.importorskip("keras")
 

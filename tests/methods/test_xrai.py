@@ -1,4 +1,5 @@
 """XRAI against PAIR's ``saliency.core.XRAI`` given the same segments and base attributions."""
+
 import numpy as np
 import pytest
 
@@ -25,8 +26,11 @@ def pair_result(attr, segments, area_threshold=1.0):
     parameters = pair_xrai.XRAIParameters(area_threshold=area_threshold, flatten_xrai_segments=True)
     parameters.return_xrai_segments = True
     out = pair_xrai.XRAI().GetMaskWithDetails(
-        np.zeros((*attr.shape[:2], 3)), call_model_function=None, base_attribution=attr,
-        segments=segments, extra_parameters=parameters,
+        np.zeros((*attr.shape[:2], 3)),
+        call_model_function=None,
+        base_attribution=attr,
+        segments=segments,
+        extra_parameters=parameters,
     )
     return out.attribution_mask, out.segments
 

@@ -9,6 +9,7 @@ test compares every pair. A new rule adds its reference here, decorated; nothing
 :func:`numpy_deeplift` is the one DeepLIFT Rescale reference, for a chain of dense, ReLU and
 max-pooling layers on 1-D inputs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,9 +24,11 @@ RULES: list[tuple[type, dict, object]] = []
 
 def replicates(target: list, rule_class: type, **configuration):
     """Record that the decorated reference replicates ``rule_class(**configuration)``."""
+
     def decorate(reference):
         target.append((rule_class, configuration, reference))
         return reference
+
     return decorate
 
 
@@ -61,8 +64,9 @@ def alpha_beta_rule(x, W, b, R, S, alpha, beta, stabilizer=1e-6):
     zp = pos(x) @ pos(W) + neg(x) @ neg(W) + pos(b)
     zn = pos(x) @ neg(W) + neg(x) @ pos(W) + neg(b)
     cp, cn = R / stab(zp, stabilizer), R / stab(zn, stabilizer)
-    return (alpha * (pos(x) * (pos(W) @ cp) + neg(x) * (neg(W) @ cp))
-            - beta * (pos(x) * (neg(W) @ cn) + neg(x) * (pos(W) @ cn)))
+    return alpha * (pos(x) * (pos(W) @ cp) + neg(x) * (neg(W) @ cp)) - beta * (
+        pos(x) * (neg(W) @ cn) + neg(x) * (pos(W) @ cn)
+    )
 
 
 @replicates(RULES, Gamma, gamma=0.25)
@@ -84,7 +88,7 @@ def flat_rule(x, W, b, R, S, stabilizer=1e-6):
 
 @replicates(RULES, WSquare)
 def wsquare_rule(x, W, b, R, S, stabilizer=1e-6):
-    return (W ** 2) @ (R / stab((W ** 2).sum(0) + b ** 2, stabilizer))
+    return (W**2) @ (R / stab((W**2).sum(0) + b**2, stabilizer))
 
 
 @replicates(RULES, ZBox, low=-1.0, high=1.0)
@@ -147,8 +151,8 @@ def numpy_deeplift(layers, x, x0, column):
             top = np.maximum(y, y0)
             shares = np.zeros_like(a)
             for w in range(len(y)):
-                shares[w * size + np.argmax(a[w * size:(w + 1) * size])] += m[w] * (top[w] - y0[w])
-                shares[w * size + np.argmax(r[w * size:(w + 1) * size])] += m[w] * (y[w] - top[w])
+                shares[w * size + np.argmax(a[w * size : (w + 1) * size])] += m[w] * (top[w] - y0[w])
+                shares[w * size + np.argmax(r[w * size : (w + 1) * size])] += m[w] * (y[w] - top[w])
             d = a - r
             m = np.where(np.abs(d) > 1e-7, shares / np.where(d == 0, 1, d), 0.0)
     return (x - x0) * m

@@ -1,5 +1,6 @@
 """The composite registry: names come from the decorator only, reading them imports no TensorFlow,
 and a composite registered here (a tiny test-only one) is usable by name at once."""
+
 from __future__ import annotations
 
 import subprocess
@@ -8,9 +9,9 @@ import sys
 import keras
 import numpy as np
 import pytest
+from propagation.numpy_reference import epsilon_rule, flat_rule
 
 import saliency_kit as sk
-from propagation.numpy_reference import epsilon_rule, flat_rule
 from saliency_kit.methods import get
 from saliency_kit.propagation import composites
 from saliency_kit.propagation.rules import Epsilon, Flat
@@ -22,22 +23,26 @@ class FlatThenEpsilon(composites.Composite):
     (registered, it also joins the registry-parametrised tests of ``test_lrp.py``)."""
 
     def __init__(self, epsilon: float = 0.01, stabilizer: float = 1e-6):
-        super().__init__([("first", Flat(stabilizer)), ((keras.layers.Dense, keras.layers.Conv2D), Epsilon(epsilon))],
-                         pooling_stabilizer=stabilizer)
+        super().__init__(
+            [("first", Flat(stabilizer)), ((keras.layers.Dense, keras.layers.Conv2D), Epsilon(epsilon))],
+            pooling_stabilizer=stabilizer,
+        )
 
 
 def test_reading_the_names_imports_no_tensorflow():
-    code = ("import sys; from saliency_kit.propagation import composites; names = composites.names(); "
-            "assert 'epsilon_plus_flat' in names, names; "
-            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported'")
+    code = (
+        "import sys; from saliency_kit.propagation import composites; names = composites.names(); "
+        "assert 'epsilon_plus_flat' in names, names; "
+        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_the_lrp_method_offers_the_registered_names():
-    composite, = [option for option in get("lrp").options if option.name == "composite"]
+    (composite,) = [option for option in get("lrp").options if option.name == "composite"]
     # the choices are read from the registry when the method is declared (this module's composite
     # is among them only if it was registered first)
-    assert list(composite.choices) == composites.names()[:len(composite.choices)]
+    assert list(composite.choices) == composites.names()[: len(composite.choices)]
     assert set(composites.names()) - set(composite.choices) <= {"test_flat_then_epsilon"}
     assert get("lrp").signed and get("lrp").reduce == "sum"
 
@@ -51,8 +56,9 @@ def test_a_registered_composite_is_usable_by_name():
     rng = np.random.default_rng(0)
     W1, W2 = rng.normal(size=(4, 3)), rng.normal(size=(3, 2))
     inputs = keras.Input((4,))
-    model = keras.Model(inputs, keras.layers.Dense(2, use_bias=False)(
-        keras.layers.Dense(3, use_bias=False, activation="relu")(inputs)))
+    model = keras.Model(
+        inputs, keras.layers.Dense(2, use_bias=False)(keras.layers.Dense(3, use_bias=False, activation="relu")(inputs))
+    )
     model.layers[1].set_weights([W1.astype("float32")])
     model.layers[2].set_weights([W2.astype("float32")])
     x = rng.uniform(-1, 1, size=(3, 4)).astype("float32")

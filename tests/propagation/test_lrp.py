@@ -1,13 +1,14 @@
 """LRP rules, composites, canonizers and DeepLIFT, checked against NumPy written independently
 (:mod:`numpy_reference`: each reference carries the rule configurations it replicates)."""
+
 from __future__ import annotations
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from propagation.numpy_reference import RULES, conv_matrix, numpy_deeplift, zbox_rule
+
 from saliency_kit.propagation import composites
 from saliency_kit.propagation.deeplift import rewrite_deeplift
 from saliency_kit.propagation.lrp import rewrite_lrp
@@ -16,10 +17,10 @@ from saliency_kit.propagation.rules import AlphaBeta, Epsilon, Flat, Pass, ZBox,
 RNG = np.random.default_rng(7)
 
 
-
 def named_lrp(model, composite, *, input_relevance=False, **options):
     """``rewrite_lrp`` with a named composite (or a Composite) built with ``options``."""
     return rewrite_lrp(model, composites.get(composite, **options), input_relevance=input_relevance)
+
 
 def input_relevance(rewritten, x, column, *, logits_layer=-1):
     """The relevance at the input for output ``column`` (the input gradient of a model rewritten
@@ -48,8 +49,11 @@ def test_every_rule_has_a_reference():
     from saliency_kit.propagation import rules
     from saliency_kit.propagation.core import LinearRule
 
-    defined = {cls for cls in vars(rules).values() if isinstance(cls, type) and issubclass(cls, LinearRule)
-               and cls is not LinearRule}
+    defined = {
+        cls
+        for cls in vars(rules).values()
+        if isinstance(cls, type) and issubclass(cls, LinearRule) and cls is not LinearRule
+    }
     assert defined == {rule_class for rule_class, _, _ in RULES}
 
 
@@ -68,8 +72,14 @@ def test_each_rule_on_a_dense_layer_matches_numpy(case):
         for row in range(2):
             z = x[row] @ W + b
             R = np.where(np.arange(3) == column, z, 0.0)
-            want = reference(x[row].astype(np.float64), W.astype(np.float64), b.astype(np.float64), R,
-                             np.ones(W.shape), **configuration)
+            want = reference(
+                x[row].astype(np.float64),
+                W.astype(np.float64),
+                b.astype(np.float64),
+                R,
+                np.ones(W.shape),
+                **configuration,
+            )
             np.testing.assert_allclose(got[row], want, rtol=2e-4, atol=2e-5)
 
 
@@ -100,17 +110,26 @@ def test_zbox_takes_per_channel_bounds_in_input_space():
     model.layers[0].set_weights([kernel, np.zeros(1, np.float32)])
     x = RNG.uniform(-0.5, 0.5, size=(1, 3, 3, 2)).astype(np.float32)
     rewritten = named_lrp(model, "epsilon_gamma_box", low=low, high=high, input_relevance=True)
-    assert isinstance(rewritten.rewritten_layers["conv2d" if "conv2d" in rewritten.rewritten_layers
-                                                  else model.layers[0].name], ZBox)
+    assert isinstance(
+        rewritten.rewritten_layers["conv2d" if "conv2d" in rewritten.rewritten_layers else model.layers[0].name], ZBox
+    )
     W, _ = conv_matrix(kernel.astype(np.float64), 3, 3)
     z = x.reshape(-1) @ W
     got = input_relevance(rewritten, x, 2).reshape(-1)
-    want = zbox_rule(x.reshape(-1).astype(np.float64), W, np.zeros(4), np.where(np.arange(4) == 2, z, 0.0),
-                     None, low=np.tile(low, 9), high=np.tile(high, 9))
+    want = zbox_rule(
+        x.reshape(-1).astype(np.float64),
+        W,
+        np.zeros(4),
+        np.where(np.arange(4) == 2, z, 0.0),
+        None,
+        low=np.tile(low, 9),
+        high=np.tile(high, 9),
+    )
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
 # ----------------------------------------------------------------------------- whole networks
+
 
 def relu_net(bias=True, seed=0, final="softmax", relu_max=None):
     """conv(relu) → conv → BN → ReLU → max pool → flatten → dense(relu) → dense(softmax)."""
@@ -130,7 +149,7 @@ def relu_net(bias=True, seed=0, final="softmax", relu_max=None):
         if isinstance(layer, keras.layers.BatchNormalization):
             gamma = rng.uniform(0.5, 1.5, 5)
             rest = [rng.normal(0, 0.1, 5), rng.uniform(0.5, 2, 5)] if bias else [np.zeros(5), rng.uniform(0.5, 2, 5)]
-            layer.set_weights([gamma, *(([rng.normal(0, 0.1, 5)]) if bias else []), *rest][:len(weights)])
+            layer.set_weights([gamma, *(([rng.normal(0, 0.1, 5)]) if bias else []), *rest][: len(weights)])
         elif weights:
             layer.set_weights([rng.normal(0, 0.5, w.shape).astype(np.float32) for w in weights])
     return model
@@ -163,8 +182,9 @@ def test_gradient_form_times_input_is_the_relevance():
     x = RNG.uniform(0.1, 1, size=(2, 8, 8, 3)).astype(np.float32)
     grad_form = logits_of(named_lrp(model, "epsilon_plus"))
     relevance_form = logits_of(named_lrp(model, "epsilon_plus", input_relevance=True))
-    np.testing.assert_allclose(gradient_times_input(grad_form, x, 1), input_relevance(relevance_form, x, 1),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        gradient_times_input(grad_form, x, 1), input_relevance(relevance_form, x, 1), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_lrp0_equals_gradient_times_input_on_a_relu_net():
@@ -173,8 +193,9 @@ def test_lrp0_equals_gradient_times_input_on_a_relu_net():
     x = RNG.uniform(0, 1, size=(2, 8, 8, 3)).astype(np.float32)
     rewritten = logits_of(named_lrp(model, "epsilon", epsilon=1e-12, input_relevance=True))
     for column in range(4):
-        np.testing.assert_allclose(input_relevance(rewritten, x, column), gradient_times_input(plain_logits, x, column),
-                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            input_relevance(rewritten, x, column), gradient_times_input(plain_logits, x, column), rtol=1e-4, atol=1e-6
+        )
 
 
 def awkward_net(seed=0):
@@ -188,8 +209,14 @@ def awkward_net(seed=0):
     b = keras.layers.BatchNormalization(center=False, name="dw_bn")(b)
     h = keras.layers.Add(name="residual")([a, b])
     h = keras.layers.LeakyReLU(0.1, name="leaky")(h)
-    block = keras.Sequential([keras.Input((9, 9, 4)), keras.layers.Conv2D(3, 1, use_bias=False, activation="relu"),
-                              keras.layers.AveragePooling2D(3)], name="block")
+    block = keras.Sequential(
+        [
+            keras.Input((9, 9, 4)),
+            keras.layers.Conv2D(3, 1, use_bias=False, activation="relu"),
+            keras.layers.AveragePooling2D(3),
+        ],
+        name="block",
+    )
     c = keras.layers.Concatenate(name="concat")([block(h), keras.layers.MaxPooling2D(3)(h)])
     z = keras.layers.GlobalAveragePooling2D()(c)
     out = keras.layers.Dense(3, use_bias=False, name="logits")(z)
@@ -210,8 +237,9 @@ def test_awkward_layers_lrp0_is_gradient_times_input_and_deeplift_sums_to_delta(
     assert "block/" + model.get_layer("block").layers[0].name in lrp0.rewritten_layers
     np.testing.assert_allclose(lrp0(x), model(x), rtol=1e-5, atol=1e-6)
     for column in range(3):
-        np.testing.assert_allclose(input_relevance(lrp0, x, column), gradient_times_input(model, x, column),
-                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            input_relevance(lrp0, x, column), gradient_times_input(model, x, column), rtol=1e-4, atol=1e-6
+        )
     scores = model(x).numpy()
     _, gap = deeplift(model, x, np.array([[0, 1, 2]] * 2), baseline=0.1)
     assert np.abs(gap).max() <= 1e-5 * np.abs(scores).max() + 1e-6
@@ -237,9 +265,9 @@ def test_rewrite_leaves_the_model_untouched_and_lists_rules():
     rewritten = named_lrp(model, "epsilon_plus_flat")
     names = [layer.name for layer in model.layers]
     rules = rewritten.rewritten_layers
-    assert isinstance(rules[names[1]], Flat)           # first layer
-    assert isinstance(rules[names[2]], ZPlus)          # convolution
-    assert isinstance(rules[names[4]], Pass)           # ReLU
+    assert isinstance(rules[names[1]], Flat)  # first layer
+    assert isinstance(rules[names[2]], ZPlus)  # convolution
+    assert isinstance(rules[names[4]], Pass)  # ReLU
     assert isinstance(rules[names[7]], Epsilon) and isinstance(rules[names[8]], Epsilon)  # dense
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
@@ -269,13 +297,16 @@ class Doubler(keras.layers.Layer):
         return 2 * x
 
 
-@pytest.mark.parametrize("make, named", [
-    (lambda h: keras.layers.LayerNormalization(name="ln")(h), "ln"),
-    (lambda h: keras.layers.MultiHeadAttention(2, 4, name="mha")(h, h), "mha"),
-    (lambda h: Doubler(name="custom")(h), "custom"),
-    (lambda h: keras.layers.Activation("tanh", name="tanh_act")(h), "tanh_act"),
-    (lambda h: keras.layers.Dense(4, activation="gelu", name="gelu_dense")(h), "gelu_dense"),
-])
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (lambda h: keras.layers.LayerNormalization(name="ln")(h), "ln"),
+        (lambda h: keras.layers.MultiHeadAttention(2, 4, name="mha")(h, h), "mha"),
+        (lambda h: Doubler(name="custom")(h), "custom"),
+        (lambda h: keras.layers.Activation("tanh", name="tanh_act")(h), "tanh_act"),
+        (lambda h: keras.layers.Dense(4, activation="gelu", name="gelu_dense")(h), "gelu_dense"),
+    ],
+)
 def test_layers_without_rules_are_refused_by_name(make, named):
     inp = keras.Input((3, 4))
     h = keras.layers.Dense(4)(inp)
@@ -288,6 +319,7 @@ def test_layers_without_rules_are_refused_by_name(make, named):
 
 
 # ----------------------------------------------------------------------------- DeepLIFT
+
 
 def deeplift(model, inputs, classes, baseline=0.0):
     """DeepLIFT attributions of the logits for ``classes [B, K]``, eagerly, through
@@ -377,8 +409,7 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     x = np.random.default_rng(0).uniform(-1, 1, size=(1, *shape)).astype(np.float32)
-    rewritten = named_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25,
-                            low=-1.0, high=1.0)
+    rewritten = named_lrp(model, composite, input_relevance=True, epsilon=1e-25, stabilizer=1e-25, low=-1.0, high=1.0)
     np.testing.assert_allclose(rewritten(x), model(x), rtol=1e-4, atol=1e-6)
     logits = logits_of(rewritten)
     score = logits(x).numpy()[0]
@@ -387,10 +418,13 @@ def test_lrp_on_keras_applications_conserves_relevance(name, shape, composite):
     np.testing.assert_allclose(total, score[column], rtol=1e-2)
 
 
-@pytest.mark.parametrize("name, shape, layer_kind", [
-    ("EfficientNetB0", (32, 32, 3), "Activation|Multiply|Dense|Conv2D"),
-    ("ConvNeXtTiny", (32, 32, 3), "LayerNormalization"),
-])
+@pytest.mark.parametrize(
+    "name, shape, layer_kind",
+    [
+        ("EfficientNetB0", (32, 32, 3), "Activation|Multiply|Dense|Conv2D"),
+        ("ConvNeXtTiny", (32, 32, 3), "LayerNormalization"),
+    ],
+)
 def test_unsupported_applications_are_refused_naming_a_layer(name, shape, layer_kind):
     model = getattr(keras.applications, name)(weights=None, input_shape=shape, classes=10)
     with pytest.raises(ValueError, match=rf"cannot rewrite layer '[^']+' \(({layer_kind})\)"):
