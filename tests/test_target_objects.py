@@ -173,13 +173,14 @@ def test_box_gradient_on_a_linear_detector_head_equals_the_hand_derivation():
             p = np.exp(y[:, 5:] - y[:, 5:].max(-1, keepdims=True))
             p /= p.sum(-1, keepdims=True)
             ious = [_iou_and_derivatives(t, y[j, :4]) for j in range(N)]
-            similarity = np.array([ious[j][0] * y[j, 4] * p[j, c] for j in range(N)])
+            o = 1 / (1 + np.exp(-y[:, 4]))  # the objectness logit's probability
+            similarity = np.array([ious[j][0] * o[j] * p[j, c] for j in range(N)])
             j = int(similarity.argmax())
             iou, d_iou = ious[j]
             dy = np.zeros((N, 5 + C))
-            dy[j, :4] = d_iou * y[j, 4] * p[j, c]
-            dy[j, 4] = iou * p[j, c]
-            dy[j, 5:] = iou * y[j, 4] * p[j, c] * ((np.arange(C) == c) - p[j])
+            dy[j, :4] = d_iou * o[j] * p[j, c]
+            dy[j, 4] = iou * p[j, c] * o[j] * (1 - o[j])
+            dy[j, 5:] = iou * o[j] * p[j, c] * ((np.arange(C) == c) - p[j])
             expected = (kernel @ dy.reshape(-1)).reshape(4, 4, 1)
             np.testing.assert_allclose(e.scores[b, k], similarity.max(), rtol=1e-5)
             np.testing.assert_allclose(g[b, k], expected, rtol=1e-4, atol=1e-6)
@@ -396,7 +397,8 @@ def _box_case():
                     w = max(0, min(t[2], q[2]) - max(t[0], q[0]))
                     h = max(0, min(t[3], q[3]) - max(t[1], q[1]))
                     union = (t[2] - t[0]) * (t[3] - t[1]) + max(0, q[2] - q[0]) * max(0, q[3] - q[1]) - w * h
-                    out[b, k] = max(out[b, k], w * h / union * y[b, j, 4] * p[b, j, 1])
+                    o = 1 / (1 + np.exp(-y[b, j, 4]))  # the objectness logit's probability
+                    out[b, k] = max(out[b, k], w * h / union * o * p[b, j, 1])
         return out
 
     return model, sk.targets.box(boxes, 1), reference
@@ -505,7 +507,7 @@ def test_region_and_box_scores_agree_with_xpliques_operators():
     detector, _, _ = linear_detector(classes=1)  # one class: D-RISE's class term is 1 in both
     x = images(3, (4, 4, 1), seed=19)
     boxes = np.array([[0.5, 0.5, 2.5, 2.6], [1.5, 1.4, 3.0, 3.2], [0.0, 1.0, 2.0, 4.0]], np.float32)
-    e = sk.explain(detector, x, "gradient", sk.targets.box(boxes[:, None], 0))
+    e = sk.explain(detector, x, "gradient", sk.targets.box(boxes[:, None], 0, objectness="probability"))
     reference = np.concatenate([boxes, np.ones((3, 2), np.float32)], axis=1)  # objectness 1, class one-hot
     objects = detector(x).numpy()
     objects[..., 5:] = 1.0  # Xplique reads class probabilities: one class has probability 1
@@ -537,9 +539,30 @@ def test_box_targets_read_a_detector_ending_in_a_sigmoid_as_it_is():
     dense.set_weights([0.1 * dense.get_weights()[0], bias.reshape(-1)])
     x = images(2, (4, 4, 1), seed=21)
     box = [[0.0, 0.0, 1.0, 1.0]]
-    e = sk.explain(model, x, "gradient", sk.targets.box(box, 1, class_activation="none"))
+    e = sk.explain(model, x, "gradient", sk.targets.box(box, 1, class_activation="none", objectness="probability"))
     y = model(x).numpy()
     for b in range(2):
         best = max(_iou_and_derivatives(np.array(box[0]), y[b, j, :4])[0] * y[b, j, 4] * y[b, j, 6] for j in range(N))
         assert best > 0
         np.testing.assert_allclose(e.scores[b, 0], best, rtol=1e-5)
+
+
+def test_a_negative_objectness_logit_is_a_low_probability_not_a_sign_flip():
+    """A raw head's objectness logit goes through a sigmoid: with negative logits everywhere the
+    best-matching proposal still wins (multiplying the logit itself would pick the worst)."""
+    model, kernel, bias = linear_detector()
+    x = images(1, (4, 4, 1), seed=9)
+    y = (x[0].reshape(-1) @ kernel + bias).reshape(N, 5 + C)
+    shifted = bias.reshape(N, 5 + C).copy()
+    shifted[:, 4] -= y[:, 4].max() + 3.0  # every objectness logit below -3
+    model.get_layer("dense").set_weights([kernel, shifted.reshape(-1)])
+    y = model(x).numpy()[0]
+    assert (y[:, 4] < 0).all()
+    t = y[0, :4].copy()  # the target box is proposal 0 itself
+    e = sk.explain(model, x, "gradient", sk.targets.box([[list(t)]], 0))
+    p = np.exp(y[:, 5:] - y[:, 5:].max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = 1 / (1 + np.exp(-y[:, 4]))
+    expected = max(_iou_and_derivatives(t, y[j, :4])[0] * o[j] * p[j, 0] for j in range(N))
+    np.testing.assert_allclose(e.scores[0, 0], expected, rtol=1e-5)
+    assert e.scores[0, 0] > 0

@@ -8,10 +8,13 @@ pixels. For a target box ``t`` of class ``c``:
     score="drise":  s = max_j IoU(t, b_j) · o_j · p_j[c]
     score="class":  s = z_{j*}[c],  j* = argmax_j IoU(t, b_j)
 
-with ``o`` the objectness, ``p`` the class probabilities (the outputs are read as the model gives
-them, ``score="logits"`` removes nothing) (``class_activation``: a softmax of
-the logits for the tensor form, a sigmoid per class for the dict form, or ``"none"`` when the
-model gives probabilities) and ``z`` the class logits. The K boxes of one input are its K
+with ``o`` the objectness probability (``objectness="logit"``, the default: the sigmoid of the
+tensor form's objectness logit; ``"probability"``: the value as the model gives it), ``p`` the class
+probabilities (the outputs are read as the model gives them, ``score="logits"`` removes nothing)
+(``class_activation``: a softmax of the logits for the tensor form, a sigmoid per class for the
+dict form, or ``"none"`` when the model gives probabilities) and ``z`` the class logits. A raw
+objectness logit is never multiplied in as it is: a negative one would make the best-matching
+proposal the worst. The K boxes of one input are its K
 columns: they share its forward pass. Score-CAM's probability of a box: the D-RISE score
 itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class probability.
 """
@@ -27,6 +30,7 @@ from .base import Resolved, Target, TargetRequest
 __all__ = ["Box", "box"]
 
 _ACTIVATIONS = ("softmax", "sigmoid", "none")
+_OBJECTNESS = ("logit", "probability")
 
 
 class Box(Target):
@@ -35,7 +39,9 @@ class Box(Target):
     kind = "box"
     logits = False  # the proposals as the model gives them, a final sigmoid kept
 
-    def __init__(self, boxes, classes=None, score: str = "drise", class_activation: str | None = None):
+    def __init__(
+        self, boxes, classes=None, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+    ):
         if score not in ("drise", "class"):
             raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
         if class_activation is not None and class_activation not in _ACTIVATIONS:
@@ -43,6 +49,9 @@ class Box(Target):
                 f"class_activation must be one of {', '.join(map(repr, _ACTIVATIONS))} or None; "
                 f"received {class_activation!r}."
             )
+        if objectness not in _OBJECTNESS:
+            raise ValueError(f"objectness must be 'logit' or 'probability'; received {objectness!r}.")
+        self.objectness = objectness
         self.boxes = boxes
         self.classes = classes
         self.mode = score
@@ -50,7 +59,7 @@ class Box(Target):
         self.form = None  # "tensor" or "dict", set when bound to a model
 
     def kernel_key(self):
-        return (type(self), self.mode, self.class_activation, self.form)
+        return (type(self), self.mode, self.class_activation, self.objectness, self.form)
 
     def __repr__(self) -> str:
         return f"box(boxes={_describe(self.boxes)}, classes={self.classes!r}, score={self.mode!r})"
@@ -62,7 +71,13 @@ class Box(Target):
         boxes, padding = _boxes(self.boxes, B)  # [B, K, 4], bool [B, K]
         K = boxes.shape[1]
         classes = self._classes(request, boxes, C, form)
-        bound = Box(None, None, self.mode, self.class_activation or ("softmax" if form == "tensor" else "sigmoid"))
+        bound = Box(
+            None,
+            None,
+            self.mode,
+            self.class_activation or ("softmax" if form == "tensor" else "sigmoid"),
+            self.objectness,
+        )
         bound.form = form
         names = request.class_names
         info = [
@@ -128,7 +143,8 @@ class Box(Target):
             logits = tf.cast(outputs["classification"], tf.float32)
             return proposals, tf.ones_like(logits[..., 0]), logits
         values = tf.cast(outputs, tf.float32)
-        return values[..., :4], values[..., 4], values[..., 5:]
+        objectness = tf.sigmoid(values[..., 4]) if self.objectness == "logit" else values[..., 4]
+        return values[..., :4], objectness, values[..., 5:]
 
     def _probabilities(self, logits):
         import tensorflow as tf
@@ -253,7 +269,9 @@ def _describe(boxes) -> str:
     return text if len(text) < 80 else text[:77] + "..."
 
 
-def box(boxes, classes=None, *, score: str = "drise", class_activation: str | None = None) -> Box:
+def box(
+    boxes, classes=None, *, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+) -> Box:
     """Boxes to explain on a detector's raw output (before non-max suppression).
 
     Args:
@@ -268,7 +286,9 @@ def box(boxes, classes=None, *, score: str = "drise", class_activation: str | No
         class_activation: how class probabilities come from the class outputs: ``"softmax"``
             (default for ``[B, N, 4 + 1 + C]``), ``"sigmoid"`` (default for the dict form) or
             ``"none"`` (the model gives probabilities).
+        objectness: the tensor form's objectness: ``"logit"`` (the raw head's logit, taken through
+            a sigmoid) or ``"probability"`` (used as it is, e.g. after a final sigmoid).
 
     ``Explanation.target_info[b][k]``: ``{"kind": "box", "box", "class"}``.
     """
-    return Box(boxes, classes, score, class_activation)
+    return Box(boxes, classes, score, class_activation, objectness)
