@@ -242,12 +242,24 @@ def explain(
     )
 
 
-def check(model, inputs, method="gradient", *, score="logits", batch_size=32, class_names=None, **options) -> dict:
+def check(
+    model,
+    inputs,
+    method="gradient",
+    *,
+    score="logits",
+    batch_size=32,
+    class_names=None,
+    channels_axis=None,
+    **options,
+) -> dict:
     """Check what :func:`explain` checks before any work — the method and its options (with the
     method's own ``prepare``: a layer the model lacks, a baseline of the wrong shape), ``score``,
-    ``batch_size``, the inputs against the model — without explaining. Returns the method's options
+    ``batch_size``, the inputs against the model and their channel axis (``channels_axis`` as
+    :func:`explain` takes it) — without explaining. Returns the method's options
     as :func:`explain` would use them (defaults filled in, a seed drawn). Raises as :func:`explain`."""
-    return _checked(model, inputs, methods.get(method), score, batch_size, class_names, dict(options))[2]
+    chosen = methods.get(method)
+    return _checked(model, inputs, chosen, score, batch_size, class_names, dict(options), channels_axis)[2]
 
 
 def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict, channels_axis=None):
