@@ -143,11 +143,11 @@ def test_architecture_exercises_every_rewrite_path():
 
 def test_shipped_model_loads_offline_and_is_accurate(monkeypatch, tmp_path):
     import saliency_kit as sk
-    from saliency_kit.zoo import _resolve
+    from saliency_kit.zoo.config import resolve_path
 
     monkeypatch.setenv("SALIENCY_KIT_OFFLINE", "1")
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))  # an empty cache: nothing to fall back on
-    shipped = _resolve("package:shapes.keras", None)
+    shipped = resolve_path("package:shapes.keras", None)
     assert shipped.is_file() and shipped.stat().st_size <= 2_000_000
     model, spec = sk.load_model("shapes")
     assert spec.name == "shapes" and spec.input_size == (64, 64)
