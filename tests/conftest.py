@@ -1,4 +1,8 @@
-"""Shared test settings: quiet TensorFlow, deterministic seeds, CPU only."""
+"""Shared test settings: quiet TensorFlow, deterministic seeds, CPU only.
+
+This folder has no ``__init__.py``: pytest puts it on ``sys.path``, so a helper is imported by its
+path under ``tests/`` (``from cli_support import …``, ``from propagation.numpy_reference import …``),
+and no two test files may share a name (``tests/test_repository.py`` checks it)."""
 
 import os
 

@@ -1,11 +1,13 @@
-"""Shared by the method tests: the small settings each method runs with in the table-driven
-tests, and the engine's seeded draws reproduced from their documented keys with TensorFlow's
+"""Shared by the tests: the one table of small settings every method runs with wherever a test
+runs many methods (the engine's shared-properties table, model kinds, target kinds, mixed and half
+precision), and the engine's seeded draws reproduced from their documented keys with TensorFlow's
 stateless generators directly (not through saliency_kit)."""
 
 import numpy as np
 
 # Small settings for the methods that take many evaluations (any method not listed runs with its
-# defaults); the expected_gradients baselines are added per input shape by `small_options`.
+# defaults; tests/methods/test_base.py checks every long option of every method is shortened here);
+# the expected_gradients baselines are added per input shape by `small_options`.
 SMALL = {
     "integrated_gradients": {"steps": 8},
     "smoothgrad": {"samples": 6, "seed": 3},

@@ -114,3 +114,15 @@ def test_library_modules_import_each_other_directly_and_never_the_command_line()
 def test_the_model_rewrite_knows_propagation_only_through_rewrite_model():
     names = _imports(ROOT / "saliency_kit" / "model" / "rewrite.py")
     assert not any(name.startswith("saliency_kit.propagation") for name in names), names
+
+
+def test_test_files_have_names_unique_across_the_tree():
+    """``tests/`` has no ``__init__.py``: pytest imports a test file by its name alone, so two files of
+    one name in different folders would clash at collection."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name != "conftest.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not list((ROOT / "tests").rglob("__init__.py"))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, clashes

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import small_options
 
 import saliency_kit as sk
 from saliency_kit import errors, methods
@@ -246,18 +247,6 @@ def _half_pair(dtype):
     return half, full
 
 
-HALF_OPTIONS = {
-    "integrated_gradients": {"steps": 4},
-    "smoothgrad": {"samples": 3, "seed": 0},
-    "squaregrad": {"samples": 3, "seed": 0},
-    "vargrad": {"samples": 3, "seed": 0},
-    "expected_gradients": {"samples": 3, "seed": 0},
-    "blur_ig": {"steps": 4},
-    "guided_ig": {"steps": 4},
-    "xrai": {"steps": 4},
-    "rise": {"masks": 16, "seed": 0},
-    "occlusion": {"window": 4, "stride": 4},
-}
 #: the relative error one 16-bit rounding brings (unit roundoff: 2^-11 for float16, 2^-8 for
 #: bfloat16), times the ~20 roundings a value meets through this small network and its gradient
 TOLERANCE = {"float16": 20 * 2.0**-11, "bfloat16": 20 * 2.0**-8}
@@ -269,7 +258,7 @@ def test_every_method_works_on_a_half_precision_model_and_agrees_with_its_float3
     x = np.random.default_rng(3).uniform(0, 1, size=(2, 8, 8, 3)).astype("float32")
     x = x.astype(dtype if dtype == "float16" else "float32")  # bfloat16 inputs are cast by the model
     for name in methods.names():
-        options = dict(HALF_OPTIONS.get(name, {}))
+        options = small_options(name, x.shape[1:])
         if name == "expected_gradients":
             options["baselines"] = np.zeros((2, 8, 8, 3), np.float32)
         if name in ("xrai",):  # region ranking is discrete: compare the method's input, IG, below

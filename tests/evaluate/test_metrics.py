@@ -4,6 +4,7 @@ input, independent of batch_size and of the other inputs in the batch)."""
 import keras
 import numpy as np
 import pytest
+from method_support import SMALL
 
 from saliency_kit import evaluate
 from saliency_kit.evaluate import _common
@@ -61,7 +62,7 @@ def _score(value):
 def test_seeded_per_input_and_independent_of_batch_size(model, x, name):
     metric = getattr(evaluate, name)
     method = "smoothgrad" if name == "max_sensitivity" else "gradient"  # a noisy method re-run on copies
-    options = dict(CHEAP[name], **({"samples": 3} if method == "smoothgrad" else {}))
+    options = dict(CHEAP[name], **({"samples": SMALL["smoothgrad"]["samples"]} if method == "smoothgrad" else {}))
     full = _score(metric(model, x, method, "top2", batch_size=32, **options))
     assert full.shape == (4, 2) and full.dtype == np.float64
     np.testing.assert_allclose(

@@ -290,3 +290,18 @@ def test_method_modules_import_no_other_method_module_and_no_private_registry():
             if isinstance(node, ast.Name) and node.id == "_REGISTRY":
                 offenders.append(f"{name} reads _REGISTRY")
     assert not offenders
+
+
+def test_the_small_settings_table_shortens_every_long_option():
+    """The tests that run many methods share one table of small settings: any int option a method
+    declares with a default above 8 (samples, steps, masks) is set lower there."""
+    from method_support import SMALL
+
+    long = [
+        (name, option.name)
+        for name in methods.names()
+        for option in methods.get(name).options
+        if option.type is int and isinstance(option.default, int) and option.default > 8
+        if not SMALL.get(name, {}).get(option.name, option.default) < option.default
+    ]
+    assert not long, f"add these to tests/method_support.py's SMALL: {long}"

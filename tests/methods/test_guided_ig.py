@@ -9,7 +9,7 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 saliency_core = pytest.importorskip("saliency.core")
 
-from pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
+from methods.pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
 
 
 def tiny_model(dtype="float64"):

@@ -1,4 +1,5 @@
-"""The "lrp" and "deeplift" methods against NumPy written here, batched and with K classes."""
+"""The "lrp" and "deeplift" methods, batched and with K classes: LRP against NumPy written here,
+DeepLIFT against the one NumPy DeepLIFT of every DeepLIFT test (``propagation/numpy_reference.py``)."""
 
 import keras
 import numpy as np

@@ -20,7 +20,7 @@ from PIL import Image
 
 from saliency_kit.batch import gallery
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOSTILE = [
     "quote \" and ' here",
     "</script><script>window.hacked=1</script>",

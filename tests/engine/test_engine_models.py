@@ -6,15 +6,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import small_options
 
 import saliency_kit as sk
 from saliency_kit import engine, methods
 
-SMALL = {
-    "integrated_gradients": {"steps": 4},
-    "smoothgrad": {"samples": 3, "seed": 1},
-    "occlusion": {"window": 4, "stride": 4},
-}
 IMAGE_METHODS = [
     name
     for name in methods.names()
@@ -59,8 +55,8 @@ def pair():
 def test_mixed_float16_with_three_classes(pair, method):
     full, half, x = pair
     targets = [[0, 1, 3]] * 2
-    a = sk.explain(full, x, method, targets, **SMALL.get(method, {}))
-    b = sk.explain(half, x, method, targets, **SMALL.get(method, {}))
+    a = sk.explain(full, x, method, targets, **small_options(method, x.shape[1:]))
+    b = sk.explain(half, x, method, targets, **small_options(method, x.shape[1:]))
     assert b.attributions.shape == a.attributions.shape and b.attributions.dtype == np.float32
     assert np.all(np.isfinite(b.attributions))
     scale = np.abs(a.attributions).max()
@@ -112,8 +108,8 @@ def _functional_twin(model):
 @pytest.mark.parametrize("method", ["gradient", "gradient_x_input", "integrated_gradients", "smoothgrad", "occlusion"])
 def test_a_subclassed_model_explains_like_its_functional_twin(subclassed, method):
     model, twin, x = subclassed
-    a = sk.explain(model, x, method, [[0, 2]] * 2, **SMALL.get(method, {}))
-    b = sk.explain(twin, x, method, [[0, 2]] * 2, **SMALL.get(method, {}))
+    a = sk.explain(model, x, method, [[0, 2]] * 2, **small_options(method, x.shape[1:]))
+    b = sk.explain(twin, x, method, [[0, 2]] * 2, **small_options(method, x.shape[1:]))
     np.testing.assert_allclose(a.attributions, b.attributions, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
 

@@ -3,7 +3,7 @@ crash-tolerant manifest, the run's settings (model fingerprints, a lock for shar
 once) and resume planning.
 
 The end-to-end runs of ``saliency batch`` (bad files, SIGKILL then --resume, shards through the
-real command) are in tests/test_cli_batch.py; here are the pieces, on real files in tmp_path.
+real command) are in tests/cli/test_cli_batch.py; here are the pieces, on real files in tmp_path.
 """
 
 import json

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import small_options
 
 import saliency_kit as sk
 from saliency_kit import engine, methods
@@ -329,19 +330,11 @@ def test_new_masks_and_boxes_reuse_the_compiled_kernel():
 
 # -------------------------------------------------------------------------- batch_size
 @pytest.mark.parametrize(
-    "method,options",
-    [
-        ("gradient", {}),
-        ("smoothgrad", {"samples": 5, "seed": 1}),
-        ("occlusion", {"window": 3}),
-        ("rise", {"masks": 12, "seed": 2}),
-        ("integrated_gradients", {"steps": 5}),
-        ("gradcam", {}),
-        ("guided_ig", {"steps": 4}),
-    ],
+    "method", ["gradient", "smoothgrad", "occlusion", "rise", "integrated_gradients", "gradcam", "guided_ig"]
 )
-def test_results_do_not_depend_on_batch_size_with_per_input_masks_and_boxes(method, options):
+def test_results_do_not_depend_on_batch_size_with_per_input_masks_and_boxes(method):
     x = images(5, seed=16)
+    options = small_options(method, x.shape[1:])
     rng = np.random.default_rng(16)
     segment = sk.targets.region(rng.random((5, H, W)) > 0.4, rng.integers(0, 5, size=(5, 3)))
     boxes = [[[0, 0, 3, 3], [1, 2, 5, 6]], [[2, 1, 4, 4]], [[0, 1, 2, 5], [3, 3, 6, 6]], [[1, 1, 5, 5]], [[0, 0, 6, 6]]]
@@ -354,20 +347,6 @@ def test_results_do_not_depend_on_batch_size_with_per_input_masks_and_boxes(meth
 
 
 # ------------------------------------------------------------ every method × every kind
-def _fast(method: str) -> dict:
-    """Small sample/step counts from the declarations: every int option with a default above 8."""
-    chosen = methods.get(method)
-    options = {}
-    for option in chosen.options:
-        if option.type is int and isinstance(option.default, int) and option.default > 8:
-            options[option.name] = 4
-    if "window" in chosen.defaults:
-        options["window"] = 3
-    if "baselines" in chosen.defaults:  # reference inputs a method cannot do without
-        options["baselines"] = images(3, seed=99)
-    return options
-
-
 def _region_case():
     model = segmenter()
     masks = np.zeros((2, H, W), bool)
@@ -423,7 +402,7 @@ CASES = {"region": _region_case, "box": _box_case, "output": _output_case, "unit
 def test_every_method_explains_every_target_kind(method, kind):
     model, target, reference = CASES[kind]()
     x = images(2, seed=17)
-    e = sk.explain(model, x, method, target, **_fast(method))
+    e = sk.explain(model, x, method, target, **small_options(method, x.shape[1:]))
     assert e.attributions.shape[:2] == (2, 2) and e.maps.shape[:2] == (2, 2)
     assert np.all(np.isfinite(e.attributions))
     assert np.any(e.attributions != 0)

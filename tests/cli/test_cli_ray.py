@@ -1,5 +1,5 @@
 """The ``--ray`` flags of ``saliency batch`` (saliency_kit.cli.ray_options): checks made before any
-work, without Ray or TensorFlow running. The runs themselves are in tests/test_ray_runner.py."""
+work, without Ray or TensorFlow running. The runs themselves are in tests/batch/test_ray_runner.py."""
 
 import argparse
 import os
@@ -11,7 +11,7 @@ import pytest
 from saliency_kit.cli import ray_options
 from saliency_kit.cli.options import UsageError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse(*argv):

@@ -24,7 +24,7 @@ pytest.importorskip("ray.data")
 from saliency_kit.batch import outputs
 from saliency_kit.batch import ray as ray_runner  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # guided backprop, and a seeded SmoothGrad (noise drawn per image); small batches: several chunks
 OPTIONS = [
     "--method",
