@@ -17,7 +17,7 @@ from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
-__all__ = ["check", "explain", "jacobian", "resolve_selection"]
+__all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
 
 def _check_score(score):

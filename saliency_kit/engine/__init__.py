@@ -58,6 +58,7 @@ __all__ = [
     "kernel_count",
     "clear_cache",
     "KERNELS_PER_MODEL",
+    "fingerprint",
 ]
 
 _stats = {"traces": 0, "calls": 0}

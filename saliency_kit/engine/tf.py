@@ -52,6 +52,7 @@ __all__ = [
     "eagerly",
     "array_spec",
     "to_numpy",
+    "translating",
 ]
 
 

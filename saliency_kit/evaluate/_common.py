@@ -48,6 +48,13 @@ __all__ = [
     "score_jobs",
     "spatial_shape",
     "spatial_to_elements",
+    "preprocess",
+    "is_random_baseline",
+    "predicted_classes",
+    "seed_noise",
+    "maps_only",
+    "pixel_maps",
+    "image_channel_axis",
 ]
 
 #: The name of the seeded random explanation (the meta-check method of :func:`compare`).
@@ -75,8 +82,8 @@ class Scored:
     """
 
     model: object
-    x: np.ndarray | None
-    elements: np.ndarray | None
+    x: np.ndarray
+    elements: np.ndarray
     pixels: np.ndarray
     targets: np.ndarray
     channel_axis: int | None = None
@@ -526,19 +533,25 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
     return [np.concatenate(parts) if parts else np.zeros((0, len(job.targets))) for parts, job in zip(results, jobs)]
 
 
-def spatial_shape(scored: Scored) -> tuple[int, int]:
-    """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
+def image_channel_axis(scored: Scored) -> int:
+    """The channel axis of one image input (``ValueError`` for other inputs)."""
     if scored.channel_axis is None:
         raise ValueError(
             f"this metric perturbs image regions: it needs image inputs [B, H, W, C] (or channels "
             f"first); received inputs of shape {scored.x.shape}."
         )
+    return scored.channel_axis
+
+
+def spatial_shape(scored: Scored) -> tuple[int, int]:
+    """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
     shape = list(scored.x.shape[1:])
-    del shape[scored.channel_axis]
-    return tuple(shape)
+    del shape[image_channel_axis(scored)]
+    height, width = shape
+    return height, width
 
 
 def spatial_to_elements(mask: np.ndarray, scored: Scored) -> np.ndarray:
     """A ``[..., H, W]`` pixel mask or map broadcast over the channels of one input: ``[..., *input]``."""
-    axis = mask.ndim - 2 + (scored.channel_axis % 3)
+    axis = mask.ndim - 2 + (image_channel_axis(scored) % 3)
     return np.broadcast_to(np.expand_dims(mask, axis), (*mask.shape[:-2], *scored.x.shape[1:]))

@@ -119,7 +119,8 @@ def deletion_insertion(
     chunk = max(1, int(max_batch_bytes // max(per_input_bytes, 1)))
     curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
     for start in range(0, batch, chunk):
-        images, positions = [], []
+        images: list[np.ndarray] = []
+        positions: list[tuple[str, int, int | None]] = []
         for b in range(start, min(start + chunk, batch)):
             ranks = [_ranks(maps[b, k], rng) for k in range(n_targets)]
             random_rank = rng.permutation(n_pixels)
@@ -144,11 +145,11 @@ def deletion_insertion(
             rows = np.repeat([b for _, b, _ in positions], steps + 1)
             scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score, batch_size=batch_size))
         scores = scores.reshape(len(positions), steps + 1, n_targets)
-        for (name, b, k), s in zip(positions, scores):
-            if k is None:
-                curves[name][b] = s.T  # random order: one set of images scored for every target
+        for (name, row, column), s in zip(positions, scores):
+            if column is None:
+                curves[name][row] = s.T  # random order: one set of images scored for every target
             else:
-                curves[name][b, k] = s[:, k]
+                curves[name][row, column] = s[:, column]
 
     result = {"fractions": fractions, **curves}
     for name in _CURVES:

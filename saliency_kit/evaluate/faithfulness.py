@@ -31,6 +31,7 @@ pass; random draws are seeded per input, so results do not depend on ``batch_siz
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy.sparse import csc_matrix, lil_matrix
@@ -42,6 +43,7 @@ from ._common import (
     check_float,
     check_int,
     forward,
+    image_channel_axis,
     is_random_baseline,
     predicted_classes,
     prepare,
@@ -122,6 +124,11 @@ def faithfulness_correlation(
         for k in range(a.shape[1]):
             result[b, k] = pearson(a[b, k][chosen].sum(-1), clean[b, k] - lost[b][:, k])
     return result
+
+
+def _made(rows: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """A job's ``make`` for rows made already."""
+    return lambda start, stop: rows[start:stop]
 
 
 def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
@@ -208,9 +215,9 @@ def infidelity(
                 )
                 rows = _cumulative(x[b].ravel(), np.stack(masks), values)
                 layouts.append((b, size))
-                jobs.append(Job(len(rows), lambda s, e, rows=rows: rows[s:e], scored.targets[b]))
+                jobs.append(Job(len(rows), _made(rows), scored.targets[b]))
     scores = score_jobs(scored, jobs)
-    per = {}
+    per: dict[int, dict[int, list[np.ndarray]]] = {}
     for (b, size), job, lost in zip(layouts, jobs, scores):
         rows = job.make(0, job.rows)
         changed = x[b].ravel()[None] - rows  # [J, n]
@@ -320,18 +327,19 @@ def road(
     )
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
-    channels_first = np.moveaxis(scored.x.astype(np.float64), 1 + scored.channel_axis % 3, 1)
+    axis = 1 + image_channel_axis(scored) % 3
+    channels_first = np.moveaxis(scored.x.astype(np.float64), axis, 1)
     curve = np.zeros((*pixels.shape[:2], len(percentages)))
     for b in range(len(scored.x)):
         generator = rng(seed, "road", b)
-        rows = []
+        imputed = []
         for k in range(pixels.shape[1]):
             order = np.argsort(-pixels[b, k], kind="stable")
             for p in percentages:
                 chosen = order[: int(height * width * p / 100)]
                 draw = noise * generator.standard_normal((channels_first.shape[1], len(chosen)))
-                rows.append(noisy_linear_imputation(channels_first[b], chosen, draw))
-        rows = np.moveaxis(np.stack(rows), 1, 1 + scored.channel_axis % 3)
+                imputed.append(noisy_linear_imputation(channels_first[b], chosen, draw))
+        rows = np.moveaxis(np.stack(imputed), 1, axis)
         predicted = predicted_classes(scored, rows).reshape(pixels.shape[1], len(percentages))
         curve[b] = predicted == scored.targets[b][:, None]
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
@@ -489,7 +497,7 @@ def region_perturbation(
                 [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
             )
             rows = _cumulative(x[b].ravel(), element_masks[ranking], values)
-            jobs.append(Job(steps, lambda s, e, rows=rows: rows[s:e], scored.targets[b][k : k + 1]))
+            jobs.append(Job(steps, _made(rows), scored.targets[b][k : k + 1]))
             keys.append((b, k))
     curve = np.zeros((*pixels.shape[:2], steps))
     for (b, k), lost in zip(keys, score_jobs(scored, jobs)):

@@ -35,6 +35,7 @@ __all__ = [
     "top_k_intersection",
     "attribution_localisation",
     "auc",
+    "object_masks",
 ]
 
 

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import similarity as metrics
 from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
+
+if TYPE_CHECKING:
+    from ..explanation import Explanation
 
 __all__ = [
     "randomization_test",
@@ -29,6 +33,10 @@ __all__ = [
     "comparison_maps",
     "random_logit",
     "discrete_entropy",
+    "clone_with_weights",
+    "weighted_layers",
+    "reinitialize",
+    "ssim_flat",
 ]
 
 _MODES = ("cascading", "independent")
@@ -128,7 +136,7 @@ def iter_randomization(
     layers: Sequence[str] | None = None,
     seed: int = 0,
     **method_options,
-) -> Iterator[tuple[str | None, object, list[str]]]:
+) -> Iterator[tuple[str | None, Explanation, list[str]]]:
     """The explanations behind :func:`randomization_test`, one step at a time.
 
     Yields ``(layer_path, explanation, randomized_paths)``: first ``(None, original, [])`` for the

@@ -66,7 +66,7 @@ def _perturbed_runs(
         attributions = preprocess(scored.explain(copies, targets, keys[rows]), normalise=normalise, absolute=absolute)
         changed = (
             predicted_classes(scored, copies) != np.repeat(clean_classes[list(group)], nr_samples)
-            if check_changes
+            if clean_classes is not None
             else np.zeros(len(copies), dtype=bool)
         )
         for i, b in enumerate(group):

@@ -39,6 +39,7 @@ __all__ = [
     "Request",
     "builtins",
     "titles",
+    "pixel_method",
 ]
 
 #: Names the command line uses for its own flags; a method option may not be called so.
@@ -255,7 +256,7 @@ def register(
                     f"{known[1]!r}; one flag serves both, so give it that type; received {option.type.__name__}."
                 )
         for option in declared:
-            _option_types.setdefault(option.name, (option.type, name))
+            _option_types.setdefault(option.name, (option.value_type, name))
         _REGISTRY[name] = Method(
             name=name,
             summary=summary,
@@ -322,7 +323,7 @@ def unregister(name: str) -> Method:
             del _option_types[option.name]
             other = next((m for m in _REGISTRY.values() for o in m.options if o.name == option.name), None)
             if other is not None:
-                _option_types[option.name] = (other.option(option.name).type, other.name)
+                _option_types[option.name] = (other.option(option.name).value_type, other.name)
     return method
 
 

@@ -47,10 +47,17 @@ class FoundActivation:
     leaky activation's negative part) that take no gradient.
     """
 
-    x: object
+    x: tf.Tensor
     family: ReluFamily | None  # None: a PReLU (learned slope), which keeps its plain gradient
     path: list
     others: list = dataclasses.field(default_factory=list)
+
+    @property
+    def relu(self) -> ReluFamily:
+        """``family`` where it cannot be a PReLU's (an inner activation: ``_inner`` skips those)."""
+        if self.family is None:
+            raise Unsupported("a PReLU (learned slope) inside another ReLU-family activation")
+        return self.family
 
     @property
     def ops(self) -> list:
@@ -182,9 +189,9 @@ def match_activation(tensor) -> FoundActivation | None:
     if kind == "Minimum":
         inner, main, ceiling = _with_constant(op)
         found = None if inner is None else _inner(inner, op)
-        if found is None or ceiling <= max(found.family.threshold, 0.0):
+        if found is None or ceiling <= max(found.relu.threshold, 0.0):
             return None
-        family = found.family
+        family = found.relu
         if family.max_value is None or ceiling < family.max_value:
             family = dataclasses.replace(family, max_value=ceiling)
         return FoundActivation(found.x, family, [(op, main)] + found.path, found.others)
@@ -196,9 +203,9 @@ def match_activation(tensor) -> FoundActivation | None:
                 return FoundActivation(x, ReluFamily(negative_slope=slope), [(op, main)], [other.op])
         inner, main, floor = _with_constant(op)
         found = None if inner is None or floor != 0.0 else _inner(inner, op)
-        if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
+        if found is None or found.relu.negative_slope != 0.0 or found.relu.threshold < 0.0:
             return None  # max(f(x), 0) == f(x) only for these
-        return FoundActivation(found.x, found.family, [(op, main)] + found.path, found.others)
+        return FoundActivation(found.x, found.relu, [(op, main)] + found.path, found.others)
     if kind in ("Sub", "AddV2", "Add"):  # f(x) - slope * relu(t - x), or f(x) + (-slope) * relu(-x)
         for main in (0,) if kind == "Sub" else (0, 1):
             found = _leaky(op, main)
@@ -213,10 +220,10 @@ def _leaky(op, main) -> FoundActivation | None:
     if negative.op.type != "Mul" or not _only_feeds(negative, op):
         return None
     found = _inner(core, op)
-    if found is None or found.family.negative_slope != 0.0:
+    if found is None or found.relu.negative_slope != 0.0:
         return None
     part = _negative_part(negative.op, found.x)
-    if part is None or part[1] != found.family.threshold:
+    if part is None or part[1] != found.relu.threshold:
         return None
     factor, _, ops = part
     path, others = [(op, main)] + found.path, found.others + ops
@@ -226,5 +233,5 @@ def _leaky(op, main) -> FoundActivation | None:
             raise Unsupported(f"a leaky ReLU ({op.name}) whose negative slope is not a constant")
         return FoundActivation(found.x, None, path, others)  # a PReLU
     return FoundActivation(
-        found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope), path, others
+        found.x, dataclasses.replace(found.relu, negative_slope=slope if op.type == "Sub" else -slope), path, others
     )

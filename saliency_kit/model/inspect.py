@@ -60,7 +60,7 @@ def layer_channel_axis(model, rank: int) -> int:
     ``ValueError`` when they mix both formats (which axis is spatial cannot be told then).
     Non-image inputs (rank < 2 per input) are channels-last.
     """
-    formats = {}
+    formats: dict[str, str] = {}
     for layer in _sublayers(model):
         kind = type(layer).__name__
         data_format = getattr(layer, "data_format", None)
@@ -86,7 +86,7 @@ def _refuse_axes(model, why: str):
     )
 
 
-def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None = None) -> int:
+def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str = "float32") -> int:
     """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
 
     From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may

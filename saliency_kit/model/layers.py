@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import keras
 
@@ -33,6 +34,7 @@ __all__ = [
     "weighted_layers",
     "is_recurrent",
     "output_rank",
+    "layer_at",
 ]
 
 
@@ -91,7 +93,7 @@ def walk(model, *, prefix: str = "") -> Iterator[Visit]:
         yield from walk(op, prefix=f"{path}/")
 
 
-def layer_paths(model) -> Iterator[tuple[str, object]]:
+def layer_paths(model) -> Iterator[tuple[str, Any]]:
     """``(path, layer)`` for every layer a functional graph runs as a whole (the layers Grad-CAM
     can tap), nested Functional and Sequential models expanded in place; order as ``walk``."""
     for visit in walk(model):
@@ -205,7 +207,7 @@ def default_cam_layer(model, rank: int = 4) -> str:
     return found[-1]
 
 
-def weighted_layers(model) -> list[tuple[str, object]]:
+def weighted_layers(model) -> list[tuple[str, Any]]:
     """``(path, layer)`` of every graph layer that has weights, in the model's order (nested
     models expanded; a wrapper counts as one layer with its inner weights)."""
     return [(path, layer) for path, layer in layer_paths(model) if layer.weights]

@@ -234,7 +234,8 @@ def _composite_activations(ops, report) -> tuple[dict, set]:
     """``({name of the last op: FoundActivation}, names of their ops)`` for the activations among ``ops``
     (one graph) that are made of several ops, outermost first. Unsupported ones go to
     ``report.unsupported``; PReLUs to ``report.plain`` (their ops are covered, not marked)."""
-    found, covered = {}, set()
+    found: dict[str, FoundActivation] = {}
+    covered: set[str] = set()
     for op in reversed(ops):
         if op.name in covered or op.type not in LAST_OP_TYPES:
             continue
@@ -301,8 +302,8 @@ def _mark_op(op, binding, report, gradient, family):
 
 def _mark_activation(activation: FoundActivation, binding, report):
     last, main = activation.path[0]
-    _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.family)
-    last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.family.as_dict()).encode()))
+    _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.relu)
+    last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.relu.as_dict()).encode()))
     last._set_attr(_SOURCE_ATTR, _string_attr(activation.x.name.encode()))
     last._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
     for op, main in activation.path[1:]:

@@ -37,7 +37,15 @@ from .copy import check_copy, copy_model, layer_config, rebuild_layer
 from .layers import is_graph_model, walk
 from .override import relu_rule, rule_activation
 
-__all__ = ["rewrite", "nothing_to_rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "RewrittenModel"]
+__all__ = [
+    "rewrite",
+    "nothing_to_rewrite",
+    "find_relu_activations",
+    "RuleActivation",
+    "RuleScope",
+    "RewrittenModel",
+    "relu_family_of_operation",
+]
 
 
 # -- what counts as a ReLU at the layer level -------------------------------------------------------

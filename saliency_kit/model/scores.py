@@ -326,7 +326,7 @@ class ScoreView:
         strip = strip and self.strips_activation
         if not taps and not strip:
             return self.model(x, training=False), taken
-        if not taps and self._squash[1] is self.model:  # a subclassed model ending in a squash
+        if not taps and self._squash is not None and self._squash[1] is self.model:  # subclassed, ending in a squash
             from .squash import eager_or_traced
 
             return eager_or_traced(_call_op(self.model))(x), taken

@@ -26,7 +26,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Target", "PerInput", "Resolved", "TargetRequest", "Classes", "Several", "as_target", "is_target"]
+__all__ = [
+    "Target",
+    "PerInput",
+    "Resolved",
+    "TargetRequest",
+    "Classes",
+    "Several",
+    "as_target",
+    "is_target",
+    "class_info",
+]
 
 
 class PerInput:
@@ -96,6 +106,11 @@ class TargetRequest:
     def clean_outputs(self, strip: bool = True):
         """``strip=False``: the outputs as the model gives them, a final softmax/sigmoid kept."""
         if strip not in self._memo:
+            if self.forward is None:
+                raise ValueError(
+                    "this request cannot run the model: give TargetRequest a forward(strip) function (explain "
+                    "and resolve_targets do); received forward=None."
+                )
             self._memo[strip] = self.forward(strip)
         return self._memo[strip]
 
@@ -265,7 +280,7 @@ class Several(Target):
             payload = r.columns if r.payload is None else r.payload
             payloads.append(_spread(payload, index))
             start += width
-        info = [sum((r.info[b] for r in done), []) for b in range(B)]
+        info: list[list] = [sum((r.info[b] for r in done), []) for b in range(B)]
         bound = Several(tuple(r.target for r in done))
         return Resolved(columns, {"owner": np.tile(owner, (B, 1)), "parts": tuple(payloads)}, info, bound)
 

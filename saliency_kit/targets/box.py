@@ -56,7 +56,7 @@ class Box(Target):
         self.classes = classes
         self.mode = score
         self.class_activation = class_activation
-        self.form = None  # "tensor" or "dict", set when bound to a model
+        self.form: str | None = None  # "tensor" or "dict", set when bound to a model
 
     def kernel_key(self):
         return (type(self), self.mode, self.class_activation, self.objectness, self.form)

@@ -86,8 +86,8 @@ def _head(model, head) -> tuple:
         keys = list(structure)
         if isinstance(head, str) and head in structure:
             return head, structure[head]
-        if isinstance(head, numbers.Integral) and 0 <= head < len(keys):
-            return keys[head], structure[keys[head]]
+        if isinstance(head, numbers.Integral) and 0 <= int(head) < len(keys):
+            return keys[int(head)], structure[keys[int(head)]]
         raise ValueError(f"output must be one of the model's outputs {keys} (or their index); received {head!r}.")
     heads = structure if isinstance(structure, list) else [structure]
     names = list(getattr(model, "output_names", None) or [])

@@ -237,12 +237,16 @@ def resolve(spec: TargetSpec, scores=None, num_inputs: int | None = None, num_co
     """
     if scores is not None:
         num_inputs = len(scores)
+    if num_inputs is None:
+        raise ValueError("resolving targets needs the number of inputs: give scores or num_inputs; received neither.")
     if spec.score_fn is not None:
+        if num_columns is None:
+            raise ValueError("resolving a score function's targets needs num_columns; received num_columns=None.")
         return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
-    if spec.needs_scores and scores is None:
-        raise ValueError("resolving 'topK' targets needs the scores of every class; received scores=None.")
-    order = None
+    order = np.zeros((num_inputs, 0), np.int64)  # read by "topK" parts only
     if spec.needs_scores:
+        if scores is None:
+            raise ValueError("resolving 'topK' targets needs the scores of every class; received scores=None.")
         # a stable sort keeps ties in class order, so the choice is reproducible
         order = np.argsort(-np.asarray(scores, np.float64), axis=1, kind="stable")
     columns = []

@@ -60,22 +60,23 @@ class Region(Target):
 
         spatial, C = _dense_shape(request.model)
         B = request.num_inputs
-        predicted = None
-        if isinstance(self.masks, str) or _wants_top(self.classes):
-            logits = np.asarray(request.clean_outputs())
-            predicted = np.argmax(logits.reshape(B, -1, C), axis=-1)  # [B, P]
+
+        def predicted_classes() -> np.ndarray:  # [B, P]: the arg-max class at each position
+            return np.argmax(np.asarray(request.clean_outputs()).reshape(B, -1, C), axis=-1)
+
         spec = parse(self.classes, B, C, request.class_names)
         coverage = None
         if spec.needs_scores:  # "topK": the K classes covering the most positions (of the region)
             inside = None if isinstance(self.masks, str) else self._given(B, spatial).reshape(B, -1)
             hits = np.zeros((B, C))
+            predicted = predicted_classes()
             for b in range(B):
                 chosen = predicted[b] if inside is None else predicted[b][inside[b]]
                 hits[b] = np.bincount(chosen, minlength=C)
             coverage = hits
         classes = resolve(spec, coverage, B, C)
         if isinstance(self.masks, str):
-            masks = predicted[:, None, :] == classes[:, :, None]  # [B, K, P]
+            masks = predicted_classes()[:, None, :] == classes[:, :, None]  # [B, K, P]
             masks = masks.reshape(B, classes.shape[1], *spatial)
             payload = {"classes": classes, "masks": masks}
             sizes = masks.reshape(B, classes.shape[1], -1).sum(-1)
@@ -144,10 +145,6 @@ class Region(Target):
         classes = tf.cast(payload["classes"], tf.int32)
         reduced = tf.broadcast_to(reduced, [tf.shape(classes)[0], classes.shape[1], reduced.shape[-1]])
         return tf.gather(tf.nn.softmax(reduced, axis=-1), classes, axis=2, batch_dims=2)
-
-
-def _wants_top(classes) -> bool:
-    return isinstance(classes, str) and classes.strip().lower().startswith("top")
 
 
 def _dense_shape(model) -> tuple[tuple, int]:
