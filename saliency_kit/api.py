@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +18,9 @@ from . import engine, methods
 from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
@@ -41,7 +46,15 @@ def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
         )
 
 
-def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_names=None) -> np.ndarray:
+def resolve_targets(
+    model: keras.Model,
+    x: Any,
+    targets: Any,
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+) -> np.ndarray:
     """Any target form for ``model`` and checked inputs ``x`` as int ``[B, K]`` (the columns).
 
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
@@ -50,7 +63,15 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     return _resolve(model, x, targets, score, batch_size, class_names)[0].columns
 
 
-def resolve_selection(model, x, targets, *, score="logits", batch_size=32, class_names=None):
+def resolve_selection(
+    model: keras.Model,
+    x: Any,
+    targets: Any,
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+) -> targets_module.Resolved:
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
     (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
@@ -115,7 +136,7 @@ def _recorded(given: dict, prepared: dict) -> dict:
 KEY_LIMIT = 2**31
 
 
-def check_input_keys(input_keys, count: int) -> np.ndarray | None:
+def check_input_keys(input_keys: Any, count: int) -> np.ndarray | None:
     """``input_keys`` as int64 ``[count]`` (or ``None``): ``TypeError`` unless integers,
     ``ValueError`` unless ``count`` of them in ``[0, 2**31)``."""
     if input_keys is None:
@@ -138,17 +159,17 @@ def check_input_keys(input_keys, count: int) -> np.ndarray | None:
 
 
 def explain(
-    model,
-    inputs,
-    method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    score="logits",
-    batch_size=32,
-    class_names=None,
-    input_keys=None,
-    channels_axis=None,
-    **options,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+    input_keys: Any = None,
+    channels_axis: int | None = None,
+    **options: Any,
 ) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
@@ -242,7 +263,16 @@ def explain(
     )
 
 
-def check(model, inputs, method="gradient", *, score="logits", batch_size=32, class_names=None, **options) -> dict:
+def check(
+    model: keras.Model,
+    inputs: Any,
+    method: Any = "gradient",
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+    **options: Any,
+) -> dict:
     """Check what :func:`explain` checks before any work — the method and its options (with the
     method's own ``prepare``: a layer the model lacks, a baseline of the wrong shape), ``score``,
     ``batch_size``, the inputs against the model — without explaining. Returns the method's options
@@ -271,7 +301,15 @@ def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict,
     return x, channel_axis, values
 
 
-def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:
+def jacobian(
+    model: keras.Model,
+    inputs: Any,
+    classes: Any = None,
+    *,
+    score: str = "logits",
+    rule: Any = None,
+    batch_size: int = 32,
+) -> np.ndarray:
     """Per-class gradients ``[B, K, *inputs.shape[1:]]`` (float32): row k is ``∂s_k/∂x``.
 
     Args:

@@ -54,8 +54,10 @@ class Backend(Protocol):
         dtype: Any,
         traced: Callable[[], None],
         doing: str = "the forward pass",
+        raw: bool | str = False,
     ) -> Callable:
-        """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
+        """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
+        (``raw``: the model's outputs instead, ``"unstripped"`` with a final squash kept)."""
 
     def vectorise_classes(self, model: Any) -> bool:
         """Whether the K backward passes of a kernel run vectorised rather than in a loop."""

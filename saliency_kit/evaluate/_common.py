@@ -27,8 +27,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "RANDOM",
@@ -126,7 +130,7 @@ class Scored:
         )
 
 
-def check_int(name: str, value, minimum: int = 1) -> int:
+def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int >= {minimum}; received {value!r}.")
     if value < minimum:
@@ -134,7 +138,7 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_float(name: str, value, *, positive: bool = False) -> float:
+def check_float(name: str, value: Any, *, positive: bool = False) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number; received {value!r}.")
     if positive and not value > 0:
@@ -191,7 +195,9 @@ def preprocess(a: np.ndarray, *, normalise: bool, absolute: bool) -> np.ndarray:
     return np.abs(a) if absolute else a
 
 
-def baseline_values(baseline, flat_input: np.ndarray, count: int, generator: np.random.Generator | None):
+def baseline_values(
+    baseline: Any, flat_input: np.ndarray, count: int, generator: np.random.Generator | None
+) -> np.ndarray:
     """The values that replace ``count`` features of one input (``flat_input``), as Quantus' names:
     ``"black"`` the input's minimum, ``"white"`` its maximum, ``"mean"`` its mean, ``"uniform"`` one
     draw from U(0, 1) for all of them, a number, or an array of ``count`` values."""
@@ -220,7 +226,7 @@ def baseline_values(baseline, flat_input: np.ndarray, count: int, generator: np.
     return value
 
 
-def is_random_baseline(baseline) -> bool:
+def is_random_baseline(baseline: Any) -> bool:
     return isinstance(baseline, str) and baseline.lower() == "uniform"
 
 
@@ -313,10 +319,10 @@ def _image_channel_axis(model, x: np.ndarray) -> int | None:
 
 
 def prepare(
-    model,
-    inputs,
-    explanation_or_method,
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any = "top1",
     *,
     seed: int = 0,
     batch_size: int = 32,
@@ -453,7 +459,7 @@ def seed_noise(method: str, method_options: dict, seed: int) -> None:
         method_options[option] = seed
 
 
-def maps_only(maps, name: str) -> np.ndarray:
+def maps_only(maps: np.ndarray, name: str) -> np.ndarray:
     """A bare ``maps`` argument as float64 ``[B, K, ...]`` (``[B, ...]`` means one map per input)."""
     values = np.asarray(maps, dtype=np.float64)
     if values.ndim < 2:
@@ -464,7 +470,16 @@ def maps_only(maps, name: str) -> np.ndarray:
 
 
 def pixel_maps(
-    name: str, model, inputs, explanation_or_method, targets, maps, *, seed, batch_size, method_options
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray,
+    *,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     """The ``[B, K, ...]`` pixel maps a model-free metric scores: ``maps`` when given, else the pixel
     view of whatever :func:`prepare` makes of the other arguments."""

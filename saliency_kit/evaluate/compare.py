@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import axiomatic, complexity, faithfulness, localisation, randomisation, robustness
 from ._common import RANDOM, random_attributions, seed_noise, to_pixels
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..explanation import Explanation
 
 __all__ = ["compare", "METRICS", "Metric", "explanation_of"]
 
@@ -117,7 +123,16 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batch_size: int = 32, **options):
+def explanation_of(
+    model: keras.Model,
+    inputs: Any,
+    method: Any,
+    targets: Any = "top1",
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> Explanation:
     """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
     (uniform per element; its map the channel sum)."""
     from .. import engine
@@ -142,13 +157,13 @@ def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batc
 
 
 def compare(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     methods: Sequence[str],
     metrics: Sequence[str],
     *,
-    targets="top1",
-    masks=None,
+    targets: Any = "top1",
+    masks: Any = None,
     seed: int = 0,
     batch_size: int = 32,
     metric_options: dict | None = None,

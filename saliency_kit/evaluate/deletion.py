@@ -4,22 +4,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 from scipy import ndimage
 
 from . import similarity as metrics
 
+if TYPE_CHECKING:
+    import keras
+
 __all__ = ["deletion_insertion"]
 
 
 def deletion_insertion(
-    model,
-    inputs,
-    explanation,
+    model: keras.Model,
+    inputs: Any,
+    explanation: Any,
     *,
-    targets=None,
+    targets: Any = None,
     steps: int = 32,
-    baseline="zeros",
+    baseline: Any = "zeros",
     blur_sigma: float = 5.0,
     score: str = "output",
     batch_size: int = 32,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.sparse import csc_matrix, lil_matrix
@@ -55,6 +56,9 @@ from ._common import (
 )
 from .similarity import pearson, spearman_rows
 
+if TYPE_CHECKING:
+    import keras
+
 __all__ = [
     "faithfulness_correlation",
     "infidelity",
@@ -68,21 +72,21 @@ __all__ = [
 
 
 def faithfulness_correlation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_runs: int = 100,
     subset_size: int = 224,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
@@ -156,21 +160,21 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
 
 
 def infidelity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    perturb_patch_sizes=(4,),
+    perturb_patch_sizes: Any = (4,),
     n_perturb_samples: int = 10,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = False,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
@@ -285,12 +289,12 @@ _NEIGHBOURS = (
 
 
 def road(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    percentages=tuple(range(1, 100, 2)),
+    percentages: Any = tuple(range(1, 100, 2)),
     noise: float = 0.01,
     normalise: bool = True,
     abs: bool = False,
@@ -298,7 +302,7 @@ def road(
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
@@ -346,22 +350,22 @@ def road(
 
 
 def monotonicity_correlation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 100,
     features_in_step: int = 1,
     eps: float = 1e-5,
-    perturb_baseline="uniform",
+    perturb_baseline: Any = "uniform",
     normalise: bool = True,
     abs: bool = True,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Spearman correlation between the attribution of each step of ``features_in_step`` elements
     (in increasing order of attribution) and the score variance its removal causes,
@@ -428,22 +432,22 @@ def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarr
 
 
 def region_perturbation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     patch_size: int = 8,
     order: str = "morf",
     regions_evaluation: int = 100,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
@@ -507,20 +511,20 @@ def region_perturbation(
 
 
 def pixel_flipping(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     features_in_step: int = 1,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from . import similarity as metrics
 from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
 
 if TYPE_CHECKING:
+    import keras
+
     from ..explanation import Explanation
 
 __all__ = [
@@ -47,15 +49,15 @@ _QUANTUS_MODES = ("mprt", "smooth_mprt", "efficient_mprt")
 # Model-parameter randomisation (Adebayo et al. 2018)
 # --------------------------------------------------------------------------------------------
 def randomization_test(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     method: str = "gradient",
-    targets="top1",
+    targets: Any = "top1",
     *,
     mode: str = "cascading",
     layers: Sequence[str] | None = None,
     seed: int = 0,
-    **method_options,
+    **method_options: Any,
 ) -> list[dict]:
     """Adebayo et al.'s model-parameter randomisation test.
 
@@ -127,15 +129,15 @@ def randomization_test(
 
 
 def iter_randomization(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     method: str = "gradient",
-    targets="top1",
+    targets: Any = "top1",
     *,
     mode: str = "cascading",
     layers: Sequence[str] | None = None,
     seed: int = 0,
-    **method_options,
+    **method_options: Any,
 ) -> Iterator[tuple[str | None, Explanation, list[str]]]:
     """The explanations behind :func:`randomization_test`, one step at a time.
 
@@ -181,7 +183,7 @@ def _randomized_copies(model, mode: str, layers, seed: int, order: str):
                 w.assign(value)
 
 
-def compare_maps(original, randomized) -> dict:
+def compare_maps(original: Any, randomized: Any) -> dict:
     """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets)."""
     signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
     signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
@@ -199,7 +201,7 @@ def _per_map(maps: np.ndarray) -> np.ndarray:
     return maps.reshape(-1, *maps.shape[2:])
 
 
-def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
+def comparison_maps(expl: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(signed, magnitude)`` maps ``[B, K, ...]`` the randomisation test compares.
 
     Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
@@ -215,7 +217,7 @@ def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
     return attributions, np.abs(attributions)
 
 
-def clone_with_weights(model):
+def clone_with_weights(model: keras.Model) -> keras.Model:
     """A checked deep copy of ``model`` (nested models cloned too) holding the same state
     (:func:`saliency_kit.model.copy.copy_model`)."""
     from ..model.copy import copy_model
@@ -226,7 +228,7 @@ def clone_with_weights(model):
         raise ValueError(f"randomization_test needs a copy of the model to re-initialise: {error}") from error
 
 
-def weighted_layers(model) -> list[tuple[str, object]]:
+def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
     """``(path, layer)`` of every layer that has weights, in the model's order, nested models expanded.
 
     Paths of layers in nested models are ``"outer/inner"``.
@@ -263,7 +265,7 @@ _INITIALIZER_ATTRS = {
 }
 
 
-def reinitialize(layer, *, seed: int = 0, salt: int = 0) -> None:
+def reinitialize(layer: Any, *, seed: int = 0, salt: int = 0) -> None:
     """Re-draw every weight of ``layer`` from its own initializer, reseeded from ``(seed, salt)``.
 
     The initializer of a variable named ``v`` is the ``v_initializer`` attribute of the (sub)layer
@@ -405,10 +407,10 @@ def discrete_entropy(maps: np.ndarray, n_bins: int = 100) -> np.ndarray:
 
 
 def random_logit(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     num_classes: int | None = None,
     normalise: bool = True,
@@ -416,7 +418,7 @@ def random_logit(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Sixt et al.'s random logit test: SSIM between the map of each target and the map of a class
     drawn uniformly among the others: float ``[B, K]``; lower is better (a class-sensitive map).

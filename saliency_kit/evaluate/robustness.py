@@ -18,6 +18,8 @@ stable. Read them next to a faithfulness metric, and against the ``"random"`` ro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ._common import (
@@ -31,6 +33,9 @@ from ._common import (
     preprocess,
     rng,
 )
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["max_sensitivity", "avg_sensitivity", "relative_input_stability"]
 
@@ -124,10 +129,10 @@ def _sensitivities(
 
 
 def max_sensitivity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.2,
@@ -138,7 +143,7 @@ def max_sensitivity(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """``max_s ‖a(x) − a(x + ε_s)‖ / ‖a(x)‖`` over ``nr_samples`` noise draws ``ε_s ~ U(−lower_bound,
     lower_bound)`` per element (``U(lower_bound, upper_bound)`` when ``upper_bound`` is given): float
@@ -166,10 +171,10 @@ def max_sensitivity(
 
 
 def avg_sensitivity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.2,
@@ -180,7 +185,7 @@ def avg_sensitivity(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better."""
     values = _sensitivities(
@@ -211,10 +216,10 @@ def _nan_reduce(reduce, values: np.ndarray) -> np.ndarray:
 
 
 def relative_input_stability(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.02,
@@ -226,7 +231,7 @@ def relative_input_stability(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Agarwal et al.'s RIS: ``max_s ‖(a − a_s) / a‖ / max(‖(x − x_s) / x‖, eps_min)`` over copies
     ``x_s = x + U(lower_bound, upper_bound)`` (Quantus' noise), zeros in the divisors replaced by

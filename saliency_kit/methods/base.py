@@ -195,7 +195,7 @@ def register(
     name: str,
     *,
     summary: str,
-    options=(),
+    options: Any = (),
     reduce: str = "abs_max",
     title: str | None = None,
     cam: bool = False,

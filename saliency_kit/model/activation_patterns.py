@@ -14,6 +14,7 @@ pattern's parameters are not constants. :mod:`.override` marks what it finds.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -26,7 +27,7 @@ __all__ = ["FoundActivation", "LAST_OP_TYPES", "RELU_OP_TYPES", "Unsupported", "
 RELU_OP_TYPES = ("Relu", "Relu6", "LeakyRelu")
 
 
-def family_of_op(op) -> ReluFamily:
+def family_of_op(op: Any) -> ReluFamily:
     if op.type == "Relu6":
         return ReluFamily(max_value=6.0)
     if op.type == "LeakyRelu":
@@ -156,7 +157,7 @@ def _negative_part(mul, x):
     return None
 
 
-def match_activation(tensor) -> FoundActivation | None:
+def match_activation(tensor: Any) -> FoundActivation | None:
     """The ReLU-family activation that computes ``tensor``, as Keras composes it or as written by
     hand, or None.
 

@@ -12,6 +12,8 @@ variables, is refused this way rather than explained wrongly).
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import numpy as np
 
@@ -30,7 +32,7 @@ __all__ = [
 ]
 
 
-def rebuild_layer(op):
+def rebuild_layer(op: Any) -> keras.layers.Layer:
     """A new layer built from ``op``'s config (unbuilt, no state copied)."""
     if isinstance(op, keras.layers.Lambda):
         # The same Python function, rebuilt in memory: no (unsafe) deserialisation of its code.
@@ -52,7 +54,7 @@ def rebuild_layer(op):
         ) from error
 
 
-def layer_config(op, activation=None) -> dict:
+def layer_config(op: Any, activation: Any = None) -> dict:
     """``op.get_config()``, with ``activation`` (default: ``op``'s own) put in as an object.
 
     A layer whose activation Keras cannot serialise (a ``functools.partial``, a lambda) gets its
@@ -103,7 +105,7 @@ def _stateful(layer) -> list:
     return [sub for sub in _depth_first(layer, set()) if _own_state(sub)]
 
 
-def copy_state(original, clone) -> None:
+def copy_state(original: Any, clone: Any) -> None:
     """Copy the state of ``original`` (a layer or model) into ``clone``, layer by layer, as Keras'
     loading does (``load_own_variables``, which re-derives non-variable state).
 
@@ -130,7 +132,7 @@ def copy_state(original, clone) -> None:
 
 
 # -- generated input ------------------------------------------------------------------------------
-def input_signature(model) -> list[tuple[tuple, str]]:
+def input_signature(model: keras.Model) -> list[tuple[tuple, str]]:
     """``[(shape, dtype)]`` of the model's inputs (``None`` for unknown sizes)."""
     inputs = getattr(model, "inputs", None) if is_graph_model(model) else None
     if inputs:
@@ -146,7 +148,7 @@ def input_signature(model) -> list[tuple[tuple, str]]:
     return [(tuple(shape), dtype) for shape in shapes]
 
 
-def probe_input(model, batch: int = 2, seed: int = 0):
+def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:
     """A generated input for ``model``: random values of its input shape and dtype (unknown sizes
     become ``batch`` for the first axis and 16 for the others); a list for several inputs."""
     rng = np.random.default_rng(seed)
@@ -179,7 +181,7 @@ def _close(a, b) -> bool:
     return True
 
 
-def layer_outputs(model, x) -> list[tuple[str, object]]:
+def layer_outputs(model: keras.Model, x: Any) -> list[tuple[str, object]]:
     """``[(path, output)]`` of every graph operation of ``model`` run on ``x`` (``training=False``),
     nested Functional/Sequential models expanded in place, in execution order."""
     recorded: list = []
@@ -207,7 +209,7 @@ def _run_recording(model, x, prefix, recorded):
     return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
 
 
-def check_copy(original, copy, *, what: str = "copy") -> None:
+def check_copy(original: Any, copy: Any, *, what: str = "copy") -> None:
     """Raise ``ValueError`` unless ``copy`` computes what ``original`` computes on a generated input.
 
     The message names the first layer whose output differs (graph models), or the model.
@@ -233,7 +235,7 @@ def check_copy(original, copy, *, what: str = "copy") -> None:
 
 
 # -- the copier -----------------------------------------------------------------------------------
-def copy_model(model, replace=None, *, check: bool = True, what: str = "copy"):
+def copy_model(model: keras.Model, replace: Any = None, *, check: bool = True, what: str = "copy") -> keras.Model:
     """A checked copy of ``model`` sharing nothing with it.
 
     Args:

@@ -15,8 +15,12 @@ cannot be followed (a reshape, a gather) makes the answer *unsure*.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Traced", "traced_channel_axis", "may_move_axes", "SPATIAL_LAYER_KINDS"]
 
@@ -154,7 +158,7 @@ def _spatial_layer(layer) -> bool:
     )
 
 
-def may_move_axes(model) -> bool:
+def may_move_axes(model: keras.Model) -> bool:
     """Whether something in ``model`` may move its input's axes before its spatial layers: a
     ``Permute``, ``Reshape`` or ``Lambda``, a bare ``keras.ops`` call, a layer or model class of
     the user's own (its ``call`` is not known)."""
@@ -231,7 +235,7 @@ def _front_axis(model, shape, dtype) -> Traced | None:
     return Traced(axis, moved, unsure=axis is None)
 
 
-def traced_channel_axis(model, shape: tuple, dtype: str) -> Traced:
+def traced_channel_axis(model: keras.Model, shape: tuple, dtype: str) -> Traced:
     """Follow ``model`` (called on ``[None, *shape]`` inputs of ``dtype``) from its input to its
     first spatial operation: ``Traced(axis)`` the input axis (batch included) holding that
     operation's channels. ``Traced(None)`` when the model has no spatial operation reached from

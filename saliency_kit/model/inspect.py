@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -18,7 +20,7 @@ from .layers import walk
 __all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
 
 
-def input_signature(model) -> tuple[tuple, str]:
+def input_signature(model: keras.Model) -> tuple[tuple, str]:
     """``(shape [None, ...], dtype)`` of ``model``'s single input.
 
     Functional and Sequential models give it through ``model.inputs``; a subclassed model that
@@ -53,7 +55,7 @@ def _outside_any_trace(fn):
         return fn()
 
 
-def layer_channel_axis(model, rank: int) -> int:
+def layer_channel_axis(model: keras.Model, rank: int) -> int:
     """The channel axis of the model's spatial layers (``-1`` channels-last, ``0`` channels-first),
     from their ``data_format``: where a CAM layer's channels are.
 
@@ -86,7 +88,7 @@ def _refuse_axes(model, why: str):
     )
 
 
-def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str = "float32") -> int:
+def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtype: str = "float32") -> int:
     """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
 
     From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may
@@ -125,7 +127,7 @@ def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str = "flo
     )
 
 
-def weight_sync(source, copy):
+def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
     """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
     pairs = list(zip(source.weights, copy.weights))
     # The rewrite rebuilds the same graph, so its variables come in the same order; names can
@@ -146,7 +148,7 @@ def weight_sync(source, copy):
 _EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
 
 
-def derived_state(layer) -> tuple:
+def derived_state(layer: Any) -> tuple:
     """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
     (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
     compiled function captures such tensors as constants, so they key the engine's caches, by

@@ -53,6 +53,8 @@ import itertools
 import json
 import threading
 import weakref
+from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
@@ -336,7 +338,7 @@ def _mark(ops, binding, report, graph_of_ops, seen_functions):
 
 
 @contextlib.contextmanager
-def relu_rule(rule):
+def relu_rule(rule: Any) -> Iterator[OverrideReport]:
     """Give every ReLU-family op traced inside the block the backward pass of ``rule``.
 
     Args:
@@ -365,7 +367,7 @@ def relu_rule(rule):
 
 
 # -- one activation under a rule, for layer-level rewriting --------------------------------------
-def rule_activation(x, rule: ModifiedBackprop):
+def rule_activation(x: Any, rule: ModifiedBackprop) -> tf.Tensor:
     """``rule.activation(x)`` on the forward pass, ``rule.grad`` on the backward pass.
 
     Like ``rule(x)`` (a ``tf.custom_gradient``) but, in a graph, without registering a new

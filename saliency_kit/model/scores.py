@@ -28,6 +28,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -133,7 +134,7 @@ def _leaf_kind(squash) -> str:
     return _leaf_kind(final_squash(op)) if kind == "nested" else kind
 
 
-def final_squash(model):
+def final_squash(model: keras.Model) -> tuple[str, Any] | None:
     """How ``model``'s output squashes its logits: ``(kind, op)`` or ``None``.
 
     ``op`` is the layer whose computation ends in the softmax/sigmoid (followed only by
@@ -220,7 +221,7 @@ class ScoreView:
     and unchanged). Subclassed models are scored on their output and cannot be tapped.
     """
 
-    def __init__(self, model, score: str = "logits", score_fn: Callable | None = None):
+    def __init__(self, model: keras.Model, score: str = "logits", score_fn: Callable | None = None):
         if score not in ("logits", "output"):
             raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
         self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
@@ -251,7 +252,7 @@ class ScoreView:
             self._prepare_twins(op)
 
     @property
-    def model(self):
+    def model(self) -> keras.Model:
         model = self._model()
         if model is None:
             raise RuntimeError("the model of this score view no longer exists")
@@ -317,7 +318,7 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x, taps: Sequence[str] = (), strip: bool = True):
+    def raw(self, x: Any, taps: Sequence[str] = (), strip: bool = True) -> tuple[Any, dict]:
         """``(values, {path: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
         ``strip=False``) and the activations of each layer in ``taps``. ``score_fn`` is not
@@ -337,12 +338,12 @@ class ScoreView:
             raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")
         return values, taken
 
-    def values(self, x, tap: str | None = None):
+    def values(self, x: Any, tap: str | None = None) -> tuple[Any, Any]:
         """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
         values, taken = self.raw(x, (tap,) if tap else ())
         return values, taken.get(tap)
 
-    def __call__(self, x, tap: str | None = None):
+    def __call__(self, x: Any, tap: str | None = None) -> Any:
         values, activation = self.values(x, tap)
         if self.score_fn is not None:
             values = self.score_fn(values)
@@ -368,7 +369,7 @@ def _output_spec(model):
     return (None, *outputs[0].shape[1:]), keras.backend.standardize_dtype(outputs[0].dtype)
 
 
-def output_structure(model):
+def output_structure(model: keras.Model) -> Any:
     """The model's output structure with each output's shape (a tuple, batch axis ``None``) as
     its leaf: one tuple, a list of them, or a dict of them."""
     if is_graph_model(model):
@@ -383,7 +384,7 @@ def output_structure(model):
     return structure
 
 
-def output_shapes(model) -> list:
+def output_shapes(model: keras.Model) -> list:
     """The shape of each of the model's outputs (batch axis ``None``), flattened."""
     structure = output_structure(model)
     if isinstance(structure, dict):
@@ -391,7 +392,7 @@ def output_shapes(model) -> list:
     return structure if isinstance(structure, list) else [structure]
 
 
-def score_columns(model, score_fn: Callable | None = None) -> int | None:
+def score_columns(model: keras.Model, score_fn: Callable | None = None) -> int | None:
     """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
 
     ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A

@@ -17,6 +17,7 @@ graph is looked into) but cannot be looked behind: :func:`traced_squash` says ``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -123,7 +124,7 @@ def traced_squash(call: Callable, specs: Sequence[tf.TensorSpec]) -> tuple[str, 
     return ("opaque", inner) if inner else None
 
 
-def before_squash(output):
+def before_squash(output: Any) -> Any:
     """The values before the final softmax/sigmoid of ``output``, a tensor of a graph being traced
     (``ValueError`` when it does not end in one): the squash's input, passed through the same
     value-keeping operations (casts, reshapes) that followed the squash."""

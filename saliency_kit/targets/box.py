@@ -22,6 +22,7 @@ itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class pro
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,12 @@ class Box(Target):
     logits = False  # the proposals as the model gives them, a final sigmoid kept
 
     def __init__(
-        self, boxes, classes=None, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+        self,
+        boxes: Any,
+        classes: Any = None,
+        score: str = "drise",
+        class_activation: str | None = None,
+        objectness: str = "logit",
     ):
         if score not in ("drise", "class"):
             raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
@@ -58,7 +64,7 @@ class Box(Target):
         self.class_activation = class_activation
         self.form: str | None = None  # "tensor" or "dict", set when bound to a model
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.mode, self.class_activation, self.objectness, self.form)
 
     def __repr__(self) -> str:
@@ -171,10 +177,10 @@ class Box(Target):
             chosen = self._probabilities(chosen)
         return tf.gather(chosen, classes, axis=2, batch_dims=2)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=False)
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=True)
 
 
@@ -270,7 +276,12 @@ def _describe(boxes) -> str:
 
 
 def box(
-    boxes, classes=None, *, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+    boxes: Any,
+    classes: Any = None,
+    *,
+    score: str = "drise",
+    class_activation: str | None = None,
+    objectness: str = "logit",
 ) -> Box:
     """Boxes to explain on a detector's raw output (before non-max suppression).
 

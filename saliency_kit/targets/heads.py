@@ -16,6 +16,7 @@ Score-CAM's probability of either: the score itself.
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -29,14 +30,14 @@ class Output(Target):
 
     kind = "output"
 
-    def __init__(self, head, classes=None):
+    def __init__(self, head: Any, classes: Any = None):
         if isinstance(head, bool) or not isinstance(head, (str, numbers.Integral)):
             raise TypeError(f"output() takes a head's name or index; received {head!r}.")
         self.head = head
         self.classes = classes
         self.key = None  # the head's place in the model's output structure, set when bound
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.key)
 
     def __repr__(self) -> str:
@@ -67,10 +68,10 @@ class Output(Target):
                 entry["output"] = self.head
         return Resolved(columns, None, info, bound)
 
-    def outputs(self, values, taps):
+    def outputs(self, values: Any, taps: dict) -> Any:
         return _getitem(values, self.key)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         flat = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
@@ -133,7 +134,7 @@ class Unit(Target):
 
     kind = "unit"
 
-    def __init__(self, layer, index):
+    def __init__(self, layer: Any, index: int):
         def check(i):
             if (
                 isinstance(i, bool)
@@ -148,15 +149,11 @@ class Unit(Target):
 
         self.layer = layer
         self.index = [check(i) for i in index] if isinstance(index, list) else check(index)
-        self.path = None
-        self.channels = None  # True: a channel averaged over the other axes; False: one element
+        self.path: str | None = None
+        self.channels: bool | None = None  # True: a channel averaged over the other axes; False: one element
         self.channel_axis = -1
 
-    @property
-    def taps(self):
-        return (self.path,) if self.path else ()
-
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.path, self.channels, self.channel_axis)
 
     def __repr__(self) -> str:
@@ -181,6 +178,7 @@ class Unit(Target):
         element = kinds.pop()
         bound = Unit(self.layer, self.index)
         bound.path, bound.channels = path, not element
+        bound.taps = (path,)
         first = getattr(found, "data_format", None) == "channels_first" and len(shape) > 2
         bound.channel_axis = 1 if first else -1
         inner = shape[1:]
@@ -210,10 +208,10 @@ class Unit(Target):
         info = [[{"kind": "unit", "layer": path, "index": i} for i in indices] for _ in range(B)]
         return Resolved(columns, None, info, bound)
 
-    def outputs(self, values, taps):
+    def outputs(self, values: Any, taps: dict) -> Any:
         return taps[self.path]
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         activations = tf.cast(outputs, tf.float32)
@@ -227,7 +225,7 @@ class Unit(Target):
         return tf.gather(activations, tf.cast(payload, tf.int32), batch_dims=1)
 
 
-def output(name_or_index, classes=None) -> Output:
+def output(name_or_index: str | int, classes: Any = None) -> Output:
     """One head of a multi-output model: its values (component ``classes``; default all).
 
     Args:
@@ -242,7 +240,7 @@ def output(name_or_index, classes=None) -> Output:
     return Output(name_or_index, classes)
 
 
-def unit(layer, index) -> Unit:
+def unit(layer: Any, index: int) -> Unit:
     """The activation of an inner unit of ``layer`` (a name, a path ``"outer/inner"`` or the layer).
 
     ``index``: an int, a channel (of a ``Dense`` output: a neuron; of a convolution: its channel

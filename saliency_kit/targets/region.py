@@ -17,6 +17,8 @@ logits, taken at its class.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .base import PerInput, Resolved, Target, TargetRequest
@@ -30,7 +32,7 @@ class Region(Target):
 
     kind = "region"
 
-    def __init__(self, masks, classes="top1", reduce: str = "mean"):
+    def __init__(self, masks: Any, classes: Any = "top1", reduce: str = "mean"):
         if reduce not in ("mean", "sum"):
             raise ValueError(f"reduce must be 'mean' or 'sum'; received {reduce!r}.")
         if isinstance(masks, str):
@@ -47,7 +49,7 @@ class Region(Target):
         self.classes = classes
         self.reduce = reduce
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.reduce)
 
     def __repr__(self) -> str:
@@ -135,10 +137,10 @@ class Region(Target):
             sums = sums / (count[..., None] if every_class else count)
         return sums
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         return self._reduced(outputs, payload, every_class=False)
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         reduced = self._reduced(outputs, payload, every_class=True)  # [n, K or 1, C]
@@ -164,7 +166,7 @@ def _dense_shape(model) -> tuple[tuple, int]:
     return tuple(int(s) for s in shape[1:-1]), int(shape[-1])
 
 
-def region(masks, classes="top1", *, reduce: str = "mean") -> Region:
+def region(masks: Any, classes: Any = "top1", *, reduce: str = "mean") -> Region:
     """A region of a dense output ``[B, H', W', C]``: its class logits' mean (or ``"sum"``).
 
     Args:
