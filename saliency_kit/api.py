@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
 
-def _check_score(score):
+def _check_score(score: str):
     if not isinstance(score, str):
         raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
     if score not in ("logits", "output"):
@@ -78,7 +78,9 @@ def resolve_selection(
     return _resolve(model, x, targets, score, batch_size, class_names)[0]
 
 
-def _resolve(model, x, targets, score, batch_size, class_names):
+def _resolve(
+    model: keras.Model, x: Any, targets: Any, score: str, batch_size: int, class_names: Sequence[str] | None
+) -> tuple[targets_module.Resolved, np.ndarray | None]:
     """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``."""
     if targets_module.is_target(targets):
         request = targets_module.TargetRequest(
@@ -98,28 +100,28 @@ def _resolve(model, x, targets, score, batch_size, class_names):
         resolved.columns = columns.astype(np.int64)
         return resolved, None
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    columns = score_columns(model, score_fn)
-    if columns is None and score_fn is None:
+    width = score_columns(model, score_fn)
+    if width is None and score_fn is None:
         from .targets.errors import class_target_error
 
         raise class_target_error(model, targets)
-    spec = targets_module.parse(targets, len(x), columns, class_names)
+    spec = targets_module.parse(targets, len(x), width, class_names)
     scores = None
     if spec.needs_scores:
         scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    resolved = targets_module.resolve(spec, scores, len(x), columns)
+    classes = targets_module.resolve(spec, scores, len(x), width)
     kind = "callable" if score_fn is not None else "class"
-    info = targets_module.base.class_info(resolved, None if score_fn else class_names, kind=kind)
-    return targets_module.Resolved(resolved, None, info, None), scores
+    info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
+    return targets_module.Resolved(classes, None, info, None), scores
 
 
-def _differentiated(model, score: str, score_fn) -> str:
+def _differentiated(model: keras.Model, score: str, score_fn: Callable | None) -> str:
     """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
     a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
     return engine.score_view(model, score, score_fn).differentiated
 
 
-def _scalar(value) -> bool:
+def _scalar(value: Any) -> bool:
     """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
     return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
 
@@ -280,7 +282,16 @@ def check(
     return _checked(model, inputs, methods.get(method), score, batch_size, class_names, dict(options))[2]
 
 
-def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict, channels_axis=None):
+def _checked(
+    model: keras.Model,
+    inputs: Any,
+    chosen: Any,
+    score: str,
+    batch_size: int,
+    class_names: Sequence[str] | None,
+    given: dict,
+    channels_axis: int | None = None,
+):
     """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
     values = chosen.check_options(given)
     _check_score(score)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import keras
 
     from ..model.scores import ScoreView
+    from .tf import Context
 
 __all__ = [
     "check_inputs",
@@ -100,7 +101,7 @@ def _traced() -> None:
 
 
 # ------------------------------------------------------------------------------ model views
-def _rule_key(rule):
+def _rule_key(rule: Any):
     return value_key(rule)
 
 
@@ -168,18 +169,18 @@ def fingerprint(model: keras.Model) -> tuple:
     return tuple(parts)
 
 
-def _activation_key(activation):
+def _activation_key(activation: Any):
     name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
     if name and name != "<lambda>":
         return (getattr(activation, "__module__", None), name)
     return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
-def _views_of(model, score, score_fn, rules_used: list):
+def _views_of(model: keras.Model, score: str, score_fn: Callable, rules_used: list):
     """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
     model_ref = weakref.ref(model)
 
-    def views(rule=None):
+    def views(rule: Any = None):
         if rule is not None and not any(_rule_key(rule) == _rule_key(r) for r in rules_used):
             rules_used.append(rule)
         return score_view(model_ref(), score, score_fn, rule)
@@ -197,7 +198,7 @@ def _split_options(options: dict):
     return key, names, tuple(arrays[k] for k in names)
 
 
-def _tupled(value):
+def _tupled(value: Any):
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
@@ -343,7 +344,7 @@ def run(
     return results
 
 
-def _rewritten_by(model, rules_used, reports) -> list | None:
+def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | None:
     """What the kernel's backward rules changed: the ReLU-family ops an op-level rule took over
     (one block's report: every block traces the same model), then the layers a rewrite changed
     (LRP, DeepLIFT); ``None`` when the kernel took plain gradients only."""
@@ -382,12 +383,12 @@ def target_scores(
     )["attributions"]
 
 
-def _clean_scores(ctx):
+def _clean_scores(ctx: Context):
     scores = ctx.scores(ctx.inputs)
     return {"attributions": scores, "scores": scores}
 
 
-def _jacobian_rows(ctx, rule):
+def _jacobian_rows(ctx: Context, rule: Any):
     return ctx.gradients(ctx.inputs, rule=rule)
 
 

@@ -59,7 +59,7 @@ class ModelCache:
         self._entries.clear()
 
 
-def _hashable(value) -> bool:
+def _hashable(value: Any) -> bool:
     try:
         hash(value)
     except TypeError:
@@ -112,7 +112,7 @@ def value_key(value: Any, depth: int = 3) -> Any:
     return value
 
 
-def _has_contents(cell) -> bool:
+def _has_contents(cell: Any) -> bool:
     try:
         _ = cell.cell_contents
     except ValueError:

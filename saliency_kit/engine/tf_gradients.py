@@ -7,6 +7,7 @@ Used by :mod:`saliency_kit.engine.tf` (the context and the kernels).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -45,7 +46,7 @@ class Selection:
     def width(self) -> int:
         return int(self.columns.shape[1])
 
-    def _map(self, column_fn, input_fn):
+    def _map(self, column_fn: Callable, input_fn: Callable):
         if self.payload is None:
             return None
         leaves = tf.nest.flatten(self.payload)
@@ -63,7 +64,7 @@ class Selection:
         """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
         n, K = self.columns.shape[0], self.width
 
-        def split(leaf):
+        def split(leaf: Any):
             return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
 
         return Selection(
@@ -73,7 +74,7 @@ class Selection:
             self._per_input,
         )
 
-    def _outputs(self, view, z, tap):
+    def _outputs(self, view: Any, z: Any, tap: str | None):
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)

@@ -310,7 +310,7 @@ def _element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, w
     )
 
 
-def _image_channel_axis(model, x: np.ndarray) -> int | None:
+def _image_channel_axis(model: keras.Model, x: np.ndarray) -> int | None:
     if x.ndim != 4:
         return None
     from .. import engine
@@ -431,7 +431,7 @@ def prepare(
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
 
 
-def _refuse_target_objects(targets, explanation_or_method) -> None:
+def _refuse_target_objects(targets: Any, explanation_or_method: Any) -> None:
     """These metrics score classes (or a score function's columns) of a ``[B, C]`` output; target
     objects (``region``, ``box``, ``output``, ``unit``) are refused rather than scored wrongly."""
     from ..targets import is_target
@@ -475,7 +475,7 @@ def pixel_maps(
     inputs: Any,
     explanation_or_method: Any,
     targets: Any,
-    maps: np.ndarray,
+    maps: np.ndarray | None,
     *,
     seed: int,
     batch_size: int,

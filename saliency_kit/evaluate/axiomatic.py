@@ -132,7 +132,7 @@ def non_sensitivity(
 
 
 def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray):
-    def make(start, stop):
+    def make(start: int, stop: int):
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = padded[start:stop], values[start:stop]
         valid = idx >= 0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import axiomatic, complexity, faithfulness, localisation, randomisation, robustness
+from . import axiomatic, complexity, deletion, faithfulness, localisation, randomisation, robustness
 from ._common import RANDOM, random_attributions, seed_noise, to_pixels
 
 if TYPE_CHECKING:
@@ -36,39 +36,97 @@ class Metric:
     family: str = ""
 
 
-def _deletion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
-        "deletion_auc"
-    ]
+def _deletion(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+):
+    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)["deletion_auc"]
 
 
-def _insertion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
+def _insertion(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+):
+    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
         "insertion_auc"
     ]
 
 
-def _pointing(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _pointing(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+):
     return localisation.pointing_game(expl, masks, **options).astype(np.float64)
 
 
-def _model_free(function):
-    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _model_free(function: Any):
+    def run(
+        model: keras.Model,
+        inputs: Any,
+        expl: Any,
+        targets: Any,
+        *,
+        masks: Any = None,
+        seed: int = 0,
+        batch_size: int = 32,
+        **options: Any,
+    ):
         extra = {"masks": masks} if masks is not None else {}
         return function(maps=np.asarray(expl.maps), **extra, **options)
 
     return run
 
 
-def _scored(function):
-    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _scored(function: Any):
+    def run(
+        model: keras.Model,
+        inputs: Any,
+        expl: Any,
+        targets: Any,
+        *,
+        masks: Any = None,
+        seed: int = 0,
+        batch_size: int = 32,
+        **options: Any,
+    ):
         value = function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **options)
         return value["score"] if isinstance(value, dict) else value
 
     return run
 
 
-def _randomization(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _randomization(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+):
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)

@@ -29,7 +29,17 @@ __all__ = ["sparseness", "complexity", "effective_complexity"]
 
 
 def _flat(
-    name, model, inputs, explanation_or_method, targets, maps, normalise, absolute, seed, batch_size, method_options
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray | None,
+    normalise: bool,
+    absolute: bool,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     values = pixel_maps(
         name,

@@ -165,7 +165,7 @@ def deletion_insertion(
 _CURVES = ("deletion_curve", "insertion_curve", "random_deletion_curve", "random_insertion_curve")
 
 
-def _ranks(m, rng) -> np.ndarray:
+def _ranks(m: Any, rng: np.random.Generator) -> np.ndarray:
     """Rank of every pixel (0 = most important) by decreasing value, ties in random order, NaN last."""
     values = np.nan_to_num(np.asarray(m, dtype=np.float64).ravel(), nan=-np.inf)
     order = np.lexsort((rng.random(values.size), -values))
@@ -174,7 +174,7 @@ def _ranks(m, rng) -> np.ndarray:
     return ranks
 
 
-def _baseline(baseline, x, blurred) -> np.ndarray:
+def _baseline(baseline: Any, x: Any, blurred: Any) -> np.ndarray:
     if isinstance(baseline, str):
         if baseline == "zeros":
             return np.zeros_like(x)

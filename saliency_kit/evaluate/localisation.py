@@ -66,18 +66,18 @@ def object_masks(masks: Any, count: int) -> np.ndarray:
 
 
 def _maps_and_masks(
-    name,
-    model,
-    inputs,
-    explanation_or_method,
-    targets,
-    maps,
-    masks,
-    normalise,
-    absolute,
-    seed,
-    batch_size,
-    method_options,
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray | None,
+    masks: Any,
+    normalise: bool,
+    absolute: bool,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ):
     """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
     values = pixel_maps(

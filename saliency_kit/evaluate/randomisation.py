@@ -159,7 +159,7 @@ def iter_randomization(
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
 
 
-def _randomized_copies(model, mode: str, layers, seed: int, order: str):
+def _randomized_copies(model: keras.Model, mode: str, layers: Any, seed: int, order: str):
     """Yields ``(path, copy, randomized_paths)``: first ``(None, copy, [])`` with the trained weights,
     then the same copy after each step (``order``: ``"top_down"`` from the output, ``"bottom_up"``)."""
     clone = clone_with_weights(model)
@@ -238,7 +238,7 @@ def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
     return walk_weighted(model)
 
 
-def _select_layers(all_layers, layers):
+def _select_layers(all_layers: Any, layers: Any):
     if layers is None:
         return list(all_layers)
     if isinstance(layers, str):
@@ -286,7 +286,7 @@ def reinitialize(layer: Any, *, seed: int = 0, salt: int = 0) -> None:
         variable.assign(_reseeded(init, var_seed)(shape=tuple(variable.shape), dtype=variable.dtype))
 
 
-def _initializer_for(owners, variable):
+def _initializer_for(owners: Any, variable: Any):
     name = variable.name.split("/")[-1].split(":")[0]
     attrs = (*_INITIALIZER_ATTRS.get(name, ()), f"{name}_initializer")
     holders = [o for o in owners if any(w is variable for w in o.weights)]
@@ -298,7 +298,7 @@ def _initializer_for(owners, variable):
     return None
 
 
-def _reseeded(init, seed: int):
+def _reseeded(init: Any, seed: int):
     import keras
 
     if isinstance(init, keras.initializers.Initializer):
@@ -309,7 +309,17 @@ def _reseeded(init, seed: int):
 
 
 def _quantus_mode(
-    model, inputs, method, targets, *, mode, layers, seed, nr_samples=50, noise_magnitude=0.1, **method_options
+    model: keras.Model,
+    inputs: Any,
+    method: Any,
+    targets: Any,
+    *,
+    mode: str,
+    layers: Any,
+    seed: int,
+    nr_samples: int = 50,
+    noise_magnitude: float = 0.1,
+    **method_options: Any,
 ) -> list[dict]:
     """``randomization_test`` for Quantus' modes (see its docstring)."""
     from ..api import explain
@@ -330,7 +340,7 @@ def _quantus_mode(
         ).astype(x.dtype)
         keys = perturbed_keys(seed, len(x), nr_samples)
 
-    def attributions(clone, fixed_targets):
+    def attributions(clone: Any, fixed_targets: Any):
         """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
         if not smooth:
             expl = explain(clone, x, method, fixed_targets, **method_options)

@@ -18,6 +18,7 @@ stable. Read them next to a faithfulness metric, and against the ``"random"`` ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -80,21 +81,21 @@ def _perturbed_runs(
 
 
 def _sensitivities(
-    name,
-    model,
-    inputs,
-    explanation_or_method,
-    targets,
-    nr_samples,
-    lower_bound,
-    upper_bound,
-    normalise,
-    absolute,
-    nan_when_changed,
-    score,
-    seed,
-    batch_size,
-    method_options,
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    nr_samples: int,
+    lower_bound: float,
+    upper_bound: float | None,
+    normalise: bool,
+    absolute: bool,
+    nan_when_changed: bool,
+    score: str,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and asked."""
     nr_samples = check_int("nr_samples", nr_samples)
@@ -208,7 +209,7 @@ def avg_sensitivity(
     return _nan_reduce(np.nanmean, values)
 
 
-def _nan_reduce(reduce, values: np.ndarray) -> np.ndarray:
+def _nan_reduce(reduce: Callable[..., np.ndarray], values: np.ndarray) -> np.ndarray:
     out = np.full(values.shape[:2], np.nan)
     some = ~np.all(np.isnan(values), axis=-1)
     out[some] = reduce(values[some], axis=-1)

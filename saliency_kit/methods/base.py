@@ -180,7 +180,7 @@ _REGISTRY: dict[str, Method] = {}
 _option_types: dict[str, tuple[type, str]] = {}  # option name -> (type, first method declaring it)
 
 
-def _as_options(options) -> tuple:
+def _as_options(options: Any) -> tuple:
     if isinstance(options, dict):
         return tuple(Option(name, default) for name, default in options.items())
     result = []
@@ -238,7 +238,7 @@ def register(
             f"declare; received options {seen}."
         )
 
-    def decorator(fn):
+    def decorator(fn: Callable):
         if not callable(fn):
             raise TypeError(f"register({name!r}) decorates a function fn(ctx, **options); received {fn!r}.")
         if name in _REGISTRY:

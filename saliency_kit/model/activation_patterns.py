@@ -69,7 +69,7 @@ class FoundActivation:
 LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub", "AddV2", "Add")
 
 
-def _constant(tensor) -> float | None:
+def _constant(tensor: tf.Tensor) -> float | None:
     """The one value a constant tensor holds (a scalar, an array of one repeated value, ``zeros_like``,
     ``fill``), else None."""
     kind = tensor.op.type
@@ -86,22 +86,22 @@ def _constant(tensor) -> float | None:
     return _decimal(value.flat[0])
 
 
-def _decimal(value) -> float:
+def _decimal(value: Any) -> float:
     """The shortest decimal that is ``value`` in its own precision (float32 ``0.1`` -> ``0.1``, not
     ``0.10000000149``): the same number once cast back, and the family reads as it was written."""
     return float(str(value))
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     return a.name == b.name  # tensors of one graph
 
 
-def _only_feeds(tensor, op) -> bool:
+def _only_feeds(tensor: tf.Tensor, op: Any) -> bool:
     consumers = tensor.consumers()
     return len(consumers) == 1 and consumers[0].name == op.name
 
 
-def _threshold(greater, x) -> float | None:
+def _threshold(greater: Any, x: Any) -> float | None:
     """``t`` when op ``greater`` is ``Greater(x, t)``; ``Unsupported`` when ``t`` is not a constant."""
     if greater.type != "Greater" or not _same(greater.inputs[0], x):
         return None
@@ -111,7 +111,7 @@ def _threshold(greater, x) -> float | None:
     return threshold
 
 
-def _with_constant(op):
+def _with_constant(op: Any):
     """``(other input, its index, the constant)`` of a binary op with one constant input."""
     for main in (0, 1):
         value = _constant(op.inputs[1 - main])
@@ -120,7 +120,7 @@ def _with_constant(op):
     return None, None, None
 
 
-def _times(tensor, x) -> float | None:
+def _times(tensor: tf.Tensor, x: Any) -> float | None:
     """``a`` when ``tensor`` is ``a * x`` with a constant ``a``."""
     op = tensor.op
     if op.type != "Mul":
@@ -131,13 +131,13 @@ def _times(tensor, x) -> float | None:
     return None
 
 
-def _inner(tensor, consumer) -> FoundActivation | None:
+def _inner(tensor: tf.Tensor, consumer: Any) -> FoundActivation | None:
     """The ReLU-family activation computing ``tensor``, when ``consumer`` is its only use."""
     found = match_activation(tensor) if _only_feeds(tensor, consumer) else None
     return None if found is None or found.family is None else found
 
 
-def _negative_part(mul, x):
+def _negative_part(mul: Any, x: Any):
     """``(factor, threshold, ops)`` when op ``mul`` is ``factor * relu(-x + threshold)`` (Keras'
     leaky composite; ``factor`` the tensor multiplying the ReLU)."""
     for part in (0, 1):
@@ -215,7 +215,7 @@ def match_activation(tensor: Any) -> FoundActivation | None:
     return None
 
 
-def _leaky(op, main) -> FoundActivation | None:
+def _leaky(op: Any, main: int) -> FoundActivation | None:
     """``Sub``/``Add`` op ``op`` as ``f(x) ∓ factor * relu(t - x)``, ``f(x)`` its input ``main``."""
     core, negative = op.inputs[main], op.inputs[1 - main]
     if negative.op.type != "Mul" or not _only_feeds(negative, op):

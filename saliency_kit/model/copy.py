@@ -71,7 +71,7 @@ def layer_config(op: Any, activation: Any = None) -> dict:
     return config
 
 
-def _linear_stand_in(op):
+def _linear_stand_in(op: Any):
     """A bare shallow copy of ``op`` (Keras' own copy pickles) whose activation is linear. A
     recurrent layer's ``activation`` is a read-only view of its cell's: the cell is stood in for."""
     stand_in = object.__new__(type(op))
@@ -83,13 +83,13 @@ def _linear_stand_in(op):
     return stand_in
 
 
-def _own_state(layer) -> dict:
+def _own_state(layer: Any) -> dict:
     store: dict = {}
     layer.save_own_variables(store)
     return store
 
 
-def _depth_first(layer, seen) -> list:
+def _depth_first(layer: Any, seen: set) -> list:
     if id(layer) in seen:
         return []
     seen.add(id(layer))
@@ -99,7 +99,7 @@ def _depth_first(layer, seen) -> list:
     return found
 
 
-def _stateful(layer) -> list:
+def _stateful(layer: Any) -> list:
     """``layer`` and every layer inside it that owns variables, depth first in tracking order
     (the same order in a copy, whatever wraps it)."""
     return [sub for sub in _depth_first(layer, set()) if _own_state(sub)]
@@ -165,11 +165,11 @@ def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:
 
 
 # -- checking a copy ------------------------------------------------------------------------------
-def _numpy_tree(values) -> list[np.ndarray]:
+def _numpy_tree(values: Any) -> list[np.ndarray]:
     return [np.asarray(keras.ops.convert_to_numpy(v), dtype=np.float64) for v in keras.tree.flatten(values)]
 
 
-def _close(a, b) -> bool:
+def _close(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -189,11 +189,11 @@ def layer_outputs(model: keras.Model, x: Any) -> list[tuple[str, object]]:
     return recorded
 
 
-def _run_recording(model, x, prefix, recorded):
-    def operation_fn(op):
+def _run_recording(model: keras.Model, x: Any, prefix: str, recorded: Any):
+    def operation_fn(op: Any):
         path = f"{prefix}{op.name}"
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any):
             if is_graph_model(op):
                 out = _run_recording(op, args[0], f"{path}/", recorded)
             else:
@@ -256,7 +256,7 @@ def copy_model(model: keras.Model, replace: Any = None, *, check: bool = True, w
     if is_graph_model(model):
         pairs = []
 
-        def clone_function(op):
+        def clone_function(op: Any):
             clone = (replace(op) if replace is not None else None) or rebuild_layer(op)
             pairs.append((op, clone))
             return clone

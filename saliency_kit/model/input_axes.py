@@ -15,7 +15,7 @@ cannot be followed (a reshape, a gather) makes the answer *unsure*.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -104,7 +104,7 @@ class Traced:
     unsure: bool = False
 
 
-def _reaching(graph, source) -> set:
+def _reaching(graph: Any, source: Any) -> set:
     """Names of the tensors computed from ``source`` in ``graph``."""
     seen = {source.name}
     for op in graph.get_operations():  # in creation order: inputs before their consumers
@@ -113,7 +113,7 @@ def _reaching(graph, source) -> set:
     return seen
 
 
-def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
+def _follow(tensor: tf.Tensor, source: Any, reaching: set) -> tuple[list | None, bool]:
     """``(axes, moved)``: ``axes[i]`` the axis of ``source`` at position ``i`` of ``tensor`` (``None``
     for an axis added on the way), or ``None`` when the way cannot be followed; ``moved`` whether
     a transpose lies on the way."""
@@ -152,7 +152,7 @@ def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
     return axes, moved
 
 
-def _spatial_layer(layer) -> bool:
+def _spatial_layer(layer: Any) -> bool:
     return getattr(layer, "data_format", None) in ("channels_first", "channels_last") and any(
         k in type(layer).__name__ for k in SPATIAL_LAYER_KINDS
     )
@@ -180,7 +180,7 @@ def may_move_axes(model: keras.Model) -> bool:
     return False
 
 
-def _front(model):
+def _front(model: keras.Model):
     """``(front, position)`` for a functional model: ``front`` the model from its input to the
     input of its first spatial layer (or of a nested model of Keras layers holding them),
     ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""
@@ -214,7 +214,7 @@ def _front(model):
     return None
 
 
-def _front_axis(model, shape, dtype) -> Traced | None:
+def _front_axis(model: keras.Model, shape: tuple, dtype: Any) -> Traced | None:
     """:func:`traced_channel_axis` by tracing the model's front only (up to its first spatial
     layer), when it is functional; ``None`` when that does not apply."""
     front = _front(model)

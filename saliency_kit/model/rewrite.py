@@ -27,6 +27,7 @@ taken at the same time in another thread, stays plain.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -50,7 +51,7 @@ __all__ = [
 
 
 # -- what counts as a ReLU at the layer level -------------------------------------------------------
-def _family_of_activation(activation) -> ReluFamily | None:
+def _family_of_activation(activation: Any) -> ReluFamily | None:
     """The ReLU family of a layer's ``activation=`` (a function, a partial, or a ReLU layer)."""
     if isinstance(activation, keras.layers.Layer):
         return relu_family_of_activation(activation)
@@ -66,12 +67,12 @@ def relu_family_of_operation(op: Any) -> ReluFamily | None:
     return _family_of_activation(getattr(op, "activation", None))
 
 
-def _is_keras_function(fn) -> bool:
+def _is_keras_function(fn: Callable) -> bool:
     module = getattr(fn, "__module__", "") or ""
     return module.startswith(("keras.", "tensorflow.")) and getattr(fn, "__name__", "<lambda>") != "<lambda>"
 
 
-def _may_hide_relus(op) -> bool:
+def _may_hide_relus(op: Any) -> bool:
     """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
     if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
@@ -85,7 +86,7 @@ def _may_hide_relus(op) -> bool:
     return callable(activation) and not _is_keras_function(activation)
 
 
-def _activation_name(op) -> str | None:
+def _activation_name(op: Any) -> str | None:
     """A readable name for a non-ReLU activation in ``op``, for error messages."""
     if isinstance(op, keras.Model):
         return None
@@ -137,7 +138,7 @@ class RuleScope(keras.layers.Layer):
         self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, args, kwargs):
+    def _scoped_call(self, args: Any, kwargs: Any):
         with relu_rule(self.rule) as report:
             outputs = self.layer(*args, **kwargs)
         report.check(f"layer {self.layer_path!r} ({type(self.layer).__name__})")
@@ -167,7 +168,7 @@ class RewrittenModel(keras.Model):
         self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, x, training):
+    def _scoped_call(self, x: Any, training: bool | None):
         with relu_rule(self.rule) as report:
             outputs = self.wrapped(x, training=training)
         report.check(f"model {self.wrapped.name!r} ({type(self.wrapped).__name__})")
@@ -194,7 +195,7 @@ def nothing_to_rewrite(model: keras.Model) -> ValueError:
     )
 
 
-def _rewritten_clone(op, bound: ModifiedBackprop):
+def _rewritten_clone(op: Any, bound: ModifiedBackprop):
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
     if (
@@ -266,7 +267,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     scopes: list[RuleScope] = []
     changed: list[str] = []
 
-    def replace(op):
+    def replace(op: Any):
         if id(op) not in plan:
             return None
         path, family = plan[id(op)]
@@ -287,7 +288,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     return new_model
 
 
-def _rewrite_subclassed(model, rule):
+def _rewrite_subclassed(model: keras.Model, rule: Any):
     wrapper = RewrittenModel(model, rule)
     check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
     if wrapper.report is None or not wrapper.report.ops:

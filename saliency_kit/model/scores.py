@@ -57,24 +57,24 @@ _warned: weakref.WeakSet = weakref.WeakSet()
 _traced_memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> (token, squash)
 
 
-def _squasher_name(fn) -> str | None:
+def _squasher_name(fn: Callable) -> str | None:
     """``"softmax"``/``"sigmoid"`` for those functions (Keras' or ``tf.nn``'s), else None."""
     name = getattr(fn, "__name__", None) or type(fn).__name__.lower()
     name = name.removesuffix("_v2")  # tf.nn.softmax is softmax_v2
     return name if name in _SQUASHERS else None
 
 
-def _is_linear(fn) -> bool:
+def _is_linear(fn: Callable) -> bool:
     return getattr(fn, "__name__", None) == "linear"
 
 
-def _keeps_values(op) -> bool:
+def _keeps_values(op: Any) -> bool:
     if isinstance(op, _VALUE_KEEPING):
         return True
     return isinstance(op, keras.layers.Activation) and _is_linear(op.activation)
 
 
-def _fused(op) -> bool:
+def _fused(op: Any) -> bool:
     """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument."""
     if isinstance(op, (keras.layers.Activation, keras.Model)):
         return False
@@ -86,7 +86,7 @@ def _fused(op) -> bool:
     )
 
 
-def _specs(op) -> list | None:
+def _specs(op: Any) -> list | None:
     """Symbolic input specs of ``op``'s (first) call in a functional graph, or of a model."""
     import tensorflow as tf
 
@@ -100,7 +100,7 @@ def _specs(op) -> list | None:
     return [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
 
 
-def _traced(op) -> tuple[str, str] | None:
+def _traced(op: Any) -> tuple[str, str] | None:
     """``("traced" | "opaque", squash)`` when ``op``'s computation ends in a softmax/sigmoid.
 
     Traced once per layer (and again when its ``activation`` or ``function`` is replaced)."""
@@ -116,7 +116,7 @@ def _traced(op) -> tuple[str, str] | None:
     return found
 
 
-def _squash_kind(op) -> str | None:
+def _squash_kind(op: Any) -> str | None:
     """``"fused"`` (re-run with a linear twin), ``"traced"`` (take the squash's input),
     ``"nested"`` (a functional model ending in one), ``"opaque"`` (one that cannot be looked
     behind) or ``None``."""
@@ -129,7 +129,7 @@ def _squash_kind(op) -> str | None:
     return found[0] if found else None
 
 
-def _leaf_kind(squash) -> str:
+def _leaf_kind(squash: Any) -> str:
     kind, op = squash
     return _leaf_kind(final_squash(op)) if kind == "nested" else kind
 
@@ -160,7 +160,7 @@ def final_squash(model: keras.Model) -> tuple[str, Any] | None:
     return (kind, op) if kind else None
 
 
-def _linear_twin(layer):
+def _linear_twin(layer: Any):
     """A twin of ``layer`` with a linear activation that *shares* ``layer``'s variables.
 
     Built from the layer's config; each variable attribute is pointed at the original variable
@@ -192,10 +192,10 @@ def _linear_twin(layer):
     return twin
 
 
-def _call_op(op):
+def _call_op(op: Any):
     """``op`` called as ``keras.Model.call`` would, with ``training=False``."""
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any):
         if keras_private.call_takes_training(op):
             kwargs["training"] = False
         return op(*args, **kwargs)
@@ -244,8 +244,11 @@ class ScoreView:
         elif self._squash is not None:
             self._prepare_twins(model)
 
-    def _prepare_twins(self, model):
-        kind, op = final_squash(model)
+    def _prepare_twins(self, model: keras.Model) -> None:
+        found = final_squash(model)
+        if found is None:
+            return
+        kind, op = found
         if kind == "fused":
             self._twins[id(op)] = _linear_twin(op)
         elif kind == "nested":
@@ -264,7 +267,7 @@ class ScoreView:
         return self._squash is not None
 
     # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model, x, taps: tuple, strip: bool, taken: dict, prefix: str = ""):
+    def _run(self, model: keras.Model, x: Any, taps: tuple, strip: bool, taken: dict, prefix: str = ""):
         """Run ``model``'s graph on ``x``; the activations of each tapped path (a tuple of names
         from ``model`` down) go to ``taken[prefix + "/".join(path)]``."""
         graph = keras_private.functional_graph(model)
@@ -281,18 +284,18 @@ class ScoreView:
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
 
-        def recorder(op, fn):
+        def recorder(op: Any, fn: Callable):
             if not any(t == (op.name,) for t in taps):
                 return fn
 
-            def record(*args, **kwargs):
+            def record(*args: Any, **kwargs: Any):
                 out = fn(*args, **kwargs)
                 taken[prefix + op.name] = out
                 return out
 
             return record
 
-        def operation_fn(op):
+        def operation_fn(op: Any):
             inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
             if op is final and kind == "traced":  # a tap on the stripped layer sees its logits
                 return recorder(op, eager_or_traced(_call_op(op)))
@@ -354,7 +357,7 @@ class ScoreView:
         return values, activation
 
 
-def _output_spec(model):
+def _output_spec(model: keras.Model):
     """``(shape, dtype)`` of the model's single output, or ``None`` for several outputs."""
     if is_graph_model(model):
         outputs = model.outputs

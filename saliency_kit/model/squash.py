@@ -30,18 +30,18 @@ _SAME_VALUES = ("Identity", "Cast", "Reshape", "Squeeze", "ExpandDims", "EnsureS
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
-def _is_const(tensor, value: float) -> bool:
+def _is_const(tensor: tf.Tensor, value: float) -> bool:
     constant = tf.get_static_value(tensor)
     return constant is not None and np.size(constant) == 1 and float(np.ravel(constant)[0]) == value
 
 
-def _skip(tensor, *types):
+def _skip(tensor: tf.Tensor, *types: Any):
     while tensor.op.type in types and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
     return tensor
 
 
-def _by_hand(tensor):
+def _by_hand(tensor: tf.Tensor):
     """``(squash, its input)`` for a softmax or sigmoid written out in ops, else ``None``:
     ``exp(a) / Σ exp(a)`` over the last axis (``a`` possibly minus its maximum, the stable form),
     ``1 / (1 + exp(-a))`` (also as ``Reciprocal`` or ``Inv``)."""
@@ -72,7 +72,7 @@ def _by_hand(tensor):
     return "softmax", logits
 
 
-def _squash_of(tensor):
+def _squash_of(tensor: tf.Tensor):
     """``(squash, its input, value-keeping ops after it from the squash outwards)`` when ``tensor``
     ends in a softmax/sigmoid (an op, or written out in ops), else ``(None, None, chain)``."""
     chain = []
@@ -87,7 +87,7 @@ def _squash_of(tensor):
     return None, None, chain
 
 
-def _inside_call(tensor, graph) -> str | None:
+def _inside_call(tensor: tf.Tensor, graph: Any) -> str | None:
     """The squash ending a separately compiled function whose output ``tensor`` is, if any."""
     while tensor.op.type in _SAME_VALUES and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
@@ -145,7 +145,7 @@ def before_squash(output: Any) -> Any:
 def eager_or_traced(call: Callable) -> Callable:
     """``call`` followed by :func:`before_squash`, eagerly too (then traced for the occasion)."""
 
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any):
         if tf.inside_function():
             return before_squash(call(*args, **kwargs))
         return tf.function(lambda *a: before_squash(call(*a, **kwargs)), autograph=False)(*args)

@@ -178,7 +178,7 @@ class Target:
         return (type(self), items)
 
 
-def _is_data(value) -> bool:
+def _is_data(value: Any) -> bool:
     if isinstance(value, (np.ndarray, PerInput)):
         return True
     if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (str, int)):
@@ -205,7 +205,7 @@ def as_target(value: Any) -> Target:
 def class_info(columns: np.ndarray, names: Sequence[str] | None = None, kind: str = "class") -> list:
     """``B`` lists of ``K`` dicts ``{"kind", "class"[, "name"]}`` for int ``columns [B, K]``."""
 
-    def one(c):
+    def one(c: Any):
         entry = {"kind": kind, "class": int(c)}
         if names and 0 <= c < len(names):
             entry["name"] = names[c]
@@ -287,7 +287,7 @@ class Several(Target):
     def outputs(self, values: Any, taps: dict) -> tuple[Any, dict]:
         return values, taps
 
-    def _each(self, outputs, payload, name):
+    def _each(self, outputs: Any, payload: Any, name: str):
         import tensorflow as tf
 
         values, taps = outputs
@@ -305,7 +305,7 @@ class Several(Target):
         return self._each(outputs, payload, "probabilities")
 
 
-def _spread(payload, index: np.ndarray):
+def _spread(payload: Any, index: np.ndarray):
     """Every per-column leaf ``[B, k, ...]`` of ``payload`` taken at columns ``index`` ``[K]``."""
     import tensorflow as tf
 

@@ -16,11 +16,14 @@ Score-CAM's probability of either: the score itself.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Resolved, Target, TargetRequest, class_info
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Output", "Unit", "output", "unit"]
 
@@ -78,7 +81,7 @@ class Output(Target):
         return tf.gather(flat, tf.cast(payload, tf.int32), batch_dims=1)
 
 
-def _head(model, head) -> tuple:
+def _head(model: keras.Model, head: Any) -> tuple:
     """``(key into the output structure, shape)`` of the head called or numbered ``head``."""
     from ..model.scores import output_structure
 
@@ -118,14 +121,14 @@ class _Whole:
     def __hash__(self):
         return 0
 
-    def __eq__(self, other):
+    def __eq__(self, other: Any):
         return isinstance(other, _Whole)
 
 
 _WHOLE = _Whole()
 
 
-def _getitem(values, key):
+def _getitem(values: Any, key: Any):
     return values if isinstance(key, _Whole) else values[key]
 
 
@@ -135,7 +138,7 @@ class Unit(Target):
     kind = "unit"
 
     def __init__(self, layer: Any, index: int):
-        def check(i):
+        def check(i: int):
             if (
                 isinstance(i, bool)
                 or not isinstance(i, (numbers.Integral, tuple))

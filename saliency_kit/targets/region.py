@@ -17,12 +17,15 @@ logits, taken at its class.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import PerInput, Resolved, Target, TargetRequest
 from .errors import output_kind
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Region", "region"]
 
@@ -114,7 +117,7 @@ class Region(Target):
         )
 
     # -- kernel --------------------------------------------------------------------------------
-    def _reduced(self, outputs, payload, every_class: bool):
+    def _reduced(self, outputs: Any, payload: Any, every_class: bool):
         """``[n, K]`` (or ``[n, K, C]`` with ``every_class``): the logits reduced over the region."""
         import tensorflow as tf
 
@@ -149,7 +152,7 @@ class Region(Target):
         return tf.gather(tf.nn.softmax(reduced, axis=-1), classes, axis=2, batch_dims=2)
 
 
-def _dense_shape(model) -> tuple[tuple, int]:
+def _dense_shape(model: keras.Model) -> tuple[tuple, int]:
     """``(spatial shape, classes)`` of ``model``'s dense output ``[B, *spatial, C]``."""
     from ..model.scores import output_shapes
 
