@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     import keras
 
     from ..model.scores import ScoreView
-    from .tf import Context
 
 __all__ = [
     "check_inputs",
@@ -383,12 +382,12 @@ def target_scores(
     )["attributions"]
 
 
-def _clean_scores(ctx: Context):
+def _clean_scores(ctx: Any):  # the backend's Context
     scores = ctx.scores(ctx.inputs)
     return {"attributions": scores, "scores": scores}
 
 
-def _jacobian_rows(ctx: Context, rule: Any):
+def _jacobian_rows(ctx: Any, rule: Any):  # the backend's Context
     return ctx.gradients(ctx.inputs, rule=rule)
 
 
