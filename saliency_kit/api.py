@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 __all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
 
-def _check_score(score: str):
+def _check_score(score: str) -> None:
     if not isinstance(score, str):
         raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
     if score not in ("logits", "output"):
         raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
 
 
-def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
+def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
     flat = attributions.reshape(*attributions.shape[:2], -1)
     dead = ~np.any(flat != 0, axis=-1)
     if dead.any():
@@ -291,7 +291,7 @@ def _checked(
     class_names: Sequence[str] | None,
     given: dict,
     channels_axis: int | None = None,
-):
+) -> tuple[np.ndarray, int, dict]:
     """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
     values = chosen.check_options(given)
     _check_score(score)

@@ -100,7 +100,7 @@ def _traced() -> None:
 
 
 # ------------------------------------------------------------------------------ model views
-def _rule_key(rule: Any):
+def _rule_key(rule: Any) -> Any:
     return value_key(rule)
 
 
@@ -117,7 +117,7 @@ def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
     from ..model.inspect import weight_sync
     from ..model.rewrite import rewrite
 
-    def build():
+    def build() -> tuple[keras.Model, Callable[[], None]]:
         copy = rewrite(model, rule)
         return copy, weight_sync(model, copy)
 
@@ -168,18 +168,18 @@ def fingerprint(model: keras.Model) -> tuple:
     return tuple(parts)
 
 
-def _activation_key(activation: Any):
+def _activation_key(activation: Any) -> Any:
     name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
     if name and name != "<lambda>":
         return (getattr(activation, "__module__", None), name)
     return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
-def _views_of(model: keras.Model, score: str, score_fn: Callable, rules_used: list):
+def _views_of(model: keras.Model, score: str, score_fn: Callable | None, rules_used: list) -> Callable[..., ScoreView]:
     """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
     model_ref = weakref.ref(model)
 
-    def views(rule: Any = None):
+    def views(rule: Any = None) -> ScoreView:
         if rule is not None and not any(_rule_key(rule) == _rule_key(r) for r in rules_used):
             rules_used.append(rule)
         return score_view(model_ref(), score, score_fn, rule)
@@ -188,7 +188,7 @@ def _views_of(model: keras.Model, score: str, score_fn: Callable, rules_used: li
 
 
 # ------------------------------------------------------------------------------------ kernels
-def _split_options(options: dict):
+def _split_options(options: dict) -> tuple[tuple, tuple[str, ...], tuple]:
     """``(constants key, array names, arrays)``: NumPy arrays become kernel arguments."""
     arrays = {k: v for k, v in options.items() if isinstance(v, np.ndarray)}
     constants = {k: v for k, v in options.items() if k not in arrays and k != "seed"}
@@ -197,7 +197,7 @@ def _split_options(options: dict):
     return key, names, tuple(arrays[k] for k in names)
 
 
-def _tupled(value: Any):
+def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
@@ -271,7 +271,7 @@ def run(
         payload_module.key(structure, per_input, leaves),
     )
 
-    def build():
+    def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
         views = _views_of(model, score, score_fn, rules_used)
@@ -382,12 +382,12 @@ def target_scores(
     )["attributions"]
 
 
-def _clean_scores(ctx: Any):  # the backend's Context
+def _clean_scores(ctx: Any) -> dict:  # the backend's Context
     scores = ctx.scores(ctx.inputs)
     return {"attributions": scores, "scores": scores}
 
 
-def _jacobian_rows(ctx: Any, rule: Any):  # the backend's Context
+def _jacobian_rows(ctx: Any, rule: Any) -> Any:  # the backend's Context
     return ctx.gradients(ctx.inputs, rule=rule)
 
 

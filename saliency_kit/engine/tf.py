@@ -164,7 +164,7 @@ class Context:
         return int(self.targets.shape[1])
 
     # -- evaluation -------------------------------------------------------------------------
-    def _rows(self, points: np.ndarray):
+    def _rows(self, points: np.ndarray) -> tuple[tf.Tensor, Selection, tuple]:
         """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, their selection (each
         copy keeps its input's columns and payload), lead shape."""
         rank = len(self.shape)
@@ -263,7 +263,7 @@ class Context:
         saved = self.budget
         structure = []
 
-        def block_sums(b: int):
+        def block_sums(b: int) -> list:
             ids = b * m + tf.range(m)
             valid = ids < count
             self.budget = max(1, saved // m)  # what nested sums may use per item
@@ -283,7 +283,7 @@ class Context:
         totals = block_sums(0)
         if blocks > 1:
 
-            def body(b: int, totals: Any):
+            def body(b: tf.Tensor, totals: Any) -> tuple[tf.Tensor, list]:
                 return b + 1, [t + s for t, s in zip(totals, block_sums(b))]
 
             totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
@@ -424,7 +424,7 @@ def build_kernel(
     target = target or [None]
     structure, per_input, leaf_specs = payload or (None, (), ())
 
-    def kernel(x: Any, targets: Any, index: int, keys: Any, seed: int, leaves: Any, *arrays: Any):
+    def kernel(x: Any, targets: Any, index: int, keys: Any, seed: int, leaves: Any, *arrays: Any) -> dict:
         traced()
         del reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
@@ -469,7 +469,7 @@ def translating(compiled: Any, doing: str) -> Callable:
     one line (:func:`saliency_kit.errors.translated`), never as TensorFlow's trace."""
     from ..errors import translated
 
-    def call(*args: Any):
+    def call(*args: Any) -> Any:
         try:
             return compiled(*args)
         except Exception as error:  # noqa: BLE001 - every error leaves as the project's one line
@@ -491,7 +491,7 @@ def build_values_kernel(
     (``raw=True``: the model's output structure, float32 leaves ``[n, ...]``)."""
     views = tf.autograph.experimental.do_not_convert(views)
 
-    def kernel(x: Any):
+    def kernel(x: Any) -> Any:
         traced()
         view = views()
         if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash

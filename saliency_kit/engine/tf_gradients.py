@@ -46,7 +46,7 @@ class Selection:
     def width(self) -> int:
         return int(self.columns.shape[1])
 
-    def _map(self, column_fn: Callable, input_fn: Callable):
+    def _map(self, column_fn: Callable, input_fn: Callable) -> Any:
         if self.payload is None:
             return None
         leaves = tf.nest.flatten(self.payload)
@@ -64,7 +64,7 @@ class Selection:
         """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
         n, K = self.columns.shape[0], self.width
 
-        def split(leaf: Any):
+        def split(leaf: Any) -> tf.Tensor:
             return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
 
         return Selection(
@@ -74,7 +74,7 @@ class Selection:
             self._per_input,
         )
 
-    def _outputs(self, view: Any, z: Any, tap: str | None):
+    def _outputs(self, view: Any, z: Any, tap: str | None) -> tuple[Any, Any]:
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)

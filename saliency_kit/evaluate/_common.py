@@ -520,7 +520,7 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
     pending: list[tuple[int, np.ndarray, np.ndarray]] = []
     pending_rows = 0
 
-    def flush():
+    def flush() -> None:
         nonlocal pending, pending_rows
         if not pending:
             return

@@ -13,6 +13,7 @@ Where Quantus 0.6.0 departs from the papers these follow the papers (said in eac
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -131,8 +132,8 @@ def non_sensitivity(
     return result
 
 
-def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray):
-    def make(start: int, stop: int):
+def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = padded[start:stop], values[start:stop]
         valid = idx >= 0

@@ -46,7 +46,7 @@ def _deletion(
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
-):
+) -> np.ndarray:
     return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)["deletion_auc"]
 
 
@@ -60,7 +60,7 @@ def _insertion(
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
-):
+) -> np.ndarray:
     return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
         "insertion_auc"
     ]
@@ -76,11 +76,11 @@ def _pointing(
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
-):
+) -> np.ndarray:
     return localisation.pointing_game(expl, masks, **options).astype(np.float64)
 
 
-def _model_free(function: Any):
+def _model_free(function: Any) -> Callable[..., np.ndarray]:
     def run(
         model: keras.Model,
         inputs: Any,
@@ -91,14 +91,14 @@ def _model_free(function: Any):
         seed: int = 0,
         batch_size: int = 32,
         **options: Any,
-    ):
+    ) -> np.ndarray:
         extra = {"masks": masks} if masks is not None else {}
         return function(maps=np.asarray(expl.maps), **extra, **options)
 
     return run
 
 
-def _scored(function: Any):
+def _scored(function: Any) -> Callable[..., np.ndarray]:
     def run(
         model: keras.Model,
         inputs: Any,
@@ -109,7 +109,7 @@ def _scored(function: Any):
         seed: int = 0,
         batch_size: int = 32,
         **options: Any,
-    ):
+    ) -> np.ndarray:
         value = function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **options)
         return value["score"] if isinstance(value, dict) else value
 
@@ -126,7 +126,7 @@ def _randomization(
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
-):
+) -> np.ndarray:
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)

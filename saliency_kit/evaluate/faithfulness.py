@@ -135,10 +135,10 @@ def _made(rows: np.ndarray) -> Callable[[int, int], np.ndarray]:
     return lambda start, stop: rows[start:stop]
 
 
-def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
+def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """``make(start, stop)``: copies of one input with ``indices[r]`` set to ``values[r]`` (row r)."""
 
-    def make(start: int, stop: int):
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         np.put_along_axis(rows, indices[start:stop], values[start:stop], axis=1)
         return rows
@@ -151,7 +151,7 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
     centred in a grid padded up to a multiple of ``patch_size`` (``floor`` of the padding on top and
     left), and each square is cut to the image."""
 
-    def edges(size: int):
+    def edges(size: int) -> list[slice]:
         pad = (patch_size - size % patch_size) % patch_size
         start = -(pad // 2)
         return [slice(max(s, 0), min(s + patch_size, size)) for s in range(start, size, patch_size)]
@@ -418,10 +418,10 @@ def monotonicity_correlation(
     return result
 
 
-def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
+def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """Copies of one input with the valid (``>= 0``) ``indices[r]`` set to ``values[r]``."""
 
-    def make(start: int, stop: int):
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = indices[start:stop], values[start:stop]
         valid = idx >= 0
@@ -566,10 +566,12 @@ def pixel_flipping(
     return {"curve": curve, "auc": auc, "score": auc}
 
 
-def _flipper(flat_input: np.ndarray, order: np.ndarray, values: np.ndarray, per_step: int):
+def _flipper(
+    flat_input: np.ndarray, order: np.ndarray, values: np.ndarray, per_step: int
+) -> Callable[[int, int], np.ndarray]:
     """``make(start, stop)``: rows ``j`` with the first ``(j + 1)·per_step`` elements of ``order`` flipped."""
 
-    def make(start: int, stop: int):
+    def make(start: int, stop: int) -> np.ndarray:
         counts = np.minimum((np.arange(start, stop) + 1) * per_step, len(order))
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))

@@ -78,7 +78,7 @@ def _maps_and_masks(
     seed: int,
     batch_size: int,
     method_options: Any,
-):
+) -> tuple[np.ndarray, np.ndarray]:
     """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
     values = pixel_maps(
         name,

@@ -159,7 +159,9 @@ def iter_randomization(
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
 
 
-def _randomized_copies(model: keras.Model, mode: str, layers: Any, seed: int, order: str):
+def _randomized_copies(
+    model: keras.Model, mode: str, layers: Any, seed: int, order: str
+) -> Iterator[tuple[str | None, keras.Model, list[str]]]:
     """Yields ``(path, copy, randomized_paths)``: first ``(None, copy, [])`` with the trained weights,
     then the same copy after each step (``order``: ``"top_down"`` from the output, ``"bottom_up"``)."""
     clone = clone_with_weights(model)
@@ -238,7 +240,7 @@ def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
     return walk_weighted(model)
 
 
-def _select_layers(all_layers: Any, layers: Any):
+def _select_layers(all_layers: Any, layers: Any) -> list[tuple[str, Any]]:
     if layers is None:
         return list(all_layers)
     if isinstance(layers, str):
@@ -286,7 +288,7 @@ def reinitialize(layer: Any, *, seed: int = 0, salt: int = 0) -> None:
         variable.assign(_reseeded(init, var_seed)(shape=tuple(variable.shape), dtype=variable.dtype))
 
 
-def _initializer_for(owners: Any, variable: Any):
+def _initializer_for(owners: Any, variable: Any) -> Any:
     name = variable.name.split("/")[-1].split(":")[0]
     attrs = (*_INITIALIZER_ATTRS.get(name, ()), f"{name}_initializer")
     holders = [o for o in owners if any(w is variable for w in o.weights)]
@@ -298,7 +300,7 @@ def _initializer_for(owners: Any, variable: Any):
     return None
 
 
-def _reseeded(init: Any, seed: int):
+def _reseeded(init: Any, seed: int) -> Any:
     import keras
 
     if isinstance(init, keras.initializers.Initializer):
@@ -340,7 +342,7 @@ def _quantus_mode(
         ).astype(x.dtype)
         keys = perturbed_keys(seed, len(x), nr_samples)
 
-    def attributions(clone: Any, fixed_targets: Any):
+    def attributions(clone: Any, fixed_targets: Any) -> tuple[np.ndarray, np.ndarray]:
         """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
         if not smooth:
             expl = explain(clone, x, method, fixed_targets, **method_options)

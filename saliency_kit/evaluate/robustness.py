@@ -18,7 +18,7 @@ stable. Read them next to a faithfulness metric, and against the ``"random"`` ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,7 +53,7 @@ def _perturbed_runs(
     normalise: bool,
     absolute: bool,
     check_changes: bool,
-):
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S])`` per input: the
     copies ``x + U(low, high)`` and their re-run explanations, one explain call per group of inputs."""
     x = scored.x

@@ -238,7 +238,7 @@ def register(
             f"declare; received options {seen}."
         )
 
-    def decorator(fn: Callable):
+    def decorator(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"register({name!r}) decorates a function fn(ctx, **options); received {fn!r}.")
         if name in _REGISTRY:

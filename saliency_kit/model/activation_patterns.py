@@ -111,7 +111,7 @@ def _threshold(greater: Any, x: Any) -> float | None:
     return threshold
 
 
-def _with_constant(op: Any):
+def _with_constant(op: Any) -> tuple[Any, Any, Any]:
     """``(other input, its index, the constant)`` of a binary op with one constant input."""
     for main in (0, 1):
         value = _constant(op.inputs[1 - main])
@@ -137,7 +137,7 @@ def _inner(tensor: tf.Tensor, consumer: Any) -> FoundActivation | None:
     return None if found is None or found.family is None else found
 
 
-def _negative_part(mul: Any, x: Any):
+def _negative_part(mul: Any, x: Any) -> tuple[Any, float | None, list] | None:
     """``(factor, threshold, ops)`` when op ``mul`` is ``factor * relu(-x + threshold)`` (Keras'
     leaky composite; ``factor`` the tensor multiplying the ReLU)."""
     for part in (0, 1):

@@ -12,6 +12,7 @@ variables, is refused this way rather than explained wrongly).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -71,7 +72,7 @@ def layer_config(op: Any, activation: Any = None) -> dict:
     return config
 
 
-def _linear_stand_in(op: Any):
+def _linear_stand_in(op: Any) -> keras.layers.Layer:
     """A bare shallow copy of ``op`` (Keras' own copy pickles) whose activation is linear. A
     recurrent layer's ``activation`` is a read-only view of its cell's: the cell is stood in for."""
     stand_in = object.__new__(type(op))
@@ -189,11 +190,11 @@ def layer_outputs(model: keras.Model, x: Any) -> list[tuple[str, object]]:
     return recorded
 
 
-def _run_recording(model: keras.Model, x: Any, prefix: str, recorded: Any):
-    def operation_fn(op: Any):
+def _run_recording(model: keras.Model, x: Any, prefix: str, recorded: Any) -> Any:
+    def operation_fn(op: Any) -> Callable:
         path = f"{prefix}{op.name}"
 
-        def call(*args: Any, **kwargs: Any):
+        def call(*args: Any, **kwargs: Any) -> Any:
             if is_graph_model(op):
                 out = _run_recording(op, args[0], f"{path}/", recorded)
             else:
@@ -256,7 +257,7 @@ def copy_model(model: keras.Model, replace: Any = None, *, check: bool = True, w
     if is_graph_model(model):
         pairs = []
 
-        def clone_function(op: Any):
+        def clone_function(op: Any) -> keras.layers.Layer:
             clone = (replace(op) if replace is not None else None) or rebuild_layer(op)
             pairs.append((op, clone))
             return clone

@@ -180,7 +180,7 @@ def may_move_axes(model: keras.Model) -> bool:
     return False
 
 
-def _front(model: keras.Model):
+def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
     """``(front, position)`` for a functional model: ``front`` the model from its input to the
     input of its first spatial layer (or of a nested model of Keras layers holding them),
     ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -43,14 +43,14 @@ def input_signature(model: keras.Model) -> tuple[tuple, str]:
 from .input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
 
 
-def _sublayers(model: keras.Model):
+def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
     """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
     yield model
     for visit in walk(model):
         yield visit.layer
 
 
-def _outside_any_trace(fn: Callable):
+def _outside_any_trace(fn: Callable) -> Any:
     with tf.init_scope():  # tracing the model must not land in a kernel being traced
         return fn()
 
@@ -80,7 +80,7 @@ def layer_channel_axis(model: keras.Model, rank: int) -> int:
 _traced_axes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
 
 
-def _refuse_axes(model: keras.Model, why: str):
+def _refuse_axes(model: keras.Model, why: str) -> ValueError:
     return ValueError(
         f"cannot tell which input axis of model {model.name!r} holds the channels ({why}); pass "
         "channels_axis=1 for [B, C, H, W] inputs or channels_axis=-1 for [B, H, W, C]; received a model "
@@ -138,7 +138,7 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
 
     @tf.function(autograph=False)
-    def sync():
+    def sync() -> None:
         for a, b in pairs:
             b.value.assign(a.value)
 

@@ -53,7 +53,7 @@ import itertools
 import json
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -135,12 +135,12 @@ def _rule_of(op: Any) -> ModifiedBackprop:
 
 
 # -- gradient functions, registered once per process ---------------------------------------------
-def _relu_op_gradient(op: Any, dy: tf.Tensor):
+def _relu_op_gradient(op: Any, dy: tf.Tensor) -> tf.Tensor:
     rule = _rule_of(op).bind(family_of_op(op))
     return rule.grad(op.inputs[0], op.outputs[0], dy)
 
 
-def _activation_gradient(op: Any, dy: tf.Tensor, _unused_dx: Any):
+def _activation_gradient(op: Any, dy: tf.Tensor, _unused_dx: Any) -> tuple[None, tf.Tensor]:
     """IdentityN([y, x]) of :func:`rule_activation`: no gradient to y, the rule's to x."""
     family = ReluFamily(**json.loads(op.get_attr(_FAMILY_ATTR).decode()))
     rule = _rule_of(op).bind(family)
@@ -148,7 +148,7 @@ def _activation_gradient(op: Any, dy: tf.Tensor, _unused_dx: Any):
     return None, rule.grad(x, y, dy)
 
 
-def _composite_gradient(op: Any, dy: tf.Tensor):
+def _composite_gradient(op: Any, dy: tf.Tensor) -> list:
     """The last op of an activation made of several ops: ``rule.grad(x, y, dy)`` for the whole
     activation, sent down the input that leads back to ``x`` (the ops on the way pass it on)."""
     family = ReluFamily(**json.loads(op.get_attr(_FAMILY_ATTR).decode()))
@@ -159,15 +159,15 @@ def _composite_gradient(op: Any, dy: tf.Tensor):
     return grads
 
 
-def _pass_gradient(op: Any, dy: tf.Tensor):
+def _pass_gradient(op: Any, dy: tf.Tensor) -> list:
     """An op inside a composite activation: the gradient passes through, down its main input."""
     grads = [None] * len(op.inputs)
     grads[op.get_attr(_MAIN_ATTR)] = dy
     return grads
 
 
-def _register_once():
-    functions = {name: _relu_op_gradient for name in _GRADIENT_NAMES.values()}
+def _register_once() -> None:
+    functions: dict[str, Callable] = {name: _relu_op_gradient for name in _GRADIENT_NAMES.values()}
     functions[_ACTIVATION_GRADIENT] = _activation_gradient
     functions[_COMPOSITE_GRADIENT] = _composite_gradient
     functions[_PASS_GRADIENT] = _pass_gradient
@@ -204,7 +204,7 @@ def _feeds_only_rule_activations(op: Any) -> bool:
     return bool(consumers) and all(_is_rule_activation(c) and c.inputs[0].name == op.outputs[0].name for c in consumers)
 
 
-def _called_functions(op: Any):
+def _called_functions(op: Any) -> Iterator[Any]:
     """Names of the functions ``op`` runs through function-valued attributes."""
     for value in op.node_def.attr.values():
         if value.HasField("func"):
@@ -295,14 +295,14 @@ class OverrideReport:
         )
 
 
-def _mark_op(op: Any, binding: Any, report: OverrideReport, gradient: str, family: ReluFamily):
+def _mark_op(op: Any, binding: Any, report: OverrideReport, gradient: str, family: ReluFamily) -> None:
     op._set_attr(_OVERRIDE_ATTR, _string_attr(gradient.encode()))  # TF-private
     op._set_attr(_RULE_ATTR, _string_attr(binding.key))
     report.ops.append(op.name)
     report.families[op.name] = family
 
 
-def _mark_activation(activation: FoundActivation, binding: Any, report: OverrideReport):
+def _mark_activation(activation: FoundActivation, binding: Any, report: OverrideReport) -> None:
     last, main = activation.path[0]
     _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.relu)
     last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.relu.as_dict()).encode()))
@@ -313,7 +313,7 @@ def _mark_activation(activation: FoundActivation, binding: Any, report: Override
         op._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
 
 
-def _mark(ops: list, binding: Any, report: OverrideReport, graph_of_ops: Any, seen_functions: set):
+def _mark(ops: list, binding: Any, report: OverrideReport, graph_of_ops: Any, seen_functions: set) -> None:
     composites, covered = _composite_activations(ops, report)
     for op in ops:
         if op.name in composites:
@@ -389,7 +389,7 @@ def rule_activation(x: Any, rule: ModifiedBackprop) -> tf.Tensor:
     binding = _bind(rule, [graph])
     op._set_attr(_RULE_ATTR, _string_attr(binding.key))
 
-    def tape_gradient(dy: tf.Tensor, _unused_dx: Any):
+    def tape_gradient(dy: tf.Tensor, _unused_dx: Any) -> list:
         return [None, rule.grad(x, y, dy)]
 
     _tape_record.record_operation(_ACTIVATION_GRADIENT, [out, x_out], [y, x], tape_gradient)

@@ -138,7 +138,7 @@ class RuleScope(keras.layers.Layer):
         self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, args: Any, kwargs: Any):
+    def _scoped_call(self, args: Any, kwargs: Any) -> Any:
         with relu_rule(self.rule) as report:
             outputs = self.layer(*args, **kwargs)
         report.check(f"layer {self.layer_path!r} ({type(self.layer).__name__})")
@@ -168,7 +168,7 @@ class RewrittenModel(keras.Model):
         self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, x: Any, training: bool | None):
+    def _scoped_call(self, x: Any, training: bool | None) -> Any:
         with relu_rule(self.rule) as report:
             outputs = self.wrapped(x, training=training)
         report.check(f"model {self.wrapped.name!r} ({type(self.wrapped).__name__})")
@@ -195,7 +195,7 @@ def nothing_to_rewrite(model: keras.Model) -> ValueError:
     )
 
 
-def _rewritten_clone(op: Any, bound: ModifiedBackprop):
+def _rewritten_clone(op: Any, bound: ModifiedBackprop) -> keras.layers.Layer:
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
     if (
@@ -267,7 +267,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     scopes: list[RuleScope] = []
     changed: list[str] = []
 
-    def replace(op: Any):
+    def replace(op: Any) -> keras.layers.Layer | None:
         if id(op) not in plan:
             return None
         path, family = plan[id(op)]
@@ -288,7 +288,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     return new_model
 
 
-def _rewrite_subclassed(model: keras.Model, rule: Any):
+def _rewrite_subclassed(model: keras.Model, rule: Any) -> keras.Model:
     wrapper = RewrittenModel(model, rule)
     check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
     if wrapper.report is None or not wrapper.report.ops:

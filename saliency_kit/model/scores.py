@@ -160,7 +160,7 @@ def final_squash(model: keras.Model) -> tuple[str, Any] | None:
     return (kind, op) if kind else None
 
 
-def _linear_twin(layer: Any):
+def _linear_twin(layer: Any) -> keras.layers.Layer:
     """A twin of ``layer`` with a linear activation that *shares* ``layer``'s variables.
 
     Built from the layer's config; each variable attribute is pointed at the original variable
@@ -192,10 +192,10 @@ def _linear_twin(layer: Any):
     return twin
 
 
-def _call_op(op: Any):
+def _call_op(op: Any) -> Callable:
     """``op`` called as ``keras.Model.call`` would, with ``training=False``."""
 
-    def call(*args: Any, **kwargs: Any):
+    def call(*args: Any, **kwargs: Any) -> Any:
         if keras_private.call_takes_training(op):
             kwargs["training"] = False
         return op(*args, **kwargs)
@@ -267,7 +267,7 @@ class ScoreView:
         return self._squash is not None
 
     # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model: keras.Model, x: Any, taps: tuple, strip: bool, taken: dict, prefix: str = ""):
+    def _run(self, model: keras.Model, x: Any, taps: tuple, strip: bool, taken: dict, prefix: str = "") -> Any:
         """Run ``model``'s graph on ``x``; the activations of each tapped path (a tuple of names
         from ``model`` down) go to ``taken[prefix + "/".join(path)]``."""
         graph = keras_private.functional_graph(model)
@@ -284,18 +284,18 @@ class ScoreView:
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
 
-        def recorder(op: Any, fn: Callable):
+        def recorder(op: Any, fn: Callable) -> Callable:
             if not any(t == (op.name,) for t in taps):
                 return fn
 
-            def record(*args: Any, **kwargs: Any):
+            def record(*args: Any, **kwargs: Any) -> Any:
                 out = fn(*args, **kwargs)
                 taken[prefix + op.name] = out
                 return out
 
             return record
 
-        def operation_fn(op: Any):
+        def operation_fn(op: Any) -> Callable:
             inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
             if op is final and kind == "traced":  # a tap on the stripped layer sees its logits
                 return recorder(op, eager_or_traced(_call_op(op)))
@@ -357,7 +357,7 @@ class ScoreView:
         return values, activation
 
 
-def _output_spec(model: keras.Model):
+def _output_spec(model: keras.Model) -> tuple[tuple, str] | None:
     """``(shape, dtype)`` of the model's single output, or ``None`` for several outputs."""
     if is_graph_model(model):
         outputs = model.outputs

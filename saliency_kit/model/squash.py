@@ -35,13 +35,13 @@ def _is_const(tensor: tf.Tensor, value: float) -> bool:
     return constant is not None and np.size(constant) == 1 and float(np.ravel(constant)[0]) == value
 
 
-def _skip(tensor: tf.Tensor, *types: Any):
+def _skip(tensor: tf.Tensor, *types: Any) -> tf.Tensor:
     while tensor.op.type in types and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
     return tensor
 
 
-def _by_hand(tensor: tf.Tensor):
+def _by_hand(tensor: tf.Tensor) -> tuple[str, tf.Tensor] | None:
     """``(squash, its input)`` for a softmax or sigmoid written out in ops, else ``None``:
     ``exp(a) / Σ exp(a)`` over the last axis (``a`` possibly minus its maximum, the stable form),
     ``1 / (1 + exp(-a))`` (also as ``Reciprocal`` or ``Inv``)."""
@@ -72,7 +72,7 @@ def _by_hand(tensor: tf.Tensor):
     return "softmax", logits
 
 
-def _squash_of(tensor: tf.Tensor):
+def _squash_of(tensor: tf.Tensor) -> tuple[str | None, tf.Tensor | None, list]:
     """``(squash, its input, value-keeping ops after it from the squash outwards)`` when ``tensor``
     ends in a softmax/sigmoid (an op, or written out in ops), else ``(None, None, chain)``."""
     chain = []
@@ -145,7 +145,7 @@ def before_squash(output: Any) -> Any:
 def eager_or_traced(call: Callable) -> Callable:
     """``call`` followed by :func:`before_squash`, eagerly too (then traced for the occasion)."""
 
-    def run(*args: Any, **kwargs: Any):
+    def run(*args: Any, **kwargs: Any) -> Any:
         if tf.inside_function():
             return before_squash(call(*args, **kwargs))
         return tf.function(lambda *a: before_squash(call(*a, **kwargs)), autograph=False)(*args)

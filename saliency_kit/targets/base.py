@@ -205,7 +205,7 @@ def as_target(value: Any) -> Target:
 def class_info(columns: np.ndarray, names: Sequence[str] | None = None, kind: str = "class") -> list:
     """``B`` lists of ``K`` dicts ``{"kind", "class"[, "name"]}`` for int ``columns [B, K]``."""
 
-    def one(c: Any):
+    def one(c: Any) -> dict:
         entry = {"kind": kind, "class": int(c)}
         if names and 0 <= c < len(names):
             entry["name"] = names[c]
@@ -287,7 +287,7 @@ class Several(Target):
     def outputs(self, values: Any, taps: dict) -> tuple[Any, dict]:
         return values, taps
 
-    def _each(self, outputs: Any, payload: Any, name: str):
+    def _each(self, outputs: Any, payload: Any, name: str) -> Any:
         import tensorflow as tf
 
         values, taps = outputs
@@ -305,7 +305,7 @@ class Several(Target):
         return self._each(outputs, payload, "probabilities")
 
 
-def _spread(payload: Any, index: np.ndarray):
+def _spread(payload: Any, index: np.ndarray) -> Any:
     """Every per-column leaf ``[B, k, ...]`` of ``payload`` taken at columns ``index`` ``[K]``."""
     import tensorflow as tf
 

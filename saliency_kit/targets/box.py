@@ -143,7 +143,7 @@ class Box(Target):
         return array.astype(np.int64)
 
     # -- kernel --------------------------------------------------------------------------------
-    def _parts(self, outputs: Any):
+    def _parts(self, outputs: Any) -> tuple[Any, Any, Any]:
         """``(proposals [n, N, 4], objectness [n, N], class logits [n, N, C])`` float32."""
         import tensorflow as tf
 
@@ -155,7 +155,7 @@ class Box(Target):
         objectness = tf.sigmoid(values[..., 4]) if self.objectness == "logit" else values[..., 4]
         return values[..., :4], objectness, values[..., 5:]
 
-    def _probabilities(self, logits: Any):
+    def _probabilities(self, logits: Any) -> Any:
         import tensorflow as tf
 
         if self.class_activation == "softmax":
@@ -164,7 +164,7 @@ class Box(Target):
             return tf.sigmoid(logits)
         return logits
 
-    def _matched(self, outputs: Any, payload: Any, probability: bool):
+    def _matched(self, outputs: Any, payload: Any, probability: bool) -> Any:
         import tensorflow as tf
 
         proposals, objectness, logits = self._parts(outputs)
@@ -187,7 +187,7 @@ class Box(Target):
         return self._matched(outputs, payload, probability=True)
 
 
-def _iou(a: Any, b: Any):
+def _iou(a: Any, b: Any) -> Any:
     """IoU of boxes ``a [n, K, 4]`` and ``b [n, N, 4]`` (``x0, y0, x1, y1``): ``[n, K, N]``."""
     import tensorflow as tf
 
@@ -196,13 +196,13 @@ def _iou(a: Any, b: Any):
     height = tf.nn.relu(tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]))
     inter = width * height
 
-    def area(box: Any):
+    def area(box: Any) -> Any:
         return tf.nn.relu(box[..., 2] - box[..., 0]) * tf.nn.relu(box[..., 3] - box[..., 1])
 
     return tf.math.divide_no_nan(inter, area(a) + area(b) - inter)
 
 
-def _iou_numpy(a: Any, b: Any):
+def _iou_numpy(a: Any, b: Any) -> np.ndarray:
     a, b = a[:, :, None], b[:, None]
     width = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
     height = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
@@ -213,7 +213,7 @@ def _iou_numpy(a: Any, b: Any):
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
-def _split_numpy(outputs: Any, form: str):
+def _split_numpy(outputs: Any, form: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     if form == "dict":
         return np.asarray(outputs["boxes"]), None, np.asarray(outputs["classification"])
     values = np.asarray(outputs)

@@ -115,20 +115,20 @@ def _head(model: keras.Model, head: Any) -> tuple:
 class _Whole:
     """The key of a single output: the values themselves."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<whole output>"
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return 0
 
-    def __eq__(self, other: Any):
+    def __eq__(self, other: Any) -> bool:
         return isinstance(other, _Whole)
 
 
 _WHOLE = _Whole()
 
 
-def _getitem(values: Any, key: Any):
+def _getitem(values: Any, key: Any) -> Any:
     return values if isinstance(key, _Whole) else values[key]
 
 
@@ -137,8 +137,8 @@ class Unit(Target):
 
     kind = "unit"
 
-    def __init__(self, layer: Any, index: int):
-        def check(i: int):
+    def __init__(self, layer: Any, index: Any):
+        def check(i: Any) -> Any:  # an int, or a tuple of ints
             if (
                 isinstance(i, bool)
                 or not isinstance(i, (numbers.Integral, tuple))

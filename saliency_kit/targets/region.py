@@ -117,7 +117,7 @@ class Region(Target):
         )
 
     # -- kernel --------------------------------------------------------------------------------
-    def _reduced(self, outputs: Any, payload: Any, every_class: bool):
+    def _reduced(self, outputs: Any, payload: Any, every_class: bool) -> Any:
         """``[n, K]`` (or ``[n, K, C]`` with ``every_class``): the logits reduced over the region."""
         import tensorflow as tf
 
