@@ -1,6 +1,6 @@
 # Two commands on a fresh clone; each sets itself up on first use.
 #   make run    explain the example shapes with the shipped model (writes saliency_out/)
-#   make test   lint (ruff) and run the test suite
+#   make test   lint (ruff), type-check (mypy) and run the test suite
 # The virtual environment (.venv) is created and the package installed into it the first time,
 # and again whenever pyproject.toml changes. `make clean` removes it.
 
@@ -16,10 +16,11 @@ IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 run: $(READY)
 	$(BIN)/saliency explain $(IMAGES)
 
-# The linter and the formatter check run first (seconds); then the suite.
+# The linter, the formatter check and the type checker run first (seconds); then the suite.
 test: $(TESTS_READY) browser
 	$(BIN)/ruff check saliency_kit tests scripts
 	$(BIN)/ruff format --check saliency_kit tests scripts
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # `make run` installs what the library needs; `make test` adds the test tools, the anchors the

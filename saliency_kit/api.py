@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,17 +19,20 @@ from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
 
-__all__ = ["check", "explain", "jacobian", "resolve_selection"]
+if TYPE_CHECKING:
+    import keras
+
+__all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
 
-def _check_score(score):
+def _check_score(score: str) -> None:
     if not isinstance(score, str):
         raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
     if score not in ("logits", "output"):
         raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
 
 
-def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
+def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
     flat = attributions.reshape(*attributions.shape[:2], -1)
     dead = ~np.any(flat != 0, axis=-1)
     if dead.any():
@@ -41,7 +46,15 @@ def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str):
         )
 
 
-def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_names=None) -> np.ndarray:
+def resolve_targets(
+    model: keras.Model,
+    x: Any,
+    targets: Any,
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+) -> np.ndarray:
     """Any target form for ``model`` and checked inputs ``x`` as int ``[B, K]`` (the columns).
 
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
@@ -50,14 +63,24 @@ def resolve_targets(model, x, targets, *, score="logits", batch_size=32, class_n
     return _resolve(model, x, targets, score, batch_size, class_names)[0].columns
 
 
-def resolve_selection(model, x, targets, *, score="logits", batch_size=32, class_names=None):
+def resolve_selection(
+    model: keras.Model,
+    x: Any,
+    targets: Any,
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+) -> targets_module.Resolved:
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
     (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
     return _resolve(model, x, targets, score, batch_size, class_names)[0]
 
 
-def _resolve(model, x, targets, score, batch_size, class_names):
+def _resolve(
+    model: keras.Model, x: Any, targets: Any, score: str, batch_size: int, class_names: Sequence[str] | None
+) -> tuple[targets_module.Resolved, np.ndarray | None]:
     """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``."""
     if targets_module.is_target(targets):
         request = targets_module.TargetRequest(
@@ -77,28 +100,28 @@ def _resolve(model, x, targets, score, batch_size, class_names):
         resolved.columns = columns.astype(np.int64)
         return resolved, None
     score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    columns = score_columns(model, score_fn)
-    if columns is None and score_fn is None:
+    width = score_columns(model, score_fn)
+    if width is None and score_fn is None:
         from .targets.errors import class_target_error
 
         raise class_target_error(model, targets)
-    spec = targets_module.parse(targets, len(x), columns, class_names)
+    spec = targets_module.parse(targets, len(x), width, class_names)
     scores = None
     if spec.needs_scores:
         scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    resolved = targets_module.resolve(spec, scores, len(x), columns)
+    classes = targets_module.resolve(spec, scores, len(x), width)
     kind = "callable" if score_fn is not None else "class"
-    info = targets_module.base.class_info(resolved, None if score_fn else class_names, kind=kind)
-    return targets_module.Resolved(resolved, None, info, None), scores
+    info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
+    return targets_module.Resolved(classes, None, info, None), scores
 
 
-def _differentiated(model, score: str, score_fn) -> str:
+def _differentiated(model: keras.Model, score: str, score_fn: Callable | None) -> str:
     """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
     a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
     return engine.score_view(model, score, score_fn).differentiated
 
 
-def _scalar(value) -> bool:
+def _scalar(value: Any) -> bool:
     """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
     return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
 
@@ -115,7 +138,7 @@ def _recorded(given: dict, prepared: dict) -> dict:
 KEY_LIMIT = 2**31
 
 
-def check_input_keys(input_keys, count: int) -> np.ndarray | None:
+def check_input_keys(input_keys: Any, count: int) -> np.ndarray | None:
     """``input_keys`` as int64 ``[count]`` (or ``None``): ``TypeError`` unless integers,
     ``ValueError`` unless ``count`` of them in ``[0, 2**31)``."""
     if input_keys is None:
@@ -138,17 +161,17 @@ def check_input_keys(input_keys, count: int) -> np.ndarray | None:
 
 
 def explain(
-    model,
-    inputs,
-    method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    score="logits",
-    batch_size=32,
-    class_names=None,
-    input_keys=None,
-    channels_axis=None,
-    **options,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+    input_keys: Any = None,
+    channels_axis: int | None = None,
+    **options: Any,
 ) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
@@ -243,15 +266,15 @@ def explain(
 
 
 def check(
-    model,
-    inputs,
-    method="gradient",
+    model: keras.Model,
+    inputs: Any,
+    method: Any = "gradient",
     *,
-    score="logits",
-    batch_size=32,
-    class_names=None,
-    channels_axis=None,
-    **options,
+    score: str = "logits",
+    batch_size: int = 32,
+    class_names: Sequence[str] | None = None,
+    channels_axis: int | None = None,
+    **options: Any,
 ) -> dict:
     """Check what :func:`explain` checks before any work — the method and its options (with the
     method's own ``prepare``: a layer the model lacks, a baseline of the wrong shape), ``score``,
@@ -262,7 +285,16 @@ def check(
     return _checked(model, inputs, chosen, score, batch_size, class_names, dict(options), channels_axis)[2]
 
 
-def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict, channels_axis=None):
+def _checked(
+    model: keras.Model,
+    inputs: Any,
+    chosen: Any,
+    score: str,
+    batch_size: int,
+    class_names: Sequence[str] | None,
+    given: dict,
+    channels_axis: int | None = None,
+) -> tuple[np.ndarray, int, dict]:
     """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
     values = chosen.check_options(given)
     _check_score(score)
@@ -283,7 +315,15 @@ def _checked(model, inputs, chosen, score, batch_size, class_names, given: dict,
     return x, channel_axis, values
 
 
-def jacobian(model, inputs, classes=None, *, score="logits", rule=None, batch_size=32) -> np.ndarray:
+def jacobian(
+    model: keras.Model,
+    inputs: Any,
+    classes: Any = None,
+    *,
+    score: str = "logits",
+    rule: Any = None,
+    batch_size: int = 32,
+) -> np.ndarray:
     """Per-class gradients ``[B, K, *inputs.shape[1:]]`` (float32): row k is ``∂s_k/∂x``.
 
     Args:

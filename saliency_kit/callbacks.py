@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 import keras
 import numpy as np
@@ -90,7 +91,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.batch_size = batch_size
         self.options = options
         self.last: tuple[int, object] | None = None
-        self._writer = None
+        self._writer: Any = None  # a tf.summary writer, made on the first image
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_n_epochs:
@@ -136,13 +137,16 @@ class SaliencyCallback(keras.callbacks.Callback):
                 "which needs the tensorboard package: pip install tensorboard "
                 "(or saliency_kit[tensorboard]); or pass out=... for PNG files instead."
             )
+        if self.log_dir is None:
+            raise ValueError("SaliencyCallback writes TensorBoard images only with a log_dir; received log_dir=None.")
         if self._writer is None:
             os.makedirs(self.log_dir, exist_ok=True)
             self._writer = tf.summary.create_file_writer(self.log_dir)
+        writer = self._writer
         picture = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-        with self._writer.as_default():
+        with writer.as_default():
             tf.summary.image(self.tag, picture[np.newaxis], step=int(step), max_outputs=1)
-        self._writer.flush()
+        writer.flush()
 
 
 def _as_pictures(inputs):

@@ -43,7 +43,7 @@ def one_line(error: BaseException) -> str:
     """``error``'s message on one line: TensorFlow's "in user code" frames, file paths, graph node
     names and traceback lines removed; the last meaningful line when there are several."""
     text = getattr(error, "message", None) or (str(error.args[0]) if error.args else str(error))
-    kept = []
+    kept: list[str] = []
     for line in str(text).splitlines():
         stripped = line.strip()
         if not stripped or any(stripped.startswith(n) for n in _NOISE) or stripped.startswith("File "):

@@ -86,8 +86,8 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
             raise ImageLoadError(path, "the file is empty")
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                width, height = image.size
+            with Image.open(path) as opened:
+                width, height = opened.size
                 if limit is not None and width * height > limit:
                     raise ImageLoadError(
                         path,
@@ -95,8 +95,8 @@ def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
                         f"the limit of {limit} (a decompression bomb?); raise "
                         "max_pixels if you trust the file",
                     )
-                image.load()  # decode now, so truncated/corrupt data fails here, inside the try
-                image = ImageOps.exif_transpose(image)  # a copy: still valid once the file is closed
+                opened.load()  # decode now, so truncated/corrupt data fails here, inside the try
+                image = ImageOps.exif_transpose(opened)  # a copy: still valid once the file is closed
     except ImageLoadError:
         raise
     except UnidentifiedImageError:

@@ -50,10 +50,11 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
     venv = tmp_path / "venv"
     lines = planned("test", venv)
     assert lines[-1] == f"{venv}/bin/python -m pytest -q"
-    assert lines[-3:-1] == [
+    assert lines[-4:-1] == [
         f"{venv}/bin/ruff check saliency_kit tests scripts",
         f"{venv}/bin/ruff format --check saliency_kit tests scripts",
-    ]  # lint before the suite
+        f"{venv}/bin/mypy",
+    ]  # lint and type-check before the suite
     assert any("pip install" in line and '-e ".[cpu,test,ray]"' in line for line in lines[:-1])
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"

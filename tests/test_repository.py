@@ -126,3 +126,69 @@ def test_test_files_have_names_unique_across_the_tree():
     assert not list((ROOT / "tests").rglob("__init__.py"))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert not clashes, clashes
+
+
+def _top_level(tree) -> list:
+    """The module's top-level statements, those inside top-level ``if`` and ``try`` blocks included."""
+    import ast
+
+    found, pending = [], list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        found.append(node)
+        if isinstance(node, ast.If):
+            pending[:0] = node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending[:0] = node.body + [s for h in node.handlers for s in h.body] + node.orelse + node.finalbody
+    return found
+
+
+def test_every_module_with_public_names_lists_them_in_all():
+    """A module defining public functions or classes declares ``__all__`` with each of them, and
+    ``__all__`` names only what the module defines or imports (or serves from a lazy ``__getattr__``
+    table of names written out in the module)."""
+    import ast
+    import importlib
+
+    wrong = []
+    for path in sorted((ROOT / "saliency_kit").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(ROOT)
+        defined, public, declared = set(), [], None
+        for node in _top_level(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+                if not node.name.startswith("_"):
+                    public.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for name in (n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                    defined.add(name.id)
+                    if name.id == "__all__" and isinstance(node, ast.Assign):
+                        listing = node
+                        try:
+                            declared = ast.literal_eval(node.value)
+                        except ValueError:  # computed (the package's lazy names): read it from the module
+                            module = ".".join(where.with_suffix("").parts).removesuffix(".__init__")
+                            declared = importlib.import_module(module).__all__
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        if declared is None:
+            if public:
+                wrong.append(f"{where}: no __all__, but it defines {public}")
+            continue
+        lazy = set()
+        if "__getattr__" in defined:  # names served on first use: written out in the module's tables
+            listed = set(map(id, ast.walk(listing)))
+            lazy = {
+                n.value
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in listed
+            }
+        unknown = [name for name in declared if name not in defined and name not in lazy]
+        if unknown:
+            wrong.append(f"{where}: __all__ names what the module neither defines nor imports: {unknown}")
+        unlisted = [name for name in public if name not in declared]
+        if unlisted:
+            wrong.append(f"{where}: public names missing from __all__: {unlisted}")
+    assert not wrong, "\n".join(wrong)

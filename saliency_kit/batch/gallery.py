@@ -32,10 +32,11 @@ import pathlib
 import posixpath
 import string
 from importlib import resources
+from typing import Any
 
 from ..files import write_atomic
 
-__all__ = ["write_gallery", "gallery_data", "read_manifests"]
+__all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
 INDEX = "index.html"
 PAGE = "gallery.html"  # the page's HTML, CSS and JS, beside this module: $title, $page_size, $data
@@ -119,7 +120,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         kind, file = record.get("kind"), record.get("file")
         if kind not in _KINDS or (isinstance(file, str) and file in seen_files):
             continue
-        if file not in files:  # also any file name that is not a string
+        if not isinstance(file, str) or file not in files:  # also any file name that is not a string
             missing += 1
             continue
         seen_files.add(file)
@@ -211,6 +212,7 @@ def _packed(data: dict) -> dict:
                 for name in [names[k]]
                 if name.endswith(suffix)
             }
+            files: list[Any] | dict[str, Any]
             if len(stems) == 1 and all(names[k].endswith(suffix) for k, suffix, _ in suffixes if k in names):
                 files = [stems.pop(), sum(bit for k, _, bit in suffixes if k in names)]
             else:

@@ -406,7 +406,7 @@ def _nonempty_file(path: str) -> bool:
         return False
 
 
-def recorded_keys(records: Sequence[dict]) -> set[tuple[str, str]]:
+def recorded_keys(records: Sequence[dict]) -> set[tuple[str, str | None]]:
     """``(image, file)`` of every output line and ``(image, error)`` of every failure line."""
     return {(r["image"], r.get("file") if r.get("status") == "ok" else r.get("error")) for r in records}
 

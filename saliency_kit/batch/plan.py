@@ -50,7 +50,7 @@ class Plan:
     folders: dict[str, str]  # image -> output folder (relative to --out)
     manifest: out_files.Manifest
     skip: set[str]  # complete from an earlier run (--resume)
-    recorded: set[tuple[str, str]]  # manifest keys already written (see outputs.recorded_keys)
+    recorded: set[tuple[str, str | None]]  # manifest keys already written (see outputs.recorded_keys)
     failed_before: dict[str, str]  # image -> error, of earlier failure lines of images to redo
 
     @property

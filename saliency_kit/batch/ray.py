@@ -43,6 +43,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,23 @@ from . import run as pipeline
 from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
+
+__all__ = [
+    "RayUnavailable",
+    "OutputNotShared",
+    "import_ray",
+    "ModelSource",
+    "Job",
+    "check_visible",
+    "ChunkExplainer",
+    "connect",
+    "check_nodes",
+    "run",
+    "remove_stale_probes",
+    "with_suppressed_errors",
+    "targets",
+    "fixed_targets",
+]
 
 #: How to get the extra that provides Ray Data (printed when it is missing).
 INSTALL_HINT = 'pip install "saliency_kit[ray]"  (Ray Data from PyPI: "ray[data]")'
@@ -193,7 +211,8 @@ class ChunkExplainer:
         folders = dict(chunk)
         for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write
             remove_partials(os.path.join(job.out_dir, folder))
-        good, inputs, originals, done = [], [], [], []
+        good, inputs, originals = [], [], []
+        done: list[tuple[str, str | list[dict[str, Any]]]] = []
         for path in folders:
             file = os.path.join(job.input_dir, path)
             try:
@@ -319,8 +338,9 @@ def run(
     summary = pipeline.Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     if not todo:
         return summary
-    chunks = [chunk for chunk in _chunks(plan.mine, set(todo), batch_images) if chunk]
-    chunks = [[(path, plan.folders[path]) for path in chunk] for chunk in chunks]
+    chunks = [
+        [(path, plan.folders[path]) for path in chunk] for chunk in _chunks(plan.mine, set(todo), batch_images) if chunk
+    ]
     out_abs = os.path.abspath(out_dir)
     os.makedirs(out_abs, exist_ok=True)
     remove_stale_probes(out_abs)
@@ -355,7 +375,7 @@ def run(
                     if index in received:  # a chunk delivered twice is recorded once
                         continue
                     received.add(index)
-                    written = futures.Future()
+                    written: futures.Future[list] = futures.Future()
                     written.set_result(_decode_results(row["results"]))
                     pipeline.finish_batch((written, []), plan, summary, progress)
             except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped

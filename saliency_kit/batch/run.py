@@ -48,7 +48,7 @@ from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
 
-__all__ = ["Summary", "explain_batch", "finish_batch", "run", "targets_for", "write_batch"]
+__all__ = ["Summary", "explain_batch", "finish_batch", "run", "targets_for", "write_batch", "explain_asked"]
 
 
 @dataclasses.dataclass
@@ -279,7 +279,7 @@ def _warm_up() -> None:
 def write_batch(out_dir: str, items, class_names, formats, input_size=None) -> list[tuple[str, list | str]]:
     """Worker job: write the outputs of a batch's images -> ``[(image, outputs or error message)]``;
     boxes are drawn from the pixels of ``input_size``, the model's input."""
-    done = []
+    done: list[tuple[str, list | str]] = []
     for path, folder, original, results in items:
         try:
             done.append(

@@ -15,6 +15,8 @@ from . import ray_options
 from .explain import add_explain_options, check_before_loading, task_plan, with_model_defaults
 from .options import UsageError
 
+__all__ = ["add_parser", "settings", "run"]
+
 
 def add_parser(subcommands, common) -> None:
     parser = subcommands.add_parser(

@@ -31,6 +31,8 @@ import numpy as np
 from . import options as opt
 from .options import UsageError
 
+__all__ = ["add_parser", "mask_path", "load_mask", "run", "collect", "write_table", "metrics_figure"]
+
 #: Metrics scored when no --metric is given (fast on any model); localisation ones when masks exist.
 DEFAULT_METRICS = ("faithfulness_correlation", "region_perturbation", "max_sensitivity", "sparseness", "random_logit")
 DEFAULT_LOCALISATION = ("pointing_game", "relevance_mass_accuracy", "auc")
@@ -224,7 +226,8 @@ def run(args) -> int:
         if not preflighted:
             opt.preflight(model, spec, x[None], plan, args.batch_size)
             preflighted = True
-        mask = load_mask(masks_found[path], x.shape[:2])[None] if masks_found[path] else None
+        mask_file = masks_found[path]
+        mask = load_mask(mask_file, x.shape[:2])[None] if mask_file else None
         chosen = [m for m in metrics if mask is not None or not METRICS[m].needs_masks]
         table = compare(
             model,

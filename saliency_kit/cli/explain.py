@@ -13,6 +13,8 @@ from ..batch import gallery, outputs
 from . import options as opt
 from .options import UsageError
 
+__all__ = ["add_parser", "add_explain_options", "task_plan", "check_before_loading", "with_model_defaults", "run"]
+
 
 def add_parser(subcommands, common) -> None:
     parser = subcommands.add_parser(

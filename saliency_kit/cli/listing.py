@@ -3,6 +3,8 @@ importing TensorFlow (the method declarations and model configs are plain data).
 
 from __future__ import annotations
 
+__all__ = ["add_parser", "list_models", "list_methods"]
+
 
 def add_parser(subcommands, common) -> None:
     models = subcommands.add_parser("models", parents=[common], help="list the named models")

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from . import batch, evaluate, explain, listing, sanity
 from .options import UsageError, message
 
+__all__ = ["Parser", "build_parser", "main"]
+
 #: The subcommands, in the order ``saliency --help`` lists them.
 COMMANDS = (explain, batch, sanity, evaluate, listing)
 

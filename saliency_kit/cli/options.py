@@ -14,7 +14,8 @@ import difflib
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _colormap(text: str) -> str:
     return text
 
 
-_FLAG_TYPES = {int: _whole, float: _real, str: str}
+_FLAG_TYPES: dict[type, Callable[[str], Any]] = {int: _whole, float: _real, str: str}
 
 
 # ------------------------------------------------------------------------------ the model
@@ -240,12 +241,18 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
         text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
         if "default" not in text:
             text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
-        kwargs = {"dest": OPTION_DEST + name, "default": None, "help": text.replace("%", "%%")}
+        dest, helped = OPTION_DEST + name, text.replace("%", "%%")
         if option.type is bool:
-            group.add_argument(option.flag, action=argparse.BooleanOptionalAction, **kwargs)
+            group.add_argument(option.flag, action=argparse.BooleanOptionalAction, dest=dest, default=None, help=helped)
         else:
             group.add_argument(
-                option.flag, type=_FLAG_TYPES[option.type], choices=option.choices, metavar=_metavar(option), **kwargs
+                option.flag,
+                type=_FLAG_TYPES[option.value_type],
+                choices=option.choices,
+                metavar=_metavar(option),
+                dest=dest,
+                default=None,
+                help=helped,
             )
 
 
@@ -419,4 +426,16 @@ __all__ = [
     "model_scores",
     "looks",
     "did_you_mean",
+    "message",
+    "positive_int",
+    "model_spec",
+    "start_tensorflow",
+    "describe_model",
+    "model_notes",
+    "option_flags",
+    "add_method_options",
+    "preflight",
+    "check_layer",
+    "add_render_options",
+    "warn",
 ]

@@ -11,6 +11,8 @@ from ..batch import outputs
 from ..batch import ray as ray_runner
 from .options import UsageError, positive_int
 
+__all__ = ["add_options", "check", "run"]
+
 ADDRESS = re.compile(r"auto|ray://\S+|[\w.-]+:\d+")
 
 

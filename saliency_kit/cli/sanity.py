@@ -12,11 +12,17 @@ similarities of every step, per method, as returned by ``sk.evaluate.randomizati
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import options as opt
 from .options import UsageError
+
+if TYPE_CHECKING:
+    from ..explanation import Explanation
+
+__all__ = ["default_methods", "add_parser", "run", "check_methods", "sanity_figure"]
 
 MAX_STEP_COLUMNS = 16  # a figure for a 100-layer model shows this many steps, evenly spaced
 
@@ -135,7 +141,9 @@ def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", s
 
     result = {}
     for method in methods:
-        maps, steps, original = [], [], None
+        maps: list[np.ndarray] = []
+        steps: list[dict] = []
+        original: Explanation | None = None
         for path, expl, randomized in iter_randomization(
             model, inputs, method, targets, mode=mode, seed=seed, **options
         ):
@@ -143,9 +151,13 @@ def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", s
             if path is None:
                 original = expl
                 continue
+            if original is None:
+                raise RuntimeError(f"{method}: the randomization test gave a randomized map before the original.")
             steps.append(
                 {"layer": path, **compare_maps(original, expl), "step": len(steps) + 1, "randomized": randomized}
             )
+        if original is None:
+            raise RuntimeError(f"{method}: the randomization test gave no original map.")
         result[method] = {
             "maps": np.stack(maps),
             "layers": [s["layer"] for s in steps],
@@ -193,7 +205,10 @@ def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float 
         r = result[method]
         names = list(class_names or [])
         target = names[r["target"]] if 0 <= r["target"] < len(names) else f"class {r['target']}"
-        panels = [("image", None, np.asarray(image)), ("original", None, heatmap(r["maps"][0]))]
+        panels: list[tuple[str, float | None, np.ndarray | None]] = [
+            ("image", None, np.asarray(image)),
+            ("original", None, heatmap(r["maps"][0])),
+        ]
         for step in cols:
             if step <= len(r["layers"]):
                 info = r["steps"][step - 1]

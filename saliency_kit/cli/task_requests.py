@@ -9,12 +9,13 @@ import dataclasses
 import os
 import re
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from .options import UsageError, did_you_mean, message
 
-__all__ = ["Request", "TaskPlan", "parse", "parse_box", "read_mask", "BACKGROUND"]
+__all__ = ["Request", "TaskPlan", "parse", "parse_box", "read_mask", "given", "BACKGROUND"]
 
 BACKGROUND = "background"
 _TOP = re.compile(r"top([0-9]+)", re.IGNORECASE)
@@ -35,6 +36,16 @@ class Request:
     mask: np.ndarray | None = None
     mask_file: str | None = None
     box: tuple | None = None
+
+
+_T = TypeVar("_T")
+
+
+def given(value: _T | None, what: str, text: str) -> _T:
+    """``value``, which ``parse`` always sets for a target of its kind (``text`` names the target)."""
+    if value is None:
+        raise UsageError(f"--target {text!r}: no {what} was given with it; received none.")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .options import UsageError, did_you_mean
-from .task_requests import BACKGROUND, Request, TaskPlan, parse
+from .task_requests import BACKGROUND, Request, TaskPlan, given, parse
 
 __all__ = [
     "Request",
@@ -50,6 +50,7 @@ __all__ = [
     "build_targets",
     "Asker",
     "BACKGROUND",
+    "found_once",
 ]
 
 
@@ -141,8 +142,8 @@ def describe(plan: TaskPlan, spec, raw_row: np.ndarray, asked: Sequence[Question
             else f"no detection with a score >= {spec.score_threshold:g}"
         )
     else:
-        order = np.argsort(-raw_row, kind="stable")[:5]
-        text = f"output {plan.output}: " + ", ".join(f"{c} {raw_row[c]:.3f}" for c in order)
+        best = np.argsort(-raw_row, kind="stable")[:5]
+        text = f"output {plan.output}: " + ", ".join(f"{c} {raw_row[c]:.3f}" for c in best)
     if not asked:
         return text + "; nothing to explain"
     return text + "; explaining " + ", ".join(f"{q.class_name} {q.name}" for q in asked)
@@ -238,8 +239,8 @@ def _region_questions(plan: TaskPlan, spec, logits: np.ndarray) -> list[Question
                 _region(
                     request.index,
                     spec,
-                    _scaled_mask(request.mask, predicted.shape),
-                    mask_names[os.path.realpath(request.mask_file)],
+                    _scaled_mask(given(request.mask, "mask", request.text), predicted.shape),
+                    mask_names[os.path.realpath(given(request.mask_file, "mask file", request.text))],
                     request.mask_file,
                 )
             )
@@ -289,7 +290,7 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
         requests = plan.requests or [Request("", "top", count=plan.boxes or len(found))]
         for request in requests:
             if request.kind == "box":
-                x0, y0, x1, y1 = request.box
+                x0, y0, x1, y1 = given(request.box, "box", request.text)
                 if x1 > width or y1 > height:
                     raise UsageError(
                         f"--target {request.text!r}: the box reaches beyond the image "
@@ -299,7 +300,7 @@ def _box_questions(plan: TaskPlan, spec, raw: np.ndarray, image_sizes) -> list[l
                 add(
                     Question(
                         "box",
-                        request.index,
+                        given(request.index, "class", request.text),
                         spec.class_names[request.index],
                         _box_name(request.box),
                         {"box": [round(v, 2) for v in box]},
@@ -355,9 +356,9 @@ def build_targets(per_image: Sequence[Sequence[Question]]):
     if kind == "region":
         columns = []
         for j in range(k):
-            masks = np.stack([row[j].mask for row in padded])
+            masks = np.stack([given(row[j].mask, "mask", row[j].name) for row in padded])
             columns.append(targets.region(masks, [row[j].index for row in padded]))
         return columns, k
-    boxes = [[list(question.box) for question in row] for row in padded]
+    boxes = [[list(given(question.box, "box", question.name)) for question in row] for row in padded]
     classes = np.array([[question.index for question in row] for row in padded], np.int64)
     return targets.box(boxes, classes), k

@@ -61,7 +61,7 @@ class Scenes(NamedTuple):
 def _place(rng: np.random.Generator, count: int) -> list:
     """``count`` circles ``(cx, cy, radius)`` inside the image, apart by at least ``GAP``; fewer
     when 50 tries find no room for the next one."""
-    circles = []
+    circles: list[tuple[float, float, float]] = []
     for _ in range(count):
         for _ in range(50):
             radius = rng.uniform(MIN_DIAMETER, MAX_DIAMETER) / 2

@@ -33,6 +33,8 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
+__all__ = ["shape_polygon", "make_dataset", "preprocess", "build_model"]
+
 CLASS_NAMES = ("circle", "square", "triangle", "star", "cross")
 IMAGE_SIZE = 64
 MIN_DIAMETER, MAX_DIAMETER = 18, 34

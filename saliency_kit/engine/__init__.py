@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +39,11 @@ from .backend import active as active_backend
 from .cache import KERNELS_PER_MODEL, ModelCache, value_key
 from .chunking import check_batch_size
 from .inputs import channel_axis, check_channels_axis, check_inputs, layer_channel_axis
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..model.scores import ScoreView
 
 __all__ = [
     "check_inputs",
@@ -58,6 +64,7 @@ __all__ = [
     "kernel_count",
     "clear_cache",
     "KERNELS_PER_MODEL",
+    "fingerprint",
 ]
 
 _stats = {"traces": 0, "calls": 0}
@@ -76,7 +83,7 @@ def call_count() -> int:
     return _stats["calls"]
 
 
-def kernel_count(model=None) -> int:
+def kernel_count(model: keras.Model | None = None) -> int:
     """Compiled kernels kept for ``model`` (or for every model): at most ``KERNELS_PER_MODEL`` each."""
     return _kernels.count(model)
 
@@ -93,11 +100,11 @@ def _traced() -> None:
 
 
 # ------------------------------------------------------------------------------ model views
-def _rule_key(rule):
+def _rule_key(rule: Any) -> Any:
     return value_key(rule)
 
 
-def rewritten_model(model, rule):
+def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
     """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
 
     A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
@@ -110,7 +117,7 @@ def rewritten_model(model, rule):
     from ..model.inspect import weight_sync
     from ..model.rewrite import rewrite
 
-    def build():
+    def build() -> tuple[keras.Model, Callable[[], None]]:
         copy = rewrite(model, rule)
         return copy, weight_sync(model, copy)
 
@@ -120,7 +127,9 @@ def rewritten_model(model, rule):
     return copy
 
 
-def score_view(model, score="logits", score_fn=None, rule=None):
+def score_view(
+    model: keras.Model, score: str = "logits", score_fn: Callable | None = None, rule: Any = None
+) -> ScoreView:
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
     from ..model.scores import ScoreView
 
@@ -130,7 +139,7 @@ def score_view(model, score="logits", score_fn=None, rule=None):
     return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
 
 
-def fingerprint(model) -> tuple:
+def fingerprint(model: keras.Model) -> tuple:
     """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
 
     Part of every cache key, so that editing a model between calls (the classic
@@ -159,18 +168,18 @@ def fingerprint(model) -> tuple:
     return tuple(parts)
 
 
-def _activation_key(activation):
+def _activation_key(activation: Any) -> Any:
     name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
     if name and name != "<lambda>":
         return (getattr(activation, "__module__", None), name)
     return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
-def _views_of(model, score, score_fn, rules_used: list):
+def _views_of(model: keras.Model, score: str, score_fn: Callable | None, rules_used: list) -> Callable[..., ScoreView]:
     """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
     model_ref = weakref.ref(model)
 
-    def views(rule=None):
+    def views(rule: Any = None) -> ScoreView:
         if rule is not None and not any(_rule_key(rule) == _rule_key(r) for r in rules_used):
             rules_used.append(rule)
         return score_view(model_ref(), score, score_fn, rule)
@@ -179,7 +188,7 @@ def _views_of(model, score, score_fn, rules_used: list):
 
 
 # ------------------------------------------------------------------------------------ kernels
-def _split_options(options: dict):
+def _split_options(options: dict) -> tuple[tuple, tuple[str, ...], tuple]:
     """``(constants key, array names, arrays)``: NumPy arrays become kernel arguments."""
     arrays = {k: v for k, v in options.items() if isinstance(v, np.ndarray)}
     constants = {k: v for k, v in options.items() if k not in arrays and k != "seed"}
@@ -188,27 +197,27 @@ def _split_options(options: dict):
     return key, names, tuple(arrays[k] for k in names)
 
 
-def _tupled(value):
+def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
 def run(
     compute: Callable,
-    model,
+    model: keras.Model,
     inputs: np.ndarray,
     targets: np.ndarray,
     options: dict,
     *,
     score: str = "logits",
-    score_fn=None,
+    score_fn: Callable | None = None,
     batch_size: int = 32,
     cost: int = 1,
     channel_axis: int = -1,
-    keys=None,
-    score_vectors=None,
+    keys: Any = None,
+    score_vectors: Any = None,
     layer_axis: int | None = None,
-    target=None,
-    payload=None,
+    target: Any = None,
+    payload: Any = None,
 ) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
@@ -262,7 +271,7 @@ def run(
         payload_module.key(structure, per_input, leaves),
     )
 
-    def build():
+    def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
         views = _views_of(model, score, score_fn, rules_used)
@@ -334,7 +343,7 @@ def run(
     return results
 
 
-def _rewritten_by(model, rules_used, reports) -> list | None:
+def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | None:
     """What the kernel's backward rules changed: the ReLU-family ops an op-level rule took over
     (one block's report: every block traces the same model), then the layers a rewrite changed
     (LRP, DeepLIFT); ``None`` when the kernel took plain gradients only."""
@@ -346,7 +355,9 @@ def _rewritten_by(model, rules_used, reports) -> list | None:
     return changed
 
 
-def target_scores(model, inputs, selection, *, score="logits", batch_size=32) -> np.ndarray:
+def target_scores(
+    model: keras.Model, inputs: Any, selection: Any, *, score: str = "logits", batch_size: int = 32
+) -> np.ndarray:
     """Scores ``[B, K]`` (float32) of a resolved target (``saliency_kit.targets.Resolved``, e.g.
     from ``saliency_kit.api.resolve_selection``) at ``inputs`` ``[B, ...]``, row b scored with
     row b of the payload: batched and compiled like :func:`run` (new payloads do not recompile).
@@ -371,16 +382,25 @@ def target_scores(model, inputs, selection, *, score="logits", batch_size=32) ->
     )["attributions"]
 
 
-def _clean_scores(ctx):
+def _clean_scores(ctx: Any) -> dict:  # the backend's Context
     scores = ctx.scores(ctx.inputs)
     return {"attributions": scores, "scores": scores}
 
 
-def _jacobian_rows(ctx, rule):
+def _jacobian_rows(ctx: Any, rule: Any) -> Any:  # the backend's Context
     return ctx.gradients(ctx.inputs, rule=rule)
 
 
-def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=None, batch_size=32) -> np.ndarray:
+def gradients(
+    model: keras.Model,
+    inputs: Any,
+    targets: Any,
+    *,
+    rule: Any = None,
+    score: str = "logits",
+    score_fn: Callable | None = None,
+    batch_size: int = 32,
+) -> np.ndarray:
     """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the classes ``targets`` (int ``[B, K]``),
     through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
     return run(
@@ -389,7 +409,7 @@ def gradients(model, inputs, targets, *, rule=None, score="logits", score_fn=Non
 
 
 # ---------------------------------------------------------------------------------- forward
-def outputs(model, inputs, *, score="logits", batch_size=32, strip=True):
+def outputs(model: keras.Model, inputs: Any, *, score: str = "logits", batch_size: int = 32, strip: bool = True) -> Any:
     """The model's raw outputs at ``inputs`` (the score view's values: the logits of a single
     output with a final softmax/sigmoid under ``score="logits"``, unless ``strip=False``),
     compiled and chunked: the model's output structure with float32 NumPy leaves ``[B, ...]``."""
@@ -421,7 +441,15 @@ def outputs(model, inputs, *, score="logits", batch_size=32, strip=True):
     return tree.map_structure(lambda *leaves: np.concatenate(leaves, axis=0), *parts)
 
 
-def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch_size=32) -> np.ndarray:
+def all_scores(
+    model: keras.Model,
+    inputs: Any,
+    *,
+    score: str = "logits",
+    score_fn: Callable | None = None,
+    rule: Any = None,
+    batch_size: int = 32,
+) -> np.ndarray:
     """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
     backend = active_backend()
 
@@ -453,7 +481,15 @@ def all_scores(model, inputs, *, score="logits", score_fn=None, rule=None, batch
     return np.concatenate(out, axis=0)
 
 
-def forward_scores(model, inputs, targets, *, score="logits", batch_size=32, score_fn=None) -> np.ndarray:
+def forward_scores(
+    model: keras.Model,
+    inputs: Any,
+    targets: Any,
+    *,
+    score: str = "logits",
+    batch_size: int = 32,
+    score_fn: Callable | None = None,
+) -> np.ndarray:
     """Scores ``[B, K]`` (float32) of the classes ``targets`` (int ``[B, K]``) for ``inputs``.
 
     Batched (``batch_size`` inputs per compiled call, the last chunk padded), compiled once per

@@ -41,10 +41,13 @@ class Backend(Protocol):
         reports: list,
         doing: str = "the method",
         layer_axis: int | None = None,
+        target: Any = None,
+        payload: Any = None,
     ) -> Callable:
         """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
         running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
-        naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers."""
+        naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers; ``target``
+        and ``payload`` (a target object and its payload's structure) are how a target scores."""
 
     def build_values_kernel(
         self,
@@ -54,8 +57,10 @@ class Backend(Protocol):
         dtype: Any,
         traced: Callable[[], None],
         doing: str = "the forward pass",
+        raw: bool | str = False,
     ) -> Callable:
-        """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only."""
+        """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
+        (``raw``: the model's outputs instead, ``"unstripped"`` with a final squash kept)."""
 
     def vectorise_classes(self, model: Any) -> bool:
         """Whether the K backward passes of a kernel run vectorised rather than in a loop."""

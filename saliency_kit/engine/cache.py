@@ -18,6 +18,10 @@ import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["ModelCache", "KERNELS_PER_MODEL", "value_key"]
 
@@ -32,7 +36,7 @@ class ModelCache:
         self.size = size
         self._entries: weakref.WeakKeyDictionary[object, OrderedDict] = weakref.WeakKeyDictionary()
 
-    def get(self, model, key, build: Callable):
+    def get(self, model: keras.Model, key: Any, build: Callable) -> Any:
         try:
             entries = self._entries.setdefault(model, OrderedDict())
         except TypeError:  # not weak-referenceable: build every time rather than leak
@@ -45,7 +49,7 @@ class ModelCache:
             entries.popitem(last=False)
         return value
 
-    def count(self, model=None) -> int:
+    def count(self, model: keras.Model | None = None) -> int:
         """Entries kept for ``model`` (or for every model)."""
         if model is not None:
             return len(self._entries.get(model, ()))
@@ -55,7 +59,7 @@ class ModelCache:
         self._entries.clear()
 
 
-def _hashable(value) -> bool:
+def _hashable(value: Any) -> bool:
     try:
         hash(value)
     except TypeError:
@@ -63,7 +67,7 @@ def _hashable(value) -> bool:
     return True
 
 
-def value_key(value, depth: int = 3):
+def value_key(value: Any, depth: int = 3) -> Any:
     """A hashable key equal for equal values.
 
     Strings, numbers and tuples are themselves; a plain function (a lambda included) is keyed by
@@ -108,7 +112,7 @@ def value_key(value, depth: int = 3):
     return value
 
 
-def _has_contents(cell) -> bool:
+def _has_contents(cell: Any) -> bool:
     try:
         _ = cell.cell_contents
     except ValueError:

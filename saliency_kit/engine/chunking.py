@@ -14,7 +14,8 @@ evaluations per input and target (samples × steps, windows, ...):
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class Layout(NamedTuple):
     budget: int  # model rows per input and class available to the method's running sums
 
 
-def check_batch_size(batch_size) -> int:
+def check_batch_size(batch_size: int) -> int:
     """``batch_size`` as an int: ``TypeError`` unless an int, ``ValueError`` unless positive."""
     if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
         raise TypeError(f"batch_size must be a positive int; received {batch_size!r}.")
@@ -58,7 +59,7 @@ def pad(array: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([array, np.repeat(array[-1:], missing, axis=0)], axis=0)
 
 
-def class_groups(targets: np.ndarray, group: int):
+def class_groups(targets: np.ndarray, group: int) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield ``(k0, k1, columns [B, group])``: targets in groups of ``group`` classes, padded."""
     for k0 in range(0, targets.shape[1], group):
         columns = targets[:, k0 : k0 + group]
@@ -73,7 +74,7 @@ def pad_columns(array: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([array, np.repeat(array[:, -1:], missing, axis=1)], axis=1)
 
 
-def payload_slice(leaves, per_input, start: int, stop: int, n: int, k0: int, k1: int, group: int) -> tuple:
+def payload_slice(leaves: Any, per_input: Any, start: int, stop: int, n: int, k0: int, k1: int, group: int) -> tuple:
     """The payload leaves of inputs ``start:stop`` (padded to ``n`` rows) and, for per-column
     leaves ``[B, K, ...]``, of columns ``k0:k1`` (padded to ``group``); per-input leaves
     ``[B, ...]`` are cut along the inputs only."""

@@ -4,12 +4,17 @@ model's input signature, and where the channels are (the input's, and its spatia
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["check_inputs", "channel_axis", "check_channels_axis", "layer_channel_axis"]
 
 
-def check_inputs(model, inputs) -> np.ndarray:
+def check_inputs(model: keras.Model, inputs: Any) -> np.ndarray:
     """``inputs`` as a NumPy array in the model's input dtype, checked against the model.
 
     ``TypeError`` when ``model`` is not a Keras model or ``inputs`` are not floating point;
@@ -40,7 +45,7 @@ def check_inputs(model, inputs) -> np.ndarray:
     return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 
-def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
+def channel_axis(model: keras.Model, inputs: np.ndarray, given: int | None = None) -> int:
     """The channel axis of one input of ``model``: ``-1`` channels-last, ``0`` channels-first.
 
     ``given`` is ``explain``'s ``channels_axis`` (an axis of ``inputs``, batch included: ``1`` or
@@ -54,7 +59,7 @@ def channel_axis(model, inputs: np.ndarray, given: int | None = None) -> int:
     return detect(model, inputs.ndim - 1, inputs.shape[1:], inputs.dtype.name)
 
 
-def check_channels_axis(given, ndim: int) -> int:
+def check_channels_axis(given: Any, ndim: int) -> int:
     """``explain``'s ``channels_axis`` (an axis of ``[B, ...]`` inputs) as the channel axis of one
     input (``0`` or ``-1``); ``TypeError``/``ValueError`` for anything but ``1`` or the last axis."""
     if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
@@ -72,7 +77,7 @@ def check_channels_axis(given, ndim: int) -> int:
     )
 
 
-def layer_channel_axis(model, inputs: np.ndarray) -> int:
+def layer_channel_axis(model: keras.Model, inputs: np.ndarray) -> int:
     """The channel axis of ``model``'s spatial layers (where a CAM layer's channels are)."""
     from ..model.inspect import layer_channel_axis as detect
 

@@ -8,6 +8,8 @@ Leaves are ``[B, K, ...]`` (one value per input and column) or
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .backend import active as active_backend
@@ -15,7 +17,7 @@ from .backend import active as active_backend
 __all__ = ["layout", "key", "specs"]
 
 
-def layout(payload, B: int, K: int):
+def layout(payload: Any, B: int, K: int) -> tuple[Any, tuple, tuple]:
     """``(structure, per-input flags, leaves)`` of a target's payload pytree (``None``: none).
 
     Leaves are NumPy arrays ``[B, K, ...]`` (one value per input and column) or
@@ -40,7 +42,7 @@ def layout(payload, B: int, K: int):
     return structure, per_input, leaves
 
 
-def key(structure, per_input, leaves) -> tuple:
+def key(structure: Any, per_input: Any, leaves: Any) -> tuple:
     """The part of a kernel's cache key a payload fixes: its structure and its leaves' shapes and dtypes."""
     if structure is None:
         return ()
@@ -51,7 +53,7 @@ def key(structure, per_input, leaves) -> tuple:
     )
 
 
-def specs(per_input, leaves, n: int, group: int) -> tuple:
+def specs(per_input: Any, leaves: Any, n: int, group: int) -> tuple:
     """The kernel argument specs of the leaves of one chunk of ``n`` inputs and ``group`` columns."""
     backend = active_backend()
     return tuple(

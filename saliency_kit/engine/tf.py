@@ -36,12 +36,17 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from ..model.layers import is_recurrent
 from .tf_gradients import Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "Context",
@@ -52,6 +57,7 @@ __all__ = [
     "eagerly",
     "array_spec",
     "to_numpy",
+    "translating",
 ]
 
 
@@ -71,7 +77,7 @@ tf.get_logger().addFilter(_OwnKernelsFilter())
 
 
 # ------------------------------------------------------------------------------------ models
-def vectorise_classes(model) -> bool:
+def vectorise_classes(model: keras.Model) -> bool:
     """Whether K backward passes should run vectorised (``pfor``) rather than in a loop.
 
     Vectorised on a GPU. On a CPU a loop of K backward passes over the shared forward pass is
@@ -82,7 +88,7 @@ def vectorise_classes(model) -> bool:
     return bool(tf.config.list_logical_devices("GPU")) and not is_recurrent(model)
 
 
-def eagerly(fn):
+def eagerly(fn: Callable) -> Any:
     """``fn()`` run eagerly even while a kernel is being traced (building a view or a rewrite
     runs the model on probe inputs, which must not land in the kernel's graph)."""
     with tf.init_scope():
@@ -115,18 +121,18 @@ class Context:
 
     def __init__(
         self,
-        views,
-        inputs,
-        selection,
-        index,
-        keys,
-        seed,
-        budget,
-        vectorise,
-        channel_axis=-1,
-        top=True,
-        reports=None,
-        layer_axis=None,
+        views: Any,
+        inputs: Any,
+        selection: Any,
+        index: tf.Tensor,
+        keys: tf.Tensor,
+        seed: tf.Tensor,
+        budget: int,
+        vectorise: bool,
+        channel_axis: int = -1,
+        top: bool = True,
+        reports: Any = None,
+        layer_axis: int | None = None,
     ):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
@@ -158,7 +164,7 @@ class Context:
         return int(self.targets.shape[1])
 
     # -- evaluation -------------------------------------------------------------------------
-    def _rows(self, points):
+    def _rows(self, points: np.ndarray) -> tuple[tf.Tensor, Selection, tuple]:
         """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, their selection (each
         copy keeps its input's columns and payload), lead shape."""
         rank = len(self.shape)
@@ -168,7 +174,7 @@ class Context:
         rows = tf.reshape(points, [n * copies, *self.shape])
         return rows, self.selection.repeat(copies), lead
 
-    def gradients(self, points, rule=None, with_scores=False):
+    def gradients(self, points: tf.Tensor, rule: Any = None, with_scores: bool = False) -> Any:
         """Gradients of the target scores at ``points``.
 
         ``points`` ``[n, *lead, *input]`` (``lead`` any extra copy axes, e.g. path points)
@@ -192,7 +198,7 @@ class Context:
             return tf.reshape(scores, [n, *lead, K]), grads
         return grads
 
-    def scores(self, points, rule=None):
+    def scores(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """Target scores (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``."""
         if self._top and points is self.inputs and "scores" in self.memo:
             return self.memo["scores"]
@@ -202,7 +208,7 @@ class Context:
             self.memo["scores"] = scores
         return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
 
-    def probabilities(self, points, rule=None):
+    def probabilities(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """Target probabilities (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``,
         forward only: for class targets the softmax over every class taken at the target's class
         (Score-CAM's weights); for target objects their ``probabilities`` (see each kind)."""
@@ -210,7 +216,7 @@ class Context:
         probabilities = tf.cast(selection.probabilities(self._views(rule), rows), tf.float32)
         return tf.reshape(probabilities, [self.inputs.shape[0], *lead, self.num_targets])
 
-    def values(self, points, rule=None):
+    def values(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
         forward only; class targets only (a target object's outputs need not be a vector)."""
         if self.selection.target is not None:
@@ -222,7 +228,7 @@ class Context:
         values = tf.cast(self._views(rule)(rows), tf.float32)
         return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
 
-    def gradients_per_target(self, points, rule=None):
+    def gradients_per_target(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """``points [n, K, *input]``, one point per input and target -> ``[n, K, *input]``: row
         ``(b, k)`` is ``∂s_k/∂z`` at ``z = points[b, k]`` only (paths that differ per class,
         Guided IG), one backward pass per row."""
@@ -231,7 +237,7 @@ class Context:
         _, grads = gradient_at(self._views(rule), rows, self.selection.per_column(), vectorise=self._vectorise)
         return tf.reshape(grads, [n, K, *self.shape])
 
-    def layer(self, path: str, rule=None):
+    def layer(self, path: str, rule: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
         """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""
         with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
             tape.watch(self.inputs)  # records the forward pass, so the activations can be sources
@@ -243,7 +249,7 @@ class Context:
         return activations, differentiate(tape, scores, activations, self._vectorise)
 
     # -- running sums ------------------------------------------------------------------------
-    def sum(self, count: int, fn):
+    def sum(self, count: int, fn: Callable) -> Any:
         """``Σ_i fn(i)`` over ``i < count``, in blocks of ``m`` items that fit the chunk.
 
         ``fn(i)`` gets int32 indices ``[m]`` (padding repeats the last index) and returns a
@@ -257,7 +263,7 @@ class Context:
         saved = self.budget
         structure = []
 
-        def block_sums(b):
+        def block_sums(b: int) -> list:
             ids = b * m + tf.range(m)
             valid = ids < count
             self.budget = max(1, saved // m)  # what nested sums may use per item
@@ -277,13 +283,13 @@ class Context:
         totals = block_sums(0)
         if blocks > 1:
 
-            def body(b, totals):
+            def body(b: tf.Tensor, totals: Any) -> tuple[tf.Tensor, list]:
                 return b + 1, [t + s for t, s in zip(totals, block_sums(b))]
 
             totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
         return tf.nest.pack_sequence_as(structure[0], totals)
 
-    def at(self, points) -> Context:
+    def at(self, points: tf.Tensor) -> Context:
         """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
         copy keeping its input's targets (their payload included), index and key; results of a method there are
         ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
@@ -307,7 +313,7 @@ class Context:
         )
 
     # -- helpers ------------------------------------------------------------------------------
-    def normal(self, ids, count: int):
+    def normal(self, ids: Any, count: int) -> tf.Tensor:
         """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input.
 
         Copy ``s`` of input ``b`` draws from a stateless generator keyed by
@@ -325,7 +331,7 @@ class Context:
         )
         return tf.reshape(eps, [n, m, *self.shape])
 
-    def resize(self, maps, size):
+    def resize(self, maps: tf.Tensor, size: Sequence[int]) -> tf.Tensor:
         """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
         axis in turn, half-pixel centres, edges held (``tf.image.resize(method="bilinear")`` one
         axis at a time; ``scipy.ndimage.zoom(order=1, grid_mode=True, mode="nearest")``)."""
@@ -344,7 +350,9 @@ class Context:
             flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
         return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
 
-    def uniform(self, ids, count: int, shape=(), dtype="float32", shared: bool = False):
+    def uniform(
+        self, ids: Any, count: int, shape: tuple = (), dtype: str = "float32", shared: bool = False
+    ) -> tf.Tensor:
         """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
         like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
         noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
@@ -365,7 +373,7 @@ class Context:
         )
         return tf.reshape(draws, [*counters.shape, *shape])
 
-    def host(self, fn, args, dtype, shape=None):
+    def host(self, fn: Callable, args: Any, dtype: Any, shape: tuple | None = None) -> tf.Tensor:
         """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
         ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
         the one array returned (of ``dtype``) is reshaped to ``shape`` when given."""
@@ -375,23 +383,23 @@ class Context:
 
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(
-    compute,
+    compute: Callable,
     options: dict,
     array_names: tuple,
-    views,
-    layout,
-    shape,
-    dtype,
-    array_specs,
+    views: Any,
+    layout: Any,
+    shape: tuple,
+    dtype: Any,
+    array_specs: Any,
     vectorise: bool,
-    channel_axis,
-    traced,
+    channel_axis: int,
+    traced: Any,
     reports: list,
     doing: str = "the method",
-    layer_axis=None,
-    target=None,
-    payload=None,
-):
+    layer_axis: int | None = None,
+    target: Any = None,
+    payload: Any = None,
+) -> Callable:
     """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method.
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
@@ -416,7 +424,7 @@ def build_kernel(
     target = target or [None]
     structure, per_input, leaf_specs = payload or (None, (), ())
 
-    def kernel(x, targets, index, keys, seed, leaves, *arrays):
+    def kernel(x: Any, targets: Any, index: int, keys: Any, seed: int, leaves: Any, *arrays: Any) -> dict:
         traced()
         del reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
@@ -456,12 +464,12 @@ def build_kernel(
     return translating(tf.function(kernel, input_signature=signature, autograph=False), doing)
 
 
-def translating(compiled, doing: str):
+def translating(compiled: Any, doing: str) -> Callable:
     """``compiled`` called so that an error raised while it is traced or run reaches the user as
     one line (:func:`saliency_kit.errors.translated`), never as TensorFlow's trace."""
     from ..errors import translated
 
-    def call(*args):
+    def call(*args: Any) -> Any:
         try:
             return compiled(*args)
         except Exception as error:  # noqa: BLE001 - every error leaves as the project's one line
@@ -470,12 +478,20 @@ def translating(compiled, doing: str):
     return call
 
 
-def build_values_kernel(views, n, shape, dtype, traced, doing: str = "the forward pass", raw=False):
+def build_values_kernel(
+    views: Any,
+    n: int,
+    shape: tuple,
+    dtype: Any,
+    traced: Any,
+    doing: str = "the forward pass",
+    raw: bool | str = False,
+) -> Callable:
     """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
     (``raw=True``: the model's output structure, float32 leaves ``[n, ...]``)."""
     views = tf.autograph.experimental.do_not_convert(views)
 
-    def kernel(x):
+    def kernel(x: Any) -> Any:
         traced()
         view = views()
         if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
@@ -485,9 +501,9 @@ def build_values_kernel(views, n, shape, dtype, traced, doing: str = "the forwar
     return translating(tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)], autograph=False), doing)
 
 
-def array_spec(value: np.ndarray):
+def array_spec(value: np.ndarray) -> tf.TensorSpec:
     return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
 
 
-def to_numpy(tensor) -> np.ndarray:
+def to_numpy(tensor: Any) -> np.ndarray:
     return np.asarray(tensor)

@@ -7,6 +7,9 @@ Used by :mod:`saliency_kit.engine.tf` (the context and the kernels).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import tensorflow as tf
 
 __all__ = [
@@ -24,7 +27,7 @@ __all__ = [
 SMALL_FLOATS = ("float16", "bfloat16")
 
 
-def target_scores(values, targets):
+def target_scores(values: Any, targets: Any) -> tf.Tensor:
     return tf.gather(values, targets, batch_dims=1)
 
 
@@ -33,7 +36,7 @@ class Selection:
     (``None``: the columns index the score vector, a gather) and its payload (a pytree of
     tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``)."""
 
-    def __init__(self, columns, target=None, payload=None, per_input=()):
+    def __init__(self, columns: Any, target: Any = None, payload: Any = None, per_input: Any = ()):
         self.columns = columns
         self.target = target
         self.payload = payload
@@ -43,7 +46,7 @@ class Selection:
     def width(self) -> int:
         return int(self.columns.shape[1])
 
-    def _map(self, column_fn, input_fn):
+    def _map(self, column_fn: Callable, input_fn: Callable) -> Any:
         if self.payload is None:
             return None
         leaves = tf.nest.flatten(self.payload)
@@ -61,7 +64,7 @@ class Selection:
         """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
         n, K = self.columns.shape[0], self.width
 
-        def split(leaf):
+        def split(leaf: Any) -> tf.Tensor:
             return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
 
         return Selection(
@@ -71,14 +74,14 @@ class Selection:
             self._per_input,
         )
 
-    def _outputs(self, view, z, tap):
+    def _outputs(self, view: Any, z: Any, tap: str | None) -> tuple[Any, Any]:
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)
         values, taken = view.raw(z, taps, strip=getattr(self.target, "logits", True))
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
-    def scores(self, view, z, tap=None):
+    def scores(self, view: Any, z: Any, tap: str | None = None) -> tuple[tf.Tensor, Any]:
         """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
         if self.target is None:  # class columns of the score vector: a gather
             if tap is None:
@@ -89,7 +92,7 @@ class Selection:
         payload = self.columns if self.payload is None else self.payload
         return self.target.score(outputs, payload), activation
 
-    def probabilities(self, view, z):
+    def probabilities(self, view: Any, z: Any) -> tf.Tensor:
         """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
         the column's class, or the target object's :meth:`probabilities`."""
         if self.target is None:
@@ -99,7 +102,7 @@ class Selection:
         return self.target.probabilities(outputs, payload)
 
 
-def differentiate(tape, scores, source, vectorise=False):
+def differentiate(tape: Any, scores: Any, source: Any, vectorise: bool = False) -> tf.Tensor:
     """``[n, K, *source.shape[1:]]``: ∂scores[:, k]/∂source, rows independent.
 
     K = 1 is one backward pass; K > 1 runs K backward passes over the one forward pass, either
@@ -118,7 +121,9 @@ def differentiate(tape, scores, source, vectorise=False):
     return tape.batch_jacobian(scores, source, unconnected_gradients=zero, experimental_use_pfor=False)
 
 
-def gradient_at(view, z, selection, tap=None, vectorise=False):
+def gradient_at(
+    view: Any, z: Any, selection: Any, tap: str | None = None, vectorise: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` (or the tapped layer)."""
     with tf.GradientTape(persistent=selection.width > 1, watch_accessed_variables=False) as tape:
         tape.watch(z)
@@ -131,7 +136,7 @@ def gradient_at(view, z, selection, tap=None, vectorise=False):
     return tf.cast(scores, tf.float32), gradients
 
 
-def is_relu_rule(rule) -> bool:
+def is_relu_rule(rule: Any) -> bool:
     """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
     ``ModifiedBackprop``), which the op-level override applies; LRP composites and DeepLIFT
     rewrite linear layers too and go through ``sk.rewrite``."""
@@ -140,7 +145,7 @@ def is_relu_rule(rule) -> bool:
     return isinstance(rule, (str, ModifiedBackprop))
 
 
-def gradient_by_rule(view, z, selection, rule, reports: list):
+def gradient_by_rule(view: Any, z: Any, selection: Any, rule: Any, reports: list) -> tuple[tf.Tensor, tf.Tensor]:
     """Scores ``[rows, K]`` and their gradients w.r.t. ``z`` with ``rule`` on every ReLU-family
     activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
     block). The block's report goes to ``reports``; a ReLU the rule cannot reach, or a model with
@@ -164,5 +169,5 @@ def gradient_by_rule(view, z, selection, rule, reports: list):
     return tf.cast(scores, tf.float32), tf.stack(columns, axis=1)
 
 
-def accumulator_dtype(dtype):
+def accumulator_dtype(dtype: Any) -> tf.DType:
     return tf.float32 if dtype.name in SMALL_FLOATS else dtype

@@ -27,8 +27,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "RANDOM",
@@ -48,6 +52,13 @@ __all__ = [
     "score_jobs",
     "spatial_shape",
     "spatial_to_elements",
+    "preprocess",
+    "is_random_baseline",
+    "predicted_classes",
+    "seed_noise",
+    "maps_only",
+    "pixel_maps",
+    "image_channel_axis",
 ]
 
 #: The name of the seeded random explanation (the meta-check method of :func:`compare`).
@@ -75,8 +86,8 @@ class Scored:
     """
 
     model: object
-    x: np.ndarray | None
-    elements: np.ndarray | None
+    x: np.ndarray
+    elements: np.ndarray
     pixels: np.ndarray
     targets: np.ndarray
     channel_axis: int | None = None
@@ -119,7 +130,7 @@ class Scored:
         )
 
 
-def check_int(name: str, value, minimum: int = 1) -> int:
+def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int >= {minimum}; received {value!r}.")
     if value < minimum:
@@ -127,7 +138,7 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_float(name: str, value, *, positive: bool = False) -> float:
+def check_float(name: str, value: Any, *, positive: bool = False) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number; received {value!r}.")
     if positive and not value > 0:
@@ -184,7 +195,9 @@ def preprocess(a: np.ndarray, *, normalise: bool, absolute: bool) -> np.ndarray:
     return np.abs(a) if absolute else a
 
 
-def baseline_values(baseline, flat_input: np.ndarray, count: int, generator: np.random.Generator | None):
+def baseline_values(
+    baseline: Any, flat_input: np.ndarray, count: int, generator: np.random.Generator | None
+) -> np.ndarray:
     """The values that replace ``count`` features of one input (``flat_input``), as Quantus' names:
     ``"black"`` the input's minimum, ``"white"`` its maximum, ``"mean"`` its mean, ``"uniform"`` one
     draw from U(0, 1) for all of them, a number, or an array of ``count`` values."""
@@ -213,7 +226,7 @@ def baseline_values(baseline, flat_input: np.ndarray, count: int, generator: np.
     return value
 
 
-def is_random_baseline(baseline) -> bool:
+def is_random_baseline(baseline: Any) -> bool:
     return isinstance(baseline, str) and baseline.lower() == "uniform"
 
 
@@ -297,7 +310,7 @@ def _element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, w
     )
 
 
-def _image_channel_axis(model, x: np.ndarray) -> int | None:
+def _image_channel_axis(model: keras.Model, x: np.ndarray) -> int | None:
     if x.ndim != 4:
         return None
     from .. import engine
@@ -306,10 +319,10 @@ def _image_channel_axis(model, x: np.ndarray) -> int | None:
 
 
 def prepare(
-    model,
-    inputs,
-    explanation_or_method,
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any = "top1",
     *,
     seed: int = 0,
     batch_size: int = 32,
@@ -418,7 +431,7 @@ def prepare(
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
 
 
-def _refuse_target_objects(targets, explanation_or_method) -> None:
+def _refuse_target_objects(targets: Any, explanation_or_method: Any) -> None:
     """These metrics score classes (or a score function's columns) of a ``[B, C]`` output; target
     objects (``region``, ``box``, ``output``, ``unit``) are refused rather than scored wrongly."""
     from ..targets import is_target
@@ -446,7 +459,7 @@ def seed_noise(method: str, method_options: dict, seed: int) -> None:
         method_options[option] = seed
 
 
-def maps_only(maps, name: str) -> np.ndarray:
+def maps_only(maps: np.ndarray, name: str) -> np.ndarray:
     """A bare ``maps`` argument as float64 ``[B, K, ...]`` (``[B, ...]`` means one map per input)."""
     values = np.asarray(maps, dtype=np.float64)
     if values.ndim < 2:
@@ -457,7 +470,16 @@ def maps_only(maps, name: str) -> np.ndarray:
 
 
 def pixel_maps(
-    name: str, model, inputs, explanation_or_method, targets, maps, *, seed, batch_size, method_options
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray | None,
+    *,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     """The ``[B, K, ...]`` pixel maps a model-free metric scores: ``maps`` when given, else the pixel
     view of whatever :func:`prepare` makes of the other arguments."""
@@ -498,7 +520,7 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
     pending: list[tuple[int, np.ndarray, np.ndarray]] = []
     pending_rows = 0
 
-    def flush():
+    def flush() -> None:
         nonlocal pending, pending_rows
         if not pending:
             return
@@ -526,19 +548,25 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
     return [np.concatenate(parts) if parts else np.zeros((0, len(job.targets))) for parts, job in zip(results, jobs)]
 
 
-def spatial_shape(scored: Scored) -> tuple[int, int]:
-    """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
+def image_channel_axis(scored: Scored) -> int:
+    """The channel axis of one image input (``ValueError`` for other inputs)."""
     if scored.channel_axis is None:
         raise ValueError(
             f"this metric perturbs image regions: it needs image inputs [B, H, W, C] (or channels "
             f"first); received inputs of shape {scored.x.shape}."
         )
+    return scored.channel_axis
+
+
+def spatial_shape(scored: Scored) -> tuple[int, int]:
+    """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
     shape = list(scored.x.shape[1:])
-    del shape[scored.channel_axis]
-    return tuple(shape)
+    del shape[image_channel_axis(scored)]
+    height, width = shape
+    return height, width
 
 
 def spatial_to_elements(mask: np.ndarray, scored: Scored) -> np.ndarray:
     """A ``[..., H, W]`` pixel mask or map broadcast over the channels of one input: ``[..., *input]``."""
-    axis = mask.ndim - 2 + (scored.channel_axis % 3)
+    axis = mask.ndim - 2 + (image_channel_axis(scored) % 3)
     return np.broadcast_to(np.expand_dims(mask, axis), (*mask.shape[:-2], *scored.x.shape[1:]))

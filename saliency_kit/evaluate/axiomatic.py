@@ -13,28 +13,33 @@ Where Quantus 0.6.0 departs from the papers these follow the papers (said in eac
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._common import Job, Scored, baseline_values, check_float, check_int, forward, prepare, preprocess, rng, score_jobs
 
+if TYPE_CHECKING:
+    import keras
+
 __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
 def completeness(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = False,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
     is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
@@ -66,21 +71,21 @@ def completeness(
 
 
 def non_sensitivity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     eps: float = 1e-5,
     features_in_step: int = 1,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = True,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """How many steps of ``features_in_step`` elements violate non-sensitivity: float ``[B, K]``
     (0 is best). A step violates it when "its attribution is below ``eps``" (every element of it)
@@ -127,8 +132,8 @@ def non_sensitivity(
     return result
 
 
-def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray):
-    def make(start, stop):
+def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = padded[start:stop], values[start:stop]
         valid = idx >= 0
@@ -139,17 +144,17 @@ def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray):
 
 
 def input_invariance(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     input_shift: float = -1.0,
     atol: float = 1e-4,
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Whether the explanation of ``x + input_shift`` on the shifted model ``m'(z) = m(z − input_shift)``
     equals the explanation of ``x`` on ``m`` (every element within ``atol``): float ``[B, K]``, 1.0

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import axiomatic, complexity, faithfulness, localisation, randomisation, robustness
+from . import axiomatic, complexity, deletion, faithfulness, localisation, randomisation, robustness
 from ._common import RANDOM, random_attributions, seed_noise, to_pixels
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..explanation import Explanation
 
 __all__ = ["compare", "METRICS", "Metric", "explanation_of"]
 
@@ -30,39 +36,97 @@ class Metric:
     family: str = ""
 
 
-def _deletion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
-        "deletion_auc"
-    ]
+def _deletion(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
+    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)["deletion_auc"]
 
 
-def _insertion(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
-    return faithfulness.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
+def _insertion(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
+    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
         "insertion_auc"
     ]
 
 
-def _pointing(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _pointing(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
     return localisation.pointing_game(expl, masks, **options).astype(np.float64)
 
 
-def _model_free(function):
-    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _model_free(function: Any) -> Callable[..., np.ndarray]:
+    def run(
+        model: keras.Model,
+        inputs: Any,
+        expl: Any,
+        targets: Any,
+        *,
+        masks: Any = None,
+        seed: int = 0,
+        batch_size: int = 32,
+        **options: Any,
+    ) -> np.ndarray:
         extra = {"masks": masks} if masks is not None else {}
         return function(maps=np.asarray(expl.maps), **extra, **options)
 
     return run
 
 
-def _scored(function):
-    def run(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _scored(function: Any) -> Callable[..., np.ndarray]:
+    def run(
+        model: keras.Model,
+        inputs: Any,
+        expl: Any,
+        targets: Any,
+        *,
+        masks: Any = None,
+        seed: int = 0,
+        batch_size: int = 32,
+        **options: Any,
+    ) -> np.ndarray:
         value = function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **options)
         return value["score"] if isinstance(value, dict) else value
 
     return run
 
 
-def _randomization(model, inputs, expl, targets, *, masks=None, seed=0, batch_size=32, **options):
+def _randomization(
+    model: keras.Model,
+    inputs: Any,
+    expl: Any,
+    targets: Any,
+    *,
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)
@@ -117,7 +181,16 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batch_size: int = 32, **options):
+def explanation_of(
+    model: keras.Model,
+    inputs: Any,
+    method: Any,
+    targets: Any = "top1",
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> Explanation:
     """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
     (uniform per element; its map the channel sum)."""
     from .. import engine
@@ -142,13 +215,13 @@ def explanation_of(model, inputs, method, targets="top1", *, seed: int = 0, batc
 
 
 def compare(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     methods: Sequence[str],
     metrics: Sequence[str],
     *,
-    targets="top1",
-    masks=None,
+    targets: Any = "top1",
+    masks: Any = None,
     seed: int = 0,
     batch_size: int = 32,
     metric_options: dict | None = None,

@@ -16,15 +16,30 @@ metrics say nothing about faithfulness.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ._common import check_float, pixel_maps, preprocess
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["sparseness", "complexity", "effective_complexity"]
 
 
 def _flat(
-    name, model, inputs, explanation_or_method, targets, maps, normalise, absolute, seed, batch_size, method_options
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray | None,
+    normalise: bool,
+    absolute: bool,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     values = pixel_maps(
         name,
@@ -42,17 +57,17 @@ def _flat(
 
 
 def sparseness(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
+    maps: np.ndarray | None = None,
     normalise: bool = True,
     abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Gini index of each map's magnitudes: float ``[B, K]`` in ``[0, 1)``; higher is sparser.
 
@@ -89,17 +104,17 @@ def sparseness(
 
 
 def complexity(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
+    maps: np.ndarray | None = None,
     normalise: bool = True,
     abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Entropy of each map's magnitude distribution ``p = a / Σ|a|``: float ``[B, K]``, in nats;
     lower is simpler (``−Σ p log(p + 1e-12)``, as Quantus). An all-zero map gives NaN (no
@@ -123,18 +138,18 @@ def complexity(
 
 
 def effective_complexity(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
+    maps: np.ndarray | None = None,
     eps: float = 1e-5,
     normalise: bool = True,
     abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """How many values of each map exceed ``eps`` after the preprocessing: float ``[B, K]``
     (counts); lower is simpler."""

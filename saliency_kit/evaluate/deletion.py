@@ -4,22 +4,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 from scipy import ndimage
 
 from . import similarity as metrics
 
+if TYPE_CHECKING:
+    import keras
+
 __all__ = ["deletion_insertion"]
 
 
 def deletion_insertion(
-    model,
-    inputs,
-    explanation,
+    model: keras.Model,
+    inputs: Any,
+    explanation: Any,
     *,
-    targets=None,
+    targets: Any = None,
     steps: int = 32,
-    baseline="zeros",
+    baseline: Any = "zeros",
     blur_sigma: float = 5.0,
     score: str = "output",
     batch_size: int = 32,
@@ -119,7 +124,8 @@ def deletion_insertion(
     chunk = max(1, int(max_batch_bytes // max(per_input_bytes, 1)))
     curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
     for start in range(0, batch, chunk):
-        images, positions = [], []
+        images: list[np.ndarray] = []
+        positions: list[tuple[str, int, int | None]] = []
         for b in range(start, min(start + chunk, batch)):
             ranks = [_ranks(maps[b, k], rng) for k in range(n_targets)]
             random_rank = rng.permutation(n_pixels)
@@ -144,11 +150,11 @@ def deletion_insertion(
             rows = np.repeat([b for _, b, _ in positions], steps + 1)
             scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score, batch_size=batch_size))
         scores = scores.reshape(len(positions), steps + 1, n_targets)
-        for (name, b, k), s in zip(positions, scores):
-            if k is None:
-                curves[name][b] = s.T  # random order: one set of images scored for every target
+        for (name, row, column), s in zip(positions, scores):
+            if column is None:
+                curves[name][row] = s.T  # random order: one set of images scored for every target
             else:
-                curves[name][b, k] = s[:, k]
+                curves[name][row, column] = s[:, column]
 
     result = {"fractions": fractions, **curves}
     for name in _CURVES:
@@ -159,7 +165,7 @@ def deletion_insertion(
 _CURVES = ("deletion_curve", "insertion_curve", "random_deletion_curve", "random_insertion_curve")
 
 
-def _ranks(m, rng) -> np.ndarray:
+def _ranks(m: Any, rng: np.random.Generator) -> np.ndarray:
     """Rank of every pixel (0 = most important) by decreasing value, ties in random order, NaN last."""
     values = np.nan_to_num(np.asarray(m, dtype=np.float64).ravel(), nan=-np.inf)
     order = np.lexsort((rng.random(values.size), -values))
@@ -168,7 +174,7 @@ def _ranks(m, rng) -> np.ndarray:
     return ranks
 
 
-def _baseline(baseline, x, blurred) -> np.ndarray:
+def _baseline(baseline: Any, x: Any, blurred: Any) -> np.ndarray:
     if isinstance(baseline, str):
         if baseline == "zeros":
             return np.zeros_like(x)

@@ -31,6 +31,8 @@ pass; random draws are seeded per input, so results do not depend on ``batch_siz
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.sparse import csc_matrix, lil_matrix
@@ -42,6 +44,7 @@ from ._common import (
     check_float,
     check_int,
     forward,
+    image_channel_axis,
     is_random_baseline,
     predicted_classes,
     prepare,
@@ -52,6 +55,9 @@ from ._common import (
     spatial_to_elements,
 )
 from .similarity import pearson, spearman_rows
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "faithfulness_correlation",
@@ -66,21 +72,21 @@ __all__ = [
 
 
 def faithfulness_correlation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_runs: int = 100,
     subset_size: int = 224,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
@@ -124,10 +130,15 @@ def faithfulness_correlation(
     return result
 
 
-def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
+def _made(rows: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """A job's ``make`` for rows made already."""
+    return lambda start, stop: rows[start:stop]
+
+
+def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """``make(start, stop)``: copies of one input with ``indices[r]`` set to ``values[r]`` (row r)."""
 
-    def make(start, stop):
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         np.put_along_axis(rows, indices[start:stop], values[start:stop], axis=1)
         return rows
@@ -140,7 +151,7 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
     centred in a grid padded up to a multiple of ``patch_size`` (``floor`` of the padding on top and
     left), and each square is cut to the image."""
 
-    def edges(size):
+    def edges(size: int) -> list[slice]:
         pad = (patch_size - size % patch_size) % patch_size
         start = -(pad // 2)
         return [slice(max(s, 0), min(s + patch_size, size)) for s in range(start, size, patch_size)]
@@ -149,21 +160,21 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
 
 
 def infidelity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    perturb_patch_sizes=(4,),
+    perturb_patch_sizes: Any = (4,),
     n_perturb_samples: int = 10,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = False,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
@@ -208,9 +219,9 @@ def infidelity(
                 )
                 rows = _cumulative(x[b].ravel(), np.stack(masks), values)
                 layouts.append((b, size))
-                jobs.append(Job(len(rows), lambda s, e, rows=rows: rows[s:e], scored.targets[b]))
+                jobs.append(Job(len(rows), _made(rows), scored.targets[b]))
     scores = score_jobs(scored, jobs)
-    per = {}
+    per: dict[int, dict[int, list[np.ndarray]]] = {}
     for (b, size), job, lost in zip(layouts, jobs, scores):
         rows = job.make(0, job.rows)
         changed = x[b].ravel()[None] - rows  # [J, n]
@@ -278,12 +289,12 @@ _NEIGHBOURS = (
 
 
 def road(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    percentages=tuple(range(1, 100, 2)),
+    percentages: Any = tuple(range(1, 100, 2)),
     noise: float = 0.01,
     normalise: bool = True,
     abs: bool = False,
@@ -291,7 +302,7 @@ def road(
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
@@ -320,40 +331,41 @@ def road(
     )
     height, width = spatial_shape(scored)
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
-    channels_first = np.moveaxis(scored.x.astype(np.float64), 1 + scored.channel_axis % 3, 1)
+    axis = 1 + image_channel_axis(scored) % 3
+    channels_first = np.moveaxis(scored.x.astype(np.float64), axis, 1)
     curve = np.zeros((*pixels.shape[:2], len(percentages)))
     for b in range(len(scored.x)):
         generator = rng(seed, "road", b)
-        rows = []
+        imputed = []
         for k in range(pixels.shape[1]):
             order = np.argsort(-pixels[b, k], kind="stable")
             for p in percentages:
                 chosen = order[: int(height * width * p / 100)]
                 draw = noise * generator.standard_normal((channels_first.shape[1], len(chosen)))
-                rows.append(noisy_linear_imputation(channels_first[b], chosen, draw))
-        rows = np.moveaxis(np.stack(rows), 1, 1 + scored.channel_axis % 3)
+                imputed.append(noisy_linear_imputation(channels_first[b], chosen, draw))
+        rows = np.moveaxis(np.stack(imputed), 1, axis)
         predicted = predicted_classes(scored, rows).reshape(pixels.shape[1], len(percentages))
         curve[b] = predicted == scored.targets[b][:, None]
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 
 
 def monotonicity_correlation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 100,
     features_in_step: int = 1,
     eps: float = 1e-5,
-    perturb_baseline="uniform",
+    perturb_baseline: Any = "uniform",
     normalise: bool = True,
     abs: bool = True,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Spearman correlation between the attribution of each step of ``features_in_step`` elements
     (in increasing order of attribution) and the score variance its removal causes,
@@ -406,10 +418,10 @@ def monotonicity_correlation(
     return result
 
 
-def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray):
+def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """Copies of one input with the valid (``>= 0``) ``indices[r]`` set to ``values[r]``."""
 
-    def make(start, stop):
+    def make(start: int, stop: int) -> np.ndarray:
         rows = np.repeat(flat_input[None], stop - start, axis=0)
         idx, val = indices[start:stop], values[start:stop]
         valid = idx >= 0
@@ -420,22 +432,22 @@ def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarr
 
 
 def region_perturbation(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     patch_size: int = 8,
     order: str = "morf",
     regions_evaluation: int = 100,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
@@ -489,7 +501,7 @@ def region_perturbation(
                 [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
             )
             rows = _cumulative(x[b].ravel(), element_masks[ranking], values)
-            jobs.append(Job(steps, lambda s, e, rows=rows: rows[s:e], scored.targets[b][k : k + 1]))
+            jobs.append(Job(steps, _made(rows), scored.targets[b][k : k + 1]))
             keys.append((b, k))
     curve = np.zeros((*pixels.shape[:2], steps))
     for (b, k), lost in zip(keys, score_jobs(scored, jobs)):
@@ -499,20 +511,20 @@ def region_perturbation(
 
 
 def pixel_flipping(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     features_in_step: int = 1,
-    perturb_baseline="black",
+    perturb_baseline: Any = "black",
     normalise: bool = True,
     abs: bool = False,
     score: str = "logits",
     softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.
@@ -554,10 +566,12 @@ def pixel_flipping(
     return {"curve": curve, "auc": auc, "score": auc}
 
 
-def _flipper(flat_input: np.ndarray, order: np.ndarray, values: np.ndarray, per_step: int):
+def _flipper(
+    flat_input: np.ndarray, order: np.ndarray, values: np.ndarray, per_step: int
+) -> Callable[[int, int], np.ndarray]:
     """``make(start, stop)``: rows ``j`` with the first ``(j + 1)·per_step`` elements of ``order`` flipped."""
 
-    def make(start, stop):
+    def make(start: int, stop: int) -> np.ndarray:
         counts = np.minimum((np.arange(start, stop) + 1) * per_step, len(order))
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))

@@ -22,11 +22,16 @@ faithful to a model that uses the context and still localise badly.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 from scipy import stats
 
 from . import similarity as metrics
 from ._common import check_int, pixel_maps, preprocess
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = [
     "pointing_game",
@@ -35,10 +40,11 @@ __all__ = [
     "top_k_intersection",
     "attribution_localisation",
     "auc",
+    "object_masks",
 ]
 
 
-def object_masks(masks, count: int) -> np.ndarray:
+def object_masks(masks: Any, count: int) -> np.ndarray:
     """``masks`` as an array; a ``region`` target gives its own masks (one ``[H, W]`` for every
     input is repeated ``count`` times)."""
     from ..targets import Region
@@ -60,19 +66,19 @@ def object_masks(masks, count: int) -> np.ndarray:
 
 
 def _maps_and_masks(
-    name,
-    model,
-    inputs,
-    explanation_or_method,
-    targets,
-    maps,
-    masks,
-    normalise,
-    absolute,
-    seed,
-    batch_size,
-    method_options,
-):
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    maps: np.ndarray | None,
+    masks: Any,
+    normalise: bool,
+    absolute: bool,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
+) -> tuple[np.ndarray, np.ndarray]:
     """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
     values = pixel_maps(
         name,
@@ -106,18 +112,18 @@ def _ranked_on_object(a: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def relevance_mass_accuracy(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
-    masks=None,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
     normalise: bool = True,
     abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """``Σ_{object} a / Σ a`` of each map: float ``[B, K]`` (1 = all of the mass on the object). With
     signed maps (``abs=False``, Quantus' default) negative mass outside can push it above 1."""
@@ -142,18 +148,18 @@ def relevance_mass_accuracy(
 
 
 def relevance_rank_accuracy(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
-    masks=None,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
     normalise: bool = True,
     abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Of the ``n = |object|`` highest-ranked pixels of each map, the share on the object: float
     ``[B, K]`` in ``[0, 1]``."""
@@ -181,20 +187,20 @@ def relevance_rank_accuracy(
 
 
 def top_k_intersection(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
-    masks=None,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
     k: int = 1000,
     concept_influence: bool = False,
     normalise: bool = True,
     abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Of the ``k`` highest-ranked pixels of each map (all of them when the map has fewer), the share
     on the object: float ``[B, K]``. ``concept_influence=True`` divides by the object's share of the
@@ -224,20 +230,20 @@ def top_k_intersection(
 
 
 def attribution_localisation(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
-    masks=None,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
     weighted: bool = False,
     positive_attributions: bool = False,
     normalise: bool = True,
     abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """``Σ_{object} a / (Σ a + 1e-9)`` of each map's magnitudes (Quantus' defaults), float ``[B, K]``;
     NaN for an empty object or a share above 1 (possible only with signed maps).
@@ -272,18 +278,18 @@ def attribution_localisation(
 
 
 def auc(
-    model=None,
-    inputs=None,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    maps=None,
-    masks=None,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
     normalise: bool = True,
     abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """ROC AUC of each map as a score for "this pixel is on the object": float ``[B, K]`` (0.5 is
     chance, 1 a perfect ranking; ties count one half). NaN when the object is empty or the whole image."""
@@ -316,7 +322,7 @@ def auc(
 # --------------------------------------------------------------------------------------------
 # Pointing game (Zhang et al. 2016)
 # --------------------------------------------------------------------------------------------
-def pointing_game(explanation, masks, *, tolerance: float = 0) -> np.ndarray:
+def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.ndarray:
     """Whether each map's maximum falls on the object: bool ``[B, K]``.
 
     Args:

@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import similarity as metrics
 from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..explanation import Explanation
 
 __all__ = [
     "randomization_test",
@@ -29,6 +35,10 @@ __all__ = [
     "comparison_maps",
     "random_logit",
     "discrete_entropy",
+    "clone_with_weights",
+    "weighted_layers",
+    "reinitialize",
+    "ssim_flat",
 ]
 
 _MODES = ("cascading", "independent")
@@ -39,15 +49,15 @@ _QUANTUS_MODES = ("mprt", "smooth_mprt", "efficient_mprt")
 # Model-parameter randomisation (Adebayo et al. 2018)
 # --------------------------------------------------------------------------------------------
 def randomization_test(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     method: str = "gradient",
-    targets="top1",
+    targets: Any = "top1",
     *,
     mode: str = "cascading",
     layers: Sequence[str] | None = None,
     seed: int = 0,
-    **method_options,
+    **method_options: Any,
 ) -> list[dict]:
     """Adebayo et al.'s model-parameter randomisation test.
 
@@ -119,16 +129,16 @@ def randomization_test(
 
 
 def iter_randomization(
-    model,
-    inputs,
+    model: keras.Model,
+    inputs: Any,
     method: str = "gradient",
-    targets="top1",
+    targets: Any = "top1",
     *,
     mode: str = "cascading",
     layers: Sequence[str] | None = None,
     seed: int = 0,
-    **method_options,
-) -> Iterator[tuple[str | None, object, list[str]]]:
+    **method_options: Any,
+) -> Iterator[tuple[str | None, Explanation, list[str]]]:
     """The explanations behind :func:`randomization_test`, one step at a time.
 
     Yields ``(layer_path, explanation, randomized_paths)``: first ``(None, original, [])`` for the
@@ -149,7 +159,9 @@ def iter_randomization(
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
 
 
-def _randomized_copies(model, mode: str, layers, seed: int, order: str):
+def _randomized_copies(
+    model: keras.Model, mode: str, layers: Any, seed: int, order: str
+) -> Iterator[tuple[str | None, keras.Model, list[str]]]:
     """Yields ``(path, copy, randomized_paths)``: first ``(None, copy, [])`` with the trained weights,
     then the same copy after each step (``order``: ``"top_down"`` from the output, ``"bottom_up"``)."""
     clone = clone_with_weights(model)
@@ -173,7 +185,7 @@ def _randomized_copies(model, mode: str, layers, seed: int, order: str):
                 w.assign(value)
 
 
-def compare_maps(original, randomized) -> dict:
+def compare_maps(original: Any, randomized: Any) -> dict:
     """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets)."""
     signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
     signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
@@ -191,7 +203,7 @@ def _per_map(maps: np.ndarray) -> np.ndarray:
     return maps.reshape(-1, *maps.shape[2:])
 
 
-def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
+def comparison_maps(expl: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(signed, magnitude)`` maps ``[B, K, ...]`` the randomisation test compares.
 
     Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
@@ -207,7 +219,7 @@ def comparison_maps(expl) -> tuple[np.ndarray, np.ndarray]:
     return attributions, np.abs(attributions)
 
 
-def clone_with_weights(model):
+def clone_with_weights(model: keras.Model) -> keras.Model:
     """A checked deep copy of ``model`` (nested models cloned too) holding the same state
     (:func:`saliency_kit.model.copy.copy_model`)."""
     from ..model.copy import copy_model
@@ -218,7 +230,7 @@ def clone_with_weights(model):
         raise ValueError(f"randomization_test needs a copy of the model to re-initialise: {error}") from error
 
 
-def weighted_layers(model) -> list[tuple[str, object]]:
+def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
     """``(path, layer)`` of every layer that has weights, in the model's order, nested models expanded.
 
     Paths of layers in nested models are ``"outer/inner"``.
@@ -228,7 +240,7 @@ def weighted_layers(model) -> list[tuple[str, object]]:
     return walk_weighted(model)
 
 
-def _select_layers(all_layers, layers):
+def _select_layers(all_layers: Any, layers: Any) -> list[tuple[str, Any]]:
     if layers is None:
         return list(all_layers)
     if isinstance(layers, str):
@@ -255,7 +267,7 @@ _INITIALIZER_ATTRS = {
 }
 
 
-def reinitialize(layer, *, seed: int = 0, salt: int = 0) -> None:
+def reinitialize(layer: Any, *, seed: int = 0, salt: int = 0) -> None:
     """Re-draw every weight of ``layer`` from its own initializer, reseeded from ``(seed, salt)``.
 
     The initializer of a variable named ``v`` is the ``v_initializer`` attribute of the (sub)layer
@@ -276,7 +288,7 @@ def reinitialize(layer, *, seed: int = 0, salt: int = 0) -> None:
         variable.assign(_reseeded(init, var_seed)(shape=tuple(variable.shape), dtype=variable.dtype))
 
 
-def _initializer_for(owners, variable):
+def _initializer_for(owners: Any, variable: Any) -> Any:
     name = variable.name.split("/")[-1].split(":")[0]
     attrs = (*_INITIALIZER_ATTRS.get(name, ()), f"{name}_initializer")
     holders = [o for o in owners if any(w is variable for w in o.weights)]
@@ -288,7 +300,7 @@ def _initializer_for(owners, variable):
     return None
 
 
-def _reseeded(init, seed: int):
+def _reseeded(init: Any, seed: int) -> Any:
     import keras
 
     if isinstance(init, keras.initializers.Initializer):
@@ -299,7 +311,17 @@ def _reseeded(init, seed: int):
 
 
 def _quantus_mode(
-    model, inputs, method, targets, *, mode, layers, seed, nr_samples=50, noise_magnitude=0.1, **method_options
+    model: keras.Model,
+    inputs: Any,
+    method: Any,
+    targets: Any,
+    *,
+    mode: str,
+    layers: Any,
+    seed: int,
+    nr_samples: int = 50,
+    noise_magnitude: float = 0.1,
+    **method_options: Any,
 ) -> list[dict]:
     """``randomization_test`` for Quantus' modes (see its docstring)."""
     from ..api import explain
@@ -320,7 +342,7 @@ def _quantus_mode(
         ).astype(x.dtype)
         keys = perturbed_keys(seed, len(x), nr_samples)
 
-    def attributions(clone, fixed_targets):
+    def attributions(clone: Any, fixed_targets: Any) -> tuple[np.ndarray, np.ndarray]:
         """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
         if not smooth:
             expl = explain(clone, x, method, fixed_targets, **method_options)
@@ -397,10 +419,10 @@ def discrete_entropy(maps: np.ndarray, n_bins: int = 100) -> np.ndarray:
 
 
 def random_logit(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     num_classes: int | None = None,
     normalise: bool = True,
@@ -408,7 +430,7 @@ def random_logit(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Sixt et al.'s random logit test: SSIM between the map of each target and the map of a class
     drawn uniformly among the others: float ``[B, K]``; lower is better (a class-sensitive map).

@@ -18,6 +18,9 @@ stable. Read them next to a faithfulness metric, and against the ``"random"`` ro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ._common import (
@@ -31,6 +34,9 @@ from ._common import (
     preprocess,
     rng,
 )
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["max_sensitivity", "avg_sensitivity", "relative_input_stability"]
 
@@ -47,7 +53,7 @@ def _perturbed_runs(
     normalise: bool,
     absolute: bool,
     check_changes: bool,
-):
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S])`` per input: the
     copies ``x + U(low, high)`` and their re-run explanations, one explain call per group of inputs."""
     x = scored.x
@@ -66,7 +72,7 @@ def _perturbed_runs(
         attributions = preprocess(scored.explain(copies, targets, keys[rows]), normalise=normalise, absolute=absolute)
         changed = (
             predicted_classes(scored, copies) != np.repeat(clean_classes[list(group)], nr_samples)
-            if check_changes
+            if clean_classes is not None
             else np.zeros(len(copies), dtype=bool)
         )
         for i, b in enumerate(group):
@@ -75,21 +81,21 @@ def _perturbed_runs(
 
 
 def _sensitivities(
-    name,
-    model,
-    inputs,
-    explanation_or_method,
-    targets,
-    nr_samples,
-    lower_bound,
-    upper_bound,
-    normalise,
-    absolute,
-    nan_when_changed,
-    score,
-    seed,
-    batch_size,
-    method_options,
+    name: str,
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    nr_samples: int,
+    lower_bound: float,
+    upper_bound: float | None,
+    normalise: bool,
+    absolute: bool,
+    nan_when_changed: bool,
+    score: str,
+    seed: int,
+    batch_size: int,
+    method_options: Any,
 ) -> np.ndarray:
     """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and asked."""
     nr_samples = check_int("nr_samples", nr_samples)
@@ -124,10 +130,10 @@ def _sensitivities(
 
 
 def max_sensitivity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.2,
@@ -138,7 +144,7 @@ def max_sensitivity(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """``max_s ‖a(x) − a(x + ε_s)‖ / ‖a(x)‖`` over ``nr_samples`` noise draws ``ε_s ~ U(−lower_bound,
     lower_bound)`` per element (``U(lower_bound, upper_bound)`` when ``upper_bound`` is given): float
@@ -166,10 +172,10 @@ def max_sensitivity(
 
 
 def avg_sensitivity(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.2,
@@ -180,7 +186,7 @@ def avg_sensitivity(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better."""
     values = _sensitivities(
@@ -203,7 +209,7 @@ def avg_sensitivity(
     return _nan_reduce(np.nanmean, values)
 
 
-def _nan_reduce(reduce, values: np.ndarray) -> np.ndarray:
+def _nan_reduce(reduce: Callable[..., np.ndarray], values: np.ndarray) -> np.ndarray:
     out = np.full(values.shape[:2], np.nan)
     some = ~np.all(np.isnan(values), axis=-1)
     out[some] = reduce(values[some], axis=-1)
@@ -211,10 +217,10 @@ def _nan_reduce(reduce, values: np.ndarray) -> np.ndarray:
 
 
 def relative_input_stability(
-    model,
-    inputs,
-    explanation_or_method="gradient",
-    targets="top1",
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
     nr_samples: int = 200,
     lower_bound: float = 0.02,
@@ -226,7 +232,7 @@ def relative_input_stability(
     score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options,
+    **method_options: Any,
 ) -> np.ndarray:
     """Agarwal et al.'s RIS: ``max_s ‖(a − a_s) / a‖ / max(‖(x − x_s) / x‖, eps_min)`` over copies
     ``x_s = x + U(lower_bound, upper_bound)`` (Quantus' noise), zeros in the divisors replaced by

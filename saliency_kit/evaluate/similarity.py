@@ -8,8 +8,10 @@ callers in ``evaluate``.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import ndimage, stats
 from scipy.integrate import trapezoid
 
@@ -25,7 +27,7 @@ __all__ = [
 ]
 
 
-def spearman(a, b) -> float:
+def spearman(a: ArrayLike, b: ArrayLike) -> float:
     """Spearman rank correlation of two maps of the same shape (flattened), ties ranked by average.
 
     A rank correlation with a constant map is undefined; we return ``1.0`` when both maps are
@@ -44,7 +46,7 @@ def spearman(a, b) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def normalize_abs(m, percentile: float = 99.0) -> np.ndarray:
+def normalize_abs(m: Any, percentile: float = 99.0) -> np.ndarray:
     """``|m|`` divided by its ``percentile``-th percentile and clipped to [0, 1] (float64).
 
     This is the normalisation of Adebayo et al.'s sanity checks (and PAIR's grayscale
@@ -60,7 +62,7 @@ def normalize_abs(m, percentile: float = 99.0) -> np.ndarray:
     return np.clip(m / scale, 0.0, 1.0)
 
 
-def ssim(a, b) -> float:
+def ssim(a: ArrayLike, b: ArrayLike) -> float:
     """Structural similarity of two maps after :func:`normalize_abs` (so ``data_range`` is 1).
 
     Uses scikit-image's 7×7 uniform window, shrunk to the largest odd size that fits maps with a
@@ -78,12 +80,12 @@ def ssim(a, b) -> float:
     return float(structural_similarity(a, b, data_range=1.0, win_size=win))
 
 
-def trapezoid_auc(curve, fractions) -> np.ndarray:
+def trapezoid_auc(curve: Any, fractions: Any) -> np.ndarray:
     """Area under ``curve`` (last axis) over ``fractions`` by the trapezoid rule."""
     return trapezoid(np.asarray(curve, dtype=np.float64), np.asarray(fractions, dtype=np.float64), axis=-1)
 
 
-def dilate(mask, tolerance: float) -> np.ndarray:
+def dilate(mask: Any, tolerance: float) -> np.ndarray:
     """Pixels within Euclidean distance ``tolerance`` of ``mask`` (bool, any N-D shape).
 
     ``tolerance=0`` returns the mask itself; an empty mask stays empty.
@@ -96,7 +98,7 @@ def dilate(mask, tolerance: float) -> np.ndarray:
     return ndimage.distance_transform_edt(~mask) <= tolerance
 
 
-def points_at(m, region) -> bool:
+def points_at(m: Any, region: Any) -> bool:
     """Whether the maximum of map ``m`` lies in the bool ``region`` (same shape).
 
     Ties: when several pixels share the maximum, *all* of them must lie in the region. A flat map

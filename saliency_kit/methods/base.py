@@ -39,6 +39,7 @@ __all__ = [
     "Request",
     "builtins",
     "titles",
+    "pixel_method",
 ]
 
 #: Names the command line uses for its own flags; a method option may not be called so.
@@ -179,7 +180,7 @@ _REGISTRY: dict[str, Method] = {}
 _option_types: dict[str, tuple[type, str]] = {}  # option name -> (type, first method declaring it)
 
 
-def _as_options(options) -> tuple:
+def _as_options(options: Any) -> tuple:
     if isinstance(options, dict):
         return tuple(Option(name, default) for name, default in options.items())
     result = []
@@ -194,7 +195,7 @@ def register(
     name: str,
     *,
     summary: str,
-    options=(),
+    options: Any = (),
     reduce: str = "abs_max",
     title: str | None = None,
     cam: bool = False,
@@ -237,7 +238,7 @@ def register(
             f"declare; received options {seen}."
         )
 
-    def decorator(fn):
+    def decorator(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"register({name!r}) decorates a function fn(ctx, **options); received {fn!r}.")
         if name in _REGISTRY:
@@ -255,7 +256,7 @@ def register(
                     f"{known[1]!r}; one flag serves both, so give it that type; received {option.type.__name__}."
                 )
         for option in declared:
-            _option_types.setdefault(option.name, (option.type, name))
+            _option_types.setdefault(option.name, (option.value_type, name))
         _REGISTRY[name] = Method(
             name=name,
             summary=summary,
@@ -322,7 +323,7 @@ def unregister(name: str) -> Method:
             del _option_types[option.name]
             other = next((m for m in _REGISTRY.values() for o in m.options if o.name == option.name), None)
             if other is not None:
-                _option_types[option.name] = (other.option(option.name).type, other.name)
+                _option_types[option.name] = (other.option(option.name).value_type, other.name)
     return method
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from ._common import require_channels_last
 from .base import Option, register
 
-__all__ = ["blur_ig", "gaussian_matrix", "gaussian_matrices", "sigmas"]
+__all__ = ["blur_ig", "gaussian_matrix", "gaussian_matrices", "sigmas", "prepare"]
 
 TRUNCATE = 4.0  # scipy.ndimage.gaussian_filter's default: the kernel ends at 4σ
 

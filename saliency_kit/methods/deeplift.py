@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._common import baseline_array
 from .base import Option, register
 
-__all__ = ["deeplift"]
+__all__ = ["deeplift", "prepare"]
 
 
 def prepare(request, options: dict) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .base import Option, register
 
-__all__ = ["expected_gradients", "draws"]
+__all__ = ["expected_gradients", "draws", "prepare"]
 
 
 def prepare(request, options: dict) -> dict:

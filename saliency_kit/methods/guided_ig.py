@@ -37,7 +37,7 @@ import numpy as np
 from ._common import baseline_array
 from .base import Option, register
 
-__all__ = ["guided_ig"]
+__all__ = ["guided_ig", "prepare"]
 
 EPSILON = 1e-9  # PAIR's tolerance for "the target is met"
 

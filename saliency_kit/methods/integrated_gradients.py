@@ -12,7 +12,7 @@ import numpy as np
 from ._common import RULES, baseline_array, quadrature
 from .base import Option, register
 
-__all__ = ["integrated_gradients", "RULES", "quadrature"]
+__all__ = ["integrated_gradients", "RULES", "quadrature", "prepare"]
 
 
 def prepare(request, options: dict) -> dict:

@@ -13,6 +13,8 @@ import numpy as np
 from ..propagation import composites
 from .base import Option, register
 
+__all__ = ["prepare", "lrp"]
+
 
 def _bound(name, value):
     if value is None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .base import Option, register
 
-__all__ = ["occlusion", "windows"]
+__all__ = ["occlusion", "windows", "prepare"]
 
 
 def _per_axis(name, value, shape, slid, default):

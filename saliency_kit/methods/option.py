@@ -8,6 +8,7 @@ TensorFlow nor Keras.
 
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 import sys
@@ -52,6 +53,13 @@ class Option:
     low_open: bool = False
     high_open: bool = False
     kind: str = "value"
+
+    @property
+    def value_type(self) -> builtins.type:
+        """``type``: always set once the option is made (taken from the default when not given)."""
+        if self.type is None:
+            raise TypeError(f"option {self.name!r} has no type; received an option whose type was unset.")
+        return self.type
 
     @classmethod
     def seed(cls, name: str = "seed", help: str = "random seed, for repeatable maps") -> Option:
@@ -129,7 +137,7 @@ class Option:
             return value  # an array: the method checks its shape and values
         if self.layer and _is_keras_layer(value):
             return value  # a layer object: the method's prepare finds it in the model
-        kind = self.type
+        kind = self.value_type
         if kind is bool:
             ok = isinstance(value, bool) or type(value).__name__ == "bool_"
         elif kind is int:

@@ -26,7 +26,7 @@ import math
 from ._common import require_channels_last
 from .base import Option, register
 
-__all__ = ["rise", "smooth_masks"]
+__all__ = ["rise", "smooth_masks", "prepare"]
 
 
 def prepare(request, options: dict) -> dict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ._common import base_cost
 from .base import Option, get, register
 
-__all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES"]
+__all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES", "cost"]
 
 AGGREGATES = ("mean", "square", "variance")
 

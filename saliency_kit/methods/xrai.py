@@ -38,7 +38,7 @@ import numpy as np
 from ._common import base_cost, require_channels_last
 from .base import Option, get, register
 
-__all__ = ["xrai", "felzenszwalb_segments", "rank_regions", "segments_array"]
+__all__ = ["xrai", "felzenszwalb_segments", "rank_regions", "segments_array", "prepare"]
 
 SCALES = (50, 100, 150, 250, 500, 1200)
 SIGMA = 0.8

@@ -14,6 +14,7 @@ pattern's parameters are not constants. :mod:`.override` marks what it finds.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -26,7 +27,7 @@ __all__ = ["FoundActivation", "LAST_OP_TYPES", "RELU_OP_TYPES", "Unsupported", "
 RELU_OP_TYPES = ("Relu", "Relu6", "LeakyRelu")
 
 
-def family_of_op(op) -> ReluFamily:
+def family_of_op(op: Any) -> ReluFamily:
     if op.type == "Relu6":
         return ReluFamily(max_value=6.0)
     if op.type == "LeakyRelu":
@@ -47,10 +48,17 @@ class FoundActivation:
     leaky activation's negative part) that take no gradient.
     """
 
-    x: object
+    x: tf.Tensor
     family: ReluFamily | None  # None: a PReLU (learned slope), which keeps its plain gradient
     path: list
     others: list = dataclasses.field(default_factory=list)
+
+    @property
+    def relu(self) -> ReluFamily:
+        """``family`` where it cannot be a PReLU's (an inner activation: ``_inner`` skips those)."""
+        if self.family is None:
+            raise Unsupported("a PReLU (learned slope) inside another ReLU-family activation")
+        return self.family
 
     @property
     def ops(self) -> list:
@@ -61,7 +69,7 @@ class FoundActivation:
 LAST_OP_TYPES = ("Minimum", "Maximum", "SelectV2", "Select", "Mul", "Sub", "AddV2", "Add")
 
 
-def _constant(tensor) -> float | None:
+def _constant(tensor: tf.Tensor) -> float | None:
     """The one value a constant tensor holds (a scalar, an array of one repeated value, ``zeros_like``,
     ``fill``), else None."""
     kind = tensor.op.type
@@ -78,22 +86,22 @@ def _constant(tensor) -> float | None:
     return _decimal(value.flat[0])
 
 
-def _decimal(value) -> float:
+def _decimal(value: Any) -> float:
     """The shortest decimal that is ``value`` in its own precision (float32 ``0.1`` -> ``0.1``, not
     ``0.10000000149``): the same number once cast back, and the family reads as it was written."""
     return float(str(value))
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     return a.name == b.name  # tensors of one graph
 
 
-def _only_feeds(tensor, op) -> bool:
+def _only_feeds(tensor: tf.Tensor, op: Any) -> bool:
     consumers = tensor.consumers()
     return len(consumers) == 1 and consumers[0].name == op.name
 
 
-def _threshold(greater, x) -> float | None:
+def _threshold(greater: Any, x: Any) -> float | None:
     """``t`` when op ``greater`` is ``Greater(x, t)``; ``Unsupported`` when ``t`` is not a constant."""
     if greater.type != "Greater" or not _same(greater.inputs[0], x):
         return None
@@ -103,7 +111,7 @@ def _threshold(greater, x) -> float | None:
     return threshold
 
 
-def _with_constant(op):
+def _with_constant(op: Any) -> tuple[Any, Any, Any]:
     """``(other input, its index, the constant)`` of a binary op with one constant input."""
     for main in (0, 1):
         value = _constant(op.inputs[1 - main])
@@ -112,7 +120,7 @@ def _with_constant(op):
     return None, None, None
 
 
-def _times(tensor, x) -> float | None:
+def _times(tensor: tf.Tensor, x: Any) -> float | None:
     """``a`` when ``tensor`` is ``a * x`` with a constant ``a``."""
     op = tensor.op
     if op.type != "Mul":
@@ -123,13 +131,13 @@ def _times(tensor, x) -> float | None:
     return None
 
 
-def _inner(tensor, consumer) -> FoundActivation | None:
+def _inner(tensor: tf.Tensor, consumer: Any) -> FoundActivation | None:
     """The ReLU-family activation computing ``tensor``, when ``consumer`` is its only use."""
     found = match_activation(tensor) if _only_feeds(tensor, consumer) else None
     return None if found is None or found.family is None else found
 
 
-def _negative_part(mul, x):
+def _negative_part(mul: Any, x: Any) -> tuple[Any, float | None, list] | None:
     """``(factor, threshold, ops)`` when op ``mul`` is ``factor * relu(-x + threshold)`` (Keras'
     leaky composite; ``factor`` the tensor multiplying the ReLU)."""
     for part in (0, 1):
@@ -149,7 +157,7 @@ def _negative_part(mul, x):
     return None
 
 
-def match_activation(tensor) -> FoundActivation | None:
+def match_activation(tensor: Any) -> FoundActivation | None:
     """The ReLU-family activation that computes ``tensor``, as Keras composes it or as written by
     hand, or None.
 
@@ -182,9 +190,9 @@ def match_activation(tensor) -> FoundActivation | None:
     if kind == "Minimum":
         inner, main, ceiling = _with_constant(op)
         found = None if inner is None else _inner(inner, op)
-        if found is None or ceiling <= max(found.family.threshold, 0.0):
+        if found is None or ceiling <= max(found.relu.threshold, 0.0):
             return None
-        family = found.family
+        family = found.relu
         if family.max_value is None or ceiling < family.max_value:
             family = dataclasses.replace(family, max_value=ceiling)
         return FoundActivation(found.x, family, [(op, main)] + found.path, found.others)
@@ -196,9 +204,9 @@ def match_activation(tensor) -> FoundActivation | None:
                 return FoundActivation(x, ReluFamily(negative_slope=slope), [(op, main)], [other.op])
         inner, main, floor = _with_constant(op)
         found = None if inner is None or floor != 0.0 else _inner(inner, op)
-        if found is None or found.family.negative_slope != 0.0 or found.family.threshold < 0.0:
+        if found is None or found.relu.negative_slope != 0.0 or found.relu.threshold < 0.0:
             return None  # max(f(x), 0) == f(x) only for these
-        return FoundActivation(found.x, found.family, [(op, main)] + found.path, found.others)
+        return FoundActivation(found.x, found.relu, [(op, main)] + found.path, found.others)
     if kind in ("Sub", "AddV2", "Add"):  # f(x) - slope * relu(t - x), or f(x) + (-slope) * relu(-x)
         for main in (0,) if kind == "Sub" else (0, 1):
             found = _leaky(op, main)
@@ -207,16 +215,16 @@ def match_activation(tensor) -> FoundActivation | None:
     return None
 
 
-def _leaky(op, main) -> FoundActivation | None:
+def _leaky(op: Any, main: int) -> FoundActivation | None:
     """``Sub``/``Add`` op ``op`` as ``f(x) ∓ factor * relu(t - x)``, ``f(x)`` its input ``main``."""
     core, negative = op.inputs[main], op.inputs[1 - main]
     if negative.op.type != "Mul" or not _only_feeds(negative, op):
         return None
     found = _inner(core, op)
-    if found is None or found.family.negative_slope != 0.0:
+    if found is None or found.relu.negative_slope != 0.0:
         return None
     part = _negative_part(negative.op, found.x)
-    if part is None or part[1] != found.family.threshold:
+    if part is None or part[1] != found.relu.threshold:
         return None
     factor, _, ops = part
     path, others = [(op, main)] + found.path, found.others + ops
@@ -226,5 +234,5 @@ def _leaky(op, main) -> FoundActivation | None:
             raise Unsupported(f"a leaky ReLU ({op.name}) whose negative slope is not a constant")
         return FoundActivation(found.x, None, path, others)  # a PReLU
     return FoundActivation(
-        found.x, dataclasses.replace(found.family, negative_slope=slope if op.type == "Sub" else -slope), path, others
+        found.x, dataclasses.replace(found.relu, negative_slope=slope if op.type == "Sub" else -slope), path, others
     )

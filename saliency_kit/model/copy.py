@@ -12,6 +12,9 @@ variables, is refused this way rather than explained wrongly).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import keras
 import numpy as np
 
@@ -30,7 +33,7 @@ __all__ = [
 ]
 
 
-def rebuild_layer(op):
+def rebuild_layer(op: Any) -> keras.layers.Layer:
     """A new layer built from ``op``'s config (unbuilt, no state copied)."""
     if isinstance(op, keras.layers.Lambda):
         # The same Python function, rebuilt in memory: no (unsafe) deserialisation of its code.
@@ -52,7 +55,7 @@ def rebuild_layer(op):
         ) from error
 
 
-def layer_config(op, activation=None) -> dict:
+def layer_config(op: Any, activation: Any = None) -> dict:
     """``op.get_config()``, with ``activation`` (default: ``op``'s own) put in as an object.
 
     A layer whose activation Keras cannot serialise (a ``functools.partial``, a lambda) gets its
@@ -69,7 +72,7 @@ def layer_config(op, activation=None) -> dict:
     return config
 
 
-def _linear_stand_in(op):
+def _linear_stand_in(op: Any) -> keras.layers.Layer:
     """A bare shallow copy of ``op`` (Keras' own copy pickles) whose activation is linear. A
     recurrent layer's ``activation`` is a read-only view of its cell's: the cell is stood in for."""
     stand_in = object.__new__(type(op))
@@ -81,13 +84,13 @@ def _linear_stand_in(op):
     return stand_in
 
 
-def _own_state(layer) -> dict:
+def _own_state(layer: Any) -> dict:
     store: dict = {}
     layer.save_own_variables(store)
     return store
 
 
-def _depth_first(layer, seen) -> list:
+def _depth_first(layer: Any, seen: set) -> list:
     if id(layer) in seen:
         return []
     seen.add(id(layer))
@@ -97,13 +100,13 @@ def _depth_first(layer, seen) -> list:
     return found
 
 
-def _stateful(layer) -> list:
+def _stateful(layer: Any) -> list:
     """``layer`` and every layer inside it that owns variables, depth first in tracking order
     (the same order in a copy, whatever wraps it)."""
     return [sub for sub in _depth_first(layer, set()) if _own_state(sub)]
 
 
-def copy_state(original, clone) -> None:
+def copy_state(original: Any, clone: Any) -> None:
     """Copy the state of ``original`` (a layer or model) into ``clone``, layer by layer, as Keras'
     loading does (``load_own_variables``, which re-derives non-variable state).
 
@@ -130,7 +133,7 @@ def copy_state(original, clone) -> None:
 
 
 # -- generated input ------------------------------------------------------------------------------
-def input_signature(model) -> list[tuple[tuple, str]]:
+def input_signature(model: keras.Model) -> list[tuple[tuple, str]]:
     """``[(shape, dtype)]`` of the model's inputs (``None`` for unknown sizes)."""
     inputs = getattr(model, "inputs", None) if is_graph_model(model) else None
     if inputs:
@@ -146,7 +149,7 @@ def input_signature(model) -> list[tuple[tuple, str]]:
     return [(tuple(shape), dtype) for shape in shapes]
 
 
-def probe_input(model, batch: int = 2, seed: int = 0):
+def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:
     """A generated input for ``model``: random values of its input shape and dtype (unknown sizes
     become ``batch`` for the first axis and 16 for the others); a list for several inputs."""
     rng = np.random.default_rng(seed)
@@ -163,11 +166,11 @@ def probe_input(model, batch: int = 2, seed: int = 0):
 
 
 # -- checking a copy ------------------------------------------------------------------------------
-def _numpy_tree(values) -> list[np.ndarray]:
+def _numpy_tree(values: Any) -> list[np.ndarray]:
     return [np.asarray(keras.ops.convert_to_numpy(v), dtype=np.float64) for v in keras.tree.flatten(values)]
 
 
-def _close(a, b) -> bool:
+def _close(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -179,7 +182,7 @@ def _close(a, b) -> bool:
     return True
 
 
-def layer_outputs(model, x) -> list[tuple[str, object]]:
+def layer_outputs(model: keras.Model, x: Any) -> list[tuple[str, object]]:
     """``[(path, output)]`` of every graph operation of ``model`` run on ``x`` (``training=False``),
     nested Functional/Sequential models expanded in place, in execution order."""
     recorded: list = []
@@ -187,11 +190,11 @@ def layer_outputs(model, x) -> list[tuple[str, object]]:
     return recorded
 
 
-def _run_recording(model, x, prefix, recorded):
-    def operation_fn(op):
+def _run_recording(model: keras.Model, x: Any, prefix: str, recorded: Any) -> Any:
+    def operation_fn(op: Any) -> Callable:
         path = f"{prefix}{op.name}"
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             if is_graph_model(op):
                 out = _run_recording(op, args[0], f"{path}/", recorded)
             else:
@@ -207,7 +210,7 @@ def _run_recording(model, x, prefix, recorded):
     return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
 
 
-def check_copy(original, copy, *, what: str = "copy") -> None:
+def check_copy(original: Any, copy: Any, *, what: str = "copy") -> None:
     """Raise ``ValueError`` unless ``copy`` computes what ``original`` computes on a generated input.
 
     The message names the first layer whose output differs (graph models), or the model.
@@ -233,7 +236,7 @@ def check_copy(original, copy, *, what: str = "copy") -> None:
 
 
 # -- the copier -----------------------------------------------------------------------------------
-def copy_model(model, replace=None, *, check: bool = True, what: str = "copy"):
+def copy_model(model: keras.Model, replace: Any = None, *, check: bool = True, what: str = "copy") -> keras.Model:
     """A checked copy of ``model`` sharing nothing with it.
 
     Args:
@@ -254,7 +257,7 @@ def copy_model(model, replace=None, *, check: bool = True, what: str = "copy"):
     if is_graph_model(model):
         pairs = []
 
-        def clone_function(op):
+        def clone_function(op: Any) -> keras.layers.Layer:
             clone = (replace(op) if replace is not None else None) or rebuild_layer(op)
             pairs.append((op, clone))
             return clone

@@ -15,8 +15,12 @@ cannot be followed (a reshape, a gather) makes the answer *unsure*.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Traced", "traced_channel_axis", "may_move_axes", "SPATIAL_LAYER_KINDS"]
 
@@ -100,7 +104,7 @@ class Traced:
     unsure: bool = False
 
 
-def _reaching(graph, source) -> set:
+def _reaching(graph: Any, source: Any) -> set:
     """Names of the tensors computed from ``source`` in ``graph``."""
     seen = {source.name}
     for op in graph.get_operations():  # in creation order: inputs before their consumers
@@ -109,7 +113,7 @@ def _reaching(graph, source) -> set:
     return seen
 
 
-def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
+def _follow(tensor: tf.Tensor, source: Any, reaching: set) -> tuple[list | None, bool]:
     """``(axes, moved)``: ``axes[i]`` the axis of ``source`` at position ``i`` of ``tensor`` (``None``
     for an axis added on the way), or ``None`` when the way cannot be followed; ``moved`` whether
     a transpose lies on the way."""
@@ -148,13 +152,13 @@ def _follow(tensor, source, reaching) -> tuple[list | None, bool]:
     return axes, moved
 
 
-def _spatial_layer(layer) -> bool:
+def _spatial_layer(layer: Any) -> bool:
     return getattr(layer, "data_format", None) in ("channels_first", "channels_last") and any(
         k in type(layer).__name__ for k in SPATIAL_LAYER_KINDS
     )
 
 
-def may_move_axes(model) -> bool:
+def may_move_axes(model: keras.Model) -> bool:
     """Whether something in ``model`` may move its input's axes before its spatial layers: a
     ``Permute``, ``Reshape`` or ``Lambda``, a bare ``keras.ops`` call, a layer or model class of
     the user's own (its ``call`` is not known)."""
@@ -176,7 +180,7 @@ def may_move_axes(model) -> bool:
     return False
 
 
-def _front(model):
+def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
     """``(front, position)`` for a functional model: ``front`` the model from its input to the
     input of its first spatial layer (or of a nested model of Keras layers holding them),
     ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""
@@ -210,7 +214,7 @@ def _front(model):
     return None
 
 
-def _front_axis(model, shape, dtype) -> Traced | None:
+def _front_axis(model: keras.Model, shape: tuple, dtype: Any) -> Traced | None:
     """:func:`traced_channel_axis` by tracing the model's front only (up to its first spatial
     layer), when it is functional; ``None`` when that does not apply."""
     front = _front(model)
@@ -231,7 +235,7 @@ def _front_axis(model, shape, dtype) -> Traced | None:
     return Traced(axis, moved, unsure=axis is None)
 
 
-def traced_channel_axis(model, shape: tuple, dtype: str) -> Traced:
+def traced_channel_axis(model: keras.Model, shape: tuple, dtype: str) -> Traced:
     """Follow ``model`` (called on ``[None, *shape]`` inputs of ``dtype``) from its input to its
     first spatial operation: ``Traced(axis)`` the input axis (batch included) holding that
     operation's channels. ``Traced(None)`` when the model has no spatial operation reached from

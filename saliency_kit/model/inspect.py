@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import numpy as np
@@ -18,7 +20,7 @@ from .layers import walk
 __all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
 
 
-def input_signature(model) -> tuple[tuple, str]:
+def input_signature(model: keras.Model) -> tuple[tuple, str]:
     """``(shape [None, ...], dtype)`` of ``model``'s single input.
 
     Functional and Sequential models give it through ``model.inputs``; a subclassed model that
@@ -41,26 +43,26 @@ def input_signature(model) -> tuple[tuple, str]:
 from .input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
 
 
-def _sublayers(model):
+def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
     """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
     yield model
     for visit in walk(model):
         yield visit.layer
 
 
-def _outside_any_trace(fn):
+def _outside_any_trace(fn: Callable) -> Any:
     with tf.init_scope():  # tracing the model must not land in a kernel being traced
         return fn()
 
 
-def layer_channel_axis(model, rank: int) -> int:
+def layer_channel_axis(model: keras.Model, rank: int) -> int:
     """The channel axis of the model's spatial layers (``-1`` channels-last, ``0`` channels-first),
     from their ``data_format``: where a CAM layer's channels are.
 
     ``ValueError`` when they mix both formats (which axis is spatial cannot be told then).
     Non-image inputs (rank < 2 per input) are channels-last.
     """
-    formats = {}
+    formats: dict[str, str] = {}
     for layer in _sublayers(model):
         kind = type(layer).__name__
         data_format = getattr(layer, "data_format", None)
@@ -78,7 +80,7 @@ def layer_channel_axis(model, rank: int) -> int:
 _traced_axes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(shape, dtype): Traced}
 
 
-def _refuse_axes(model, why: str):
+def _refuse_axes(model: keras.Model, why: str) -> ValueError:
     return ValueError(
         f"cannot tell which input axis of model {model.name!r} holds the channels ({why}); pass "
         "channels_axis=1 for [B, C, H, W] inputs or channels_axis=-1 for [B, H, W, C]; received a model "
@@ -86,7 +88,7 @@ def _refuse_axes(model, why: str):
     )
 
 
-def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None = None) -> int:
+def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtype: str = "float32") -> int:
     """The channel axis of one input (``-1`` channels-last, ``0`` channels-first).
 
     From the spatial layers' ``data_format`` (:func:`layer_channel_axis`), unless the model may
@@ -125,7 +127,7 @@ def channel_axis(model, rank: int, shape: tuple | None = None, dtype: str | None
     )
 
 
-def weight_sync(source, copy):
+def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
     """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
     pairs = list(zip(source.weights, copy.weights))
     # The rewrite rebuilds the same graph, so its variables come in the same order; names can
@@ -136,7 +138,7 @@ def weight_sync(source, copy):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
 
     @tf.function(autograph=False)
-    def sync():
+    def sync() -> None:
         for a, b in pairs:
             b.value.assign(a.value)
 
@@ -146,7 +148,7 @@ def weight_sync(source, copy):
 _EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
 
 
-def derived_state(layer) -> tuple:
+def derived_state(layer: Any) -> tuple:
     """``(attribute, dtype, shape, digest)`` of each tensor ``layer`` holds outside its variables
     (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
     compiled function captures such tensors as constants, so they key the engine's caches, by

@@ -10,6 +10,9 @@ method.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import keras
 
 __all__ = [
@@ -76,7 +79,7 @@ def missing() -> list[str]:
     return gone
 
 
-def functional_graph(model):
+def functional_graph(model: keras.Model) -> Any:
     """The functional graph of a Functional or built Sequential model, else ``None``.
 
     Private: ``Sequential._functional`` (the graph Keras builds for a Sequential with an input),
@@ -89,42 +92,42 @@ def functional_graph(model):
     return None
 
 
-def run_graph(graph, inputs, operation_fn):
+def run_graph(graph: Any, inputs: Any, operation_fn: Callable) -> Any:
     """Run ``graph`` (from :func:`functional_graph`) on ``inputs``, each operation ``op`` called
     as ``operation_fn(op)(*args, **kwargs)``. Private: ``Function._run_through_graph``."""
     outputs = graph._run_through_graph(inputs, operation_fn=operation_fn)
     return outputs
 
 
-def producer(tensor):
+def producer(tensor: Any) -> Any:
     """The operation that produced a symbolic ``KerasTensor``. Private: ``_keras_history``."""
     return tensor._keras_history.operation
 
 
-def has_producer(value) -> bool:
+def has_producer(value: Any) -> bool:
     """Whether ``value`` is a symbolic tensor of a functional graph, made by an operation.
     Private: ``_keras_history``."""
     return hasattr(value, "_keras_history")
 
 
-def call_takes_training(layer) -> bool:
+def call_takes_training(layer: Any) -> bool:
     """Whether ``layer.call`` takes ``training`` (Keras passes it down). Private:
     ``Layer._call_context_args``."""
     return "training" in getattr(layer, "_call_context_args", ())
 
 
-def sublayers(layer) -> list:
+def sublayers(layer: Any) -> list:
     """The layers ``layer`` tracks directly (not itself, not deeper). Private:
     ``Layer._flatten_layers``."""
     return list(layer._flatten_layers(include_self=False, recursive=False))
 
 
-def all_sublayers(layer) -> list:
+def all_sublayers(layer: Any) -> list:
     """Every layer ``layer`` tracks, at any depth (not itself). Private: ``Layer._flatten_layers``."""
     return list(layer._flatten_layers(include_self=False, recursive=True))
 
 
-def first_call_inputs(layer):
+def first_call_inputs(layer: Any) -> Any:
     """The symbolic positional inputs of ``layer``'s first call in a functional graph (a shared
     layer has several calls; ``layer.input`` refuses those). Private: ``Operation._inbound_nodes``,
     ``Node.arguments``."""
@@ -134,12 +137,12 @@ def first_call_inputs(layer):
     return nodes[0].arguments.args
 
 
-def lambda_output_shape(layer):
+def lambda_output_shape(layer: Any) -> Any:
     """The ``output_shape`` a ``Lambda`` was built with. Private: ``Lambda._output_shape``."""
     return layer._output_shape
 
 
-def built_input_shapes(model):
+def built_input_shapes(model: keras.Model) -> list | None:
     """The shape(s) a built subclassed model was built or first called with, or ``None``.
     Private: ``Layer._build_shapes_dict`` (Keras records it on the first build)."""
     shapes = getattr(model, "_build_shapes_dict", None)
@@ -148,18 +151,18 @@ def built_input_shapes(model):
     return list(shapes.values())
 
 
-def inbound_nodes(layer) -> list:
+def inbound_nodes(layer: Any) -> list:
     """The calls of ``layer`` in functional graphs (one node per call). Private:
     ``Layer._inbound_nodes``."""
     return list(layer._inbound_nodes)
 
 
-def outbound_nodes(layer) -> list:
+def outbound_nodes(layer: Any) -> list:
     """The calls of other layers on ``layer``'s outputs. Private: ``Layer._outbound_nodes``."""
     return list(layer._outbound_nodes)
 
 
-def nodes_by_depth(graph) -> dict:
+def nodes_by_depth(graph: Any) -> dict:
     """``{depth: [node]}`` of a functional graph (from :func:`functional_graph`), depth 0 at the
     outputs. Private: ``Functional._nodes_by_depth``."""
     return graph._nodes_by_depth

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import keras
 
@@ -33,6 +34,7 @@ __all__ = [
     "weighted_layers",
     "is_recurrent",
     "output_rank",
+    "layer_at",
 ]
 
 
@@ -51,12 +53,12 @@ class Visit:
     in_graph: bool
 
 
-def is_graph_model(layer) -> bool:
+def is_graph_model(layer: Any) -> bool:
     """A Functional or built Sequential model (its layers form a graph that can be re-run)."""
     return isinstance(layer, keras.Model) and keras_private.functional_graph(layer) is not None
 
 
-def children(layer) -> list:
+def children(layer: Any) -> list:
     """The operations directly inside ``layer``, in order.
 
     Functional models: every operation of the graph (bare ``keras.ops`` calls included, the
@@ -78,7 +80,7 @@ def children(layer) -> list:
     return []
 
 
-def walk(model, *, prefix: str = "") -> Iterator[Visit]:
+def walk(model: keras.Model, *, prefix: str = "") -> Iterator[Visit]:
     """Yield a :class:`Visit` for every operation inside ``model``, depth first, in order.
 
     A nested model or a wrapper is yielded before what it contains. Each layer object is yielded
@@ -91,7 +93,7 @@ def walk(model, *, prefix: str = "") -> Iterator[Visit]:
         yield from walk(op, prefix=f"{path}/")
 
 
-def layer_paths(model) -> Iterator[tuple[str, object]]:
+def layer_paths(model: keras.Model) -> Iterator[tuple[str, Any]]:
     """``(path, layer)`` for every layer a functional graph runs as a whole (the layers Grad-CAM
     can tap), nested Functional and Sequential models expanded in place; order as ``walk``."""
     for visit in walk(model):
@@ -99,7 +101,7 @@ def layer_paths(model) -> Iterator[tuple[str, object]]:
             yield visit.path, visit.layer
 
 
-def output_rank(layer) -> int | None:
+def output_rank(layer: Any) -> int | None:
     """Rank of ``layer``'s output, or ``None`` (never called, or called several times)."""
     try:
         return len(layer.output.shape)
@@ -107,7 +109,7 @@ def output_rank(layer) -> int | None:
         return None
 
 
-def find_layer(model, layer) -> str:
+def find_layer(model: keras.Model, layer: Any) -> str:
     """The path of ``layer`` in ``model``: a path (``"outer/inner"``), a bare layer name, or the
     layer object itself.
 
@@ -142,7 +144,7 @@ def find_layer(model, layer) -> str:
     )
 
 
-def layer_at(model, path: str):
+def layer_at(model: keras.Model, path: str) -> Any:
     """The layer at ``path`` (as :func:`find_layer` returns it)."""
     for visit in walk(model):
         if visit.path == path:
@@ -155,7 +157,7 @@ def layer_at(model, path: str):
 _CONFIGURED_CAM_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def configure_cam_layer(model, path: str | None) -> None:
+def configure_cam_layer(model: keras.Model, path: str | None) -> None:
     """Make ``path`` the default CAM layer of ``model`` (``None``: forget it)."""
     if path:
         _CONFIGURED_CAM_LAYERS[model] = path
@@ -175,7 +177,7 @@ def spatial_output_text(rank: int) -> str:
     return _SPATIAL_OUTPUTS.get(rank, f"{rank}-D")
 
 
-def default_cam_layer(model, rank: int = 4) -> str:
+def default_cam_layer(model: keras.Model, rank: int = 4) -> str:
     """The layer CAM methods use when none is given, for inputs of ``rank`` (batch axis included:
     3 for sequences ``[B, T, F]``, 4 for images, 5 for volumes ``[B, D, H, W, C]``).
 
@@ -205,12 +207,12 @@ def default_cam_layer(model, rank: int = 4) -> str:
     return found[-1]
 
 
-def weighted_layers(model) -> list[tuple[str, object]]:
+def weighted_layers(model: keras.Model) -> list[tuple[str, Any]]:
     """``(path, layer)`` of every graph layer that has weights, in the model's order (nested
     models expanded; a wrapper counts as one layer with its inner weights)."""
     return [(path, layer) for path, layer in layer_paths(model) if layer.weights]
 
 
-def is_recurrent(model) -> bool:
+def is_recurrent(model: keras.Model) -> bool:
     """Whether ``model`` runs a recurrent layer (a while loop) anywhere inside it."""
     return any(isinstance(v.layer, (keras.layers.RNN, keras.layers.Bidirectional)) for v in walk(model))

@@ -53,6 +53,8 @@ import itertools
 import json
 import threading
 import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
@@ -100,7 +102,7 @@ _bindings: weakref.WeakValueDictionary[bytes, _Binding] = weakref.WeakValueDicti
 _graph_bindings: weakref.WeakKeyDictionary[object, list] = weakref.WeakKeyDictionary()
 
 
-def _bind(rule: ModifiedBackprop, graphs) -> _Binding:
+def _bind(rule: ModifiedBackprop, graphs: Any) -> _Binding:
     """A new key for ``rule``, kept alive by each of ``graphs``."""
     with _lock:
         binding = _Binding(f"rule-{next(_keys)}".encode(), rule)
@@ -110,12 +112,12 @@ def _bind(rule: ModifiedBackprop, graphs) -> _Binding:
     return binding
 
 
-def _keep_alive(binding: _Binding, graph) -> None:
+def _keep_alive(binding: _Binding, graph: Any) -> None:
     with _lock:
         _graph_bindings.setdefault(graph, []).append(binding)
 
 
-def _rule_of(op) -> ModifiedBackprop:
+def _rule_of(op: Any) -> ModifiedBackprop:
     try:
         key = op.get_attr(_RULE_ATTR)
     except ValueError:
@@ -133,12 +135,12 @@ def _rule_of(op) -> ModifiedBackprop:
 
 
 # -- gradient functions, registered once per process ---------------------------------------------
-def _relu_op_gradient(op, dy):
+def _relu_op_gradient(op: Any, dy: tf.Tensor) -> tf.Tensor:
     rule = _rule_of(op).bind(family_of_op(op))
     return rule.grad(op.inputs[0], op.outputs[0], dy)
 
 
-def _activation_gradient(op, dy, _unused_dx):
+def _activation_gradient(op: Any, dy: tf.Tensor, _unused_dx: Any) -> tuple[None, tf.Tensor]:
     """IdentityN([y, x]) of :func:`rule_activation`: no gradient to y, the rule's to x."""
     family = ReluFamily(**json.loads(op.get_attr(_FAMILY_ATTR).decode()))
     rule = _rule_of(op).bind(family)
@@ -146,7 +148,7 @@ def _activation_gradient(op, dy, _unused_dx):
     return None, rule.grad(x, y, dy)
 
 
-def _composite_gradient(op, dy):
+def _composite_gradient(op: Any, dy: tf.Tensor) -> list:
     """The last op of an activation made of several ops: ``rule.grad(x, y, dy)`` for the whole
     activation, sent down the input that leads back to ``x`` (the ops on the way pass it on)."""
     family = ReluFamily(**json.loads(op.get_attr(_FAMILY_ATTR).decode()))
@@ -157,15 +159,15 @@ def _composite_gradient(op, dy):
     return grads
 
 
-def _pass_gradient(op, dy):
+def _pass_gradient(op: Any, dy: tf.Tensor) -> list:
     """An op inside a composite activation: the gradient passes through, down its main input."""
     grads = [None] * len(op.inputs)
     grads[op.get_attr(_MAIN_ATTR)] = dy
     return grads
 
 
-def _register_once():
-    functions = {name: _relu_op_gradient for name in _GRADIENT_NAMES.values()}
+def _register_once() -> None:
+    functions: dict[str, Callable] = {name: _relu_op_gradient for name in _GRADIENT_NAMES.values()}
     functions[_ACTIVATION_GRADIENT] = _activation_gradient
     functions[_COMPOSITE_GRADIENT] = _composite_gradient
     functions[_PASS_GRADIENT] = _pass_gradient
@@ -184,7 +186,7 @@ def _string_attr(value: bytes) -> attr_value_pb2.AttrValue:
     return attr_value_pb2.AttrValue(s=value)
 
 
-def _has_attr(op, name) -> bool:
+def _has_attr(op: Any, name: str) -> bool:
     try:
         op.get_attr(name)
     except ValueError:
@@ -192,17 +194,17 @@ def _has_attr(op, name) -> bool:
     return True
 
 
-def _is_rule_activation(op) -> bool:
+def _is_rule_activation(op: Any) -> bool:
     return op.type == "IdentityN" and _has_attr(op, _FAMILY_ATTR)
 
 
-def _feeds_only_rule_activations(op) -> bool:
+def _feeds_only_rule_activations(op: Any) -> bool:
     """A ReLU computing the forward value of a :func:`rule_activation` (its gradient is unused)."""
     consumers = op.outputs[0].consumers()
     return bool(consumers) and all(_is_rule_activation(c) and c.inputs[0].name == op.outputs[0].name for c in consumers)
 
 
-def _called_functions(op):
+def _called_functions(op: Any) -> Iterator[Any]:
     """Names of the functions ``op`` runs through function-valued attributes."""
     for value in op.node_def.attr.values():
         if value.HasField("func"):
@@ -211,7 +213,7 @@ def _called_functions(op):
             yield from (f.name for f in value.list.func)
 
 
-def _relu_ops_in_function(graph, name, seen) -> int:
+def _relu_ops_in_function(graph: Any, name: str, seen: set) -> int:
     """How many ReLU-family ops function ``name`` (and the functions it calls) holds."""
     if name in seen:
         return 0
@@ -230,11 +232,12 @@ def _relu_ops_in_function(graph, name, seen) -> int:
 
 
 # -- activations made of several ops (matched in .activation_patterns) ---------------------------
-def _composite_activations(ops, report) -> tuple[dict, set]:
+def _composite_activations(ops: list, report: OverrideReport) -> tuple[dict, set]:
     """``({name of the last op: FoundActivation}, names of their ops)`` for the activations among ``ops``
     (one graph) that are made of several ops, outermost first. Unsupported ones go to
     ``report.unsupported``; PReLUs to ``report.plain`` (their ops are covered, not marked)."""
-    found, covered = {}, set()
+    found: dict[str, FoundActivation] = {}
+    covered: set[str] = set()
     for op in reversed(ops):
         if op.name in covered or op.type not in LAST_OP_TYPES:
             continue
@@ -292,17 +295,17 @@ class OverrideReport:
         )
 
 
-def _mark_op(op, binding, report, gradient, family):
+def _mark_op(op: Any, binding: Any, report: OverrideReport, gradient: str, family: ReluFamily) -> None:
     op._set_attr(_OVERRIDE_ATTR, _string_attr(gradient.encode()))  # TF-private
     op._set_attr(_RULE_ATTR, _string_attr(binding.key))
     report.ops.append(op.name)
     report.families[op.name] = family
 
 
-def _mark_activation(activation: FoundActivation, binding, report):
+def _mark_activation(activation: FoundActivation, binding: Any, report: OverrideReport) -> None:
     last, main = activation.path[0]
-    _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.family)
-    last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.family.as_dict()).encode()))
+    _mark_op(last, binding, report, _COMPOSITE_GRADIENT, activation.relu)
+    last._set_attr(_FAMILY_ATTR, _string_attr(json.dumps(activation.relu.as_dict()).encode()))
     last._set_attr(_SOURCE_ATTR, _string_attr(activation.x.name.encode()))
     last._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
     for op, main in activation.path[1:]:
@@ -310,7 +313,7 @@ def _mark_activation(activation: FoundActivation, binding, report):
         op._set_attr(_MAIN_ATTR, attr_value_pb2.AttrValue(i=main))
 
 
-def _mark(ops, binding, report, graph_of_ops, seen_functions):
+def _mark(ops: list, binding: Any, report: OverrideReport, graph_of_ops: Any, seen_functions: set) -> None:
     composites, covered = _composite_activations(ops, report)
     for op in ops:
         if op.name in composites:
@@ -335,7 +338,7 @@ def _mark(ops, binding, report, graph_of_ops, seen_functions):
 
 
 @contextlib.contextmanager
-def relu_rule(rule):
+def relu_rule(rule: Any) -> Iterator[OverrideReport]:
     """Give every ReLU-family op traced inside the block the backward pass of ``rule``.
 
     Args:
@@ -364,7 +367,7 @@ def relu_rule(rule):
 
 
 # -- one activation under a rule, for layer-level rewriting --------------------------------------
-def rule_activation(x, rule: ModifiedBackprop):
+def rule_activation(x: Any, rule: ModifiedBackprop) -> tf.Tensor:
     """``rule.activation(x)`` on the forward pass, ``rule.grad`` on the backward pass.
 
     Like ``rule(x)`` (a ``tf.custom_gradient``) but, in a graph, without registering a new
@@ -386,7 +389,7 @@ def rule_activation(x, rule: ModifiedBackprop):
     binding = _bind(rule, [graph])
     op._set_attr(_RULE_ATTR, _string_attr(binding.key))
 
-    def tape_gradient(dy, _unused_dx):
+    def tape_gradient(dy: tf.Tensor, _unused_dx: Any) -> list:
         return [None, rule.grad(x, y, dy)]
 
     _tape_record.record_operation(_ACTIVATION_GRADIENT, [out, x_out], [y, x], tape_gradient)

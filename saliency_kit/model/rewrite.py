@@ -27,6 +27,8 @@ taken at the same time in another thread, stays plain.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -35,20 +37,28 @@ from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_activa
 from . import keras_private
 from .copy import check_copy, copy_model, layer_config, rebuild_layer
 from .layers import is_graph_model, walk
-from .override import relu_rule, rule_activation
+from .override import OverrideReport, relu_rule, rule_activation
 
-__all__ = ["rewrite", "nothing_to_rewrite", "find_relu_activations", "RuleActivation", "RuleScope", "RewrittenModel"]
+__all__ = [
+    "rewrite",
+    "nothing_to_rewrite",
+    "find_relu_activations",
+    "RuleActivation",
+    "RuleScope",
+    "RewrittenModel",
+    "relu_family_of_operation",
+]
 
 
 # -- what counts as a ReLU at the layer level -------------------------------------------------------
-def _family_of_activation(activation) -> ReluFamily | None:
+def _family_of_activation(activation: Any) -> ReluFamily | None:
     """The ReLU family of a layer's ``activation=`` (a function, a partial, or a ReLU layer)."""
     if isinstance(activation, keras.layers.Layer):
         return relu_family_of_activation(activation)
     return relu_family_of_function(activation) if callable(activation) else None
 
 
-def relu_family_of_operation(op) -> ReluFamily | None:
+def relu_family_of_operation(op: Any) -> ReluFamily | None:
     """The ReLU-family activation ``op`` (a layer or a functional-graph operation) computes as a
     whole — a stand-alone activation or a layer's fused ``activation=`` — or ``None``."""
     family = relu_family_of_activation(op)
@@ -57,12 +67,12 @@ def relu_family_of_operation(op) -> ReluFamily | None:
     return _family_of_activation(getattr(op, "activation", None))
 
 
-def _is_keras_function(fn) -> bool:
+def _is_keras_function(fn: Callable) -> bool:
     module = getattr(fn, "__module__", "") or ""
     return module.startswith(("keras.", "tensorflow.")) and getattr(fn, "__name__", "<lambda>") != "<lambda>"
 
 
-def _may_hide_relus(op) -> bool:
+def _may_hide_relus(op: Any) -> bool:
     """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
     if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
@@ -76,7 +86,7 @@ def _may_hide_relus(op) -> bool:
     return callable(activation) and not _is_keras_function(activation)
 
 
-def _activation_name(op) -> str | None:
+def _activation_name(op: Any) -> str | None:
     """A readable name for a non-ReLU activation in ``op``, for error messages."""
     if isinstance(op, keras.Model):
         return None
@@ -89,7 +99,7 @@ def _activation_name(op) -> str | None:
     return None
 
 
-def find_relu_activations(model) -> list[tuple[str, ReluFamily]]:
+def find_relu_activations(model: keras.Model) -> list[tuple[str, ReluFamily]]:
     """``[(layer path, ReluFamily)]`` for every ReLU-family activation visible at the layer level
     (nested models and wrappers included; paths ``"outer/inner"``)."""
     return [(v.path, family) for v in walk(model) if (family := relu_family_of_operation(v.layer)) is not None]
@@ -104,14 +114,14 @@ class RuleActivation:
         self.rule = rule
         self.__name__ = f"{type(rule).__name__.lower()}_{rule.activation.name}"
 
-    def __call__(self, x):
+    def __call__(self, x: Any) -> tf.Tensor:
         return rule_activation(x, self.rule)
 
     def get_config(self) -> dict:
         return {"rule": keras.saving.serialize_keras_object(self.rule)}
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> RuleActivation:
         return cls(keras.saving.deserialize_keras_object(config["rule"]))
 
 
@@ -120,30 +130,30 @@ class RuleScope(keras.layers.Layer):
     creates (while-loop bodies included) takes ``rule``. Same name, variables and outputs as
     ``layer``. ``report``: what the last trace changed."""
 
-    def __init__(self, layer, rule: ModifiedBackprop, path: str | None = None, **kwargs):
+    def __init__(self, layer: Any, rule: ModifiedBackprop, path: str | None = None, **kwargs: Any):
         super().__init__(name=layer.name, dtype=layer.dtype_policy, **kwargs)
         self.layer = layer
         self.rule = rule
         self.layer_path = path or layer.name
-        self.report = None
+        self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, args, kwargs):
+    def _scoped_call(self, args: Any, kwargs: Any) -> Any:
         with relu_rule(self.rule) as report:
             outputs = self.layer(*args, **kwargs)
         report.check(f"layer {self.layer_path!r} ({type(self.layer).__name__})")
         self.report = report
         return outputs
 
-    def build(self, *args, **kwargs):
+    def build(self, *args: Any, **kwargs: Any) -> None:
         pass  # the inner layer builds itself when first called (compute_output_spec)
 
-    def call(self, *args, training=None, **kwargs):
+    def call(self, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
         if training is not None and keras_private.call_takes_training(self.layer):
             kwargs["training"] = bool(training)
         return self._traced_call(args, kwargs)
 
-    def compute_output_spec(self, *args, training=None, **kwargs):
+    def compute_output_spec(self, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
         return self.layer(*args, **kwargs)  # symbolic: builds the inner layer too
 
 
@@ -151,26 +161,26 @@ class RewrittenModel(keras.Model):
     """A subclassed model with a backward rule: the original's forward pass, run in a
     ``tf.function`` traced under :func:`relu_rule`. The original is only called, never changed."""
 
-    def __init__(self, model, rule: ModifiedBackprop, **kwargs):
+    def __init__(self, model: keras.Model, rule: ModifiedBackprop, **kwargs: Any):
         super().__init__(name=f"{model.name}_{type(rule).__name__.lower()}", **kwargs)
         self.wrapped = model
         self.rule = rule
-        self.report = None
+        self.report: OverrideReport | None = None
         self._traced_call = tf.function(self._scoped_call, autograph=False)
 
-    def _scoped_call(self, x, training):
+    def _scoped_call(self, x: Any, training: bool | None) -> Any:
         with relu_rule(self.rule) as report:
             outputs = self.wrapped(x, training=training)
         report.check(f"model {self.wrapped.name!r} ({type(self.wrapped).__name__})")
         self.report = report
         return outputs
 
-    def call(self, x, training=False):
+    def call(self, x: Any, training: bool = False) -> Any:
         return self._traced_call(x, bool(training))
 
 
 # -- rewrite ---------------------------------------------------------------------------------------
-def nothing_to_rewrite(model) -> ValueError:
+def nothing_to_rewrite(model: keras.Model) -> ValueError:
     """The error for a model with no ReLU-family activation a backward rule could change (it names
     the activations it does have): ``rewrite`` raises it, and so do the guided/deconv methods, whose
     map would otherwise silently be the plain gradient."""
@@ -185,7 +195,7 @@ def nothing_to_rewrite(model) -> ValueError:
     )
 
 
-def _rewritten_clone(op, bound: ModifiedBackprop):
+def _rewritten_clone(op: Any, bound: ModifiedBackprop) -> keras.layers.Layer:
     """A new layer computing what ``op`` computes, with ``bound`` as its activation."""
     activation = RuleActivation(bound)
     if (
@@ -212,7 +222,7 @@ def _rewritten_clone(op, bound: ModifiedBackprop):
     return keras.layers.Activation(activation, name=op.name, dtype=getattr(op, "dtype_policy", None))
 
 
-def rewrite(model, rule):
+def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     """A model whose ReLU-family operations use ``rule`` on the backward pass.
 
     Args:
@@ -243,7 +253,7 @@ def rewrite(model, rule):
         return _rewrite_subclassed(model, rule)
 
     plan = {}  # id(op) -> (path, ReluFamily | None); None: scope it
-    order = {}
+    order: dict[str, int] = {}
     for visit in walk(model):
         if not visit.in_graph or is_graph_model(visit.layer) or id(visit.layer) in plan:
             continue
@@ -257,7 +267,7 @@ def rewrite(model, rule):
     scopes: list[RuleScope] = []
     changed: list[str] = []
 
-    def replace(op):
+    def replace(op: Any) -> keras.layers.Layer | None:
         if id(op) not in plan:
             return None
         path, family = plan[id(op)]
@@ -278,7 +288,7 @@ def rewrite(model, rule):
     return new_model
 
 
-def _rewrite_subclassed(model, rule):
+def _rewrite_subclassed(model: keras.Model, rule: Any) -> keras.Model:
     wrapper = RewrittenModel(model, rule)
     check_copy(model, wrapper, what="rewrite")  # also traces it, filling in the report
     if wrapper.report is None or not wrapper.report.ops:

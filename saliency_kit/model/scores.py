@@ -28,6 +28,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -56,24 +57,24 @@ _warned: weakref.WeakSet = weakref.WeakSet()
 _traced_memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> (token, squash)
 
 
-def _squasher_name(fn) -> str | None:
+def _squasher_name(fn: Callable) -> str | None:
     """``"softmax"``/``"sigmoid"`` for those functions (Keras' or ``tf.nn``'s), else None."""
     name = getattr(fn, "__name__", None) or type(fn).__name__.lower()
     name = name.removesuffix("_v2")  # tf.nn.softmax is softmax_v2
     return name if name in _SQUASHERS else None
 
 
-def _is_linear(fn) -> bool:
+def _is_linear(fn: Callable) -> bool:
     return getattr(fn, "__name__", None) == "linear"
 
 
-def _keeps_values(op) -> bool:
+def _keeps_values(op: Any) -> bool:
     if isinstance(op, _VALUE_KEEPING):
         return True
     return isinstance(op, keras.layers.Activation) and _is_linear(op.activation)
 
 
-def _fused(op) -> bool:
+def _fused(op: Any) -> bool:
     """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument."""
     if isinstance(op, (keras.layers.Activation, keras.Model)):
         return False
@@ -85,7 +86,7 @@ def _fused(op) -> bool:
     )
 
 
-def _specs(op) -> list | None:
+def _specs(op: Any) -> list | None:
     """Symbolic input specs of ``op``'s (first) call in a functional graph, or of a model."""
     import tensorflow as tf
 
@@ -99,7 +100,7 @@ def _specs(op) -> list | None:
     return [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
 
 
-def _traced(op) -> tuple[str, str] | None:
+def _traced(op: Any) -> tuple[str, str] | None:
     """``("traced" | "opaque", squash)`` when ``op``'s computation ends in a softmax/sigmoid.
 
     Traced once per layer (and again when its ``activation`` or ``function`` is replaced)."""
@@ -115,7 +116,7 @@ def _traced(op) -> tuple[str, str] | None:
     return found
 
 
-def _squash_kind(op) -> str | None:
+def _squash_kind(op: Any) -> str | None:
     """``"fused"`` (re-run with a linear twin), ``"traced"`` (take the squash's input),
     ``"nested"`` (a functional model ending in one), ``"opaque"`` (one that cannot be looked
     behind) or ``None``."""
@@ -128,12 +129,12 @@ def _squash_kind(op) -> str | None:
     return found[0] if found else None
 
 
-def _leaf_kind(squash) -> str:
+def _leaf_kind(squash: Any) -> str:
     kind, op = squash
     return _leaf_kind(final_squash(op)) if kind == "nested" else kind
 
 
-def final_squash(model):
+def final_squash(model: keras.Model) -> tuple[str, Any] | None:
     """How ``model``'s output squashes its logits: ``(kind, op)`` or ``None``.
 
     ``op`` is the layer whose computation ends in the softmax/sigmoid (followed only by
@@ -159,7 +160,7 @@ def final_squash(model):
     return (kind, op) if kind else None
 
 
-def _linear_twin(layer):
+def _linear_twin(layer: Any) -> keras.layers.Layer:
     """A twin of ``layer`` with a linear activation that *shares* ``layer``'s variables.
 
     Built from the layer's config; each variable attribute is pointed at the original variable
@@ -191,10 +192,10 @@ def _linear_twin(layer):
     return twin
 
 
-def _call_op(op):
+def _call_op(op: Any) -> Callable:
     """``op`` called as ``keras.Model.call`` would, with ``training=False``."""
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         if keras_private.call_takes_training(op):
             kwargs["training"] = False
         return op(*args, **kwargs)
@@ -220,7 +221,7 @@ class ScoreView:
     and unchanged). Subclassed models are scored on their output and cannot be tapped.
     """
 
-    def __init__(self, model, score: str = "logits", score_fn: Callable | None = None):
+    def __init__(self, model: keras.Model, score: str = "logits", score_fn: Callable | None = None):
         if score not in ("logits", "output"):
             raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
         self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
@@ -243,15 +244,18 @@ class ScoreView:
         elif self._squash is not None:
             self._prepare_twins(model)
 
-    def _prepare_twins(self, model):
-        kind, op = final_squash(model)
+    def _prepare_twins(self, model: keras.Model) -> None:
+        found = final_squash(model)
+        if found is None:
+            return
+        kind, op = found
         if kind == "fused":
             self._twins[id(op)] = _linear_twin(op)
         elif kind == "nested":
             self._prepare_twins(op)
 
     @property
-    def model(self):
+    def model(self) -> keras.Model:
         model = self._model()
         if model is None:
             raise RuntimeError("the model of this score view no longer exists")
@@ -263,7 +267,7 @@ class ScoreView:
         return self._squash is not None
 
     # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model, x, taps: tuple, strip: bool, taken: dict, prefix: str = ""):
+    def _run(self, model: keras.Model, x: Any, taps: tuple, strip: bool, taken: dict, prefix: str = "") -> Any:
         """Run ``model``'s graph on ``x``; the activations of each tapped path (a tuple of names
         from ``model`` down) go to ``taken[prefix + "/".join(path)]``."""
         graph = keras_private.functional_graph(model)
@@ -280,18 +284,18 @@ class ScoreView:
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
 
-        def recorder(op, fn):
+        def recorder(op: Any, fn: Callable) -> Callable:
             if not any(t == (op.name,) for t in taps):
                 return fn
 
-            def record(*args, **kwargs):
+            def record(*args: Any, **kwargs: Any) -> Any:
                 out = fn(*args, **kwargs)
                 taken[prefix + op.name] = out
                 return out
 
             return record
 
-        def operation_fn(op):
+        def operation_fn(op: Any) -> Callable:
             inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
             if op is final and kind == "traced":  # a tap on the stripped layer sees its logits
                 return recorder(op, eager_or_traced(_call_op(op)))
@@ -317,7 +321,7 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x, taps: Sequence[str] = (), strip: bool = True):
+    def raw(self, x: Any, taps: Sequence[str] = (), strip: bool = True) -> tuple[Any, dict]:
         """``(values, {path: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
         ``strip=False``) and the activations of each layer in ``taps``. ``score_fn`` is not
@@ -326,7 +330,7 @@ class ScoreView:
         strip = strip and self.strips_activation
         if not taps and not strip:
             return self.model(x, training=False), taken
-        if not taps and self._squash[1] is self.model:  # a subclassed model ending in a squash
+        if not taps and self._squash is not None and self._squash[1] is self.model:  # subclassed, ending in a squash
             from .squash import eager_or_traced
 
             return eager_or_traced(_call_op(self.model))(x), taken
@@ -337,12 +341,12 @@ class ScoreView:
             raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")
         return values, taken
 
-    def values(self, x, tap: str | None = None):
+    def values(self, x: Any, tap: str | None = None) -> tuple[Any, Any]:
         """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
         values, taken = self.raw(x, (tap,) if tap else ())
         return values, taken.get(tap)
 
-    def __call__(self, x, tap: str | None = None):
+    def __call__(self, x: Any, tap: str | None = None) -> Any:
         values, activation = self.values(x, tap)
         if self.score_fn is not None:
             values = self.score_fn(values)
@@ -353,7 +357,7 @@ class ScoreView:
         return values, activation
 
 
-def _output_spec(model):
+def _output_spec(model: keras.Model) -> tuple[tuple, str] | None:
     """``(shape, dtype)`` of the model's single output, or ``None`` for several outputs."""
     if is_graph_model(model):
         outputs = model.outputs
@@ -368,7 +372,7 @@ def _output_spec(model):
     return (None, *outputs[0].shape[1:]), keras.backend.standardize_dtype(outputs[0].dtype)
 
 
-def output_structure(model):
+def output_structure(model: keras.Model) -> Any:
     """The model's output structure with each output's shape (a tuple, batch axis ``None``) as
     its leaf: one tuple, a list of them, or a dict of them."""
     if is_graph_model(model):
@@ -383,7 +387,7 @@ def output_structure(model):
     return structure
 
 
-def output_shapes(model) -> list:
+def output_shapes(model: keras.Model) -> list:
     """The shape of each of the model's outputs (batch axis ``None``), flattened."""
     structure = output_structure(model)
     if isinstance(structure, dict):
@@ -391,7 +395,7 @@ def output_shapes(model) -> list:
     return structure if isinstance(structure, list) else [structure]
 
 
-def score_columns(model, score_fn: Callable | None = None) -> int | None:
+def score_columns(model: keras.Model, score_fn: Callable | None = None) -> int | None:
     """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
 
     ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A

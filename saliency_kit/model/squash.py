@@ -17,6 +17,7 @@ graph is looked into) but cannot be looked behind: :func:`traced_squash` says ``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -29,18 +30,18 @@ _SAME_VALUES = ("Identity", "Cast", "Reshape", "Squeeze", "ExpandDims", "EnsureS
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
-def _is_const(tensor, value: float) -> bool:
+def _is_const(tensor: tf.Tensor, value: float) -> bool:
     constant = tf.get_static_value(tensor)
     return constant is not None and np.size(constant) == 1 and float(np.ravel(constant)[0]) == value
 
 
-def _skip(tensor, *types):
+def _skip(tensor: tf.Tensor, *types: Any) -> tf.Tensor:
     while tensor.op.type in types and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
     return tensor
 
 
-def _by_hand(tensor):
+def _by_hand(tensor: tf.Tensor) -> tuple[str, tf.Tensor] | None:
     """``(squash, its input)`` for a softmax or sigmoid written out in ops, else ``None``:
     ``exp(a) / Σ exp(a)`` over the last axis (``a`` possibly minus its maximum, the stable form),
     ``1 / (1 + exp(-a))`` (also as ``Reciprocal`` or ``Inv``)."""
@@ -71,7 +72,7 @@ def _by_hand(tensor):
     return "softmax", logits
 
 
-def _squash_of(tensor):
+def _squash_of(tensor: tf.Tensor) -> tuple[str | None, tf.Tensor | None, list]:
     """``(squash, its input, value-keeping ops after it from the squash outwards)`` when ``tensor``
     ends in a softmax/sigmoid (an op, or written out in ops), else ``(None, None, chain)``."""
     chain = []
@@ -86,7 +87,7 @@ def _squash_of(tensor):
     return None, None, chain
 
 
-def _inside_call(tensor, graph) -> str | None:
+def _inside_call(tensor: tf.Tensor, graph: Any) -> str | None:
     """The squash ending a separately compiled function whose output ``tensor`` is, if any."""
     while tensor.op.type in _SAME_VALUES and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
@@ -123,7 +124,7 @@ def traced_squash(call: Callable, specs: Sequence[tf.TensorSpec]) -> tuple[str, 
     return ("opaque", inner) if inner else None
 
 
-def before_squash(output):
+def before_squash(output: Any) -> Any:
     """The values before the final softmax/sigmoid of ``output``, a tensor of a graph being traced
     (``ValueError`` when it does not end in one): the squash's input, passed through the same
     value-keeping operations (casts, reshapes) that followed the squash."""
@@ -144,7 +145,7 @@ def before_squash(output):
 def eager_or_traced(call: Callable) -> Callable:
     """``call`` followed by :func:`before_squash`, eagerly too (then traced for the occasion)."""
 
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         if tf.inside_function():
             return before_squash(call(*args, **kwargs))
         return tf.function(lambda *a: before_squash(call(*a, **kwargs)), autograph=False)(*args)

@@ -22,6 +22,7 @@ layer, an activation outside the ReLU family) has no rule: :func:`classify` refu
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NoReturn
 
 import keras
 import tensorflow as tf
@@ -30,7 +31,15 @@ from ..model import keras_private
 from ..rules.relu import relu_family_of_activation as relu_family_of
 from ..rules.relu import relu_family_of_function
 
-__all__ = ["LayerFacts", "batchnorm_affine", "classify", "model_facts", "relu_family_of"]
+__all__ = [
+    "LayerFacts",
+    "batchnorm_affine",
+    "classify",
+    "model_facts",
+    "relu_family_of",
+    "activation_name",
+    "is_linear_activation",
+]
 
 LINEAR = (
     keras.layers.Dense,
@@ -100,11 +109,11 @@ class LayerFacts:
     """What the rewriting pass needs to know about one operation of the model."""
 
     path: str
-    op: object
+    op: Any  # a Keras layer, or an operation of a functional graph
     kind: str  # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "model"
     first: bool = False  # reads the model input (through routing and element-wise layers only)
-    merged_into: object = None  # for a BatchNormalization merged into the layer before it
-    absorbs: object = None  # for a linear layer: the BatchNormalization merged into it
+    merged_into: LayerFacts | None = None  # for a BatchNormalization merged into the layer before it
+    absorbs: LayerFacts | None = None  # for a linear layer: the BatchNormalization merged into it
     final: bool = False  # produces the model's output
 
 
@@ -154,7 +163,7 @@ def classify(op, path: str, *, final: bool = False) -> str:
     _refuse(op, path, "no LRP/DeepLIFT rule covers this kind of layer")
 
 
-def _refuse(op, path, why):
+def _refuse(op: object, path: str, why: str) -> NoReturn:
     raise ValueError(
         f"cannot rewrite layer {path!r} ({type(op).__name__}) for LRP/DeepLIFT: {why}. Supported: "
         "Dense, Conv1D/2D/3D, DepthwiseConv, SeparableConv, pooling, BatchNormalization, ReLU-family "

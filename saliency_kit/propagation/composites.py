@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 __all__ = [
     "Composite",
@@ -42,6 +42,7 @@ __all__ = [
     "get",
     "names",
     "register",
+    "LRPRewrite",
 ]
 
 AVERAGE_POOLING_EPSILON = 1e-6
@@ -227,7 +228,7 @@ def _one_rule(make_rule: Callable) -> Callable:
         dense, convolution = _keras_kinds()
         return Composite([(dense + convolution, rule)], pooling_stabilizer=pooling_stabilizer)
 
-    build.rule_factory = make_rule
+    build.rule_factory = make_rule  # type: ignore[attr-defined]  # read back by resolve's option check
     return build
 
 
@@ -274,12 +275,13 @@ def get(composite, **options) -> Composite:
     if composite not in _REGISTRY:
         raise ValueError(f"unknown composite; known: {', '.join(_REGISTRY)}; received {composite!r}.")
     factory = _REGISTRY[composite]
-    accepted = inspect.signature(factory).parameters
+    accepted: Mapping[str, inspect.Parameter] = inspect.signature(factory).parameters
     if hasattr(factory, "rule_factory"):  # one rule everywhere: that rule's own options
-        accepted = dict(inspect.signature(factory.rule_factory).parameters)
+        own = dict(inspect.signature(factory.rule_factory).parameters)
         if "stabilizer" in options and options["stabilizer"] is not None:
             options = {**options, "pooling_stabilizer": options["stabilizer"]}
-        accepted["pooling_stabilizer"] = inspect.signature(factory).parameters["pooling_stabilizer"]
+        own["pooling_stabilizer"] = inspect.signature(factory).parameters["pooling_stabilizer"]
+        accepted = own
     given = {k: v for k, v in options.items() if v is not None and k in accepted}
     missing = [
         k

@@ -99,7 +99,7 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
             f"received {type(composite).__name__}."
         )
     facts = canonizers.model_facts(model)
-    plan = {}  # id(original op) -> (fact, rule)
+    plan: dict[int, tuple[canonizers.LayerFacts, LinearRule | Pass]] = {}  # id(original op) -> (fact, rule)
     for fact in facts:
         if fact.kind in ("linear", "average_pooling"):
             rule = composite.rule_for(fact.op, fact.path, fact.first)

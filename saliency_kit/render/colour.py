@@ -15,7 +15,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_rgb", "colorize", "colormap", "DEFAULT_CMAPS", "heatmap", "normalize", "overlay", "resize_unit"]
+__all__ = [
+    "as_rgb",
+    "colorize",
+    "colormap",
+    "DEFAULT_CMAPS",
+    "heatmap",
+    "normalize",
+    "overlay",
+    "resize_unit",
+    "check_map_fits",
+]
 
 
 #: The colormap used for each ``sign`` when ``cmap`` is not given. ``"all"`` is diverging with

@@ -285,7 +285,7 @@ def _first_inputs(e, n: int):
     """``e`` restricted to its first ``n`` inputs (the arrays a grid reads), for display."""
     import dataclasses
 
-    if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e):
+    if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e) or isinstance(e, type):
         return e
     rows = {name: getattr(e, name)[:n] for name in ("attributions", "maps", "targets", "scores")}
     return dataclasses.replace(e, **rows)
@@ -351,9 +351,9 @@ def show(explanation, originals=None, class_names=None, *, path=None, block=None
         display(Image(data=png_bytes(figure)))
     elif _interactive_backend():
         from matplotlib import pyplot
-        from PIL import Image
+        from PIL import Image as PILImage
 
-        picture = np.asarray(Image.open(io.BytesIO(png_bytes(figure))))
+        picture = np.asarray(PILImage.open(io.BytesIO(png_bytes(figure))))
         height, width = picture.shape[:2]
         window = pyplot.figure(figsize=(width / figure.dpi, height / figure.dpi), dpi=figure.dpi)
         axes = window.add_axes((0, 0, 1, 1))

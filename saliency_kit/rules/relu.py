@@ -235,7 +235,12 @@ def relu_family_of_function(fn) -> ReluFamily | None:
             params = {**base.as_dict(), **{k: v for k, v in keywords.items() if k in base.as_dict()}}
             if set(keywords) - set(params):
                 return None
-            return ReluFamily(**{k: (float(v) if v is not None else None) for k, v in params.items()})
+            max_value = params["max_value"]
+            return ReluFamily(
+                negative_slope=float(params["negative_slope"]),
+                max_value=float(max_value) if max_value is not None else None,
+                threshold=float(params["threshold"]),
+            )
         if fn in _LEAKY:
             slope = keywords.get(_LEAKY[fn], _LEAKY_DEFAULT[fn])
             return ReluFamily(negative_slope=float(slope))

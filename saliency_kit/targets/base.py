@@ -26,7 +26,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Target", "PerInput", "Resolved", "TargetRequest", "Classes", "Several", "as_target", "is_target"]
+__all__ = [
+    "Target",
+    "PerInput",
+    "Resolved",
+    "TargetRequest",
+    "Classes",
+    "Several",
+    "as_target",
+    "is_target",
+    "class_info",
+]
 
 
 class PerInput:
@@ -34,7 +44,7 @@ class PerInput:
 
     __slots__ = ("array",)
 
-    def __init__(self, array):
+    def __init__(self, array: Any):
         self.array = np.asarray(array)
 
     def __repr__(self) -> str:
@@ -54,7 +64,7 @@ class Resolved:
     def shape(self) -> tuple:
         return tuple(self.columns.shape)
 
-    def take(self, rows) -> Resolved:
+    def take(self, rows: Any) -> Resolved:
         """The rows ``rows`` (int ``[M]``, repeats allowed) of every per-input array: the target of
         ``M`` inputs that are copies of these (perturbed images scored with their own payload)."""
         import tensorflow as tf
@@ -93,9 +103,14 @@ class TargetRequest:
     def num_inputs(self) -> int:
         return len(self.inputs)
 
-    def clean_outputs(self, strip: bool = True):
+    def clean_outputs(self, strip: bool = True) -> Any:
         """``strip=False``: the outputs as the model gives them, a final softmax/sigmoid kept."""
         if strip not in self._memo:
+            if self.forward is None:
+                raise ValueError(
+                    "this request cannot run the model: give TargetRequest a forward(strip) function (explain "
+                    "and resolve_targets do); received forward=None."
+                )
             self._memo[strip] = self.forward(strip)
         return self._memo[strip]
 
@@ -139,22 +154,22 @@ class Target:
         """``Resolved(columns int [B, K], payload, info, target)`` for ``request``'s inputs."""
         raise NotImplementedError(f"{type(self).__name__} must implement resolve(request) -> Resolved")
 
-    def outputs(self, values, taps: dict):
+    def outputs(self, values: Any, taps: dict) -> Any:
         """What :meth:`score` reads: the model's ``values`` (its output structure) by default;
         ``taps`` maps each path of :attr:`taps` to that layer's activations."""
         return values
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         """``[n, K]`` scores: ``outputs`` from :meth:`outputs` for ``n`` rows, ``payload`` the
         resolved payload's slice for the same rows (the columns int ``[n, K]`` when it is None)."""
         raise NotImplementedError(f"{type(self).__name__} must implement score(outputs, payload) -> [n, K]")
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         """``[n, K]`` in [0, 1] where the kind has a natural probability (Score-CAM's channel
         weights); by default the scores themselves."""
         return self.score(outputs, payload)
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         """What the compiled score depends on besides the payload (a hashable value): by default
         the class and the attributes that are not arrays. New payloads never recompile."""
         from ..engine.cache import value_key
@@ -163,7 +178,7 @@ class Target:
         return (type(self), items)
 
 
-def _is_data(value) -> bool:
+def _is_data(value: Any) -> bool:
     if isinstance(value, (np.ndarray, PerInput)):
         return True
     if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (str, int)):
@@ -171,14 +186,14 @@ def _is_data(value) -> bool:
     return False
 
 
-def is_target(value) -> bool:
+def is_target(value: Any) -> bool:
     """Whether ``value`` is a target object or a non-empty list of them."""
     if isinstance(value, Target):
         return True
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, Target) for v in value)
 
 
-def as_target(value) -> Target:
+def as_target(value: Any) -> Target:
     """A target object, or a list of them as one :class:`Several`."""
     if isinstance(value, Target):
         return value
@@ -187,10 +202,10 @@ def as_target(value) -> Target:
     raise TypeError(f"expected a sk.targets target object or a list of them; received {value!r}.")
 
 
-def class_info(columns: np.ndarray, names=None, kind: str = "class") -> list:
+def class_info(columns: np.ndarray, names: Sequence[str] | None = None, kind: str = "class") -> list:
     """``B`` lists of ``K`` dicts ``{"kind", "class"[, "name"]}`` for int ``columns [B, K]``."""
 
-    def one(c):
+    def one(c: Any) -> dict:
         entry = {"kind": kind, "class": int(c)}
         if names and 0 <= c < len(names):
             entry["name"] = names[c]
@@ -206,7 +221,7 @@ class Classes(Target):
 
     kind = "class"
 
-    def __init__(self, classes="top1"):
+    def __init__(self, classes: Any = "top1"):
         self.classes = classes
 
     def resolve(self, request: TargetRequest) -> Resolved:
@@ -223,12 +238,12 @@ class Classes(Target):
         columns = resolve(spec, values, request.num_inputs, count)
         return Resolved(columns, None, class_info(columns, request.class_names), self)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         return tf.gather(outputs, tf.cast(payload, tf.int32), batch_dims=1)
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         return self.score(tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1), payload)
@@ -249,7 +264,7 @@ class Several(Target):
         self.logits = all(part.logits for part in self.parts)
         self.taps = tuple(dict.fromkeys(path for part in self.parts for path in part.taps))
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), tuple(part.kernel_key() for part in self.parts))
 
     def resolve(self, request: TargetRequest) -> Resolved:
@@ -265,14 +280,14 @@ class Several(Target):
             payload = r.columns if r.payload is None else r.payload
             payloads.append(_spread(payload, index))
             start += width
-        info = [sum((r.info[b] for r in done), []) for b in range(B)]
+        info: list[list] = [sum((r.info[b] for r in done), []) for b in range(B)]
         bound = Several(tuple(r.target for r in done))
         return Resolved(columns, {"owner": np.tile(owner, (B, 1)), "parts": tuple(payloads)}, info, bound)
 
-    def outputs(self, values, taps: dict):
+    def outputs(self, values: Any, taps: dict) -> tuple[Any, dict]:
         return values, taps
 
-    def _each(self, outputs, payload, name):
+    def _each(self, outputs: Any, payload: Any, name: str) -> Any:
         import tensorflow as tf
 
         values, taps = outputs
@@ -283,14 +298,14 @@ class Several(Target):
         stacked = tf.stack(scores, axis=-1)  # [n, K, parts]
         return tf.gather(stacked, tf.cast(payload["owner"], tf.int32), axis=2, batch_dims=2)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         return self._each(outputs, payload, "score")
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         return self._each(outputs, payload, "probabilities")
 
 
-def _spread(payload, index: np.ndarray):
+def _spread(payload: Any, index: np.ndarray) -> Any:
     """Every per-column leaf ``[B, k, ...]`` of ``payload`` taken at columns ``index`` ``[K]``."""
     import tensorflow as tf
 

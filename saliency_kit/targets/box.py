@@ -22,10 +22,14 @@ itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class pro
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Resolved, Target, TargetRequest
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Box", "box"]
 
@@ -40,7 +44,12 @@ class Box(Target):
     logits = False  # the proposals as the model gives them, a final sigmoid kept
 
     def __init__(
-        self, boxes, classes=None, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+        self,
+        boxes: Any,
+        classes: Any = None,
+        score: str = "drise",
+        class_activation: str | None = None,
+        objectness: str = "logit",
     ):
         if score not in ("drise", "class"):
             raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
@@ -56,9 +65,9 @@ class Box(Target):
         self.classes = classes
         self.mode = score
         self.class_activation = class_activation
-        self.form = None  # "tensor" or "dict", set when bound to a model
+        self.form: str | None = None  # "tensor" or "dict", set when bound to a model
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.mode, self.class_activation, self.objectness, self.form)
 
     def __repr__(self) -> str:
@@ -96,7 +105,7 @@ class Box(Target):
         payload = {"boxes": boxes.astype(np.float32), "classes": classes}
         return Resolved(classes, payload, info, bound)
 
-    def _classes(self, request, boxes, C, form) -> np.ndarray:
+    def _classes(self, request: TargetRequest, boxes: Any, C: int, form: str) -> np.ndarray:
         B, K = boxes.shape[:2]
         given = self.classes
         if given is None:  # each box's class: that of its best-matching proposal at the clean input
@@ -134,7 +143,7 @@ class Box(Target):
         return array.astype(np.int64)
 
     # -- kernel --------------------------------------------------------------------------------
-    def _parts(self, outputs):
+    def _parts(self, outputs: Any) -> tuple[Any, Any, Any]:
         """``(proposals [n, N, 4], objectness [n, N], class logits [n, N, C])`` float32."""
         import tensorflow as tf
 
@@ -146,7 +155,7 @@ class Box(Target):
         objectness = tf.sigmoid(values[..., 4]) if self.objectness == "logit" else values[..., 4]
         return values[..., :4], objectness, values[..., 5:]
 
-    def _probabilities(self, logits):
+    def _probabilities(self, logits: Any) -> Any:
         import tensorflow as tf
 
         if self.class_activation == "softmax":
@@ -155,7 +164,7 @@ class Box(Target):
             return tf.sigmoid(logits)
         return logits
 
-    def _matched(self, outputs, payload, probability: bool):
+    def _matched(self, outputs: Any, payload: Any, probability: bool) -> Any:
         import tensorflow as tf
 
         proposals, objectness, logits = self._parts(outputs)
@@ -171,14 +180,14 @@ class Box(Target):
             chosen = self._probabilities(chosen)
         return tf.gather(chosen, classes, axis=2, batch_dims=2)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=False)
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=True)
 
 
-def _iou(a, b):
+def _iou(a: Any, b: Any) -> Any:
     """IoU of boxes ``a [n, K, 4]`` and ``b [n, N, 4]`` (``x0, y0, x1, y1``): ``[n, K, N]``."""
     import tensorflow as tf
 
@@ -187,13 +196,13 @@ def _iou(a, b):
     height = tf.nn.relu(tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]))
     inter = width * height
 
-    def area(box):
+    def area(box: Any) -> Any:
         return tf.nn.relu(box[..., 2] - box[..., 0]) * tf.nn.relu(box[..., 3] - box[..., 1])
 
     return tf.math.divide_no_nan(inter, area(a) + area(b) - inter)
 
 
-def _iou_numpy(a, b):
+def _iou_numpy(a: Any, b: Any) -> np.ndarray:
     a, b = a[:, :, None], b[:, None]
     width = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
     height = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
@@ -204,14 +213,14 @@ def _iou_numpy(a, b):
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
-def _split_numpy(outputs, form):
+def _split_numpy(outputs: Any, form: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     if form == "dict":
         return np.asarray(outputs["boxes"]), None, np.asarray(outputs["classification"])
     values = np.asarray(outputs)
     return values[..., :4], values[..., 4], values[..., 5:]
 
 
-def _detector_form(model) -> tuple[str, int]:
+def _detector_form(model: keras.Model) -> tuple[str, int]:
     """``("tensor" | "dict", C)`` of a detector's raw output, else ``ValueError``."""
     from ..model.scores import output_structure
 
@@ -230,7 +239,7 @@ def _detector_form(model) -> tuple[str, int]:
     )
 
 
-def _boxes(boxes, B: int) -> tuple[np.ndarray, np.ndarray]:
+def _boxes(boxes: Any, B: int) -> tuple[np.ndarray, np.ndarray]:
     """``(float [B, K, 4], padding bool [B, K])`` from ``[K, 4]`` (every input), ``[B, K, 4]`` or
     ``B`` lists of boxes (a shorter list repeats its last box, marked as padding)."""
     if boxes is None:
@@ -261,7 +270,7 @@ def _boxes(boxes, B: int) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(array), padding
 
 
-def _describe(boxes) -> str:
+def _describe(boxes: Any) -> str:
     shape = getattr(boxes, "shape", None)
     if shape is not None:
         return f"an array of shape {list(shape)}"
@@ -270,7 +279,12 @@ def _describe(boxes) -> str:
 
 
 def box(
-    boxes, classes=None, *, score: str = "drise", class_activation: str | None = None, objectness: str = "logit"
+    boxes: Any,
+    classes: Any = None,
+    *,
+    score: str = "drise",
+    class_activation: str | None = None,
+    objectness: str = "logit",
 ) -> Box:
     """Boxes to explain on a detector's raw output (before non-max suppression).
 

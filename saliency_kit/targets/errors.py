@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import keras
+
 __all__ = ["class_target_error", "output_kind"]
 
 
-def output_kind(model) -> str:
+def output_kind(model: keras.Model) -> str:
     """``"classes"`` (one ``[B, C]`` output), ``"dense"`` (one ``[B, ..., C]`` output of rank ≥ 3),
     ``"detector"`` (``[B, N, 4 + 1 + C]`` or a dict with ``"boxes"`` and ``"classification"``),
     ``"several"`` (several outputs) or ``"other"``."""
@@ -48,7 +53,7 @@ _ADVICE = {
 }
 
 
-def class_target_error(model, targets) -> ValueError:
+def class_target_error(model: keras.Model, targets: Any) -> ValueError:
     """``ValueError`` saying that class targets need a ``[B, C]`` output and which kind to use."""
     kind = output_kind(model)
     advice = _ADVICE.get(kind, _ADVICE["other"])

@@ -16,10 +16,14 @@ Score-CAM's probability of either: the score itself.
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Resolved, Target, TargetRequest, class_info
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Output", "Unit", "output", "unit"]
 
@@ -29,14 +33,14 @@ class Output(Target):
 
     kind = "output"
 
-    def __init__(self, head, classes=None):
+    def __init__(self, head: Any, classes: Any = None):
         if isinstance(head, bool) or not isinstance(head, (str, numbers.Integral)):
             raise TypeError(f"output() takes a head's name or index; received {head!r}.")
         self.head = head
         self.classes = classes
         self.key = None  # the head's place in the model's output structure, set when bound
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.key)
 
     def __repr__(self) -> str:
@@ -67,17 +71,17 @@ class Output(Target):
                 entry["output"] = self.head
         return Resolved(columns, None, info, bound)
 
-    def outputs(self, values, taps):
+    def outputs(self, values: Any, taps: dict) -> Any:
         return _getitem(values, self.key)
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         flat = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
         return tf.gather(flat, tf.cast(payload, tf.int32), batch_dims=1)
 
 
-def _head(model, head) -> tuple:
+def _head(model: keras.Model, head: Any) -> tuple:
     """``(key into the output structure, shape)`` of the head called or numbered ``head``."""
     from ..model.scores import output_structure
 
@@ -86,8 +90,8 @@ def _head(model, head) -> tuple:
         keys = list(structure)
         if isinstance(head, str) and head in structure:
             return head, structure[head]
-        if isinstance(head, numbers.Integral) and 0 <= head < len(keys):
-            return keys[head], structure[keys[head]]
+        if isinstance(head, numbers.Integral) and 0 <= int(head) < len(keys):
+            return keys[int(head)], structure[keys[int(head)]]
         raise ValueError(f"output must be one of the model's outputs {keys} (or their index); received {head!r}.")
     heads = structure if isinstance(structure, list) else [structure]
     names = list(getattr(model, "output_names", None) or [])
@@ -111,20 +115,20 @@ def _head(model, head) -> tuple:
 class _Whole:
     """The key of a single output: the values themselves."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<whole output>"
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return 0
 
-    def __eq__(self, other):
+    def __eq__(self, other: Any) -> bool:
         return isinstance(other, _Whole)
 
 
 _WHOLE = _Whole()
 
 
-def _getitem(values, key):
+def _getitem(values: Any, key: Any) -> Any:
     return values if isinstance(key, _Whole) else values[key]
 
 
@@ -133,8 +137,8 @@ class Unit(Target):
 
     kind = "unit"
 
-    def __init__(self, layer, index):
-        def check(i):
+    def __init__(self, layer: Any, index: Any):
+        def check(i: Any) -> Any:  # an int, or a tuple of ints
             if (
                 isinstance(i, bool)
                 or not isinstance(i, (numbers.Integral, tuple))
@@ -148,15 +152,11 @@ class Unit(Target):
 
         self.layer = layer
         self.index = [check(i) for i in index] if isinstance(index, list) else check(index)
-        self.path = None
-        self.channels = None  # True: a channel averaged over the other axes; False: one element
+        self.path: str | None = None
+        self.channels: bool | None = None  # True: a channel averaged over the other axes; False: one element
         self.channel_axis = -1
 
-    @property
-    def taps(self):
-        return (self.path,) if self.path else ()
-
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.path, self.channels, self.channel_axis)
 
     def __repr__(self) -> str:
@@ -181,6 +181,7 @@ class Unit(Target):
         element = kinds.pop()
         bound = Unit(self.layer, self.index)
         bound.path, bound.channels = path, not element
+        bound.taps = (path,)
         first = getattr(found, "data_format", None) == "channels_first" and len(shape) > 2
         bound.channel_axis = 1 if first else -1
         inner = shape[1:]
@@ -210,10 +211,10 @@ class Unit(Target):
         info = [[{"kind": "unit", "layer": path, "index": i} for i in indices] for _ in range(B)]
         return Resolved(columns, None, info, bound)
 
-    def outputs(self, values, taps):
+    def outputs(self, values: Any, taps: dict) -> Any:
         return taps[self.path]
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         activations = tf.cast(outputs, tf.float32)
@@ -227,7 +228,7 @@ class Unit(Target):
         return tf.gather(activations, tf.cast(payload, tf.int32), batch_dims=1)
 
 
-def output(name_or_index, classes=None) -> Output:
+def output(name_or_index: str | int, classes: Any = None) -> Output:
     """One head of a multi-output model: its values (component ``classes``; default all).
 
     Args:
@@ -242,7 +243,7 @@ def output(name_or_index, classes=None) -> Output:
     return Output(name_or_index, classes)
 
 
-def unit(layer, index) -> Unit:
+def unit(layer: Any, index: int) -> Unit:
     """The activation of an inner unit of ``layer`` (a name, a path ``"outer/inner"`` or the layer).
 
     ``index``: an int, a channel (of a ``Dense`` output: a neuron; of a convolution: its channel

@@ -22,6 +22,7 @@ import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ class TargetSpec:
         return any(part[0] == "top" for part in self.parts)
 
 
-def class_names_of(class_names) -> list[str] | None:
+def class_names_of(class_names: Any) -> list[str] | None:
     """``class_names`` (a list of str, or a ``ModelSpec``) as a list, or ``None``."""
     if class_names is None:
         return None
@@ -133,7 +134,7 @@ def _name_index(text: str, names: Sequence[str] | None) -> int:
     )
 
 
-def parse_string(text: str, num_classes: int, class_names=None) -> TargetSpec:
+def parse_string(text: str, num_classes: int, class_names: Sequence[str] | None = None) -> TargetSpec:
     """One target string (a command-line ``--target``): ``"topK"`` in any case, a class index
     (digits) or a class name (case-insensitive). ``ValueError`` saying what was expected."""
     if not isinstance(text, str):
@@ -163,7 +164,9 @@ def combine(specs: Sequence[TargetSpec]) -> TargetSpec:
     return TargetSpec(parts)
 
 
-def parse(targets, num_inputs: int, num_classes: int | None, class_names=None) -> TargetSpec:
+def parse(
+    targets: Any, num_inputs: int, num_classes: int | None, class_names: Sequence[str] | None = None
+) -> TargetSpec:
     """Check ``targets`` against ``num_inputs`` inputs and ``num_classes`` outputs.
 
     Every class form: an ``int`` (every input), a sequence of ``num_inputs`` ints or class
@@ -227,7 +230,9 @@ def parse(targets, num_inputs: int, num_classes: int | None, class_names=None) -
     return TargetSpec((("classes", classes),))
 
 
-def resolve(spec: TargetSpec, scores=None, num_inputs: int | None = None, num_columns: int | None = None) -> np.ndarray:
+def resolve(
+    spec: TargetSpec, scores: Any = None, num_inputs: int | None = None, num_columns: int | None = None
+) -> np.ndarray:
     """Turn a :class:`TargetSpec` into int ``[B, K]``.
 
     ``scores`` ``[B, C]`` (the scores of every class) are needed when the spec has a ``topK``
@@ -237,12 +242,16 @@ def resolve(spec: TargetSpec, scores=None, num_inputs: int | None = None, num_co
     """
     if scores is not None:
         num_inputs = len(scores)
+    if num_inputs is None:
+        raise ValueError("resolving targets needs the number of inputs: give scores or num_inputs; received neither.")
     if spec.score_fn is not None:
+        if num_columns is None:
+            raise ValueError("resolving a score function's targets needs num_columns; received num_columns=None.")
         return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
-    if spec.needs_scores and scores is None:
-        raise ValueError("resolving 'topK' targets needs the scores of every class; received scores=None.")
-    order = None
+    order = np.zeros((num_inputs, 0), np.int64)  # read by "topK" parts only
     if spec.needs_scores:
+        if scores is None:
+            raise ValueError("resolving 'topK' targets needs the scores of every class; received scores=None.")
         # a stable sort keeps ties in class order, so the choice is reproducible
         order = np.argsort(-np.asarray(scores, np.float64), axis=1, kind="stable")
     columns = []

@@ -17,10 +17,15 @@ logits, taken at its class.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .base import PerInput, Resolved, Target, TargetRequest
 from .errors import output_kind
+
+if TYPE_CHECKING:
+    import keras
 
 __all__ = ["Region", "region"]
 
@@ -30,7 +35,7 @@ class Region(Target):
 
     kind = "region"
 
-    def __init__(self, masks, classes="top1", reduce: str = "mean"):
+    def __init__(self, masks: Any, classes: Any = "top1", reduce: str = "mean"):
         if reduce not in ("mean", "sum"):
             raise ValueError(f"reduce must be 'mean' or 'sum'; received {reduce!r}.")
         if isinstance(masks, str):
@@ -47,7 +52,7 @@ class Region(Target):
         self.classes = classes
         self.reduce = reduce
 
-    def kernel_key(self):
+    def kernel_key(self) -> tuple:
         return (type(self), self.reduce)
 
     def __repr__(self) -> str:
@@ -60,22 +65,23 @@ class Region(Target):
 
         spatial, C = _dense_shape(request.model)
         B = request.num_inputs
-        predicted = None
-        if isinstance(self.masks, str) or _wants_top(self.classes):
-            logits = np.asarray(request.clean_outputs())
-            predicted = np.argmax(logits.reshape(B, -1, C), axis=-1)  # [B, P]
+
+        def predicted_classes() -> np.ndarray:  # [B, P]: the arg-max class at each position
+            return np.argmax(np.asarray(request.clean_outputs()).reshape(B, -1, C), axis=-1)
+
         spec = parse(self.classes, B, C, request.class_names)
         coverage = None
         if spec.needs_scores:  # "topK": the K classes covering the most positions (of the region)
             inside = None if isinstance(self.masks, str) else self._given(B, spatial).reshape(B, -1)
             hits = np.zeros((B, C))
+            predicted = predicted_classes()
             for b in range(B):
                 chosen = predicted[b] if inside is None else predicted[b][inside[b]]
                 hits[b] = np.bincount(chosen, minlength=C)
             coverage = hits
         classes = resolve(spec, coverage, B, C)
         if isinstance(self.masks, str):
-            masks = predicted[:, None, :] == classes[:, :, None]  # [B, K, P]
+            masks = predicted_classes()[:, None, :] == classes[:, :, None]  # [B, K, P]
             masks = masks.reshape(B, classes.shape[1], *spatial)
             payload = {"classes": classes, "masks": masks}
             sizes = masks.reshape(B, classes.shape[1], -1).sum(-1)
@@ -111,7 +117,7 @@ class Region(Target):
         )
 
     # -- kernel --------------------------------------------------------------------------------
-    def _reduced(self, outputs, payload, every_class: bool):
+    def _reduced(self, outputs: Any, payload: Any, every_class: bool) -> Any:
         """``[n, K]`` (or ``[n, K, C]`` with ``every_class``): the logits reduced over the region."""
         import tensorflow as tf
 
@@ -134,10 +140,10 @@ class Region(Target):
             sums = sums / (count[..., None] if every_class else count)
         return sums
 
-    def score(self, outputs, payload):
+    def score(self, outputs: Any, payload: Any) -> Any:
         return self._reduced(outputs, payload, every_class=False)
 
-    def probabilities(self, outputs, payload):
+    def probabilities(self, outputs: Any, payload: Any) -> Any:
         import tensorflow as tf
 
         reduced = self._reduced(outputs, payload, every_class=True)  # [n, K or 1, C]
@@ -146,11 +152,7 @@ class Region(Target):
         return tf.gather(tf.nn.softmax(reduced, axis=-1), classes, axis=2, batch_dims=2)
 
 
-def _wants_top(classes) -> bool:
-    return isinstance(classes, str) and classes.strip().lower().startswith("top")
-
-
-def _dense_shape(model) -> tuple[tuple, int]:
+def _dense_shape(model: keras.Model) -> tuple[tuple, int]:
     """``(spatial shape, classes)`` of ``model``'s dense output ``[B, *spatial, C]``."""
     from ..model.scores import output_shapes
 
@@ -167,7 +169,7 @@ def _dense_shape(model) -> tuple[tuple, int]:
     return tuple(int(s) for s in shape[1:-1]), int(shape[-1])
 
 
-def region(masks, classes="top1", *, reduce: str = "mean") -> Region:
+def region(masks: Any, classes: Any = "top1", *, reduce: str = "mean") -> Region:
     """A region of a dense output ``[B, H', W', C]``: its class logits' mean (or ``"sum"``).
 
     Args:

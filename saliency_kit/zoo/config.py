@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,6 +32,8 @@ __all__ = [
     "resolve_path",
     "resolved_file",
     "sidecar_spec",
+    "repeated_names",
+    "warn_repeated_names",
 ]
 
 
@@ -86,7 +89,7 @@ class Preprocessing:
     channel_order: str = "RGB"
     channels_first: bool = False  # output [..., 3, H, W] (a model converted from PyTorch)
 
-    MODES = {
+    MODES: ClassVar[dict[str, dict[str, Any]]] = {
         "caffe": dict(scale=1.0, mean=(103.939, 116.779, 123.68), channel_order="BGR"),
         "tf": dict(scale=1 / 127.5, mean=(1.0, 1.0, 1.0)),
         "torch": dict(scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
@@ -108,7 +111,9 @@ class Preprocessing:
             unknown = set(value) - {"scale", "mean", "std", "channel_order"}
             if unknown:
                 raise ValueError(f"unknown preprocess keys {sorted(unknown)}; allowed: scale, mean, std, channel_order")
-            kwargs = {k: tuple(float(v) for v in value[k]) if k in ("mean", "std") else value[k] for k in value}
+            kwargs: dict[str, Any] = {
+                k: tuple(float(v) for v in value[k]) if k in ("mean", "std") else value[k] for k in value
+            }
             if "scale" in kwargs:
                 kwargs["scale"] = float(kwargs["scale"])
             for key in ("mean", "std"):
@@ -150,9 +155,9 @@ class ModelSpec:
     """
 
     name: str
-    input_size: tuple
+    input_size: tuple[int, ...] | None
     preprocess: Callable
-    class_names: list
+    class_names: list[str] | None
     gradcam_layer: str | None
     source: str = ""
     constructor: str | None = None
@@ -178,7 +183,7 @@ def _builtin_config_dir():
 
 def _named_configs() -> dict:
     """``{name: config path}``; the first directory that defines a name wins."""
-    found = {}
+    found: dict[str, Any] = {}
     for directory in _config_dirs():
         if not directory.is_dir():
             continue

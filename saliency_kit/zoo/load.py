@@ -13,7 +13,7 @@ from pathlib import Path
 from .config import DETECTION_FIELDS, MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
 from .weights import check_imagenet_weights, load_weights_into
 
-__all__ = ["load_model", "spec_of"]
+__all__ = ["load_model", "spec_of", "keras_dtype"]
 
 
 # -------------------------------------------------------------------------------- the loader
@@ -164,6 +164,10 @@ def spec_of(model) -> ModelSpec | None:
 def _build_application(spec: ModelSpec, weights):
     import keras
 
+    if spec.constructor is None or spec.input_size is None:
+        raise ValueError(
+            f"config {spec.source}: building a keras.applications model needs 'constructor' and 'input_size'"
+        )
     ctor = getattr(keras.applications, spec.constructor, None)
     if ctor is None or not callable(ctor):
         raise ValueError(f"config {spec.source}: keras.applications has no {spec.constructor!r}")

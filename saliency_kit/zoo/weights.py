@@ -34,11 +34,12 @@ class WeightsUnavailableError(FileNotFoundError):
 def keras_cache_dir() -> Path:
     """Where ``keras.utils.get_file`` keeps downloaded models: ``$KERAS_HOME/models``, else
     ``~/.keras/models`` (``/tmp/.keras/models`` when the home directory is not writable)."""
-    home = os.environ.get("KERAS_HOME")
-    if home is None:
+    given = os.environ.get("KERAS_HOME")
+    if given is None:
         base = Path("~").expanduser()
         home = (base if os.access(base, os.W_OK) else Path("/tmp")) / ".keras"
-    home = Path(home).expanduser()
+    else:
+        home = Path(given).expanduser()
     if home.exists() and not os.access(home, os.W_OK):
         home = Path("/tmp") / ".keras"
     return home / "models"

@@ -240,6 +240,20 @@ def test_compare_always_has_the_random_row(model, x, masks):
     assert again == [r for r in evaluate.compare(model, x, ["gradient"], ["sparseness"])["rows"]]
 
 
+def test_compare_scores_the_deletion_and_insertion_curves(model, x):
+    rows = evaluate.compare(
+        model,
+        x,
+        ["gradient"],
+        ["deletion", "insertion"],
+        metric_options={"deletion": {"steps": 4}, "insertion": {"steps": 4}},
+    )["rows"]
+    assert {(r["method"], r["metric"]) for r in rows} == {
+        (m, n) for m in ("gradient", "random") for n in ("deletion", "insertion")
+    }
+    assert all(len(r["per_input"]) == 4 and np.isfinite(r["per_input"]).all() for r in rows)
+
+
 # ---------------------------------------------------------------------------- target objects
 @pytest.fixture(scope="module")
 def segmenter():

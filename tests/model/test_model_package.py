@@ -227,3 +227,12 @@ def test_the_rewrite_of_a_subclassed_softmax_model_also_says_output():
     with pytest.warns(UserWarning, match="cannot be reached"):  # the rewrite runs it compiled
         view = ScoreView(sk.rewrite(net, "guided"), "logits")
     assert view.differentiated == "output"
+
+
+def test_the_channel_axis_of_a_converted_model_is_traced_without_a_dtype():
+    from saliency_kit.model.inspect import channel_axis
+
+    inputs = keras.Input((2, 6, 6))
+    features = keras.layers.Conv2D(4, 3)(keras.layers.Permute((2, 3, 1))(inputs))
+    model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(features))
+    assert channel_axis(model, 3, (2, 6, 6)) == 0

@@ -204,3 +204,18 @@ def test_bad_score_and_inputs(linear):
         sk.explain(model, x, "gradient", steps=3)
     with pytest.raises(ValueError, match="batch_size"):
         sk.explain(model, x, batch_size=0)
+
+
+def test_resolve_without_the_number_of_inputs_says_what_it_needs():
+    with pytest.raises(ValueError, match="num_inputs"):
+        resolve(parse(2, B, C))
+    with pytest.raises(ValueError, match="num_columns"):
+        resolve(parse(lambda outputs: outputs, B, C), num_inputs=B)
+
+
+def test_a_target_request_without_a_forward_pass_says_so():
+    from saliency_kit.targets import TargetRequest
+
+    request = TargetRequest(model=None, inputs=np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match="forward"):
+        request.clean_outputs()
