@@ -47,7 +47,7 @@ def part(args) -> None:
 
     from bench_batch import rss_mib
 
-    from saliency_kit.batch import outputs
+    from saliency_kit.batch import outputs, ray_job
     from saliency_kit.batch import ray as ray_runner
     from saliency_kit.batch import run as pipeline
     from saliency_kit.batch.plan import plan_run
@@ -73,7 +73,7 @@ def part(args) -> None:
                 model=model,
                 spec=spec,
                 methods=methods,
-                targets_for=ray_runner.fixed_targets("top1")(model),
+                targets_for=ray_job.fixed_targets("top1")(model),
                 looks=looks,
                 batch_size=args.batch_size,
                 formats=("png",),
@@ -83,9 +83,9 @@ def part(args) -> None:
                 input_dir=inputs,
                 out_dir=out,
                 plan=plan,
-                model=ray_runner.ModelSource(args.model),
+                model=ray_job.ModelSource(args.model),
                 methods=methods,
-                targets_for_model=ray_runner.fixed_targets("top1"),
+                targets_for_model=ray_job.fixed_targets("top1"),
                 looks=looks,
                 batch_size=args.batch_size,
                 formats=("png",),

@@ -7,7 +7,7 @@ import argparse
 import math
 import re
 
-from ..batch import outputs
+from ..batch import outputs, ray_job
 from ..batch import ray as ray_runner
 from .options import UsageError, positive_int
 
@@ -97,9 +97,9 @@ def run(args, plan, methods, target_spec, looks):
             input_dir=args.input_dir,
             out_dir=args.out,
             plan=plan,
-            model=ray_runner.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
+            model=ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
             methods=methods,
-            targets_for_model=ray_runner.targets(target_spec, args.batch_size),
+            targets_for_model=ray_job.targets(target_spec, args.batch_size),
             looks=looks,
             batch_size=args.batch_size,
             formats=outputs.FORMATS[args.format],

@@ -22,7 +22,8 @@ import keras
 
 from ..rules.relu import relu_family_of_function
 from . import canonizers
-from .core import WrapperLayer, clone_layer, linear_parts, maxpool_gate, rescale_gate, rewrite_planned
+from .core import linear_parts, maxpool_gate, rescale_gate
+from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 
 __all__ = ["DeepLiftLayer", "DeepLiftRewrite", "rewrite_deeplift"]
 

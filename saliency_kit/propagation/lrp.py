@@ -23,7 +23,8 @@ import tensorflow as tf
 from ..model import keras_private
 from ..rules.relu import relu_family_of_function
 from . import canonizers
-from .core import LinearRule, WrapperLayer, clone_layer, linear_parts, pass_gate, rewrite_planned, rule_gate
+from .core import LinearRule, linear_parts, pass_gate, rule_gate
+from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 from .rules import Epsilon, Pass
 
 __all__ = ["PassLayer", "RuleLayer", "rewrite_lrp"]

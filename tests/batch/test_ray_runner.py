@@ -21,7 +21,10 @@ import pytest
 ray = pytest.importorskip("ray", reason='the "ray" extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("ray.data")
 
-from saliency_kit.batch import outputs
+from saliency_kit.batch import (
+    outputs,
+    ray_job,  # noqa: E402
+)
 from saliency_kit.batch import ray as ray_runner  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -249,7 +252,7 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     pictures = make_dataset(2, seed=5)[0]
     inputs = np.stack([spec.preprocess(p.astype(np.float32)) for p in pictures])
     methods = [("smoothgrad", {"samples": 4, "seed": 7})]
-    targets_for = ray_runner.fixed_targets("top1")(model)
+    targets_for = ray_job.fixed_targets("top1")(model)
     paths = ["a/first.png", "b/second.png"]
     together = pipeline.explain_batch(model, inputs, methods, targets_for, BATCH, paths)[0]
     alone = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH, paths[1:])[0]
@@ -260,13 +263,13 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
 
 
 def _job(out, token, input_dir):
-    return ray_runner.Job(
+    return ray_job.Job(
         input_dir=input_dir,
         input_label=input_dir,
         out_dir=out,
         probe=".probe",
         token=token,
-        model=ray_runner.ModelSource("shapes"),
+        model=ray_job.ModelSource("shapes"),
         methods=(),
         targets_for_model=None,
         looks={},

@@ -1,0 +1,93 @@
+"""Putting rule-carrying layers into a copy of a model: the one pass the LRP and DeepLIFT
+rewrites share.
+
+* :class:`WrapperLayer`: a layer of the copy that runs a clone of the original layer (made by
+  :func:`clone_layer`) with a rule on its backward pass.
+* :func:`rewrite_planned`: copy a model with every planned layer replaced by its wrapper, split a
+  final fused softmax/sigmoid apart (:func:`squash_apart`), and check that the copy computes what
+  the model computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+
+from ..model.copy import check_copy, copy_model
+from ..rules.relu import relu_family_of_function
+from . import canonizers
+
+__all__ = ["WrapperLayer", "clone_layer", "rewrite_planned", "squash_apart"]
+
+
+def clone_layer(op):
+    """A new, unbuilt layer from ``op``'s config."""
+    return type(op).from_config(op.get_config())
+
+
+class WrapperLayer(keras.layers.Layer):
+    """A layer of the copy that runs ``inner`` (a clone of the original layer, whose weights it
+    uses) with a rule on its backward pass; subclasses define ``call``."""
+
+    def __init__(self, inner, **kwargs):
+        super().__init__(name=inner.name, dtype=inner.dtype_policy, **kwargs)
+        self.inner = inner
+
+    def build(self, input_shape):
+        if not self.inner.built:
+            self.inner.build(input_shape)
+
+    def compute_output_spec(self, x, training=None, mask=None):
+        spec = self.inner.compute_output_spec(x)
+        return keras.KerasTensor(spec.shape, dtype=self.compute_dtype)
+
+
+def squash_apart(new_model, facts: list):
+    """``new_model`` with a final layer's fused softmax/sigmoid as a separate ``Activation`` after
+    the rewritten layer (which computes the logits), so that scores can be taken before it."""
+    final = [
+        f
+        for f in facts
+        if f.final
+        and f.kind == "linear"
+        and not canonizers.is_linear_activation(getattr(f.op, "activation", None))
+        and relu_family_of_function(f.op.activation) is None
+    ]
+    if not final:
+        return new_model
+    activation = final[0].op.activation
+    squashed = keras.layers.Activation(activation, name=f"{final[0].op.name}_{canonizers.activation_name(activation)}")
+    outputs = squashed(new_model.outputs[0])
+    return keras.Model(new_model.inputs, outputs, name=new_model.name)
+
+
+def rewrite_planned(model, facts: list, plan: dict, wrap: Callable, *, what: str, link: Callable | None = None):
+    """A copy of ``model`` in which every planned operation is replaced by its wrapper.
+
+    Args:
+        facts: ``canonizers.model_facts(model)``.
+        plan: ``{id(op): (fact, rule)}`` for the operations to replace.
+        wrap: ``wrap(fact, rule) -> keras.layers.Layer``, the layer put in the operation's place.
+        what: what the copy is, for the error raised when it computes something else.
+        link: ``link(wrappers)`` (``{id(op): wrapper}``) once the copy is built, before it is
+            checked: for wrappers that depend on each other (a merged BatchNormalization).
+
+    Returns:
+        The copy, a final fused softmax/sigmoid split apart (:func:`squash_apart`), checked against
+        ``model`` on a generated input.
+    """
+    wrappers = {}
+
+    def replace(op):
+        if id(op) not in plan:
+            return None
+        wrappers[id(op)] = wrap(*plan[id(op)])
+        return wrappers[id(op)]
+
+    new_model = copy_model(model, replace, check=False)  # checked once finished, below
+    if link is not None:
+        link(wrappers)
+    new_model = squash_apart(new_model, facts)
+    check_copy(model, new_model, what=what)
+    return new_model
