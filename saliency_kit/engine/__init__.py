@@ -5,7 +5,7 @@ It knows no method by name. It offers primitives:
 * :func:`run` — a method's function ``compute(ctx, **options)`` compiled into one batched kernel
   per (model, method, options, input shape, chunk layout) and run over chunks of inputs and
   groups of target classes, on the backend :func:`.backend.active` returns; inside, the
-  :class:`~saliency_kit.engine.tf.Context` gives batched
+  :class:`~saliency_kit.engine.tf_context.Context` gives batched
   gradients of the target scores at any points, forward scores, a layer's activations and their
   gradients, and running sums over blocks (memory stays one chunk whatever samples/steps are);
 * :func:`all_scores` / :func:`forward_scores` — scores without gradients (``"topK"`` targets,
@@ -13,6 +13,10 @@ It knows no method by name. It offers primitives:
 * :func:`gradients` — the jacobian rows ``∂s_k/∂x`` (``sk.jacobian``);
 * :func:`check_inputs`, :func:`score_view`, :func:`rewritten_model` and the counters
   :func:`trace_count` / :func:`call_count` (tests use them to prove reuse).
+
+:func:`run` and its kernels are here; the forward passes are in :mod:`.forward`, the model
+views (score views, rewritten models, fingerprints) in :mod:`.views`, the kernel cache and the
+counters in :mod:`.cache`.
 
 Performance by design: every kernel is a ``tf.function`` with a fixed input signature; the last
 chunk of a batch is padded to the chunk size, so a new batch never retraces; chunk sizes are
@@ -27,7 +31,6 @@ Dtypes: the model runs in its own dtype policy (mixed precision included); runni
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +39,14 @@ import numpy as np
 from . import chunking
 from . import payload as payload_module
 from .backend import active as active_backend
-from .cache import KERNELS_PER_MODEL, ModelCache, value_key
+from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_count, trace_count, traced, value_key
 from .chunking import check_batch_size
+from .forward import all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_channels_axis, check_inputs, layer_channel_axis
+from .views import clear_views, fingerprint, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
     import keras
-
-    from ..model.scores import ScoreView
 
 __all__ = [
     "check_inputs",
@@ -67,124 +70,11 @@ __all__ = [
     "fingerprint",
 ]
 
-_stats = {"traces": 0, "calls": 0}
-_kernels = ModelCache(KERNELS_PER_MODEL)
-_views = ModelCache(KERNELS_PER_MODEL)
-_rewritten = ModelCache(8)
-
-
-def trace_count() -> int:
-    """How many times the engine has traced (compiled) a kernel since the process started."""
-    return _stats["traces"]
-
-
-def call_count() -> int:
-    """How many compiled kernel calls the engine has made since the process started."""
-    return _stats["calls"]
-
-
-def kernel_count(model: keras.Model | None = None) -> int:
-    """Compiled kernels kept for ``model`` (or for every model): at most ``KERNELS_PER_MODEL`` each."""
-    return _kernels.count(model)
-
 
 def clear_cache() -> None:
     """Forget every compiled kernel, score view and rewritten model."""
-    _kernels.clear()
-    _views.clear()
-    _rewritten.clear()
-
-
-def _traced() -> None:
-    _stats["traces"] += 1  # runs only while tracing: the Python body is not re-run by calls
-
-
-# ------------------------------------------------------------------------------ model views
-def _rule_key(rule: Any) -> Any:
-    return value_key(rule)
-
-
-def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
-    """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
-
-    A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
-    compiled copy), so training or editing ``model`` later is always seen. State outside the
-    variables (a re-adapted ``Normalization``'s statistics) is part of the cache key
-    (:func:`fingerprint`): a change gives a new copy, made by ``copy_state``.
-    """
-    if rule is None:
-        return model
-    from ..model.inspect import weight_sync
-    from ..model.rewrite import rewrite
-
-    def build() -> tuple[keras.Model, Callable[[], None]]:
-        copy = rewrite(model, rule)
-        return copy, weight_sync(model, copy)
-
-    eagerly = active_backend().eagerly
-    copy, sync = eagerly(lambda: _rewritten.get(model, (_rule_key(rule), fingerprint(model)), build))
-    eagerly(sync)
-    return copy
-
-
-def score_view(
-    model: keras.Model, score: str = "logits", score_fn: Callable | None = None, rule: Any = None
-) -> ScoreView:
-    """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
-    from ..model.scores import ScoreView
-
-    eagerly = active_backend().eagerly
-    target_model = rewritten_model(model, rule)
-    key = (score, value_key(score_fn), _rule_key(rule), fingerprint(model))
-    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
-
-
-def fingerprint(model: keras.Model) -> tuple:
-    """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
-
-    Part of every cache key, so that editing a model between calls (the classic
-    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale; so is
-    state a compiled kernel would capture as a constant: tensors a layer derives from its
-    variables (``Normalization``'s mean and variance, recomputed by a second ``adapt``). A
-    change of either gives new kernels and new model copies (made by ``copy_state``, which
-    re-derives such state), instead of the values captured when the first ones were traced.
-    """
-    from ..model.inspect import derived_state
-
-    parts = []
-    stack = [model]
-    while stack:
-        layer = stack.pop()
-        activation = getattr(layer, "activation", None)
-        parts.append(
-            (
-                type(layer).__name__,
-                getattr(layer, "name", ""),
-                None if activation is None else _activation_key(activation),
-                derived_state(layer),
-            )
-        )
-        stack.extend(reversed(getattr(layer, "layers", ()) or ()))
-    return tuple(parts)
-
-
-def _activation_key(activation: Any) -> Any:
-    name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
-    if name and name != "<lambda>":
-        return (getattr(activation, "__module__", None), name)
-    return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
-
-
-def _views_of(model: keras.Model, score: str, score_fn: Callable | None, rules_used: list) -> Callable[..., ScoreView]:
-    """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
-    model_ref = weakref.ref(model)
-
-    def views(rule: Any = None) -> ScoreView:
-        if rule is not None and not any(_rule_key(rule) == _rule_key(r) for r in rules_used):
-            rules_used.append(rule)
-        return score_view(model_ref(), score, score_fn, rule)
-
-    return views
+    KERNELS.clear()
+    clear_views()
 
 
 # ------------------------------------------------------------------------------------ kernels
@@ -274,7 +164,7 @@ def run(
     def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
-        views = _views_of(model, score, score_fn, rules_used)
+        views = views_of(model, score, score_fn, rules_used)
         kernel = backend.build_kernel(
             compute,
             {k: v for k, v in options.items() if k not in array_names},
@@ -286,7 +176,7 @@ def run(
             [backend.array_spec(a) for a in arrays],
             backend.vectorise_classes(model),
             channel_axis,
-            _traced,
+            traced,
             reports,
             doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}",
             layer_axis=layer_axis,
@@ -296,7 +186,7 @@ def run(
         return kernel, rules_used, reports, kernel_target
 
     kernel_target: list = [target]
-    kernel, rules_used, reports, holder = _kernels.get(model, key, build)
+    kernel, rules_used, reports, holder = KERNELS.get(model, key, build)
     holder[0] = target  # a retrace (new input dtype promotion, ...) reads the current target
     for rule in rules_used:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
@@ -310,7 +200,7 @@ def run(
         index = chunking.pad(np.arange(start, stop, dtype=np.int32), n)
         chunk_keys = chunking.pad(keys[start:stop], n)
         for k0, k1, columns in chunking.class_groups(targets[start:stop], group):
-            _stats["calls"] += 1
+            count_call()
             chunk_payload = chunking.payload_slice(leaves, per_input, start, stop, n, k0, k1, group)
             out = kernel(
                 x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, chunk_payload, *arrays
@@ -406,113 +296,3 @@ def gradients(
     return run(
         _jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn, batch_size=batch_size
     )["attributions"]
-
-
-# ---------------------------------------------------------------------------------- forward
-def outputs(model: keras.Model, inputs: Any, *, score: str = "logits", batch_size: int = 32, strip: bool = True) -> Any:
-    """The model's raw outputs at ``inputs`` (the score view's values: the logits of a single
-    output with a final softmax/sigmoid under ``score="logits"``, unless ``strip=False``),
-    compiled and chunked: the model's output structure with float32 NumPy leaves ``[B, ...]``."""
-    from keras import tree
-
-    backend = active_backend()
-    batch_size = check_batch_size(batch_size)
-    inputs = np.asarray(inputs)
-    shape, dtype = inputs.shape[1:], inputs.dtype
-    n = chunking.bucket(len(inputs), batch_size)
-    key = ("outputs", score, strip, shape, dtype.name, n, fingerprint(model))
-    model_ref = weakref.ref(model)
-    kernel = _kernels.get(
-        model,
-        key,
-        lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score), n, shape, dtype, _traced, raw=True if strip else "unstripped"
-        ),
-    )
-    parts = []
-    for start in range(0, len(inputs), n):
-        stop = min(start + n, len(inputs))
-        _stats["calls"] += 1
-        parts.append(
-            tree.map_structure(
-                lambda t, rows=stop - start: backend.to_numpy(t)[:rows], kernel(chunking.pad(inputs[start:stop], n))
-            )
-        )
-    return tree.map_structure(lambda *leaves: np.concatenate(leaves, axis=0), *parts)
-
-
-def all_scores(
-    model: keras.Model,
-    inputs: Any,
-    *,
-    score: str = "logits",
-    score_fn: Callable | None = None,
-    rule: Any = None,
-    batch_size: int = 32,
-) -> np.ndarray:
-    """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
-    backend = active_backend()
-
-    batch_size = check_batch_size(batch_size)
-    inputs = np.asarray(inputs)
-    shape, dtype = inputs.shape[1:], inputs.dtype
-    n = chunking.bucket(len(inputs), batch_size)
-    key = ("values", score, value_key(score_fn), _rule_key(rule), shape, dtype.name, n, fingerprint(model))
-    model_ref = weakref.ref(model)
-    kernel = _kernels.get(
-        model,
-        key,
-        lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score, score_fn, rule),
-            n,
-            shape,
-            dtype,
-            _traced,
-            f"the forward pass of model {model.name!r}",
-        ),
-    )
-    if rule is not None:
-        rewritten_model(model, rule)
-    out = []
-    for start in range(0, len(inputs), n):
-        stop = min(start + n, len(inputs))
-        _stats["calls"] += 1
-        out.append(backend.to_numpy(kernel(chunking.pad(inputs[start:stop], n)))[: stop - start])
-    return np.concatenate(out, axis=0)
-
-
-def forward_scores(
-    model: keras.Model,
-    inputs: Any,
-    targets: Any,
-    *,
-    score: str = "logits",
-    batch_size: int = 32,
-    score_fn: Callable | None = None,
-) -> np.ndarray:
-    """Scores ``[B, K]`` (float32) of the classes ``targets`` (int ``[B, K]``) for ``inputs``.
-
-    Batched (``batch_size`` inputs per compiled call, the last chunk padded), compiled once per
-    (model, score, input shape, chunk size) and reused: meant for evaluating many perturbed
-    images (deletion/insertion curves). ``inputs`` are checked like ``explain``'s.
-    """
-    from ..model.scores import score_columns
-
-    inputs = check_inputs(model, inputs)
-    targets = np.asarray(targets)
-    if targets.ndim == 1:
-        targets = targets[:, None]
-    if targets.ndim != 2 or len(targets) != len(inputs) or not np.issubdtype(targets.dtype, np.integer):
-        raise ValueError(f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}.")
-    columns = score_columns(model, score_fn)
-    if columns is None:
-        raise ValueError(
-            "forward_scores needs a model whose output is [batch, classes], or a score_fn; "
-            "received a model whose output is not."
-        )
-    if targets.size and (targets.min() < 0 or targets.max() >= columns):
-        raise ValueError(
-            f"targets must lie in [0, {columns - 1}]; received values from {targets.min()} to {targets.max()}."
-        )
-    values = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
-    return np.take_along_axis(values, targets.astype(np.int64), axis=1)

@@ -3,7 +3,7 @@
 :class:`Backend` declares it; :func:`active` returns the backend in use (the TensorFlow one,
 :mod:`saliency_kit.engine.tf`, a module satisfying the protocol). The engine reaches the
 framework only through :func:`active`; the methods reach it only through the
-:class:`~saliency_kit.engine.tf.Context` the kernels hand them (and ``keras.ops``). A second
+:class:`~saliency_kit.engine.tf_context.Context` the kernels hand them (and ``keras.ops``). A second
 backend is a module with these names, returned by :func:`active`.
 """
 

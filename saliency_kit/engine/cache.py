@@ -1,4 +1,4 @@
-"""Bounded caches of compiled kernels, score views and rewritten models.
+"""Bounded caches of compiled kernels, score views and rewritten models, and the engine's counters.
 
 Every cache is held per model through a weak reference (a model that is no longer used is
 forgotten with everything compiled for it) and is an LRU of :data:`KERNELS_PER_MODEL` entries
@@ -9,6 +9,9 @@ Keys are values wherever the value is hashable: a rule by its class and settings
 its code, defaults and closure contents. No key is the ``id()`` of an object the cache does not
 keep alive (an ``id`` can be reused once its object is gone, which would hand back a stale
 kernel).
+
+:data:`KERNELS` holds every kernel the engine compiles; :func:`trace_count` and
+:func:`call_count` count its traces and compiled calls (tests use them to prove reuse).
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["ModelCache", "KERNELS_PER_MODEL", "value_key"]
+__all__ = [
+    "ModelCache",
+    "KERNELS_PER_MODEL",
+    "value_key",
+    "KERNELS",
+    "traced",
+    "count_call",
+    "trace_count",
+    "call_count",
+    "kernel_count",
+]
 
 #: The most compiled kernels kept per model (least recently used dropped first).
 KERNELS_PER_MODEL = 32
@@ -57,6 +70,10 @@ class ModelCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+#: Every kernel the engine compiles (:func:`saliency_kit.engine.run`, the forward passes), per model.
+KERNELS = ModelCache(KERNELS_PER_MODEL)
 
 
 def _hashable(value: Any) -> bool:
@@ -118,3 +135,32 @@ def _has_contents(cell: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ------------------------------------------------------------------ the engine's compiled kernels
+_stats = {"traces": 0, "calls": 0}
+
+
+def trace_count() -> int:
+    """How many times the engine has traced (compiled) a kernel since the process started."""
+    return _stats["traces"]
+
+
+def call_count() -> int:
+    """How many compiled kernel calls the engine has made since the process started."""
+    return _stats["calls"]
+
+
+def kernel_count(model: keras.Model | None = None) -> int:
+    """Compiled kernels kept for ``model`` (or for every model): at most ``KERNELS_PER_MODEL`` each."""
+    return KERNELS.count(model)
+
+
+def traced() -> None:
+    """Count a trace: kernels call it while being traced (a compiled call does not re-run it)."""
+    _stats["traces"] += 1
+
+
+def count_call() -> None:
+    """Count one compiled kernel call."""
+    _stats["calls"] += 1

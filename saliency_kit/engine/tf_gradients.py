@@ -2,7 +2,7 @@
 (or target objects with their payload) a block of rows is explained for (:class:`Selection`), and
 ``∂s_k/∂z`` through the plain gradient or a backward rule on every ReLU-family op.
 
-Used by :mod:`saliency_kit.engine.tf` (the context and the kernels).
+Used by :mod:`saliency_kit.engine.tf_context` (the context) and :mod:`saliency_kit.engine.tf` (the kernels).
 """
 
 from __future__ import annotations

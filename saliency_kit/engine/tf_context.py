@@ -1,0 +1,328 @@
+"""The TensorFlow backend's :class:`Context`: what a method's function sees inside a kernel.
+
+A method's function runs inside one compiled kernel per (model, method, options, shapes, chunk
+layout), built by :mod:`saliency_kit.engine.tf`; it sees a :class:`Context` whose primitives it
+combines into its formula:
+
+* ``ctx.gradients(points, rule=None)`` — ``∂s_k/∂z`` of the target scores at ``points``;
+* ``ctx.scores(points, rule=None)`` — the target scores, forward only;
+* ``ctx.values(points, rule=None)`` — the whole score vector, forward only;
+* ``ctx.gradients_per_target(points)`` — one point per input and target, each differentiated
+  for its own target only;
+* ``ctx.layer(path)`` — a layer's activations and the gradients of the scores with respect to
+  them;
+* ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
+  ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
+* ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
+  another method;
+* ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
+  not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
+* ``ctx.resize(maps, size)`` — linear resizing of maps ``[n, K, *s]`` with 1, 2 or 3 spatial axes
+  (sequences, images, volumes);
+* ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
+  by every input);
+* ``ctx.host(fn, args, dtype)`` — a host-side NumPy step inside the compiled function.
+
+Methods use these and ``keras.ops``, never TensorFlow itself.
+
+Models always run with ``training=False``: Dropout is inactive, BatchNorm uses (and never updates)
+its moving statistics, weights are never written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from .tf_gradients import Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
+
+__all__ = ["Context"]
+
+
+class Context:
+    """What a method's function sees: one chunk of inputs and targets, and the primitives.
+
+    Attributes:
+        inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
+        targets: int32 ``[n, K]`` the columns to explain (the classes of class targets; what a
+            target object resolved to otherwise).
+        selection: the :class:`Selection` of these rows (the columns, the target object and its
+            payload sliced to this chunk).
+        index: int32 ``[n]`` each input's position in the whole request.
+        keys: int64 ``[n]`` each input's noise key: the ``input_keys`` given to ``explain`` (a
+            hash of an image's path in ``saliency batch``), else its position.
+        seed: int64 scalar, the ``seed`` option (0 when the method has none).
+        budget: model rows per input and class the method may evaluate at once.
+        channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
+            (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
+        layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
+            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's,
+            unless the model
+            moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
+            runs channels-last layers).
+    """
+
+    def __init__(
+        self,
+        views: Any,
+        inputs: Any,
+        selection: Any,
+        index: tf.Tensor,
+        keys: tf.Tensor,
+        seed: tf.Tensor,
+        budget: int,
+        vectorise: bool,
+        channel_axis: int = -1,
+        top: bool = True,
+        reports: Any = None,
+        layer_axis: int | None = None,
+    ):
+        self._views = views  # views(rule) -> ScoreView
+        self._reports = [] if reports is None else reports  # what the op-level rules changed
+        self.inputs = inputs
+        self.selection = selection if isinstance(selection, Selection) else Selection(selection)
+        self.targets = self.selection.columns
+        self.index = index
+        self.keys = keys
+        self.seed = seed
+        self.budget = max(1, int(budget))
+        self.channel_axis = channel_axis
+        self.layer_channel_axis = channel_axis if layer_axis is None else layer_axis
+        self._vectorise = vectorise
+        self._top = top
+        self.memo: dict = {}
+
+    @property
+    def shape(self) -> tuple:
+        """The shape of one input."""
+        return tuple(self.inputs.shape[1:])
+
+    @property
+    def spatial_size(self) -> tuple:
+        """``(T,)``, ``(H, W)`` or ``(D, H, W)``: one input's axes but its channel axis."""
+        return tuple(self.shape[1:]) if self.channel_axis == 0 else tuple(self.shape[:-1])
+
+    @property
+    def num_targets(self) -> int:
+        return int(self.targets.shape[1])
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _rows(self, points: np.ndarray) -> tuple[tf.Tensor, Selection, tuple]:
+        """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, their selection (each
+        copy keeps its input's columns and payload), lead shape."""
+        rank = len(self.shape)
+        lead = tuple(points.shape[1 : len(points.shape) - rank])
+        copies = int(np.prod(lead)) if lead else 1
+        n = self.inputs.shape[0]
+        rows = tf.reshape(points, [n * copies, *self.shape])
+        return rows, self.selection.repeat(copies), lead
+
+    def gradients(self, points: tf.Tensor, rule: Any = None, with_scores: bool = False) -> Any:
+        """Gradients of the target scores at ``points``.
+
+        ``points`` ``[n, *lead, *input]`` (``lead`` any extra copy axes, e.g. path points)
+        -> ``[n, *lead, K, *input]``. ``rule``: ``"guided"``, ``"deconv"`` or a
+        ``ModifiedBackprop`` applies to every ReLU-family activation the model runs (the
+        op-level override, no model copy); an LRP composite or DeepLIFT rewrite goes through
+        ``sk.rewrite``.
+        ``with_scores=True`` returns ``(scores [n, *lead, K] float32, gradients)``: the scores
+        at the points come free with their gradients.
+        """
+        rows, selection, lead = self._rows(points)
+        if rule is not None and is_relu_rule(rule):
+            scores, grads = gradient_by_rule(self._views(None), rows, selection, rule, self._reports)
+        else:
+            scores, grads = gradient_at(self._views(rule), rows, selection, vectorise=self._vectorise)
+        if self._top and points is self.inputs:
+            self.memo.setdefault("scores", scores)  # the clean scores come free
+        n, K = self.inputs.shape[0], self.num_targets
+        grads = tf.reshape(grads, [n, *lead, K, *self.shape])
+        if with_scores:
+            return tf.reshape(scores, [n, *lead, K]), grads
+        return grads
+
+    def scores(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
+        """Target scores (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``."""
+        if self._top and points is self.inputs and "scores" in self.memo:
+            return self.memo["scores"]
+        rows, selection, lead = self._rows(points)
+        scores = tf.cast(selection.scores(self._views(rule), rows)[0], tf.float32)
+        if self._top and points is self.inputs:
+            self.memo["scores"] = scores
+        return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
+
+    def probabilities(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
+        """Target probabilities (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``,
+        forward only: for class targets the softmax over every class taken at the target's class
+        (Score-CAM's weights); for target objects their ``probabilities`` (see each kind)."""
+        rows, selection, lead = self._rows(points)
+        probabilities = tf.cast(selection.probabilities(self._views(rule), rows), tf.float32)
+        return tf.reshape(probabilities, [self.inputs.shape[0], *lead, self.num_targets])
+
+    def values(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
+        """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
+        forward only; class targets only (a target object's outputs need not be a vector)."""
+        if self.selection.target is not None:
+            raise ValueError(
+                "ctx.values gives the score vector of class targets; with a target object use "
+                f"ctx.scores or ctx.probabilities; received {self.selection.target!r}."
+            )
+        rows, _, lead = self._rows(points)
+        values = tf.cast(self._views(rule)(rows), tf.float32)
+        return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
+
+    def gradients_per_target(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
+        """``points [n, K, *input]``, one point per input and target -> ``[n, K, *input]``: row
+        ``(b, k)`` is ``∂s_k/∂z`` at ``z = points[b, k]`` only (paths that differ per class,
+        Guided IG), one backward pass per row."""
+        n, K = self.inputs.shape[0], self.num_targets
+        rows = tf.reshape(points, [n * K, *self.shape])
+        _, grads = gradient_at(self._views(rule), rows, self.selection.per_column(), vectorise=self._vectorise)
+        return tf.reshape(grads, [n, K, *self.shape])
+
+    def layer(self, path: str, rule: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""
+        with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
+            tape.watch(self.inputs)  # records the forward pass, so the activations can be sources
+            scores, activations = self.selection.scores(self._views(rule), self.inputs, tap=path)
+            if scores.dtype != activations.dtype:
+                scores = tf.cast(scores, activations.dtype)
+        if self._top:
+            self.memo.setdefault("scores", tf.cast(scores, tf.float32))
+        return activations, differentiate(tape, scores, activations, self._vectorise)
+
+    # -- running sums ------------------------------------------------------------------------
+    def sum(self, count: int, fn: Callable) -> Any:
+        """``Σ_i fn(i)`` over ``i < count``, in blocks of ``m`` items that fit the chunk.
+
+        ``fn(i)`` gets int32 indices ``[m]`` (padding repeats the last index) and returns a
+        tensor, or a tuple of tensors, each ``[n, m, ...]``; the result is ``[n, ...]`` each.
+        Blocks run one after another in a while loop, adding into running sums (kept in float32
+        for 16-bit values), so memory does not grow with ``count``.
+        """
+        count = int(count)
+        m = min(count, self.budget)
+        blocks = math.ceil(count / m)
+        saved = self.budget
+        structure = []
+
+        def block_sums(b: int) -> list:
+            ids = b * m + tf.range(m)
+            valid = ids < count
+            self.budget = max(1, saved // m)  # what nested sums may use per item
+            try:
+                parts = fn(tf.minimum(ids, count - 1))
+            finally:
+                self.budget = saved
+            structure.append(parts)
+            sums = []
+            for part in tf.nest.flatten(parts):
+                dtype = accumulator_dtype(part.dtype)
+                mask = tf.reshape(tf.cast(valid, dtype), [1, m] + [1] * (len(part.shape) - 2))
+                sums.append(tf.reduce_sum(tf.cast(part, dtype) * mask, axis=1))
+            return sums
+
+        # the first block is traced outside the loop: it fixes the shapes of the running sums
+        totals = block_sums(0)
+        if blocks > 1:
+
+            def body(b: tf.Tensor, totals: Any) -> tuple[tf.Tensor, list]:
+                return b + 1, [t + s for t, s in zip(totals, block_sums(b))]
+
+            totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
+        return tf.nest.pack_sequence_as(structure[0], totals)
+
+    def at(self, points: tf.Tensor) -> Context:
+        """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
+        copy keeping its input's targets (their payload included), index and key; results of a method there are
+        ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
+        rows, selection, lead = self._rows(points)
+        copies = int(np.prod(lead)) if lead else 1
+        index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
+        keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
+        return Context(
+            self._views,
+            rows,
+            selection,
+            index,
+            keys,
+            self.seed,
+            max(1, self.budget // copies),
+            self._vectorise,
+            self.channel_axis,
+            top=False,
+            reports=self._reports,
+            layer_axis=self.layer_channel_axis,
+        )
+
+    # -- helpers ------------------------------------------------------------------------------
+    def normal(self, ids: Any, count: int) -> tf.Tensor:
+        """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input.
+
+        Copy ``s`` of input ``b`` draws from a stateless generator keyed by
+        ``(seed, keys[b] · count + s)``: the same numbers whatever the chunking, and wherever
+        the input sits when its key is its own (``explain(..., input_keys=)``).
+        """
+        n, m = self.inputs.shape[0], ids.shape[0]
+        counters = self.keys[:, None] * count + tf.cast(ids, tf.int64)[None]
+        seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
+        dtype = self.inputs.dtype
+        eps = tf.map_fn(
+            lambda s: tf.random.stateless_normal(self.shape, seed=s, dtype=dtype),
+            tf.reshape(seeds, [-1, 2]),
+            fn_output_signature=tf.TensorSpec(self.shape, dtype),
+        )
+        return tf.reshape(eps, [n, m, *self.shape])
+
+    def resize(self, maps: tf.Tensor, size: Sequence[int]) -> tf.Tensor:
+        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
+        axis in turn, half-pixel centres, edges held (``tf.image.resize(method="bilinear")`` one
+        axis at a time; ``scipy.ndimage.zoom(order=1, grid_mode=True, mode="nearest")``)."""
+        spatial, size = tuple(maps.shape[2:]), tuple(int(d) for d in size)
+        if spatial == size:
+            return maps
+        n, k = maps.shape[:2]
+        flat = tf.cast(tf.reshape(maps, [n * k, *spatial]), tf.float32)
+        if len(size) == 1:  # [m, t] as images t × 1
+            flat = tf.image.resize(flat[:, :, None, None], (size[0], 1), method="bilinear")
+        elif len(size) == 2:
+            flat = tf.image.resize(flat[..., None], size, method="bilinear")
+        else:  # each depth slice, then depth (an axis resized to its own length is unchanged)
+            planes = tf.image.resize(tf.reshape(flat, [-1, *spatial[1:], 1]), size[1:], method="bilinear")
+            columns = tf.reshape(planes, [n * k, spatial[0], size[1] * size[2], 1])
+            flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
+        return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
+
+    def uniform(
+        self, ids: Any, count: int, shape: tuple = (), dtype: str = "float32", shared: bool = False
+    ) -> tf.Tensor:
+        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
+        like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
+        noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
+        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
+        shape = tuple(int(d) for d in shape)
+        dtype = tf.as_dtype(dtype)
+        ids = tf.cast(ids, tf.int64)
+        if shared:
+            counters = ids  # [m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), -1 - self.seed), counters], axis=-1)
+        else:
+            counters = -1 - (self.keys[:, None] * count + ids[None])  # [n, m]
+            seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
+        draws = tf.map_fn(
+            lambda s: tf.random.stateless_uniform(shape, seed=s, dtype=dtype),
+            tf.reshape(seeds, [-1, 2]),
+            fn_output_signature=tf.TensorSpec(shape, dtype),
+        )
+        return tf.reshape(draws, [*counters.shape, *shape])
+
+    def host(self, fn: Callable, args: Any, dtype: Any, shape: tuple | None = None) -> tf.Tensor:
+        """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
+        ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
+        the one array returned (of ``dtype``) is reshaped to ``shape`` when given."""
+        out = tf.numpy_function(fn, list(args), tf.as_dtype(dtype), stateful=False)
+        return out if shape is None else tf.reshape(out, shape)

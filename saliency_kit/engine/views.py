@@ -1,0 +1,120 @@
+"""The engine's model views: the cached score view of a model and the rewritten copies rules ask for.
+
+:func:`score_view` gives the ``ScoreView`` kernels evaluate, :func:`rewritten_model` the cached
+``sk.rewrite(model, rule)`` (weights refreshed from the model on every call), :func:`fingerprint`
+the part of every cache key that sees a model edited between calls, and :func:`views_of` the
+``views(rule)`` a kernel is built with. Both caches are bounded and hold their models weakly
+(:mod:`.cache`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .backend import active as active_backend
+from .cache import KERNELS_PER_MODEL, ModelCache, value_key
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..model.scores import ScoreView
+
+__all__ = ["rule_key", "rewritten_model", "score_view", "fingerprint", "views_of", "clear_views"]
+
+_views = ModelCache(KERNELS_PER_MODEL)
+_rewritten = ModelCache(8)
+
+
+def clear_views() -> None:
+    """Forget every score view and rewritten model."""
+    _views.clear()
+    _rewritten.clear()
+
+
+def rule_key(rule: Any) -> Any:
+    return value_key(rule)
+
+
+def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
+    """``sk.rewrite(model, rule)``, cached per (model, rule value) while ``model`` lives.
+
+    A rewrite holds a copy of the weights; they are refreshed from ``model`` on every call (one
+    compiled copy), so training or editing ``model`` later is always seen. State outside the
+    variables (a re-adapted ``Normalization``'s statistics) is part of the cache key
+    (:func:`fingerprint`): a change gives a new copy, made by ``copy_state``.
+    """
+    if rule is None:
+        return model
+    from ..model.inspect import weight_sync
+    from ..model.rewrite import rewrite
+
+    def build() -> tuple[keras.Model, Callable[[], None]]:
+        copy = rewrite(model, rule)
+        return copy, weight_sync(model, copy)
+
+    eagerly = active_backend().eagerly
+    copy, sync = eagerly(lambda: _rewritten.get(model, (rule_key(rule), fingerprint(model)), build))
+    eagerly(sync)
+    return copy
+
+
+def score_view(
+    model: keras.Model, score: str = "logits", score_fn: Callable | None = None, rule: Any = None
+) -> ScoreView:
+    """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
+    from ..model.scores import ScoreView
+
+    eagerly = active_backend().eagerly
+    target_model = rewritten_model(model, rule)
+    key = (score, value_key(score_fn), rule_key(rule), fingerprint(model))
+    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
+
+
+def fingerprint(model: keras.Model) -> tuple:
+    """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
+
+    Part of every cache key, so that editing a model between calls (the classic
+    ``model.layers[-1].activation = keras.activations.linear``) is seen, not served stale; so is
+    state a compiled kernel would capture as a constant: tensors a layer derives from its
+    variables (``Normalization``'s mean and variance, recomputed by a second ``adapt``). A
+    change of either gives new kernels and new model copies (made by ``copy_state``, which
+    re-derives such state), instead of the values captured when the first ones were traced.
+    """
+    from ..model.inspect import derived_state
+
+    parts = []
+    stack = [model]
+    while stack:
+        layer = stack.pop()
+        activation = getattr(layer, "activation", None)
+        parts.append(
+            (
+                type(layer).__name__,
+                getattr(layer, "name", ""),
+                None if activation is None else _activation_key(activation),
+                derived_state(layer),
+            )
+        )
+        stack.extend(reversed(getattr(layer, "layers", ()) or ()))
+    return tuple(parts)
+
+
+def _activation_key(activation: Any) -> Any:
+    name = getattr(activation, "__qualname__", None) or getattr(activation, "__name__", None)
+    if name and name != "<lambda>":
+        return (getattr(activation, "__module__", None), name)
+    return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
+
+
+def views_of(model: keras.Model, score: str, score_fn: Callable | None, rules_used: list) -> Callable[..., ScoreView]:
+    """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
+    model_ref = weakref.ref(model)
+
+    def views(rule: Any = None) -> ScoreView:
+        if rule is not None and not any(rule_key(rule) == rule_key(r) for r in rules_used):
+            rules_used.append(rule)
+        return score_view(model_ref(), score, score_fn, rule)
+
+    return views
