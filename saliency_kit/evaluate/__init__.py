@@ -3,16 +3,18 @@
 Families (definitions and defaults as Quantus 0.6.0; where Quantus departs from its paper the
 docstring says which one is followed):
 
-- faithfulness (:mod:`.faithfulness`): ``faithfulness_correlation``, ``infidelity``, ``road``,
-  ``monotonicity_correlation``, ``region_perturbation``, ``pixel_flipping``, ``deletion_insertion``;
+- faithfulness (:mod:`.faithfulness`, :mod:`.perturbation` and :mod:`.deletion`):
+  ``faithfulness_correlation``, ``infidelity``, ``road``, ``monotonicity_correlation``,
+  ``region_perturbation``, ``pixel_flipping``, ``deletion_insertion``;
 - robustness (:mod:`.robustness`): ``max_sensitivity``, ``avg_sensitivity``,
   ``relative_input_stability``;
 - localisation (:mod:`.localisation`, object masks ``[B, H, W]``): ``pointing_game``,
   ``relevance_mass_accuracy``, ``relevance_rank_accuracy``, ``top_k_intersection``,
   ``attribution_localisation``, ``auc``;
 - complexity (:mod:`.complexity`): ``sparseness``, ``complexity``, ``effective_complexity``;
-- randomisation (:mod:`.randomisation`): ``randomization_test`` (modes ``"cascading"``,
-  ``"independent"``, ``"mprt"``, ``"smooth_mprt"``, ``"efficient_mprt"``), ``random_logit``;
+- randomisation (:mod:`.randomisation`, the model copies in :mod:`.reinitialise`):
+  ``randomization_test`` (modes ``"cascading"``, ``"independent"``, ``"mprt"``, ``"smooth_mprt"``,
+  ``"efficient_mprt"``), ``random_logit``;
 - axiomatic (:mod:`.axiomatic`): ``completeness``, ``non_sensitivity``, ``input_invariance``;
 - :func:`compare`: every method × metric, with a seeded ``"random"`` method always in the table.
 
@@ -34,14 +36,7 @@ from .axiomatic import completeness, input_invariance, non_sensitivity
 from .compare import METRICS, compare
 from .complexity import complexity, effective_complexity, sparseness
 from .deletion import deletion_insertion
-from .faithfulness import (
-    faithfulness_correlation,
-    infidelity,
-    monotonicity_correlation,
-    pixel_flipping,
-    region_perturbation,
-    road,
-)
+from .faithfulness import faithfulness_correlation, infidelity, monotonicity_correlation
 from .localisation import (
     attribution_localisation,
     auc,
@@ -50,16 +45,9 @@ from .localisation import (
     relevance_rank_accuracy,
     top_k_intersection,
 )
-from .randomisation import (
-    clone_with_weights,
-    compare_maps,
-    comparison_maps,
-    iter_randomization,
-    random_logit,
-    randomization_test,
-    reinitialize,
-    weighted_layers,
-)
+from .perturbation import pixel_flipping, region_perturbation, road
+from .randomisation import compare_maps, comparison_maps, iter_randomization, random_logit, randomization_test
+from .reinitialise import clone_with_weights, reinitialize, weighted_layers
 from .robustness import avg_sensitivity, max_sensitivity, relative_input_stability
 
 __all__ = [

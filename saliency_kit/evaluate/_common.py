@@ -1,4 +1,4 @@
-"""What every metric shares: the explanation to score, its targets, seeded draws, batched scoring.
+"""What every metric shares: the explanation to score, its targets, its two views, the baselines.
 
 A metric is called as ``NAME(model, inputs, explanation_or_method, targets, *, seed, batch_size,
 **options)``. :func:`prepare` turns those arguments into a :class:`Scored`:
@@ -17,19 +17,19 @@ Two views of an attribution are used, as the metric's definition needs:
   the elements.
 
 Every random draw comes from a generator keyed by ``(seed, metric, input position)``
-(:func:`rng`), and every model evaluation goes through the engine's compiled batched forward
-(:func:`saliency_kit.engine.forward_scores`), so results do not depend on ``batch_size`` nor on how
-the inputs are grouped.
+(:mod:`.draws`), and every model evaluation goes through the engine's compiled batched forward
+(:mod:`.scoring`), so results do not depend on ``batch_size`` nor on how the inputs are grouped.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .draws import random_attributions
 
 if TYPE_CHECKING:
     import keras
@@ -38,23 +38,15 @@ __all__ = [
     "RANDOM",
     "Scored",
     "prepare",
-    "rng",
     "normalise_by_max",
     "baseline_values",
-    "forward",
-    "input_groups",
-    "random_attributions",
-    "perturbed_keys",
     "to_pixels",
     "check_int",
     "check_float",
-    "Job",
-    "score_jobs",
     "spatial_shape",
     "spatial_to_elements",
     "preprocess",
     "is_random_baseline",
-    "predicted_classes",
     "seed_noise",
     "maps_only",
     "pixel_maps",
@@ -63,9 +55,6 @@ __all__ = [
 
 #: The name of the seeded random explanation (the meta-check method of :func:`compare`).
 RANDOM = "random"
-
-#: The perturbed copies of several inputs are built and scored together up to about this many bytes.
-MAX_BATCH_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -146,36 +135,6 @@ def check_float(name: str, value: Any, *, positive: bool = False) -> float:
     return float(value)
 
 
-def rng(seed: int, salt: str, index: int) -> np.random.Generator:
-    """The generator of one input's draws: keyed by ``(seed, metric name, input position)``."""
-    return np.random.default_rng([int(seed) % 2**32, zlib.crc32(salt.encode()), int(index)])
-
-
-def perturbed_keys(seed: int, count: int, samples: int) -> np.ndarray:
-    """One noise key in ``[0, 2**31)`` per perturbed copy ``(input b, sample s)``, row ``b·samples + s``
-    (independent of batching, distinct from the clean inputs' default keys ``0..B-1``)."""
-    states = [
-        np.random.SeedSequence([int(seed) % 2**32, b, s]).generate_state(1)[0]
-        for b in range(count)
-        for s in range(samples)
-    ]
-    return (np.asarray(states, dtype=np.int64) % 2**31).astype(np.int64)
-
-
-def random_attributions(shape: tuple, targets: np.ndarray, keys: np.ndarray, seed: int) -> np.ndarray:
-    """The seeded random explanation: uniform ``[0, 1)`` per element, ``[N, K, *shape[1:]]``, one
-    generator per (input key, target), so an input gets the same map for a target wherever it is in a
-    batch, and independent maps for different targets."""
-    return np.stack(
-        [
-            np.stack(
-                [np.random.default_rng([int(seed) % 2**32, 0x5EED, int(key), int(t)]).random(shape[1:]) for t in row]
-            )
-            for key, row in zip(keys, np.asarray(targets))
-        ]
-    )
-
-
 def normalise_by_max(a: np.ndarray) -> np.ndarray:
     """Each map ``a[b, k]`` divided by its own largest magnitude (an all-zero map stays zero).
 
@@ -228,61 +187,6 @@ def baseline_values(
 
 def is_random_baseline(baseline: Any) -> bool:
     return isinstance(baseline, str) and baseline.lower() == "uniform"
-
-
-def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.ndarray:
-    """Scores ``[N, K]`` of ``rows`` (perturbed inputs) for ``row_targets`` int ``[N, K]``, through the
-    engine's compiled batched forward pass (the softmax of the whole score vector when
-    ``scored.softmax``)."""
-    from ..engine import all_scores, forward_scores
-
-    count = len(rows)
-    rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
-    if not scored.softmax:
-        row_targets = _at_least_one_chunk(np.asarray(row_targets), scored.batch_size)
-        return np.asarray(
-            forward_scores(
-                scored.model,
-                rows,
-                row_targets,
-                score=scored.score,
-                batch_size=scored.batch_size,
-                score_fn=scored.score_fn,
-            ),
-            dtype=np.float64,
-        )[:count]
-    values = np.asarray(
-        all_scores(scored.model, rows, score=scored.score, batch_size=scored.batch_size), dtype=np.float64
-    )[:count]
-    values = np.exp(values - values.max(axis=-1, keepdims=True))
-    values /= values.sum(axis=-1, keepdims=True)
-    return np.take_along_axis(values, np.asarray(row_targets, dtype=np.int64), axis=1)
-
-
-def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
-    """The arg-max class of the model's output for ``rows`` (one batched forward pass)."""
-    from ..engine import all_scores
-
-    rows_in_chunks = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
-    return np.argmax(
-        all_scores(scored.model, rows_in_chunks, score=scored.score, batch_size=scored.batch_size), axis=-1
-    )[: len(rows)]
-
-
-def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
-    """``rows`` padded (with copies of the last) to ``batch_size`` when fewer: then every forward pass
-    of a metric runs through the one compiled kernel of ``batch_size`` rows (a few inputs would
-    otherwise compile a kernel of their own, which on a large network costs more than the padding)."""
-    short = batch_size - len(rows)
-    return np.concatenate([rows, np.repeat(rows[-1:], short, axis=0)]) if short > 0 and len(rows) else rows
-
-
-def input_groups(count: int, rows_per_input: int, row_bytes: int, max_bytes: int = MAX_BATCH_BYTES) -> Iterator[range]:
-    """Consecutive ranges of input positions whose perturbed rows fit in ``max_bytes``."""
-    per_input = max(1, rows_per_input * row_bytes)
-    size = max(1, int(max_bytes // per_input))
-    for start in range(0, count, size):
-        yield range(start, min(start + size, count))
 
 
 def to_pixels(elements: np.ndarray, channel_axis: int | None) -> np.ndarray:
@@ -497,55 +401,6 @@ def pixel_maps(
     return prepare(
         model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, method_options=method_options
     ).pixels
-
-
-@dataclass
-class Job:
-    """``rows`` perturbed inputs of one input, made piece by piece by ``make(start, stop)`` (any draws
-    are made before, so the pieces do not change the result), scored for the classes ``targets``
-    (int ``[K']``)."""
-
-    rows: int
-    make: Callable[[int, int], np.ndarray]
-    targets: np.ndarray
-
-
-def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES) -> list[np.ndarray]:
-    """The scores ``[rows, K']`` of every job, computed by streaming their rows through the engine's
-    batched forward pass in pieces of about ``max_bytes`` (a whole number of ``batch_size`` chunks,
-    so only the very last call is padded)."""
-    row_bytes = max(1, scored.x[0].size * scored.x.dtype.itemsize)
-    step = max(scored.batch_size, (max_bytes // row_bytes) // scored.batch_size * scored.batch_size)
-    results: list[list[np.ndarray]] = [[] for _ in jobs]
-    pending: list[tuple[int, np.ndarray, np.ndarray]] = []
-    pending_rows = 0
-
-    def flush() -> None:
-        nonlocal pending, pending_rows
-        if not pending:
-            return
-        width = max(len(t) for _, _, t in pending)
-        rows = np.concatenate([r for _, r, _ in pending])
-        targets = np.concatenate([np.tile(np.pad(t, (0, width - len(t))), (len(r), 1)) for _, r, t in pending])
-        values = forward(scored, rows.reshape(-1, *scored.x.shape[1:]), targets)
-        start = 0
-        for index, r, t in pending:
-            results[index].append(values[start : start + len(r), : len(t)])
-            start += len(r)
-        pending, pending_rows = [], 0
-
-    for index, job in enumerate(jobs):
-        targets = np.asarray(job.targets, dtype=np.int64)
-        start = 0
-        while start < job.rows:
-            stop = min(job.rows, start + step - pending_rows)
-            pending.append((index, job.make(start, stop), targets))
-            pending_rows += stop - start
-            start = stop
-            if pending_rows >= step:
-                flush()
-    flush()
-    return [np.concatenate(parts) if parts else np.zeros((0, len(job.targets))) for parts, job in zip(results, jobs)]
 
 
 def image_channel_axis(scored: Scored) -> int:

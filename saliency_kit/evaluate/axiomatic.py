@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import Job, Scored, baseline_values, check_float, check_int, forward, prepare, preprocess, rng, score_jobs
+from ._common import Scored, baseline_values, check_float, check_int, prepare, preprocess
+from .draws import rng
+from .scoring import Job, forward, score_jobs
 
 if TYPE_CHECKING:
     import keras

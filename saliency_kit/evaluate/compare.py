@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import axiomatic, complexity, deletion, faithfulness, localisation, randomisation, robustness
-from ._common import RANDOM, random_attributions, seed_noise, to_pixels
+from . import axiomatic, complexity, deletion, faithfulness, localisation, perturbation, randomisation, robustness
+from ._common import RANDOM, seed_noise, to_pixels
+from .draws import random_attributions
 
 if TYPE_CHECKING:
     import keras
@@ -148,10 +149,10 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("faithfulness_correlation", _scored(faithfulness.faithfulness_correlation), True, family="faithfulness"),
         Metric("infidelity", _scored(faithfulness.infidelity), False, family="faithfulness"),
-        Metric("road", _scored(faithfulness.road), False, family="faithfulness"),
+        Metric("road", _scored(perturbation.road), False, family="faithfulness"),
         Metric("monotonicity_correlation", _scored(faithfulness.monotonicity_correlation), True, family="faithfulness"),
-        Metric("region_perturbation", _scored(faithfulness.region_perturbation), True, family="faithfulness"),
-        Metric("pixel_flipping", _scored(faithfulness.pixel_flipping), False, family="faithfulness"),
+        Metric("region_perturbation", _scored(perturbation.region_perturbation), True, family="faithfulness"),
+        Metric("pixel_flipping", _scored(perturbation.pixel_flipping), False, family="faithfulness"),
         Metric("deletion", _deletion, False, family="faithfulness"),
         Metric("insertion", _insertion, True, family="faithfulness"),
         Metric("max_sensitivity", _scored(robustness.max_sensitivity), False, family="robustness"),

@@ -7,9 +7,10 @@
 - :func:`random_logit` — Sixt et al. (2020): the map of the target compared with the map of a
   random other class; a class-sensitive method gives dissimilar maps (low SSIM).
 
-The similarity arithmetic lives in :mod:`saliency_kit.evaluate.similarity`. Weights are
-re-initialised with each layer's own initialisers on a copy of the model (Quantus permutes the
-trained weights instead); the user's model is never changed.
+The similarity arithmetic lives in :mod:`saliency_kit.evaluate.similarity`, the copies of the model
+with re-initialised weights in :mod:`saliency_kit.evaluate.reinitialise`: weights are re-initialised
+with each layer's own initialisers on a copy of the model (Quantus permutes the trained weights
+instead); the user's model is never changed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import similarity as metrics
-from ._common import check_float, check_int, perturbed_keys, prepare, preprocess, rng, seed_noise
+from ._common import check_float, check_int, prepare, preprocess, seed_noise
+from .draws import perturbed_keys, rng
+from .reinitialise import randomized_copies
 
 if TYPE_CHECKING:
     import keras
@@ -35,9 +38,6 @@ __all__ = [
     "comparison_maps",
     "random_logit",
     "discrete_entropy",
-    "clone_with_weights",
-    "weighted_layers",
-    "reinitialize",
     "ssim_flat",
 ]
 
@@ -150,39 +150,13 @@ def iter_randomization(
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES + _QUANTUS_MODES))}; received {mode!r}.")
     seed_noise(method, method_options, seed)
     inputs = np.asarray(inputs)
-    steps = _randomized_copies(model, mode, layers, seed, "top_down")
+    steps = randomized_copies(model, mode, layers, seed, "top_down")
     _, clone, _ = next(steps)
     original = explain(clone, inputs, method, targets, **method_options)
     fixed_targets = targets if callable(targets) else np.asarray(original.targets)
     yield None, original, []
     for path, clone, randomized in steps:
         yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
-
-
-def _randomized_copies(
-    model: keras.Model, mode: str, layers: Any, seed: int, order: str
-) -> Iterator[tuple[str | None, keras.Model, list[str]]]:
-    """Yields ``(path, copy, randomized_paths)``: first ``(None, copy, [])`` with the trained weights,
-    then the same copy after each step (``order``: ``"top_down"`` from the output, ``"bottom_up"``)."""
-    clone = clone_with_weights(model)
-    all_layers = weighted_layers(clone)
-    if not all_layers:
-        raise ValueError(
-            f"model {model.name!r} has no layer with weights: there is nothing to randomise; "
-            f"received a model without weights."
-        )
-    index = {path: i for i, (path, _) in enumerate(all_layers)}
-    chosen = _select_layers(all_layers, layers)
-    yield None, clone, []
-    randomized: list[str] = []
-    for path, layer in reversed(chosen) if order == "top_down" else chosen:
-        saved = [w.numpy() for w in layer.weights] if mode == "independent" else None
-        reinitialize(layer, seed=seed, salt=index[path])
-        randomized = [*randomized, path] if mode != "independent" else [path]
-        yield path, clone, randomized
-        if saved is not None:
-            for w, value in zip(layer.weights, saved):
-                w.assign(value)
 
 
 def compare_maps(original: Any, randomized: Any) -> dict:
@@ -217,97 +191,6 @@ def comparison_maps(expl: Any) -> tuple[np.ndarray, np.ndarray]:
         channels = 2 if attributions.shape[3:] == maps_hw and attributions.shape[2:4] != maps_hw else -1
         return attributions.sum(axis=channels), np.abs(attributions).sum(axis=channels)
     return attributions, np.abs(attributions)
-
-
-def clone_with_weights(model: keras.Model) -> keras.Model:
-    """A checked deep copy of ``model`` (nested models cloned too) holding the same state
-    (:func:`saliency_kit.model.copy.copy_model`)."""
-    from ..model.copy import copy_model
-
-    try:
-        return copy_model(model, what="randomisation copy")
-    except ValueError as error:
-        raise ValueError(f"randomization_test needs a copy of the model to re-initialise: {error}") from error
-
-
-def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
-    """``(path, layer)`` of every layer that has weights, in the model's order, nested models expanded.
-
-    Paths of layers in nested models are ``"outer/inner"``.
-    """
-    from ..model.layers import weighted_layers as walk_weighted
-
-    return walk_weighted(model)
-
-
-def _select_layers(all_layers: Any, layers: Any) -> list[tuple[str, Any]]:
-    if layers is None:
-        return list(all_layers)
-    if isinstance(layers, str):
-        layers = [layers]
-    chosen = set()
-    for name in layers:
-        hits = [p for p, _ in all_layers if p == name or p.startswith(f"{name}/") or p.split("/")[-1] == name]
-        if not hits:
-            raise ValueError(
-                f"layer {name!r} is not a weighted layer of the model; weighted layers are: "
-                + ", ".join(p for p, _ in all_layers)
-                + f"; received {name!r}."
-            )
-        chosen.update(hits)
-    return [(p, layer) for p, layer in all_layers if p in chosen]
-
-
-# variable name -> initializer attributes that may hold its initializer (besides "<name>_initializer")
-_INITIALIZER_ATTRS = {
-    "kernel": ("kernel_initializer", "depthwise_initializer"),
-    "depthwise_kernel": ("depthwise_initializer",),
-    "pointwise_kernel": ("pointwise_initializer",),
-    "recurrent_kernel": ("recurrent_initializer",),
-}
-
-
-def reinitialize(layer: Any, *, seed: int = 0, salt: int = 0) -> None:
-    """Re-draw every weight of ``layer`` from its own initializer, reseeded from ``(seed, salt)``.
-
-    The initializer of a variable named ``v`` is the ``v_initializer`` attribute of the (sub)layer
-    that owns it (``kernel_initializer``, ``bias_initializer``, ``gamma_initializer``,
-    ``moving_variance_initializer``, ...; depthwise and recurrent kernels included). A variable with
-    no initializer to be found gets Glorot-uniform (2-D and up) or zeros.
-    """
-    import keras
-
-    from ..model import keras_private
-
-    owners = [layer, *keras_private.all_sublayers(layer)]
-    for i, variable in enumerate(layer.weights):
-        init = _initializer_for(owners, variable)
-        var_seed = int(np.random.SeedSequence([seed, salt, i]).generate_state(1)[0] % (2**31 - 1))
-        if init is None:
-            init = keras.initializers.GlorotUniform() if len(variable.shape) >= 2 else keras.initializers.Zeros()
-        variable.assign(_reseeded(init, var_seed)(shape=tuple(variable.shape), dtype=variable.dtype))
-
-
-def _initializer_for(owners: Any, variable: Any) -> Any:
-    name = variable.name.split("/")[-1].split(":")[0]
-    attrs = (*_INITIALIZER_ATTRS.get(name, ()), f"{name}_initializer")
-    holders = [o for o in owners if any(w is variable for w in o.weights)]
-    for owner in reversed(holders):  # the deepest owner first
-        for attr in attrs:
-            init = getattr(owner, attr, None)
-            if init is not None:
-                return init
-    return None
-
-
-def _reseeded(init: Any, seed: int) -> Any:
-    import keras
-
-    if isinstance(init, keras.initializers.Initializer):
-        config = init.get_config()
-        if "seed" in config:
-            return type(init).from_config({**config, "seed": seed})
-    return init
 
 
 def _quantus_mode(
@@ -358,7 +241,7 @@ def _quantus_mode(
         values = np.asarray(expl.attributions, np.float64)
         return values.reshape(len(x), nr_samples, *values.shape[1:]).mean(axis=1), fixed_targets
 
-    steps = _randomized_copies(model, "cascading", layers, seed, "top_down" if mode == "mprt" else "bottom_up")
+    steps = randomized_copies(model, "cascading", layers, seed, "top_down" if mode == "mprt" else "bottom_up")
     _, clone, _ = next(steps)
     if smooth:
         from ..api import resolve_targets

@@ -23,17 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import (
-    Scored,
-    check_float,
-    check_int,
-    input_groups,
-    perturbed_keys,
-    predicted_classes,
-    prepare,
-    preprocess,
-    rng,
-)
+from ._common import Scored, check_float, check_int, prepare, preprocess
+from .draws import perturbed_keys, rng
+from .scoring import input_groups, predicted_classes
 
 if TYPE_CHECKING:
     import keras

@@ -7,7 +7,7 @@ import pytest
 from method_support import SMALL
 
 from saliency_kit import evaluate
-from saliency_kit.evaluate import _common
+from saliency_kit.evaluate import _common, scoring
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_completeness_of_integrated_gradients_has_a_tiny_gap(model, x):
     gap = evaluate.completeness(model, x, expl, perturb_baseline=0.0)  # IG's default baseline: zeros
     change = np.abs(
         expl.scores
-        - sk.evaluate._common.forward(
+        - scoring.forward(
             _common.prepare(model, np.zeros_like(x), expl.attributions, expl.targets), np.zeros_like(x), expl.targets
         )
     )

@@ -19,6 +19,7 @@ import keras  # noqa: E402
 
 from saliency_kit import evaluate  # noqa: E402
 from saliency_kit.evaluate import _common  # noqa: E402
+from saliency_kit.evaluate.draws import rng as seeded_rng  # noqa: E402
 
 B, H, W, CLASSES = 3, 6, 6, 4
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -108,7 +109,7 @@ def test_faithfulness_correlation_matches_quantus(twins, data, monkeypatch):
     runs, size = 6, 7
     subsets = []  # our generator draws all runs of one input in a row; Quantus one input after another
     for b in range(B):
-        g = _common.rng(0, "faithfulness_correlation", b)
+        g = seeded_rng(0, "faithfulness_correlation", b)
         subsets.append([g.choice(H * W, size, replace=False) for _ in range(runs)])
     monkeypatch.setattr(np.random, "choice", Feed(subsets[b][r] for r in range(runs) for b in range(B)))
     reference = run_quantus(
@@ -139,7 +140,7 @@ def test_road_matches_quantus_on_one_channel(twins, data, monkeypatch):
     percentages = [10, 30, 50, 70, 90]
     draws = {}
     for b in range(B):
-        g = _common.rng(0, "road", b)
+        g = seeded_rng(0, "road", b)
         draws[b] = [g.standard_normal((1, int(H * W * p / 100))) for p in percentages]
     monkeypatch.setattr(np.random, "randn", Feed(draws[b][i] for i in range(len(percentages)) for b in range(B)))
     metric = quantus.ROAD(percentages=percentages, noise=0.05, disable_warnings=True)
@@ -157,7 +158,7 @@ def test_noisy_linear_imputation_matches_quantus():
     indices = np.array([0, 3, 8, 9, 10, 17, 34])
     noise = np.zeros((1, len(indices)))
     np.testing.assert_allclose(
-        evaluate.faithfulness.noisy_linear_imputation(image, indices, noise),
+        evaluate.perturbation.noisy_linear_imputation(image, indices, noise),
         noisy_linear_imputation(image.copy(), indices, noise=0.0),
         rtol=1e-12,
     )
@@ -169,14 +170,14 @@ def test_road_imputes_every_channel_where_quantus_fails():
 
     image = np.random.default_rng(1).random((3, 5, 5))
     indices = np.array([6, 7, 12])
-    ours_3 = evaluate.faithfulness.noisy_linear_imputation(image, indices, np.zeros((3, 3)))
+    ours_3 = evaluate.perturbation.noisy_linear_imputation(image, indices, np.zeros((3, 3)))
     for c in range(3):  # each channel is imputed as its own one-channel image
         np.testing.assert_allclose(
             ours_3[c], noisy_linear_imputation(image[c : c + 1].copy(), indices, noise=0.0)[0], rtol=1e-12
         )
     # an imputed pixel is the weighted mean of its neighbours: a constant image stays constant
     flat = np.full((3, 5, 5), 0.25)
-    np.testing.assert_allclose(evaluate.faithfulness.noisy_linear_imputation(flat, indices, np.zeros((3, 3))), flat)
+    np.testing.assert_allclose(evaluate.perturbation.noisy_linear_imputation(flat, indices, np.zeros((3, 3))), flat)
 
 
 def test_monotonicity_correlation_matches_quantus(twins, data):
@@ -220,7 +221,7 @@ def test_pixel_flipping_matches_quantus(twins, data, monkeypatch):
 # -------------------------------------------------------------------------------- robustness
 def _uniform_feed(salt, samples, low, high):
     """Our per-input noise, replayed as Quantus draws it: one ``[B, n]`` array per sample."""
-    noise = [_common.rng(0, salt, b).uniform(low, high, (samples, H, W, 1)) for b in range(B)]
+    noise = [seeded_rng(0, salt, b).uniform(low, high, (samples, H, W, 1)) for b in range(B)]
     return Feed(np.stack([noise[b][s].reshape(-1) for b in range(B)]) for s in range(samples))
 
 
@@ -326,7 +327,7 @@ def test_random_logit_matches_quantus(twins, data, monkeypatch):
     model, twin = twins
     x, x_t, y, _ = data
     a_t = torch_gradient(twin, x_t, y)
-    draws = np.array([_common.rng(0, "random_logit", b).integers(0, CLASSES - 1) for b in range(B)])
+    draws = np.array([seeded_rng(0, "random_logit", b).integers(0, CLASSES - 1) for b in range(B)])
     monkeypatch.setattr(np.random, "randint", Feed([draws]))
     reference = run_quantus(
         quantus.RandomLogit(num_classes=CLASSES, normalise=False, disable_warnings=True),
