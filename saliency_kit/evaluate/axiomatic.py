@@ -13,14 +13,13 @@ Where Quantus 0.6.0 departs from the papers these follow the papers (said in eac
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._common import Scored, baseline_values, check_float, check_int, prepare, preprocess
 from .draws import rng
-from .scoring import Job, forward, score_jobs
+from .scoring import Job, forward, padded_replacer, score_jobs
 
 if TYPE_CHECKING:
     import keras
@@ -124,7 +123,7 @@ def non_sensitivity(
         values = np.stack(
             [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
         )
-        jobs.append(Job(steps, _step_rows(flat[b], padded, values), scored.targets[b]))
+        jobs.append(Job(steps, padded_replacer(flat[b], padded, values), scored.targets[b]))
     result = np.empty(a.shape[:2])
     for b, scores in enumerate(score_jobs(scored, jobs)):
         insensitive = np.abs(scores - clean[b][None]) < eps  # [steps, K]
@@ -132,17 +131,6 @@ def non_sensitivity(
             unattributed = np.all(np.where(padded >= 0, a[b, k][np.maximum(padded, 0)] < eps, True), axis=1)
             result[b, k] = np.sum(unattributed ^ insensitive[:, k])
     return result
-
-
-def _step_rows(flat_input: np.ndarray, padded: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
-    def make(start: int, stop: int) -> np.ndarray:
-        rows = np.repeat(flat_input[None], stop - start, axis=0)
-        idx, val = padded[start:stop], values[start:stop]
-        valid = idx >= 0
-        rows[np.nonzero(valid)[0], idx[valid]] = val[valid]
-        return rows
-
-    return make
 
 
 def input_invariance(

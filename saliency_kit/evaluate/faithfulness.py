@@ -44,7 +44,7 @@ from ._common import (
     spatial_to_elements,
 )
 from .draws import rng
-from .scoring import Job, forward, prebuilt, score_jobs
+from .scoring import Job, forward, padded_replacer, prebuilt, score_jobs
 from .similarity import pearson, spearman_rows
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ def monotonicity_correlation(
             values = np.stack(
                 [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(len(indices))]
             )
-            jobs.append(Job(len(indices), _step_replacer(flat[b], indices, values), scored.targets[b][k : k + 1]))
+            jobs.append(Job(len(indices), padded_replacer(flat[b], indices, values), scored.targets[b][k : k + 1]))
     scores = score_jobs(scored, jobs)
     result = np.empty(a.shape[:2])
     for (b, k, padded), lost in zip(orders, scores):
@@ -291,16 +291,3 @@ def monotonicity_correlation(
         attribution = np.where(padded >= 0, a[b, k][np.maximum(padded, 0)], 0.0).sum(axis=1)
         result[b, k] = spearman_rows(attribution, variance)
     return result
-
-
-def _step_replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -> Callable[[int, int], np.ndarray]:
-    """Copies of one input with the valid (``>= 0``) ``indices[r]`` set to ``values[r]``."""
-
-    def make(start: int, stop: int) -> np.ndarray:
-        rows = np.repeat(flat_input[None], stop - start, axis=0)
-        idx, val = indices[start:stop], values[start:stop]
-        valid = idx >= 0
-        rows[np.nonzero(valid)[0], idx[valid]] = val[valid]
-        return rows
-
-    return make

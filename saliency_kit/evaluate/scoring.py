@@ -19,7 +19,16 @@ import numpy as np
 if TYPE_CHECKING:
     from ._common import Scored
 
-__all__ = ["MAX_BATCH_BYTES", "forward", "predicted_classes", "input_groups", "Job", "prebuilt", "score_jobs"]
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "forward",
+    "predicted_classes",
+    "input_groups",
+    "Job",
+    "prebuilt",
+    "score_jobs",
+    "padded_replacer",
+]
 
 #: The perturbed copies of several inputs are built and scored together up to about this many bytes.
 MAX_BATCH_BYTES = 256 * 2**20
@@ -132,3 +141,20 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
 def prebuilt(rows: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """A :class:`Job`'s ``make`` for rows built already."""
     return lambda start, stop: rows[start:stop]
+
+
+def padded_replacer(
+    flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray
+) -> Callable[[int, int], np.ndarray]:
+    """A :class:`Job`'s ``make``: copies of one flat input ``[E]`` with, in row ``r``, the valid
+    (``>= 0``) entries of ``indices[r]`` set to ``values[r]`` (``indices``, ``values``: ``[rows, n]``;
+    ``-1`` pads rows that change fewer than ``n`` elements)."""
+
+    def make(start: int, stop: int) -> np.ndarray:
+        rows = np.repeat(flat_input[None], stop - start, axis=0)
+        idx, val = indices[start:stop], values[start:stop]
+        valid = idx >= 0
+        rows[np.nonzero(valid)[0], idx[valid]] = val[valid]
+        return rows
+
+    return make
