@@ -68,8 +68,13 @@ MAX_POOLING = (
     keras.layers.GlobalMaxPooling3D,
 )
 # Relevance moves, is copied or summed without being mixed: the plain gradient is the rule.
+# Upsampling copies (nearest) or averages with fixed non-negative weights and no bias (bilinear,
+# ...): a linear map whose plain gradient is its z-rule, and DeepLIFT's multiplier.
 ROUTING = (
     keras.layers.InputLayer,
+    keras.layers.UpSampling1D,
+    keras.layers.UpSampling2D,
+    keras.layers.UpSampling3D,
     keras.layers.ZeroPadding1D,
     keras.layers.ZeroPadding2D,
     keras.layers.ZeroPadding3D,
@@ -167,7 +172,7 @@ def _refuse(op: object, path: str, why: str) -> NoReturn:
     raise ValueError(
         f"cannot rewrite layer {path!r} ({type(op).__name__}) for LRP/DeepLIFT: {why}. Supported: "
         "Dense, Conv1D/2D/3D, DepthwiseConv, SeparableConv, pooling, BatchNormalization, ReLU-family "
-        "activations, Add/Concatenate and reshaping layers. Explain this model with a gradient method "
+        "activations, Add/Concatenate, upsampling and reshaping layers. Explain this model with a gradient method "
         "(e.g. method='integrated_gradients'), or give the layer a rule with a Composite only if it is "
         f"one of those kinds; received {type(op).__name__} at {path!r}."
     )

@@ -101,3 +101,46 @@ def test_lrp_and_deeplift_report_the_layers_they_rewrote(mlp):
     assert set(dense) <= set(lrp.rewritten), lrp.rewritten
     assert set(dense) <= set(sk.explain(model, x, "deeplift", targets=0).rewritten)
     assert sk.explain(model, x, "integrated_gradients", targets=0, steps=4).rewritten is None
+
+
+def _copy_twin(upsampling: keras.layers.Layer, shape: tuple) -> keras.layers.Dense:
+    """The upsampling layer written out as a bias-free ``Dense`` over the flattened input: its
+    matrix is the layer's response to each unit vector (the layer is linear)."""
+    size = int(np.prod(shape))
+    columns = keras.ops.convert_to_numpy(upsampling(np.eye(size, dtype="float32").reshape(size, *shape)))
+    dense = keras.layers.Dense(int(np.prod(columns.shape[1:])), use_bias=False)
+    dense.build((None, size))
+    dense.set_weights([columns.reshape(size, -1)])
+    return dense
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_upsampling_propagates_as_the_linear_map_it_is(interpolation):
+    """A segmentation net that upsamples (a U-Net decoder) against its twin that does the same by a
+    bias-free Dense with the upsampling's matrix: LRP (whose epsilon rule on that Dense is the
+    z-rule up to epsilon) and DeepLIFT agree, for a region target; DeepLIFT sums to the delta."""
+    rng = np.random.default_rng(5)
+    keras.utils.set_random_seed(5)
+    inputs = keras.Input((8, 8, 2))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Conv2D(3, 3, padding="same", activation="relu")(h)  # [4, 4, 3]
+    up = keras.layers.UpSampling2D(2, interpolation=interpolation)
+    head = keras.layers.Conv2D(3, 1)
+    model = keras.Model(inputs, head(up(h)))
+    flat = _copy_twin(up, (4, 4, 3))(keras.layers.Flatten()(h))
+    twin = keras.Model(inputs, head(keras.layers.Reshape((8, 8, 3))(flat)))
+    x = rng.uniform(-1, 1, size=(3, 8, 8, 2)).astype("float32")
+    np.testing.assert_allclose(twin.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    region = sk.targets.region(np.arange(64).reshape(8, 8) % 3 == 0, np.array([[0, 2]] * len(x)))
+
+    got = sk.explain(model, x, "lrp", targets=region, composite="epsilon", epsilon=1e-7)
+    want = sk.explain(twin, x, "lrp", targets=region, composite="epsilon", epsilon=1e-7)
+    assert np.abs(want.attributions).max() > 1e-3
+    np.testing.assert_allclose(got.attributions, want.attributions, rtol=1e-4, atol=1e-5)
+
+    baseline = np.zeros((8, 8, 2), "float32")
+    lifted = sk.explain(model, x, "deeplift", targets=region, baseline=baseline)
+    twin_lifted = sk.explain(twin, x, "deeplift", targets=region, baseline=baseline)
+    np.testing.assert_allclose(lifted.attributions, twin_lifted.attributions, rtol=1e-4, atol=1e-5)
+    assert np.abs(lifted.completeness_gap).max() <= 1e-4
