@@ -11,10 +11,13 @@ the region's outline or the box::
     {"image": "cats/tom.jpg", "status": "ok", "method": "gradcam", "class": 3, "class_name": "star",
      "score": 4.2, "kind": "heatmap", "file": "cats/tom/gradcam-c3-star-heatmap.png", "outputs": 6}
     {"image": "broken.png", "status": "failed", "error": "broken.png: the file is empty"}
+    {"image": "blank.png", "status": "empty", "reason": "nothing to explain: ...", "outputs": 0}
 
 ``outputs`` counts the image's files: an image is complete when that many lines are there and
-every file exists (:func:`complete_images`). Both commands write through :func:`write_image_outputs`
-and :class:`Manifest`; the gallery and ``--resume`` read them back.
+every file exists (:func:`complete_images`). An image that asks nothing (a detector finding no
+box, a segmentation net predicting only background) gets one ``"empty"`` line and is complete.
+Both commands write through :func:`write_image_outputs` and :class:`Manifest`; the gallery and
+``--resume`` read them back.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ __all__ = [
     "failure_line",
     "inside",
     "manifest_lines",
+    "nothing_line",
+    "NOTHING_ASKED",
     "manifest_name",
     "one_line",
     "output_dirs",
@@ -315,6 +320,16 @@ def failure_line(image: str, error: str) -> dict:
     return {"image": image, "status": "failed", "error": error}
 
 
+#: Why an image of a segmentation model or a detector has no outputs (its manifest line says so).
+NOTHING_ASKED = "nothing to explain: no region or box was found for the targets asked"
+
+
+def nothing_line(image: str) -> dict:
+    """The line of an image read and run but asking nothing (no detection, no predicted region):
+    complete, with no files."""
+    return {"image": image, "status": "empty", "reason": NOTHING_ASKED, "outputs": 0}
+
+
 def manifest_name(shard: tuple[int, int] | None) -> str:
     """``manifest.jsonl``; each shard of a split run writes its own ``manifest.shard-I-of-N.jsonl``
     (shards may share --out, even on different machines); ``cat out/manifest*.jsonl`` joins them."""
@@ -382,12 +397,13 @@ def _encode(records: Sequence[dict]) -> bytes:
 
 def complete_images(records: Sequence[dict], out_root: str) -> set[str]:
     """Images whose every recorded output is present: the count of their ``ok`` lines equals the
-    ``outputs`` those lines announce, and every file exists and is not empty."""
+    ``outputs`` those lines announce, and every file exists and is not empty; and images recorded
+    as asking nothing (:func:`nothing_line`)."""
     by_image: dict[str, dict[str, dict]] = {}
     for record in records:
         if record.get("status") == "ok":
             by_image.setdefault(record["image"], {})[record["file"]] = record
-    complete = set()
+    complete = {record["image"] for record in records if record.get("status") == "empty"}
     for image, lines in by_image.items():
         expected = {line.get("outputs") for line in lines.values()}
         if (

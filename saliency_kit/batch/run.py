@@ -306,6 +306,8 @@ def finish_batch(batch, plan: Plan, summary: Summary, progress: Progress) -> Non
             continue
         done += 1
         summary.files += len(written)
+        if not written and (path, None) not in plan.recorded:  # asked nothing: complete, no files
+            records.append(out_files.nothing_line(path))
         records += [
             line for line in out_files.manifest_lines(path, written) if (path, line["file"]) not in plan.recorded
         ]  # redoing an image cut short: old lines stay

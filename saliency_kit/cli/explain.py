@@ -254,6 +254,7 @@ def _run_task(args, model, spec, tasks_plan, plan, looks, formats, paths, batch,
     for row, path in enumerate(paths):
         print(f"{path}: " + tasks.describe(tasks_plan, spec, raw[row], asked[row]))
         if row not in rows:
+            lines.append(outputs.nothing_line(path))
             continue
         at = rows.index(row)
         results = outputs.per_image(explanations, at, looks, "npz" in formats, subjects=asked[row])

@@ -342,3 +342,34 @@ def test_names_of_regions_and_boxes_stay_distinct(tmp_path, scene_files):
     raw = np.zeros((1, 4, 10), np.float32)
     asked = tasks.questions(plan, spec, raw, [(64, 64)])[0]
     assert [q.name for q in asked] == ["box-10.2-12-40-44", "box-10.4-12-40-44", "box-10-12-40-44"]
+
+
+def test_an_image_with_nothing_to_explain_is_recorded_once_and_complete(tmp_path, scene_files):
+    """A detector that finds no box in an image: the batch records it as empty (no files), a
+    resumed run counts it complete and writes nothing again; ``explain`` records it the same way."""
+    root, _, _ = scene_files
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "scene0.png").write_bytes((root / "scene0.png").read_bytes())
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(folder / "blank.png")
+    out = tmp_path / "batch"
+    code, _, err = run("batch", folder, "--out", out, "--model", "shapes_det", "--method", "gradient")
+    assert code == 0, err
+    records = manifest_records(out / "manifest.jsonl")
+    blank = [r for r in records if r["image"] == "blank.png"]
+    assert blank == [outputs.nothing_line("blank.png")]
+    assert blank[0]["status"] == "empty" and blank[0]["outputs"] == 0
+    scene = [r for r in records if r["image"] == "scene0.png"]
+    assert scene and {r["status"] for r in scene} == {"ok"}
+    before = (out / "manifest.jsonl").read_bytes()
+    code, out_text, err = run(
+        "batch", folder, "--out", out, "--model", "shapes_det", "--method", "gradient", "--resume"
+    )
+    assert code == 0 and "2 already complete" in out_text, (out_text, err)
+    assert (out / "manifest.jsonl").read_bytes() == before
+
+    code, out_text, err = run(
+        "explain", folder / "blank.png", "--model", "shapes_det", "--method", "gradient", "--out", tmp_path / "one"
+    )
+    assert code == 0 and "nothing to explain" in out_text, (out_text, err)
+    assert manifest_records(tmp_path / "one" / "manifest.jsonl") == [outputs.nothing_line(str(folder / "blank.png"))]
