@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
 
 
-def _check_score(score: str) -> None:
-    if not isinstance(score, str):
-        raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
-    if score not in ("logits", "output"):
-        raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
-
-
 def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
     flat = attributions.reshape(*attributions.shape[:2], -1)
     dead = ~np.any(flat != 0, axis=-1)
@@ -297,7 +290,7 @@ def _checked(
 ) -> tuple[np.ndarray, int, dict]:
     """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
     values = chosen.check_options(given)
-    _check_score(score)
+    engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     channel_axis = engine.channel_axis(model, x, channels_axis)
@@ -337,7 +330,7 @@ def jacobian(
     The forward pass of each chunk of inputs is shared by its classes, so K classes cost far
     less than K calls.
     """
-    _check_score(score)
+    engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     columns = score_columns(model)

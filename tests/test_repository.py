@@ -24,7 +24,9 @@ OUTSIDE = re.compile(
 
 
 def _sources():
-    for folder in ("saliency_kit", "tests", "scripts"):
+    for name in ("README.md", "Makefile", "pyproject.toml"):
+        yield ROOT / name
+    for folder in ("saliency_kit", "tests", "scripts", "docs"):
         for path in sorted((ROOT / folder).rglob("*")):
             if path.suffix in (".py", ".toml", ".html", ".md", ".txt") and path.is_file():
                 yield path
@@ -192,3 +194,18 @@ def test_every_module_with_public_names_lists_them_in_all():
         if unlisted:
             wrong.append(f"{where}: public names missing from __all__: {unlisted}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """``from .x import _name`` couples a module to another's internals: what two modules share is
+    public in the one that defines it."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "saliency_kit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("saliency_kit")):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {'.' * node.level}{node.module} {private}")
+    assert not found, found

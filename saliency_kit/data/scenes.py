@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .shapes import CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, _gradient_background, _rasterise, shape_polygon
+from .shapes import CLASS_NAMES, IMAGE_SIZE, MIN_COLOUR_DISTANCE, NOISE, gradient_background, rasterise, shape_polygon
 
 __all__ = ["SEGMENTATION_CLASSES", "MAX_OBJECTS", "Scenes", "make_scenes", "scene_boxes"]
 
@@ -78,7 +78,7 @@ def _one_scene(seed: int, index: int, objects: tuple[int, int]):
     rng = np.random.default_rng((seed, index, _STREAM))
     count = int(rng.integers(objects[0], objects[1] + 1))
     while True:  # a scene where some shape finds no colour far enough from the background is redrawn
-        background = _gradient_background(rng) + rng.integers(-NOISE, NOISE + 1, (IMAGE_SIZE, IMAGE_SIZE, 3))
+        background = gradient_background(rng) + rng.integers(-NOISE, NOISE + 1, (IMAGE_SIZE, IMAGE_SIZE, 3))
         canvas = Image.fromarray(np.clip(np.rint(background), 0, 255).astype(np.uint8))
         draw = ImageDraw.Draw(canvas)
         for _ in range(int(rng.integers(0, 4))):
@@ -90,7 +90,7 @@ def _one_scene(seed: int, index: int, objects: tuple[int, int]):
         boxes, labels = [], []
         for cx, cy, radius in _place(rng, count):
             label = int(rng.integers(len(CLASS_NAMES)))
-            mask = _rasterise(shape_polygon(label, (cx, cy), radius, rng.uniform(0, 2 * np.pi)))
+            mask = rasterise(shape_polygon(label, (cx, cy), radius, rng.uniform(0, 2 * np.pi)))
             colour = _far_colour(rng, image[mask])
             if colour is None:
                 break

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-__all__ = ["shape_polygon", "make_dataset", "preprocess", "build_model"]
+__all__ = ["shape_polygon", "rasterise", "gradient_background", "make_dataset", "preprocess", "build_model"]
 
 CLASS_NAMES = ("circle", "square", "triangle", "star", "cross")
 IMAGE_SIZE = 64
@@ -90,7 +90,7 @@ def shape_polygon(label: int, centre: tuple[float, float], radius: float, angle:
     return list(zip(cx + radii * np.cos(thetas), cy + radii * np.sin(thetas)))
 
 
-def _rasterise(polygon, supersample: int = 4) -> np.ndarray:
+def rasterise(polygon, supersample: int = 4) -> np.ndarray:
     """bool [64, 64]: pixels at least half covered by ``polygon`` (coordinates in pixels, pixel
     ``(i, j)`` spanning ``[j, j+1) x [i, i+1)``), measured on a ``supersample``-times finer grid."""
     size = IMAGE_SIZE * supersample
@@ -99,7 +99,7 @@ def _rasterise(polygon, supersample: int = 4) -> np.ndarray:
     return np.asarray(canvas.reduce(supersample)) >= 128  # block mean, rounded: >= half covered
 
 
-def _gradient_background(rng: np.random.Generator) -> np.ndarray:
+def gradient_background(rng: np.random.Generator) -> np.ndarray:
     """A float [64, 64, 3] linear gradient between two random colours in a random direction."""
     c0, c1 = rng.integers(0, 256, size=(2, 3)).astype(np.float32)
     phi = rng.uniform(0, 2 * np.pi)
@@ -114,7 +114,7 @@ def _one_image(seed: int, index: int):
     rng = np.random.default_rng((seed, index))
     label = int(rng.integers(len(CLASS_NAMES)))
     while True:  # a scene where no colour is far enough from the background is redrawn (rare)
-        background = _gradient_background(rng)
+        background = gradient_background(rng)
         background += rng.integers(-NOISE, NOISE + 1, size=background.shape)
         canvas = Image.fromarray(np.clip(np.rint(background), 0, 255).astype(np.uint8))
         draw = ImageDraw.Draw(canvas)
@@ -128,7 +128,7 @@ def _one_image(seed: int, index: int):
         lo, hi = radius + 1, IMAGE_SIZE - 2 - radius  # circumscribed circle >= 1 px from each edge
         centre = (rng.uniform(lo, hi), rng.uniform(lo, hi))
         angle = rng.uniform(0, 2 * np.pi)
-        mask = _rasterise(shape_polygon(label, centre, radius, angle))
+        mask = rasterise(shape_polygon(label, centre, radius, angle))
 
         image = np.array(canvas)
         beneath = image[mask].astype(np.int16)  # [P, 3]

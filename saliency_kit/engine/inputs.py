@@ -1,5 +1,6 @@
 """The checks on what a request brings before the engine runs anything: the inputs against the
-model's input signature, and where the channels are (the input's, and its spatial layers').
+model's input signature, where the channels are (the input's, and its spatial layers'), and the
+score asked for.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ import numpy as np
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["check_inputs", "channel_axis", "check_channels_axis", "layer_channel_axis"]
+__all__ = ["check_inputs", "check_score", "channel_axis", "check_channels_axis", "layer_channel_axis"]
+
+
+def check_score(score: str) -> None:
+    """``score`` is ``"logits"`` or ``"output"``: else ``TypeError`` (not a string) or ``ValueError``."""
+    if not isinstance(score, str):
+        raise TypeError(f"score must be 'logits' or 'output'; received {score!r}.")
+    if score not in ("logits", "output"):
+        raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
 
 
 def check_inputs(model: keras.Model, inputs: Any) -> np.ndarray:

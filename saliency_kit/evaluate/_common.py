@@ -236,14 +236,15 @@ def prepare(
 ) -> Scored:
     """Resolve a metric's arguments into a :class:`Scored` (see the module docstring)."""
     from .. import engine
-    from ..api import _check_score, explain, resolve_targets
+    from ..api import explain, resolve_targets
+    from ..engine import check_score
     from ..explanation import Explanation
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int; received {seed!r}.")
     _refuse_target_objects(targets, explanation_or_method)
     method_options = dict(method_options or {})
-    _check_score(score)
+    check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     channel_axis = _image_channel_axis(model, x)
