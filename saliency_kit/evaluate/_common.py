@@ -46,6 +46,7 @@ __all__ = [
     "spatial_shape",
     "spatial_to_elements",
     "preprocess",
+    "flat_elements",
     "is_random_baseline",
     "seed_noise",
     "maps_only",
@@ -152,6 +153,13 @@ def preprocess(a: np.ndarray, *, normalise: bool, absolute: bool) -> np.ndarray:
     if normalise:
         a = normalise_by_max(a)
     return np.abs(a) if absolute else a
+
+
+def flat_elements(scored: Scored, *, normalise: bool, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, x)``: the maps :func:`preprocess`-ed and flattened, float64 ``[B, K, E]``, and the
+    inputs flattened, float64 ``[B, E]`` (``E`` elements each, in the same order)."""
+    a = preprocess(scored.elements, normalise=normalise, absolute=absolute)
+    return a.reshape(*a.shape[:2], -1), scored.x.reshape(len(scored.x), -1).astype(np.float64)
 
 
 def baseline_values(

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import Scored, baseline_values, check_float, check_int, prepare, preprocess
+from ._common import Scored, baseline_values, check_float, check_int, flat_elements, prepare
 from .draws import rng
-from .scoring import Job, forward, padded_replacer, score_jobs
+from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
 
 if TYPE_CHECKING:
     import keras
@@ -62,13 +62,12 @@ def completeness(
         softmax=softmax,
         method_options=method_options,
     )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
+    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     baseline = np.stack(
         [baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
     ).reshape(scored.x.shape)
     change = forward(scored, scored.x, scored.targets) - forward(scored, baseline, scored.targets)
-    return np.abs(a.reshape(*a.shape[:2], -1).sum(-1) - change)
+    return np.abs(a.sum(-1) - change)
 
 
 def non_sensitivity(
@@ -110,13 +109,11 @@ def non_sensitivity(
         softmax=softmax,
         method_options=method_options,
     )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    a = a.reshape(*a.shape[:2], -1)
-    flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
+    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     clean = forward(scored, scored.x, scored.targets)
-    padded = np.concatenate([np.arange(n), np.full(steps * features_in_step - n, -1)]).reshape(steps, features_in_step)
+    padded = padded_steps(np.arange(n), features_in_step)
     jobs = []
     for b in range(len(flat)):
         generator = rng(seed, "non_sensitivity", b)

@@ -37,6 +37,7 @@ from ._common import (
     baseline_values,
     check_float,
     check_int,
+    flat_elements,
     is_random_baseline,
     prepare,
     preprocess,
@@ -44,7 +45,7 @@ from ._common import (
     spatial_to_elements,
 )
 from .draws import rng
-from .scoring import Job, forward, padded_replacer, prebuilt, score_jobs
+from .scoring import Job, forward, padded_replacer, padded_steps, prebuilt, score_jobs
 from .similarity import pearson, spearman_rows
 
 if TYPE_CHECKING:
@@ -95,9 +96,7 @@ def faithfulness_correlation(
         softmax=softmax,
         method_options=method_options,
     )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    a = a.reshape(*a.shape[:2], -1)
-    flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
+    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     if subset_size > flat.shape[1]:
         raise ValueError(
             f"subset_size must be at most the number of input elements ({flat.shape[1]}); received {subset_size}."
@@ -263,9 +262,7 @@ def monotonicity_correlation(
         softmax=softmax,
         method_options=method_options,
     )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    a = a.reshape(*a.shape[:2], -1)
-    flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
+    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     clean = forward(scored, scored.x, scored.targets)
@@ -275,7 +272,7 @@ def monotonicity_correlation(
         generator = rng(seed, "monotonicity_correlation", b)
         for k in range(a.shape[1]):
             order = np.argsort(a[b, k], kind="stable")
-            padded = np.concatenate([order, np.full(steps * features_in_step - n, -1)]).reshape(steps, features_in_step)
+            padded = padded_steps(order, features_in_step)
             orders.append((b, k, padded))
             indices = np.repeat(padded, repeats, axis=0)
             values = np.stack(

@@ -13,12 +13,9 @@ Definitions and defaults are Quantus 0.6.0's (differences are said in each docst
 Scores are the softmax of the model's logits by default (Quantus' ``softmax=True`` for these
 metrics); pass ``softmax=False`` to score the logits.
 
-Caveat: every value here depends on what "removed" means (the ``perturb_baseline``: Quantus'
-``"black"`` is each input's minimum) and on the perturbation; compare methods on the same settings,
-never values across settings or papers.
-
-All perturbed inputs are built in NumPy and scored through the engine's compiled, batched forward
-pass; random draws are seeded per input, so results do not depend on ``batch_size``.
+The caveat of :mod:`.faithfulness` holds here too (every value depends on what "removed" means),
+and so does the way inputs are perturbed and scored (in NumPy, through the engine's compiled,
+batched forward pass, draws seeded per input).
 """
 
 from __future__ import annotations
@@ -35,6 +32,7 @@ from ._common import (
     baseline_values,
     check_float,
     check_int,
+    flat_elements,
     image_channel_axis,
     prepare,
     preprocess,
@@ -274,9 +272,7 @@ def pixel_flipping(
         softmax=softmax,
         method_options=method_options,
     )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    a = a.reshape(*a.shape[:2], -1)
-    flat = scored.x.reshape(len(scored.x), -1).astype(np.float64)
+    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     jobs, keys = [], []

@@ -28,6 +28,7 @@ __all__ = [
     "prebuilt",
     "score_jobs",
     "padded_replacer",
+    "padded_steps",
 ]
 
 #: The perturbed copies of several inputs are built and scored together up to about this many bytes.
@@ -158,3 +159,10 @@ def padded_replacer(
         return rows
 
     return make
+
+
+def padded_steps(order: np.ndarray, per_step: int) -> np.ndarray:
+    """Element indices ``order`` ``[n]`` cut into steps of ``per_step``: int ``[ceil(n / per_step),
+    per_step]``, the last step padded with ``-1`` (which :func:`padded_replacer` leaves alone)."""
+    steps = -(-len(order) // per_step)
+    return np.concatenate([order, np.full(steps * per_step - len(order), -1)]).reshape(steps, per_step)
