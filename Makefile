@@ -31,8 +31,13 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[cpu]"
 	touch $(READY)
 
+# KerasHub (its BERT: a multi-input model the methods are tested on) is installed without its
+# dependencies: it requires tensorflow-text, which pulls in the full `tensorflow` wheel beside our
+# tensorflow-cpu. `import keras_hub` needs only the ones listed (the rest are already installed;
+# sentencepiece and tensorflow-text are imported only by the tokenizers that use them).
 $(TESTS_READY): $(READY)
 	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
+	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0 tokenizers==0.23.3 regex rich kagglehub==1.0.2 kagglesdk==0.1.28
 	touch $(TESTS_READY)
 
 # The gallery's test drives a real headless Chromium. Installed from the system packages when

@@ -7,9 +7,8 @@ through the engine and builds the :class:`~saliency_kit.Explanation`.
 
 from __future__ import annotations
 
-import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,11 +17,12 @@ from . import engine, methods
 from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
+from .request import check_input_keys, differentiated_score, recorded_options, resolve_request
 
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets", "check_input_keys"]
+__all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets"]
 
 
 def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
@@ -53,7 +53,7 @@ def resolve_targets(
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
-    return _resolve(model, x, targets, score, batch_size, class_names)[0].columns
+    return resolve_request(model, x, targets, score, batch_size, class_names)[0].columns
 
 
 def resolve_selection(
@@ -68,89 +68,7 @@ def resolve_selection(
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
     (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
-    return _resolve(model, x, targets, score, batch_size, class_names)[0]
-
-
-def _resolve(
-    model: keras.Model, x: Any, targets: Any, score: str, batch_size: int, class_names: Sequence[str] | None
-) -> tuple[targets_module.Resolved, np.ndarray | None]:
-    """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``."""
-    if targets_module.is_target(targets):
-        request = targets_module.TargetRequest(
-            model,
-            x,
-            score,
-            batch_size,
-            class_names,
-            forward=lambda strip: engine.outputs(model, x, score=score, batch_size=batch_size, strip=strip),
-        )
-        resolved = targets_module.as_target(targets).resolve(request)
-        columns = np.asarray(resolved.columns)
-        if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
-            raise ValueError(
-                f"a target's resolve() must give int columns [{len(x)}, K]; received {columns.dtype} {columns.shape}."
-            )
-        resolved.columns = columns.astype(np.int64)
-        return resolved, None
-    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    width = score_columns(model, score_fn)
-    if width is None and score_fn is None:
-        from .targets.errors import class_target_error
-
-        raise class_target_error(model, targets)
-    spec = targets_module.parse(targets, len(x), width, class_names)
-    scores = None
-    if spec.needs_scores:
-        scores = engine.all_scores(model, x, score=score, batch_size=batch_size)
-    classes = targets_module.resolve(spec, scores, len(x), width)
-    kind = "callable" if score_fn is not None else "class"
-    info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
-    return targets_module.Resolved(classes, None, info, None), scores
-
-
-def _differentiated(model: keras.Model, score: str, score_fn: Callable | None) -> str:
-    """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
-    a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
-    return engine.score_view(model, score, score_fn).differentiated
-
-
-def _scalar(value: Any) -> bool:
-    """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
-    return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
-
-
-def _recorded(given: dict, prepared: dict) -> dict:
-    """The options an Explanation records: prepared values, but scalars the user gave stay scalars."""
-    return {
-        name: given[name] if isinstance(value, np.ndarray) and name in given and _scalar(given[name]) else value
-        for name, value in prepared.items()
-    }
-
-
-#: Noise keys (``explain(..., input_keys=)``) lie in ``[0, KEY_LIMIT)``.
-KEY_LIMIT = 2**31
-
-
-def check_input_keys(input_keys: Any, count: int) -> np.ndarray | None:
-    """``input_keys`` as int64 ``[count]`` (or ``None``): ``TypeError`` unless integers,
-    ``ValueError`` unless ``count`` of them in ``[0, 2**31)``."""
-    if input_keys is None:
-        return None
-    if isinstance(input_keys, (str, bytes)):
-        raise TypeError(f"input_keys must be a sequence of ints, one per input; received {input_keys!r}.")
-    try:
-        keys = np.asarray(input_keys)
-    except Exception:
-        raise TypeError(
-            f"input_keys must be a sequence of ints, one per input; received {type(input_keys).__name__}."
-        ) from None
-    if keys.size and (not np.issubdtype(keys.dtype, np.integer) or keys.dtype == np.bool_):
-        raise TypeError(f"input_keys must be a sequence of ints, one per input; received dtype {keys.dtype}.")
-    if keys.shape != (count,):
-        raise ValueError(f"input_keys must hold one int per input ({count}); received shape {keys.shape}.")
-    if count and (keys.min() < 0 or keys.max() >= KEY_LIMIT):
-        raise ValueError(f"input_keys must lie in [0, 2**31); received values from {keys.min()} to {keys.max()}.")
-    return keys.astype(np.int64)
+    return resolve_request(model, x, targets, score, batch_size, class_names)[0]
 
 
 def explain(
@@ -164,15 +82,20 @@ def explain(
     class_names: Sequence[str] | None = None,
     input_keys: Any = None,
     channels_axis: int | None = None,
+    attribute_to: Any = None,
+    baseline_token: int = 0,
     **options: Any,
 ) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
 
     Args:
-        model: a single-input Keras model (functional, Sequential, or subclassed and built). It
-            is never changed; it runs with ``training=False``.
+        model: a Keras model (functional, Sequential, or subclassed and built). It is never
+            changed; it runs with ``training=False``.
         inputs: array-like ``[B, ...]`` already in the model's input space (images
-            ``[B, H, W, C]``, sequences ``[B, T, F]``, tabular ``[B, F]``), floating point.
+            ``[B, H, W, C]``, sequences ``[B, T, F]``, tabular ``[B, F]``), floating point; or,
+            for a model with several inputs, a list, tuple or dict (keyed by input name) of them
+            (token ids and masks as integers). ``attributions`` and ``maps`` then come in the
+            same structure, one entry per explained input (``Explanation.parts`` names them).
         method: one of :func:`saliency_kit.methods.names` (see that package for each formula and
             map reduction), a built-in or a registered one.
         targets: an int (every input), a sequence of ``B`` ints or class names, an int array
@@ -198,6 +121,15 @@ def explain(
             ``data_format``, or, when it transposes its input before its first convolution as
             models converted from PyTorch do, by following the graph to it); where it cannot be
             told, a ``ValueError`` asks for it.
+        attribute_to: what to explain: the name (or position) of an input, a list of them, or
+            an inner layer (a name, a path ``"outer/inner"``, or the layer): attributions of that
+            layer's output ``[B, K, *layer output]``. Default: every float input, and integer
+            inputs feeding an ``Embedding`` (token ids, explained in embedding space:
+            attributions ``[B, K, T, D]``, maps ``[B, K, T]``; segment/position/type ids and
+            masks are held); inputs not explained keep their values. With
+            ``method="conductance"``, the layer whose conductance is wanted.
+        baseline_token: the token id whose embedding is the baseline of token inputs (IG,
+            DeepLIFT) and occlusion's replacement; default 0, the padding id.
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
@@ -212,13 +144,32 @@ def explain(
         ValueError: unknown method or option, bad values — before any model evaluation.
     """
     chosen = methods.get(method)
+    from .parts import structured
+
+    if structured(model, inputs, attribute_to) or chosen.layered:
+        from .explain_parts import explain_parts
+
+        return explain_parts(
+            model,
+            inputs,
+            chosen,
+            targets,
+            score=score,
+            batch_size=batch_size,
+            class_names=class_names,
+            input_keys=input_keys,
+            channels_axis=channels_axis,
+            attribute_to=attribute_to,
+            baseline_token=baseline_token,
+            options=options,
+        )
     given = dict(options)
     x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
     batch_size = engine.check_batch_size(batch_size)
     keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
     layer_axis = engine.layer_channel_axis(model, x)
-    selection, score_vectors = _resolve(model, x, targets, score, batch_size, names)
+    selection, score_vectors = resolve_request(model, x, targets, score, batch_size, names)
     resolved = selection.columns
     score_fn = None
     if callable(targets) and not isinstance(targets, str) and not targets_module.is_target(targets):
@@ -250,7 +201,7 @@ def explain(
         targets=resolved,
         scores=scores,
         method=method,
-        options={**_recorded(given, values), "score": _differentiated(model, score, score_fn)},
+        options={**recorded_options(given, values), "score": differentiated_score(model, score, score_fn)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),

@@ -46,6 +46,12 @@ class Explanation:
             kind of your own) and its details (``"class"`` and ``"name"``; a region's
             ``"pixels"``; a box's ``"box"`` ``(x0, y0, x1, y1)``; a unit's ``"layer"`` and
             ``"index"``).
+        parts: for a request that is not one float input (several inputs, token ids, an inner
+            layer): ``{name: kind}`` of each part explained, ``kind`` ``"input"``,
+            ``"embedding"`` (token ids explained at their embedding) or ``"layer"``; then
+            ``attributions`` and ``maps`` come in the structure the inputs came in (a dict keyed
+            by input name, a list with ``None`` for an input not explained) or, for one layer,
+            as one array. Else None.
     """
 
     attributions: np.ndarray
@@ -58,9 +64,10 @@ class Explanation:
     completeness_gap: np.ndarray | None = None
     rewritten: list | None = None
     target_info: list | None = None
+    parts: dict | None = None
 
     def __len__(self) -> int:
-        return len(self.attributions)
+        return len(self.targets)
 
     def __repr__(self) -> str:
         extra = f", layer={self.layer!r}" if self.layer else ""
@@ -68,9 +75,28 @@ class Explanation:
             extra += f", rewritten=[{len(self.rewritten)} names]"
         targets = self.targets.tolist() if self.targets.size <= 16 else self.targets.shape
         return (
-            f"Explanation(method={self.method!r}, attributions={tuple(self.attributions.shape)}, "
-            f"maps={tuple(self.maps.shape)}, targets={targets}{extra})"
+            f"Explanation(method={self.method!r}, attributions={_shapes(self.attributions)}, "
+            f"maps={_shapes(self.maps)}, targets={targets}{extra})"
         )
+
+    def map_of(self, name: str) -> np.ndarray:
+        """The maps of the part called ``name`` (an input's name, or a layer's path)."""
+        if self.parts is None or name not in self.parts:
+            raise KeyError(f"no part called {name!r}; this explanation has {list(self.parts or [])}.")
+        if isinstance(self.maps, dict):
+            return self.maps[name]
+        if isinstance(self.maps, (list, tuple)):
+            return [m for m in self.maps if m is not None][list(self.parts).index(name)]
+        return self.maps
+
+    @property
+    def token_maps(self) -> np.ndarray:
+        """The maps ``[B, K, T]`` of token ids explained in embedding space (the first such
+        input), else ``maps`` itself."""
+        for name, kind in (self.parts or {}).items():
+            if kind == "embedding":
+                return self.map_of(name)
+        return self.maps
 
     # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid), a
     # volume as slices (render.volume), tokens as coloured spans (with_tokens, render.tokens_html).
@@ -93,7 +119,7 @@ class Explanation:
         from .render import check_tokens
 
         shown = copy.copy(self)
-        shown.__dict__["_tokens"] = check_tokens(tokens, np.shape(self.maps))
+        shown.__dict__["_tokens"] = check_tokens(tokens, np.shape(self.token_maps))
         return shown
 
     @property
@@ -121,3 +147,11 @@ class Explanation:
             return None
         originals, class_names = self.__dict__.get("_display", (None, None))
         return explanation_png(self, originals, class_names)
+
+
+def _shapes(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _shapes(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shapes(v) for v in value]
+    return None if value is None else tuple(np.shape(value))  # type: ignore[call-overload]

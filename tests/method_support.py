@@ -10,6 +10,7 @@ import numpy as np
 # the expected_gradients baselines are added per input shape by `small_options`.
 SMALL = {
     "integrated_gradients": {"steps": 8},
+    "conductance": {"steps": 4},
     "smoothgrad": {"samples": 6, "seed": 3},
     "occlusion": {"window": 4, "stride": 4},
     "squaregrad": {"samples": 4, "seed": 3},
@@ -20,6 +21,14 @@ SMALL = {
     "xrai": {"steps": 4},
     "rise": {"masks": 16, "cells": 3, "seed": 3},
 }
+
+
+def input_methods() -> list:
+    """The registered methods whose attributions are of the inputs (every one but those
+    attributing to an inner layer, conductance, which the tests of layers run)."""
+    from saliency_kit import methods
+
+    return [name for name in methods.names() if not methods.get(name).layered]
 
 
 def small_options(method: str, input_shape: tuple, seed: int = 7) -> dict:

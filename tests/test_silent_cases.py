@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from method_support import small_options
+from method_support import input_methods, small_options
 
 import saliency_kit as sk
 from saliency_kit import errors, methods
@@ -257,7 +257,7 @@ def test_every_method_works_on_a_half_precision_model_and_agrees_with_its_float3
     half, full = _half_pair(dtype)
     x = np.random.default_rng(3).uniform(0, 1, size=(2, 8, 8, 3)).astype("float32")
     x = x.astype(dtype if dtype == "float16" else "float32")  # bfloat16 inputs are cast by the model
-    for name in methods.names():
+    for name in input_methods():
         options = small_options(name, x.shape[1:])
         if name == "expected_gradients":
             options["baselines"] = np.zeros((2, 8, 8, 3), np.float32)

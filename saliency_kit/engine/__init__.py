@@ -41,7 +41,7 @@ from . import payload as payload_module
 from .backend import active as active_backend
 from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_count, trace_count, traced, value_key
 from .chunking import check_batch_size
-from .forward import all_scores, forward_scores, outputs
+from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_channels_axis, check_inputs, check_score, layer_channel_axis
 from .views import clear_views, fingerprint, rewritten_model, score_view, views_of
 
@@ -62,6 +62,7 @@ __all__ = [
     "all_scores",
     "outputs",
     "forward_scores",
+    "activations",
     "target_scores",
     "trace_count",
     "call_count",
@@ -109,6 +110,8 @@ def run(
     layer_axis: int | None = None,
     target: Any = None,
     payload: Any = None,
+    space: Any = None,
+    held: Any = None,
 ) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
@@ -131,6 +134,9 @@ def run(
         score_vectors: the whole score vector ``[B, C]`` of each input, when the caller has it
             (``"topK"`` targets were ranked by it): the target scores are taken from it when the
             method's kernel does not get them free; else one batched forward pass computes them.
+        space, held: for a request that is not one model input (several inputs, an embedding, an
+            inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
+            in, and every model input ``[B, ...]`` (graph order) the rows carry with them.
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
@@ -143,7 +149,7 @@ def run(
     layout = chunking.layout(batch_size, B, K, cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
-    structure, per_input, leaves = payload_module.layout(payload, B, K)
+    structure, per_input, leaves = payload_module.layout(_with_held(payload, space, held), B, K)
     target_key = None if target is None else target.kernel_key()
     key = (
         "run",
@@ -160,6 +166,7 @@ def run(
         fingerprint(model),
         target_key,
         payload_module.key(structure, per_input, leaves),
+        None if space is None else space.key(),
     )
 
     def build() -> tuple[Callable, list, list, Any]:
@@ -183,6 +190,7 @@ def run(
             layer_axis=layer_axis,
             target=kernel_target,
             payload=(structure, per_input, payload_module.specs(per_input, leaves, layout.n, layout.group)),
+            space=space,
         )
         return kernel, rules_used, reports, kernel_target
 
@@ -223,15 +231,31 @@ def run(
             channel_axis=channel_axis,
             target=target,
             payload=payload,
+            space=space,
+            held=held,
         )["attributions"]
     if "scores" not in results:  # the method took no gradient at the inputs themselves
         if score_vectors is None:
-            score_vectors = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
+            at = inputs if space is None else list(held)
+            score_vectors = all_scores(model, at, score=score, score_fn=score_fn, batch_size=batch_size)
         results["scores"] = np.take_along_axis(np.asarray(score_vectors, np.float32), targets.astype(np.int64), axis=1)
     rewritten = _rewritten_by(model, rules_used, reports)
     if rewritten is not None:
         results["rewritten"] = rewritten
     return results
+
+
+def _with_held(payload: Any, space: Any, held: Any) -> Any:
+    """The payload a kernel gets: the target's, and in a space the held model inputs beside it
+    (per input, so chunked and repeated with the rows)."""
+    if space is None:
+        return payload
+    from ..targets.base import PerInput
+
+    wrapped: dict = {"held": tuple(PerInput(np.asarray(h)) for h in held)}
+    if payload is not None:
+        wrapped["target"] = payload
+    return wrapped
 
 
 def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | None:

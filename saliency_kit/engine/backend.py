@@ -43,11 +43,14 @@ class Backend(Protocol):
         layer_axis: int | None = None,
         target: Any = None,
         payload: Any = None,
+        space: Any = None,
     ) -> Callable:
         """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
         running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
         naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers; ``target``
-        and ``payload`` (a target object and its payload's structure) are how a target scores."""
+        and ``payload`` (a target object and its payload's structure) are how a target scores;
+        ``space`` (:class:`~saliency_kit.engine.space.Space`): the points are in it, and the
+        payload carries the held model inputs."""
 
     def build_values_kernel(
         self,
@@ -58,9 +61,11 @@ class Backend(Protocol):
         traced: Callable[[], None],
         doing: str = "the forward pass",
         raw: bool | str = False,
+        taps: tuple = (),
     ) -> Callable:
         """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
-        (``raw``: the model's outputs instead, ``"unstripped"`` with a final squash kept)."""
+        (``raw``: the model's outputs instead, ``"unstripped"`` with a final squash kept; ``taps``:
+        the activations of those layers); ``x`` a tuple of arrays for a multi-input model."""
 
     def vectorise_classes(self, model: Any) -> bool:
         """Whether the K backward passes of a kernel run vectorised rather than in a loop."""

@@ -24,21 +24,21 @@ from .views import fingerprint, rewritten_model, rule_key, score_view
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["outputs", "all_scores", "forward_scores"]
+__all__ = ["outputs", "all_scores", "forward_scores", "activations"]
 
 
 def outputs(model: keras.Model, inputs: Any, *, score: str = "logits", batch_size: int = 32, strip: bool = True) -> Any:
-    """The model's raw outputs at ``inputs`` (the score view's values: the logits of a single
+    """The model's raw outputs at ``inputs`` (``[B, ...]``, or a list of a multi-input model's
+    inputs in graph order) (the score view's values: the logits of a single
     output with a final softmax/sigmoid under ``score="logits"``, unless ``strip=False``),
     compiled and chunked: the model's output structure with float32 NumPy leaves ``[B, ...]``."""
     from keras import tree
 
     backend = active_backend()
     batch_size = check_batch_size(batch_size)
-    inputs = np.asarray(inputs)
-    shape, dtype = inputs.shape[1:], inputs.dtype
-    n = chunking.bucket(len(inputs), batch_size)
-    key = ("outputs", score, strip, shape, dtype.name, n, fingerprint(model))
+    inputs, count, shape, dtype = _batch(inputs)
+    n = chunking.bucket(count, batch_size)
+    key = ("outputs", score, strip, str(shape), str(dtype), n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = KERNELS.get(
         model,
@@ -48,15 +48,50 @@ def outputs(model: keras.Model, inputs: Any, *, score: str = "logits", batch_siz
         ),
     )
     parts = []
-    for start in range(0, len(inputs), n):
-        stop = min(start + n, len(inputs))
+    for start in range(0, count, n):
+        stop = min(start + n, count)
         count_call()
         parts.append(
             tree.map_structure(
-                lambda t, rows=stop - start: backend.to_numpy(t)[:rows], kernel(chunking.pad(inputs[start:stop], n))
+                lambda t, rows=stop - start: backend.to_numpy(t)[:rows], kernel(_chunk(inputs, start, stop, n))
             )
         )
     return tree.map_structure(lambda *leaves: np.concatenate(leaves, axis=0), *parts)
+
+
+def activations(model: keras.Model, inputs: Any, paths: tuple, *, batch_size: int = 32) -> dict:
+    """``{path: [B, *layer output]}``: the outputs of the layers at ``paths`` (``"outer/inner"``)
+    at ``inputs`` (``[B, ...]``, or a list of a multi-input model's inputs, graph order), in
+    each layer's dtype; compiled and chunked like :func:`outputs`."""
+    backend = active_backend()
+    batch_size = check_batch_size(batch_size)
+    inputs, count, shape, dtype = _batch(inputs)
+    n = chunking.bucket(count, batch_size)
+    paths = tuple(paths)
+    key = ("activations", paths, str(shape), str(dtype), n, fingerprint(model))
+    model_ref = weakref.ref(model)
+    kernel = KERNELS.get(
+        model,
+        key,
+        lambda: backend.build_values_kernel(
+            lambda: score_view(model_ref(), "output"),
+            n,
+            shape,
+            dtype,
+            traced,
+            f"the forward pass of model {model.name!r}",
+            raw=False,
+            taps=paths,
+        ),
+    )
+    parts: dict = {path: [] for path in paths}
+    for start in range(0, count, n):
+        stop = min(start + n, count)
+        count_call()
+        out = kernel(_chunk(inputs, start, stop, n))
+        for path in paths:
+            parts[path].append(backend.to_numpy(out[path])[: stop - start])
+    return {path: np.concatenate(chunks, axis=0) for path, chunks in parts.items()}
 
 
 def all_scores(
@@ -68,14 +103,14 @@ def all_scores(
     rule: Any = None,
     batch_size: int = 32,
 ) -> np.ndarray:
-    """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked."""
+    """The whole score vector ``[B, C]`` of every input (float32), compiled and chunked; ``inputs``
+    ``[B, ...]``, or a list of a multi-input model's inputs (graph order)."""
     backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
-    inputs = np.asarray(inputs)
-    shape, dtype = inputs.shape[1:], inputs.dtype
-    n = chunking.bucket(len(inputs), batch_size)
-    key = ("values", score, value_key(score_fn), rule_key(rule), shape, dtype.name, n, fingerprint(model))
+    inputs, count, shape, dtype = _batch(inputs)
+    n = chunking.bucket(count, batch_size)
+    key = ("values", score, value_key(score_fn), rule_key(rule), str(shape), str(dtype), n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = KERNELS.get(
         model,
@@ -92,11 +127,27 @@ def all_scores(
     if rule is not None:
         rewritten_model(model, rule)
     out = []
-    for start in range(0, len(inputs), n):
-        stop = min(start + n, len(inputs))
+    for start in range(0, count, n):
+        stop = min(start + n, count)
         count_call()
-        out.append(backend.to_numpy(kernel(chunking.pad(inputs[start:stop], n)))[: stop - start])
+        out.append(backend.to_numpy(kernel(_chunk(inputs, start, stop, n)))[: stop - start])
     return np.concatenate(out, axis=0)
+
+
+def _batch(inputs: Any) -> tuple[Any, int, Any, Any]:
+    """``(inputs, B, shape, dtype)``: one array, or a list of a model's several inputs (graph
+    order), whose shapes and dtypes are then lists."""
+    if isinstance(inputs, (list, tuple)):
+        arrays = [np.asarray(a) for a in inputs]
+        return arrays, len(arrays[0]), [a.shape[1:] for a in arrays], [a.dtype.name for a in arrays]
+    array = np.asarray(inputs)
+    return array, len(array), array.shape[1:], array.dtype.name
+
+
+def _chunk(inputs: Any, start: int, stop: int, n: int) -> Any:
+    if isinstance(inputs, list):
+        return tuple(chunking.pad(a[start:stop], n) for a in inputs)
+    return chunking.pad(inputs[start:stop], n)
 
 
 def forward_scores(

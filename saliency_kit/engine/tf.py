@@ -90,6 +90,7 @@ def build_kernel(
     layer_axis: int | None = None,
     target: Any = None,
     payload: Any = None,
+    space: Any = None,
 ) -> Callable:
     """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method.
 
@@ -108,7 +109,9 @@ def build_kernel(
     ``target``: a one-element list holding the target object (``None`` for class columns), read
     when tracing; ``payload``: ``(structure, per_input flags, leaf specs)`` of its payload, whose
     leaves arrive as the tuple argument ``payload`` (``[n, group, ...]`` per column, ``[n, ...]``
-    per input): new masks or boxes reuse the compiled kernel.
+    per input): new masks or boxes reuse the compiled kernel. With ``space`` (a
+    :class:`~saliency_kit.engine.space.Space`), the payload is ``{"held": model inputs, "target":
+    the target's payload}`` and ``x`` are points of that space.
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
@@ -119,7 +122,11 @@ def build_kernel(
         traced()
         del reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
-        selection = Selection(targets, target[0], tree, per_input)
+        held, flags = None, per_input
+        if space is not None and tree is not None:  # the held inputs ride beside the target's payload
+            held, flags = tree["held"], per_input[len(tree["held"]) :]
+            tree = tree.get("target")
+        selection = Selection(targets, target[0], tree, flags, held, space)
         ctx = Context(
             views,
             x,
@@ -132,6 +139,7 @@ def build_kernel(
             channel_axis,
             reports=reports,
             layer_axis=layer_axis,
+            segments=space.segments if space is not None and space.packed else None,
         )
         values = dict(options)
         values.update(zip(array_names, arrays))
@@ -177,19 +185,34 @@ def build_values_kernel(
     traced: Any,
     doing: str = "the forward pass",
     raw: bool | str = False,
+    taps: tuple = (),
 ) -> Callable:
     """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
-    (``raw=True``: the model's output structure, float32 leaves ``[n, ...]``)."""
+    (``raw=True``: the model's output structure, float32 leaves ``[n, ...]``; ``taps``: instead,
+    ``{path: activations}`` of those layers, in their own dtype). For a model with
+    several inputs ``shape`` and ``dtype`` are lists (one per input, graph order) and ``x`` a
+    tuple of them."""
+    from ..model.placed import Placed
+
     views = tf.autograph.experimental.do_not_convert(views)
+    several = isinstance(shape, list)
 
     def kernel(x: Any) -> Any:
         traced()
         view = views()
+        if several:
+            x = Placed(list(x))
+        if taps:
+            return view.raw(x, taps, strip=False)[1]
         if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
             return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), view.raw(x, strip=raw != "unstripped")[0])
         return tf.cast(view(x), tf.float32)
 
-    return translating(tf.function(kernel, input_signature=[tf.TensorSpec([n, *shape], dtype)], autograph=False), doing)
+    if several:
+        spec: Any = tuple(tf.TensorSpec([n, *s], d) for s, d in zip(shape, dtype))
+    else:
+        spec = tf.TensorSpec([n, *shape], dtype)
+    return translating(tf.function(kernel, input_signature=[spec], autograph=False), doing)
 
 
 def array_spec(value: np.ndarray) -> tf.TensorSpec:

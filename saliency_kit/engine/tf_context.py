@@ -9,8 +9,10 @@ combines into its formula:
 * ``ctx.values(points, rule=None)`` — the whole score vector, forward only;
 * ``ctx.gradients_per_target(points)`` — one point per input and target, each differentiated
   for its own target only;
-* ``ctx.layer(path)`` — a layer's activations and the gradients of the scores with respect to
-  them;
+* ``ctx.layer(path, points=None)`` — a layer's activations and the gradients of the scores with
+  respect to them, at the inputs or at other points (conductance's path);
+* ``ctx.spread(points)`` — each input's ``max − min`` (each part's, when several inputs are
+  explained together), SmoothGrad's noise scale;
 * ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
   ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
 * ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
@@ -80,6 +82,7 @@ class Context:
         top: bool = True,
         reports: Any = None,
         layer_axis: int | None = None,
+        segments: Any = None,
     ):
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
@@ -94,6 +97,7 @@ class Context:
         self.layer_channel_axis = channel_axis if layer_axis is None else layer_axis
         self._vectorise = vectorise
         self._top = top
+        self.segments = segments  # ((offset, size), ...) of each part of packed points, else None
         self.memo: dict = {}
 
     @property
@@ -171,8 +175,8 @@ class Context:
                 "ctx.values gives the score vector of class targets; with a target object use "
                 f"ctx.scores or ctx.probabilities; received {self.selection.target!r}."
             )
-        rows, _, lead = self._rows(points)
-        values = tf.cast(self._views(rule)(rows), tf.float32)
+        rows, selection, lead = self._rows(points)
+        values = tf.cast(selection.values(self._views(rule), rows), tf.float32)
         return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
 
     def gradients_per_target(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
@@ -184,16 +188,41 @@ class Context:
         _, grads = gradient_at(self._views(rule), rows, self.selection.per_column(), vectorise=self._vectorise)
         return tf.reshape(grads, [n, K, *self.shape])
 
-    def layer(self, path: str, rule: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs."""
+    def layer(self, path: str, rule: Any = None, points: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs;
+        at ``points [n, *lead, *input]`` when given: ``([n, *lead, *layer], [n, *lead, K, *layer])``."""
+        if points is None:
+            rows, selection, lead = self.inputs, self.selection, ()
+        else:
+            rows, selection, lead = self._rows(points)
         with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
-            tape.watch(self.inputs)  # records the forward pass, so the activations can be sources
-            scores, activations = self.selection.scores(self._views(rule), self.inputs, tap=path)
+            tape.watch(rows)  # records the forward pass, so the activations can be sources
+            scores, activations = selection.scores(self._views(rule), rows, tap=path)
             if scores.dtype != activations.dtype:
                 scores = tf.cast(scores, activations.dtype)
-        if self._top:
+        if self._top and points is None:
             self.memo.setdefault("scores", tf.cast(scores, tf.float32))
-        return activations, differentiate(tape, scores, activations, self._vectorise)
+        grads = differentiate(tape, scores, activations, self._vectorise)
+        if not lead:
+            return activations, grads
+        n, unit = self.inputs.shape[0], tuple(activations.shape[1:])
+        return tf.reshape(activations, [n, *lead, *unit]), tf.reshape(grads, [n, *lead, self.num_targets, *unit])
+
+    def spread(self, points: Any) -> tf.Tensor:
+        """``max − min`` of each input of ``points [n, *input]``, ``[n, 1, ...]`` (broadcasts
+        against one input); when the points pack several parts (several inputs explained
+        together), of each part, ``[n, P]`` (each part's range over its own elements)."""
+        n = self.inputs.shape[0]
+        if self.segments is None:
+            axes = tuple(range(1, len(points.shape)))
+            ranges = tf.reduce_max(points, axis=axes) - tf.reduce_min(points, axis=axes)
+            return tf.reshape(ranges, [n, *([1] * len(self.shape))])
+        parts = []
+        for offset, size in self.segments:
+            segment = points[:, offset : offset + size]
+            span = tf.reduce_max(segment, axis=1) - tf.reduce_min(segment, axis=1)
+            parts.append(tf.repeat(span[:, None], size, axis=1))
+        return tf.concat(parts, axis=1)
 
     # -- running sums ------------------------------------------------------------------------
     def sum(self, count: int, fn: Callable) -> Any:
@@ -257,6 +286,7 @@ class Context:
             top=False,
             reports=self._reports,
             layer_axis=self.layer_channel_axis,
+            segments=self.segments,
         )
 
     # -- helpers ------------------------------------------------------------------------------

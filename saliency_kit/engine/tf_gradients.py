@@ -34,13 +34,25 @@ def target_scores(values: Any, targets: Any) -> tf.Tensor:
 class Selection:
     """What the rows of a block explain: ``columns`` int32 ``[rows, K]``, the target object
     (``None``: the columns index the score vector, a gather) and its payload (a pytree of
-    tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``)."""
+    tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``); with a
+    :class:`~saliency_kit.engine.space.Space`, the model inputs each row holds (``held``, each
+    ``[rows, ...]``) and where the points go among them."""
 
-    def __init__(self, columns: Any, target: Any = None, payload: Any = None, per_input: Any = ()):
+    def __init__(
+        self,
+        columns: Any,
+        target: Any = None,
+        payload: Any = None,
+        per_input: Any = (),
+        held: Any = None,
+        space: Any = None,
+    ):
         self.columns = columns
         self.target = target
         self.payload = payload
         self._per_input = tuple(per_input)  # per flattened payload leaf: shared by the columns
+        self.held = held
+        self.space = space
 
     @property
     def width(self) -> int:
@@ -53,12 +65,17 @@ class Selection:
         mapped = [input_fn(leaf) if shared else column_fn(leaf) for leaf, shared in zip(leaves, self._per_input)]
         return tf.nest.pack_sequence_as(self.payload, mapped)
 
+    def _held(self, fn: Callable) -> Any:
+        return None if self.held is None else tuple(fn(h) for h in self.held)
+
     def repeat(self, copies: int) -> Selection:
         """Each row repeated ``copies`` times (row ``b·copies + c`` is copy c of row b)."""
         if copies == 1:
             return self
         rep = lambda t: tf.repeat(t, copies, axis=0)  # noqa: E731
-        return Selection(rep(self.columns), self.target, self._map(rep, rep), self._per_input)
+        return Selection(
+            rep(self.columns), self.target, self._map(rep, rep), self._per_input, self._held(rep), self.space
+        )
 
     def per_column(self) -> Selection:
         """Rows ``n·K``, one column each: row ``b·K + k`` is column k of row b."""
@@ -67,26 +84,38 @@ class Selection:
         def split(leaf: Any) -> tf.Tensor:
             return tf.reshape(leaf, [n * K, 1, *leaf.shape[2:]])
 
+        rep = lambda leaf: tf.repeat(leaf, K, axis=0)  # noqa: E731
         return Selection(
             tf.reshape(self.columns, [n * K, 1]),
             self.target,
-            self._map(split, lambda leaf: tf.repeat(leaf, K, axis=0)),
+            self._map(split, rep),
             self._per_input,
+            self._held(rep),
+            self.space,
         )
+
+    def placed(self, z: Any) -> Any:
+        """What the model runs on for points ``z``: ``z`` itself, or, in a space, the held inputs
+        with the points placed among them (:meth:`~saliency_kit.engine.space.Space.place`)."""
+        return z if self.space is None else self.space.place(z, self.held)
+
+    def values(self, view: Any, z: Any) -> Any:
+        """The whole score vector ``[rows, C]`` at ``z`` (class columns)."""
+        return view(self.placed(z))
 
     def _outputs(self, view: Any, z: Any, tap: str | None) -> tuple[Any, Any]:
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)
-        values, taken = view.raw(z, taps, strip=getattr(self.target, "logits", True))
+        values, taken = view.raw(self.placed(z), taps, strip=getattr(self.target, "logits", True))
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
     def scores(self, view: Any, z: Any, tap: str | None = None) -> tuple[tf.Tensor, Any]:
         """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
         if self.target is None:  # class columns of the score vector: a gather
             if tap is None:
-                return target_scores(view(z), self.columns), None
-            values, activation = view(z, tap=tap)
+                return target_scores(view(self.placed(z)), self.columns), None
+            values, activation = view(self.placed(z), tap=tap)
             return target_scores(values, self.columns), activation
         outputs, activation = self._outputs(view, z, tap)
         payload = self.columns if self.payload is None else self.payload
@@ -96,7 +125,7 @@ class Selection:
         """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
         the column's class, or the target object's :meth:`probabilities`."""
         if self.target is None:
-            return target_scores(tf.nn.softmax(tf.cast(view(z), tf.float32), axis=-1), self.columns)
+            return target_scores(tf.nn.softmax(tf.cast(view(self.placed(z)), tf.float32), axis=-1), self.columns)
         outputs, _ = self._outputs(view, z, None)
         payload = self.columns if self.payload is None else self.payload
         return self.target.probabilities(outputs, payload)

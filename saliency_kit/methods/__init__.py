@@ -26,6 +26,7 @@ xrai                  :mod:`.xrai`                  the attributions are the map
 scorecam              :mod:`.scorecam`              the attributions are the maps
 layercam              :mod:`.layercam`              the attributions are the maps
 rise                  :mod:`.rise`                  the attributions are the maps
+conductance           :mod:`.conductance`           sum over the last axis
 ====================  ============================  =============================
 
 A method is declared with :func:`register` (see :mod:`.base`); methods from outside the package
@@ -57,6 +58,7 @@ from .reduce import reduce_map
 # isort: off
 from . import gradient, integrated_gradients, smoothgrad, gradcam, occlusion, lrp, deeplift  # noqa: E402,F401
 from . import expected_gradients, blur_ig, guided_ig, xrai, scorecam, layercam, rise  # noqa: E402,F401
+from . import conductance  # noqa: E402,F401
 # isort: on
 
 __all__ = [

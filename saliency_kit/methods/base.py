@@ -95,7 +95,11 @@ class Method:
     ``extends`` names an option whose value is another method whose options this one also
     takes (SmoothGrad's ``base``): a pixel method (not a CAM, extending no other). ``cost(options)``
     is the number of model evaluations per input and target, which the engine uses to size its
-    chunks.
+    chunks. ``spatial``: the method needs one input's own axes (windows, blurs, segments, a CAM
+    layer's upsampling): when a model's several inputs are explained, it runs once per input, the
+    others held at their values, instead of once on all of them together. ``layered``: its
+    attributions are of an inner layer's output (conductance), named by ``attribute_to=``; it
+    has no meaning without one.
     """
 
     name: str
@@ -110,6 +114,8 @@ class Method:
     cost: Callable | None = None
     extends: str | None = None
     warn_zero: bool = True
+    spatial: bool = False
+    layered: bool = False
 
     @property
     def defaults(self) -> dict:
@@ -204,6 +210,8 @@ def register(
     cost: Callable | None = None,
     extends: str | None = None,
     warn_zero: bool | None = None,
+    spatial: bool | None = None,
+    layered: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Decorator registering ``fn(ctx, **options) -> attributions`` as method ``name``.
 
@@ -218,7 +226,8 @@ def register(
         prepare: ``prepare(request, options) -> options``, the method's own checks and
             resolutions; the registered :attr:`Method.prepare` also draws seeds and prepares
             the extended method.
-        cost, extends, warn_zero: see :class:`Method`.
+        cost, extends, warn_zero, spatial, layered: see :class:`Method` (``spatial`` defaults to
+            ``cam``).
 
     Raises ``ValueError`` for a name registered twice, an option whose name the command line
     uses itself (:data:`RESERVED_OPTION_NAMES`), or an option declared by another method with
@@ -270,6 +279,8 @@ def register(
             cost=cost,
             extends=extends,
             warn_zero=(not cam) if warn_zero is None else bool(warn_zero),
+            spatial=bool(cam) if spatial is None else bool(spatial),
+            layered=bool(layered),
         )
         return fn
 

@@ -122,6 +122,7 @@ def _apply(x, mats):
     signed=True,
     prepare=prepare,
     cost=lambda options: options["steps"],
+    spatial=True,
 )
 def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
     from keras import ops

@@ -85,6 +85,7 @@ def gradcam_plus_plus(ctx, layer, relu):
     options=OPTIONS,
     prepare=prepare_cam_layer,
     warn_zero=False,
+    spatial=True,
     summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); map: max |attribution| over the last axis",
 )
 def guided_gradcam(ctx, layer, relu):

@@ -110,6 +110,7 @@ def prepare(request, options: dict) -> dict:
     signed=True,
     prepare=prepare,
     cost=lambda options: options["windows"],
+    spatial=True,
 )
 def occlusion(ctx, window, stride, value, **resolved):
     from keras import ops

@@ -6,7 +6,8 @@ each input.
 * squaregrad: ``a = (1/S) Σ_s base(x + ε_s)²``
 * vargrad: ``a = (1/S) Σ_s base(x + ε_s)² − ((1/S) Σ_s base(x + ε_s))²``
 
-with ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input. The noise of sample ``s`` of
+with ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input (per explained input when a
+model's several inputs are explained together). The noise of sample ``s`` of
 input ``b`` is drawn from a stateless generator keyed by ``(seed, b, s)`` (``ctx.normal``), so a
 seed fixes the result whatever ``batch_size`` is. squaregrad and vargrad take smoothgrad's
 options but ``aggregate``, which their name fixes (as Xplique names them). The map is reduced
@@ -47,8 +48,8 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
 
     method = get(base)
     x = ctx.inputs
-    n, axes, ones = x.shape[0], tuple(range(1, len(x.shape))), [1] * len(ctx.shape)
-    sigma = ops.reshape(noise * (ops.max(x, axis=axes) - ops.min(x, axis=axes)), [n, 1, *ones])
+    n = x.shape[0]
+    sigma = ops.expand_dims(noise * ctx.spread(x), 1)  # [n, 1, ...]: per input (per explained part)
 
     def noisy(ids):  # copies ids of each input, [m] -> base attributions [n, m, K, *input]
         copies = x[:, None] + sigma * ctx.normal(ids, samples)

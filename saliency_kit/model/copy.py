@@ -146,7 +146,11 @@ def input_signature(model: keras.Model) -> list[tuple[tuple, str]]:
             "unbuilt model."
         )
     dtype = keras.backend.standardize_dtype(getattr(model, "input_dtype", None) or model.compute_dtype)
-    return [(tuple(shape), dtype) for shape in shapes]
+    flat: list = []
+    for shape in shapes:  # a model built on a list of inputs records one list of shapes
+        nested = isinstance(shape, (list, tuple)) and shape and all(isinstance(s, (list, tuple)) for s in shape)
+        flat.extend(shape if nested else [shape])
+    return [(tuple(shape), dtype) for shape in flat]
 
 
 def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:

@@ -20,6 +20,11 @@ __all__ = [
     "missing",
     "functional_graph",
     "run_graph",
+    "input_structure",
+    "pack_inputs",
+    "graph_operations",
+    "call_inputs",
+    "producer_inputs",
     "producer",
     "has_producer",
     "call_takes_training",
@@ -97,6 +102,51 @@ def run_graph(graph: Any, inputs: Any, operation_fn: Callable) -> Any:
     as ``operation_fn(op)(*args, **kwargs)``. Private: ``Function._run_through_graph``."""
     outputs = graph._run_through_graph(inputs, operation_fn=operation_fn)
     return outputs
+
+
+def input_structure(model: Any) -> Any:
+    """The structure a functional model takes its inputs in (a dict keyed by the names it was
+    built with, a list, one tensor), else ``None``. Private: ``Functional._inputs_struct``."""
+    graph = functional_graph(model)
+    return None if graph is None else getattr(graph, "_inputs_struct", None)
+
+
+def pack_inputs(model: Any, inputs: list) -> Any:
+    """``inputs`` (one per model input, in graph order) in the structure ``model`` is called with
+    (a dict keyed as its inputs were, a list, ...)."""
+    from keras import tree
+
+    structure = input_structure(model)
+    return list(inputs) if structure is None else tree.pack_sequence_as(structure, list(inputs))
+
+
+def graph_operations(graph: Any) -> list:
+    """The operations of a functional graph (from :func:`functional_graph`), in run order.
+    Private: ``Function._operations`` (through the public ``operations`` property)."""
+    return list(graph.operations)
+
+
+def call_inputs(layer: Any) -> list:
+    """For each call of ``layer`` in any functional graph: the flat list of its symbolic input
+    tensors. Private: ``Operation._inbound_nodes``, ``Node.arguments``."""
+    from keras import tree
+
+    calls = []
+    for node in getattr(layer, "_inbound_nodes", None) or []:
+        arguments = node.arguments
+        calls.append([t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)])
+    return calls
+
+
+def producer_inputs(tensor: Any) -> list:
+    """The symbolic input tensors of the call that produced ``tensor``. Private:
+    ``_keras_history``, ``Operation._inbound_nodes``."""
+    from keras import tree
+
+    history = tensor._keras_history
+    node = history.operation._inbound_nodes[history.node_index]
+    arguments = node.arguments
+    return [t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)]
 
 
 def producer(tensor: Any) -> Any:

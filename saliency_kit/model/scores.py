@@ -35,6 +35,7 @@ import numpy as np
 
 from . import keras_private
 from .layers import is_graph_model
+from .placed import Placed
 
 __all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "output_shapes"]
 
@@ -267,9 +268,19 @@ class ScoreView:
         return self._squash is not None
 
     # -- running the graph ---------------------------------------------------------------------
-    def _run(self, model: keras.Model, x: Any, taps: tuple, strip: bool, taken: dict, prefix: str = "") -> Any:
-        """Run ``model``'s graph on ``x``; the activations of each tapped path (a tuple of names
-        from ``model`` down) go to ``taken[prefix + "/".join(path)]``."""
+    def _run(
+        self,
+        model: keras.Model,
+        x: Any,
+        taps: tuple,
+        strip: bool,
+        taken: dict,
+        prefix: str = "",
+        swaps: dict | None = None,
+    ) -> Any:
+        """Run ``model``'s graph on ``x`` (one input, or a list); tapped activations go to
+        ``taken[prefix + "/".join(path)]``; a layer whose path is in ``swaps`` returns the tensor there."""
+        swaps = swaps or {}
         graph = keras_private.functional_graph(model)
         if graph is None:
             shown = ", ".join(prefix + "/".join(t) for t in taps) or None
@@ -297,18 +308,28 @@ class ScoreView:
 
         def operation_fn(op: Any) -> Callable:
             inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
+            if (op.name,) in swaps:
+                return recorder(op, lambda *args, swapped=swaps[(op.name,)], **kwargs: swapped)
+            inner_swaps = {path[1:]: value for path, value in swaps.items() if len(path) > 1 and path[0] == op.name}
             if op is final and kind == "traced":  # a tap on the stripped layer sees its logits
                 return recorder(op, eager_or_traced(_call_op(op)))
             if op is final and kind == "fused":
                 return recorder(op, _call_op(self._twins[id(op)]))
-            if (op is final or inner) and is_graph_model(op):
+            if (op is final or inner or inner_swaps) and is_graph_model(op):
                 return recorder(
                     op,
                     lambda *args, **kwargs: self._run(
-                        op, args[0], inner, strip=op is final, taken=taken, prefix=f"{prefix}{op.name}/"
+                        op,
+                        args[0] if len(keras_private.functional_graph(op).inputs) == 1 else keras.tree.flatten(args[0]),
+                        inner,
+                        strip=op is final,
+                        taken=taken,
+                        prefix=f"{prefix}{op.name}/",
+                        swaps=inner_swaps,
                     ),
                 )
-            if inner:
+            if inner or inner_swaps:
+                inner = inner or tuple(inner_swaps)
                 raise ValueError(
                     f"layer {prefix}{op.name}/{'/'.join(inner[0])!r} is inside {op.name!r} ({type(op).__name__}), "
                     f"which runs it internally: only layers of functional or Sequential models can be tapped; "
@@ -316,7 +337,7 @@ class ScoreView:
                 )
             return recorder(op, _call_op(op))
 
-        outputs = keras_private.run_graph(graph, [x], operation_fn)
+        outputs = keras_private.run_graph(graph, x if isinstance(x, list) else [x], operation_fn)
         if len(graph.outputs) == 1 and isinstance(outputs, (list, tuple)):
             return outputs[0]
         return outputs
@@ -328,14 +349,19 @@ class ScoreView:
         applied."""
         taken: dict = {}
         strip = strip and self.strips_activation
-        if not taps and not strip:
-            return self.model(x, training=False), taken
-        if not taps and self._squash is not None and self._squash[1] is self.model:  # subclassed, ending in a squash
+        swaps, called = {}, x
+        if isinstance(x, Placed):
+            swaps = {tuple(path.split("/")): value for path, value in x.swaps.items()}
+            x = x.inputs[0] if len(x.inputs) == 1 else x.inputs
+            called = keras_private.pack_inputs(self.model, x) if isinstance(x, list) else x
+        if not taps and not strip and not swaps:
+            return self.model(called, training=False), taken
+        if not taps and not swaps and self._squash is not None and self._squash[1] is self.model:  # subclassed
             from .squash import eager_or_traced
 
-            return eager_or_traced(_call_op(self.model))(x), taken
+            return eager_or_traced(_call_op(self.model))(called), taken
         paths = tuple(tuple(tap.split("/")) for tap in taps)
-        values = self._run(self.model, x, paths, strip, taken)
+        values = self._run(self.model, x, paths, strip, taken, swaps=swaps)
         missing = [tap for tap in taps if tap not in taken]
         if missing:
             raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")

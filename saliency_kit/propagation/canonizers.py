@@ -72,6 +72,7 @@ MAX_POOLING = (
 # ...): a linear map whose plain gradient is its z-rule, and DeepLIFT's multiplier.
 ROUTING = (
     keras.layers.InputLayer,
+    keras.layers.Embedding,  # a lookup of token ids, kept as it is: they are explained at its output
     keras.layers.UpSampling1D,
     keras.layers.UpSampling2D,
     keras.layers.UpSampling3D,

@@ -21,8 +21,9 @@ __all__ = ["series", "volume", "tokens_html", "check_tokens"]
 
 
 def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
-    """``explanation.maps[index, k]`` with ``index`` and ``k`` checked."""
-    maps = np.asarray(explanation.maps)
+    """``explanation.maps[index, k]`` with ``index`` and ``k`` checked (of its token input, when
+    a model's several inputs were explained)."""
+    maps = np.asarray(getattr(explanation, "token_maps", explanation.maps))
     if maps.ndim < 3:
         raise ValueError(
             f"{what}() needs maps [B, K, ...] with at least one axis per input; received maps of shape {maps.shape}."
@@ -364,7 +365,7 @@ def tokens_html(
     Every piece of text (tokens, class names, the method's name) is HTML-escaped, so no input can
     add markup to the page.
     """
-    maps = np.asarray(explanation.maps)
+    maps = np.asarray(getattr(explanation, "token_maps", explanation.maps))
     rows = check_tokens(tokens, maps.shape)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < maps.shape[1]:
         raise ValueError(f"tokens_html() needs k in [0, {maps.shape[1]}); received {k!r}.")

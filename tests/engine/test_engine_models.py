@@ -6,14 +6,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from method_support import small_options
+from method_support import input_methods, small_options
 
 import saliency_kit as sk
-from saliency_kit import engine, methods
+from saliency_kit import engine
 
 IMAGE_METHODS = [
     name
-    for name in methods.names()
+    for name in input_methods()
     if name
     in (
         "gradient",

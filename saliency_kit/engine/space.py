@@ -1,0 +1,121 @@
+"""The space an explanation lives in when it is not one model input: several inputs, an input's
+embedding, an inner layer.
+
+A :class:`Space` names the *parts* a request explains — model inputs (:class:`Part` with
+``input`` set) or the outputs of inner layers (``layer`` set: an ``Embedding`` for token ids, any
+layer for ``attribute_to=LAYER``) — and the model inputs every row carries (the *held* inputs:
+all of the model's inputs, in its graph order, at the values the user gave). The engine's points
+are then one array ``[B, *part.shape]`` for one part, or the parts flattened and packed side by
+side ``[B, P]`` (``P = Σ size(part)``) for several, so a method's formula runs unchanged; a
+kernel places each part back where it belongs (:meth:`Space.place`): a model input is replaced
+by it, a layer's output is swapped for it while the model runs. The held inputs travel through
+the engine's chunking with the rows (noisy copies and path points included), so the inputs a
+request does not explain keep their values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Part", "Space"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One explained part. ``name``: the input's name, or the layer's path; ``input``: its index
+    among the model's inputs (graph order) for an input part; ``layer``: the path of the layer
+    whose output it is, else ``None``; ``shape``/``dtype``: one row's; ``embedding``: a token
+    input explained at its ``Embedding``'s output (``layer`` is that embedding)."""
+
+    name: str
+    input: int | None
+    layer: str | None
+    shape: tuple
+    dtype: str
+    embedding: bool = False
+
+    @property
+    def size(self) -> int:
+        return int(math.prod(self.shape))
+
+
+@dataclass(frozen=True)
+class Space:
+    """The parts a request explains, and how the model's inputs are laid out."""
+
+    parts: tuple
+    num_inputs: int
+
+    @property
+    def packed(self) -> bool:
+        return len(self.parts) > 1
+
+    @property
+    def shape(self) -> tuple:
+        """One row of points: the part's shape, or ``(P,)`` packed."""
+        if not self.packed:
+            return tuple(self.parts[0].shape)
+        return (sum(p.size for p in self.parts),)
+
+    @property
+    def dtype(self) -> str:
+        dtypes = {p.dtype for p in self.parts}
+        return dtypes.pop() if len(dtypes) == 1 else "float32"
+
+    @property
+    def segments(self) -> tuple:
+        """``((offset, size), ...)`` of each part in a packed row (one ``(0, size)`` unpacked)."""
+        out, offset = [], 0
+        for part in self.parts:
+            out.append((offset, part.size))
+            offset += part.size
+        return tuple(out)
+
+    def key(self) -> tuple:
+        return (self.num_inputs, self.parts)
+
+    # -- NumPy ------------------------------------------------------------------------------------
+    def pack(self, arrays: list) -> np.ndarray:
+        """The parts' arrays ``[B, *shape_i]`` (or one row ``[*shape_i]`` each, with no batch
+        axis when every array has exactly its part's rank) as points ``[B, *self.shape]``."""
+        if not self.packed:
+            return np.asarray(arrays[0], dtype=self.dtype)
+        rows = [np.asarray(a) for a in arrays]
+        single = all(a.shape == tuple(p.shape) for a, p in zip(rows, self.parts))
+        if single:
+            return np.concatenate([a.reshape(-1) for a in rows]).astype(self.dtype)
+        return np.concatenate([a.reshape(len(a), -1) for a in rows], axis=1).astype(self.dtype)
+
+    def unpack(self, array: np.ndarray, lead: int = 2) -> list:
+        """Results ``[*lead axes, *self.shape]`` as one array per part ``[*lead axes, *shape_i]``."""
+        if not self.packed:
+            return [array]
+        head = array.shape[:lead]
+        return [
+            array[..., offset : offset + size].reshape(*head, *part.shape)
+            for part, (offset, size) in zip(self.parts, self.segments)
+        ]
+
+    # -- inside a kernel -----------------------------------------------------------------------------
+    def place(self, points: Any, held: Any) -> Any:
+        """``points [rows, *self.shape]`` and the held inputs (each ``[rows, ...]``) as what the model
+        runs on: input parts replace their input, layer parts swap their layer's output."""
+        from keras import ops
+
+        from ..model.placed import Placed
+
+        inputs = list(held)
+        swaps: dict = {}
+        for part, (offset, size) in zip(self.parts, self.segments):
+            value = points
+            if self.packed:
+                value = ops.reshape(points[:, offset : offset + size], [-1, *part.shape])
+            if part.layer is None:
+                inputs[part.input] = ops.cast(value, part.dtype)
+            else:
+                swaps[part.layer] = ops.cast(value, part.dtype)
+        return Placed(inputs, swaps)

@@ -1,0 +1,230 @@
+"""``explain`` for a request that is not one float input: a model's several inputs, token ids
+(explained at their ``Embedding``'s output), an inner layer (``attribute_to=``), conductance.
+
+A method whose formula is elementwise (the gradient family, integrated gradients, SmoothGrad,
+DeepLIFT, LRP, ...) runs once on every explained part together, packed side by side
+(:class:`~saliency_kit.engine.space.Space`): a path, a noise draw or a baseline moves all
+inputs at once, and integrated gradients' completeness holds over all of them. A method that
+needs one input's own axes (``spatial``: occlusion, Blur IG, the CAM methods, ...) runs once per
+explained input, the others held at their values. Targets are resolved once, on every input.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import engine, methods
+from . import targets as targets_module
+from .engine.space import Space
+from .explanation import Explanation
+from .parts import Parts, part_options, read, structure
+from .request import check_input_keys, differentiated_score, recorded_options, resolve_request
+
+if TYPE_CHECKING:
+    import keras
+
+__all__ = ["explain_parts"]
+
+
+def explain_parts(
+    model: keras.Model,
+    inputs: Any,
+    chosen: Any,
+    targets: Any,
+    *,
+    score: str,
+    batch_size: int,
+    class_names: Sequence[str] | None,
+    input_keys: Any,
+    channels_axis: int | None,
+    attribute_to: Any,
+    baseline_token: int,
+    options: dict,
+) -> Explanation:
+    """:func:`saliency_kit.explain` for parts (see the module); its arguments, checked here."""
+    engine.check_score(score)
+    batch_size = engine.check_batch_size(batch_size)
+    if isinstance(baseline_token, bool) or not isinstance(baseline_token, (int, np.integer)) or baseline_token < 0:
+        raise ValueError(f"baseline_token must be a non-negative token id; received {baseline_token!r}.")
+    given = dict(options)
+    conductance = chosen.layered  # a path in input space, attributions in a layer's
+    if conductance:
+        given["layer"] = _conductance_layer(model, attribute_to, given)
+        parts = read(model, inputs, None, batch_size=batch_size)
+    else:
+        parts = read(model, inputs, attribute_to, batch_size=batch_size)
+    layers = [p.name for p in parts.parts if p.input is None]
+    if chosen.spatial and layers:
+        raise ValueError(
+            f"{chosen.name} runs on a model input's own axes; attribute_to=LAYER takes the gradient family, "
+            f"integrated gradients, SmoothGrad, DeepLIFT, LRP and conductance; received attribute_to={layers[0]!r}."
+        )
+    keys = check_input_keys(input_keys, parts.count)
+    names = targets_module.class_names_of(class_names)
+    selection, score_vectors = resolve_request(model, parts.points[0], targets, score, batch_size, names, at=parts.held)
+    score_fn = targets if callable(targets) and not isinstance(targets, str) and not selection.target else None
+    runs = [[p] for p in parts.parts] if chosen.spatial else [list(parts.parts)]
+    results: dict = {}
+    maps: dict = {}
+    out: dict = {}
+    recorded: dict = {}
+    skipped = []
+    for run in runs:
+        space = Space(tuple(run), len(parts.names))
+        x = space.pack([parts.points[parts.parts.index(p)] for p in run])
+        channel_axis = _channel_axis(model, run, x, channels_axis)
+        values = part_options(
+            model,
+            parts,
+            run,
+            space,
+            given,
+            baseline_token=baseline_token,
+            defaults=chosen.defaults,
+            batch_size=batch_size,
+        )
+        values = chosen.check_options(values)
+        request = methods.Request(
+            model,
+            x,
+            None,
+            score,
+            batch_size,
+            default_layer=getattr(class_names, "gradcam_layer", None),
+            channel_axis=channel_axis,
+        )
+        try:
+            if chosen.prepare is not None:
+                values = chosen.prepare(request, values)
+            _check_reached(model, run, values, conductance)
+        except ValueError as error:
+            if len(runs) == 1:
+                raise
+            skipped.append((run[0].name, str(error)))  # a method for images, and a tabular input
+            continue
+        out = engine.run(
+            chosen.compute,
+            model,
+            x,
+            selection.columns,
+            values,
+            score=score,
+            score_fn=score_fn,
+            batch_size=batch_size,
+            cost=chosen.cost(values) if chosen.cost else 1,
+            channel_axis=channel_axis,
+            keys=keys,
+            score_vectors=score_vectors,
+            layer_axis=engine.layer_channel_axis(model, x),
+            target=selection.target,
+            payload=selection.payload,
+            space=space,
+            held=parts.held,
+        )
+        recorded = values
+        attributions = out.pop("attributions")
+        if conductance:
+            results[values["layer"]] = attributions
+            maps[values["layer"]] = attributions.sum(axis=-1, dtype=np.float32)
+            continue
+        for part, value in zip(run, [attributions] if chosen.cam else space.unpack(attributions)):
+            results[part.name] = value
+            maps[part.name] = _map(chosen, values, part, value, channel_axis)
+    if not results:
+        raise ValueError(
+            f"{chosen.name} explains none of the inputs {[name for name, _ in skipped]}: "
+            + "; ".join(f"{name}: {why}" for name, why in skipped)
+        )
+    for name, why in skipped:
+        warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=2)
+    if chosen.warn_zero:
+        _warn_unused(results, chosen.name)
+    kinds = {p.name: ("embedding" if p.embedding else "input" if p.input is not None else "layer") for p in parts.parts}
+    if conductance:
+        shown = Parts(parts.names, parts.held, parts.kind, [], [], layer_only=True)
+        kinds = {recorded["layer"]: "layer"}
+        attributions_out, maps_out = results[recorded["layer"]], maps[recorded["layer"]]
+    else:
+        shown = parts
+        kinds = {name: kind for name, kind in kinds.items() if name in results}
+        attributions_out, maps_out = structure(shown, results), structure(shown, maps)
+    return Explanation(
+        attributions=attributions_out,
+        maps=maps_out,
+        targets=selection.columns,
+        scores=out["scores"],
+        method=chosen.name,
+        options={**recorded_options(given, recorded), "score": differentiated_score(model, score, score_fn)},
+        layer=recorded.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
+        completeness_gap=out.get("completeness_gap"),
+        rewritten=out.get("rewritten"),
+        target_info=selection.info,
+        parts=kinds,
+    )
+
+
+def _conductance_layer(model: keras.Model, attribute_to: Any, given: dict) -> str:
+    from .model.layers import find_layer
+
+    layer = given.get("layer") if attribute_to is None else attribute_to
+    if layer is None:
+        raise ValueError(
+            "conductance attributes to an inner layer: give attribute_to=LAYER (a name, a path or the layer); "
+            "received none."
+        )
+    return find_layer(model, layer)
+
+
+def _channel_axis(model: keras.Model, run: list, x: np.ndarray, given: int | None) -> int:
+    """The channel axis of one row of ``x``: an image, sequence or volume input's (given, or from
+    its spatial layers' data format); ``-1`` for packed parts, layers and embeddings."""
+    if len(run) > 1 or run[0].input is None or x.ndim < 3:
+        return -1
+    if given is not None:
+        return engine.check_channels_axis(given, x.ndim)
+    return engine.layer_channel_axis(model, x)
+
+
+def _check_reached(model: keras.Model, run: list, values: dict, conductance: bool) -> None:
+    """A layer method's layer must be on a path from this run's input (else its map is not of
+    that input): ``ValueError`` otherwise."""
+    if conductance or "layer" not in values or run[0].input is None:
+        return
+    from .model.model_inputs import inputs_reaching
+
+    if run[0].input not in inputs_reaching(model, values["layer"]):
+        raise ValueError(
+            f"layer {values['layer']!r} is on no path from input {run[0].name!r}, so its map is not of that "
+            "input; choose a layer after that input with layer=."
+        )
+
+
+def _map(chosen: Any, values: dict, part: Any, attributions: np.ndarray, channel_axis: int) -> np.ndarray:
+    """One part's maps: a CAM's own; token embeddings summed over their last axis ``[B, K, T]``
+    (averaged for a method whose maps are means: occlusion's score drop per token); otherwise the
+    method's reduction over the channel axis (the last for non-images)."""
+    if chosen.cam:
+        return attributions.astype(np.float32)
+    if part.embedding:
+        how = "mean" if chosen.reduction(values) == "mean" else "sum"
+        return methods.reduce_map(attributions, how, -1)
+    if attributions.ndim <= 2:
+        return attributions.astype(np.float32)
+    axis = 2 + channel_axis if channel_axis >= 0 else -1
+    return methods.reduce_map(attributions, chosen.reduction(values), axis)
+
+
+def _warn_unused(results: dict, method: str) -> None:
+    """An input whose attributions are all zero (the score does not depend on it) is said once."""
+    for name, value in results.items():
+        if not np.any(value):
+            warnings.warn(
+                f"{method}: every attribution of {name!r} is zero: the score does not depend on it "
+                "(an unconnected input, tf.stop_gradient, or every path to it inactive).",
+                RuntimeWarning,
+                stacklevel=3,
+            )

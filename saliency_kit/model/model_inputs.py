@@ -1,0 +1,122 @@
+"""A model's inputs as a request sees them: their names, shapes and dtypes in graph order, the
+``Embedding`` each integer input feeds, and which inputs a layer's output depends on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+
+from . import keras_private
+from .copy import input_signature
+from .layers import find_layer, is_graph_model, layer_at
+
+__all__ = ["InputInfo", "model_inputs", "embedding_of", "inputs_reaching", "calls_of"]
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One model input: ``name`` (its key in a dict-input model, else its ``keras.Input`` name, or
+    ``input_i`` for a subclassed model), ``shape`` ``(None, ...)`` and ``dtype``."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+    @property
+    def integer(self) -> bool:
+        return "int" in self.dtype or self.dtype == "bool"
+
+
+def _graph(model: keras.Model) -> Any:
+    return keras_private.functional_graph(model)
+
+
+def model_inputs(model: keras.Model) -> list[InputInfo]:
+    """Every input of ``model`` in its graph order (the order :class:`~saliency_kit.model.scores.Placed`
+    takes them in). ``ValueError`` for a model without a defined input (as ``explain`` says)."""
+    signature = input_signature(model)
+    graph = _graph(model)
+    names = [f"input_{i}" for i in range(len(signature))]
+    if graph is not None:
+        structure = keras_private.input_structure(model)
+        if isinstance(structure, dict):
+            names = [str(key) for key in keras.tree.flatten({k: k for k in structure})]
+        elif graph.inputs:
+            names = [str(t.name) for t in graph.inputs]
+    return [InputInfo(name, tuple(shape), dtype) for name, (shape, dtype) in zip(names, signature)]
+
+
+def embedding_of(model: keras.Model, index: int) -> str | None:
+    """The path of the ``keras.layers.Embedding`` that reads model input ``index`` directly (in
+    ``model``'s graph or a nested functional model's, e.g. a KerasHub backbone's), else ``None``."""
+    graph = _graph(model)
+    if graph is None:
+        return None
+    source = graph.inputs[index]
+    for op in keras_private.graph_operations(graph):
+        for call in keras_private.call_inputs(op):
+            if not any(t is source for t in call):
+                continue
+            if isinstance(op, keras.layers.Embedding):
+                return op.name
+            if is_graph_model(op) and _graph(op) is not None:
+                position = next(i for i, t in enumerate(call) if t is source)
+                if position < len(_graph(op).inputs):
+                    inner = embedding_of(op, position)
+                    if inner is not None:
+                        return f"{op.name}/{inner}"
+    return None
+
+
+def _own_calls(model: keras.Model, path: str) -> tuple[Any, list]:
+    """``(the layer at path, the flat symbolic inputs of each of its calls in its own model's
+    graph)`` (a layer reused by another model has calls there too, which do not count)."""
+    layer = layer_at(model, path)
+    parent = layer_at(model, path.rsplit("/", 1)[0]) if "/" in path else model
+    graph = _graph(parent)
+    if graph is None:
+        return layer, []
+    calls = []
+    for nodes in keras_private.nodes_by_depth(graph).values():
+        for node in nodes:
+            if node.operation is layer:
+                arguments = node.arguments
+                flat = keras.tree.flatten((arguments.args, arguments.kwargs))
+                calls.append([t for t in flat if isinstance(t, keras.KerasTensor)])
+    return layer, calls
+
+
+def inputs_reaching(model: keras.Model, path: str) -> set[int]:
+    """The indices of the model inputs the output of the layer at ``path`` depends on (through the
+    top-level layer the path starts with; all of them when that cannot be followed)."""
+    graph = _graph(model)
+    everything = set(range(len(model_inputs(model))))
+    if graph is None:
+        return everything
+    _, calls = _own_calls(model, find_layer(model, path.split("/")[0]))
+    if not calls:
+        return everything
+    sources = {id(t): i for i, t in enumerate(graph.inputs)}
+    reached: set[int] = set()
+    seen: set[int] = set()
+    stack = [t for call in calls for t in call]
+    while stack:
+        tensor = stack.pop()
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        if id(tensor) in sources:
+            reached.add(sources[id(tensor)])
+            continue
+        if keras_private.has_producer(tensor):
+            stack.extend(keras_private.producer_inputs(tensor))
+    return reached
+
+
+def calls_of(model: keras.Model, path: str) -> int:
+    """How many times the layer at ``path`` is called in its model's graph (a shared layer: more
+    than one; its output then is not one tensor and cannot be explained)."""
+    return max(1, len(_own_calls(model, path)[1]))

@@ -1,0 +1,330 @@
+"""What a request explains when it is not one float input: a model's several inputs (a list,
+tuple or dict), token ids explained at their ``Embedding``'s output, an inner layer
+(``attribute_to=``).
+
+:func:`read` checks the inputs against the model and decides the *parts* explained
+(:class:`~saliency_kit.engine.space.Part`); :func:`part_options` gives each run its per-input
+options (baselines, occlusion values) in the run's space; :func:`structure` puts per-part results
+back in the shape the inputs came in. :func:`saliency_kit.explain` drives them.
+
+Integer inputs feeding an ``Embedding`` are explained in embedding space, except those whose
+name marks them as segment, position or type ids, or masks (``segment_ids``, ``token_type_ids``,
+``position_ids``, ``padding_mask``, ...): their embeddings are left as they are, as the
+inputs a request does not explain are (held at their values). ``attribute_to=`` chooses
+otherwise.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .engine.space import Part, Space
+
+if TYPE_CHECKING:
+    import keras
+
+__all__ = ["Parts", "structured", "read", "part_options", "structure", "HELD_BY_NAME"]
+
+#: Integer inputs whose name contains one of these are held by default, not explained.
+HELD_BY_NAME = ("segment", "position", "type", "mask")
+
+#: Options that may be given once or once per input (in the inputs' structure).
+PER_INPUT_OPTIONS = ("baseline", "value", "baselines")
+
+
+@dataclass
+class Parts:
+    """A request's inputs and the parts it explains.
+
+    ``names``: every model input's name (graph order); ``held``: every model input ``[B, ...]``
+    (graph order, the model's dtypes); ``kind``: how the inputs came (``"dict"``, ``"list"``,
+    ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
+    ``[B, *part.shape]``; ``layer_only``: ``attribute_to`` named one inner layer."""
+
+    names: list
+    held: list
+    kind: str
+    parts: list
+    points: list
+    layer_only: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.held[0])
+
+
+def structured(model: keras.Model, inputs: Any, attribute_to: Any) -> bool:
+    """Whether a request needs parts: ``attribute_to`` given, inputs given as a structure, a
+    model with several inputs, or one integer input."""
+    if attribute_to is not None or isinstance(inputs, (dict, list, tuple)) and not _array_like(inputs):
+        return True
+    from .model.model_inputs import model_inputs
+
+    try:
+        infos = model_inputs(model)
+    except (TypeError, ValueError):
+        return False  # explain's own checks say what is wrong
+    return len(infos) > 1 or infos[0].integer
+
+
+def _array_like(value: Any) -> bool:
+    """A nested list of numbers (one array), not a list of arrays."""
+    if isinstance(value, dict):
+        return False
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        return False
+    return array.dtype != object and array.ndim >= 2 and not any(isinstance(v, np.ndarray) for v in value)
+
+
+# ------------------------------------------------------------------------------------ reading
+def _arrange(infos: list, inputs: Any) -> tuple[list, str]:
+    names = [info.name for info in infos]
+    if isinstance(inputs, dict):
+        unknown = sorted(set(map(str, inputs)) - set(names))
+        missing = [n for n in names if n not in inputs]
+        if unknown or missing:
+            raise ValueError(
+                f"inputs must be a dict with one array per model input {names}; "
+                f"missing {missing}, unknown {unknown}; received keys {list(inputs)}."
+            )
+        return [inputs[n] for n in names], "dict"
+    if isinstance(inputs, (list, tuple)) and not _array_like(inputs):
+        if len(inputs) != len(infos):
+            raise ValueError(
+                f"inputs must hold one array per model input ({len(infos)}: {names}); received {len(inputs)}."
+            )
+        return list(inputs), type(inputs).__name__
+    if len(infos) != 1:
+        raise ValueError(
+            f"model has {len(infos)} inputs {names}: give inputs as a list, tuple or dict of "
+            f"{len(infos)} arrays; received one {type(inputs).__name__}."
+        )
+    return [inputs], "array"
+
+
+def _checked(info: Any, value: Any, model_name: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except Exception as err:
+        raise TypeError(f"input {info.name!r} could not be read as an array ({err}).") from None
+    want = "[B, " + ", ".join("?" if e is None else str(e) for e in info.shape[1:]) + "]"
+    if array.ndim != len(info.shape) or any(e is not None and e != r for e, r in zip(info.shape[1:], array.shape[1:])):
+        raise ValueError(
+            f"input {info.name!r} must have shape {want} for model {model_name!r}; received {array.shape}."
+        )
+    if info.integer:
+        if not (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):
+            raise TypeError(
+                f"input {info.name!r} takes integers ({info.dtype}: token ids, a mask); received dtype {array.dtype}."
+            )
+    else:
+        if not np.issubdtype(array.dtype, np.floating):
+            raise TypeError(
+                f"input {info.name!r} must be floating point, already preprocessed for the model "
+                f"(expected {info.dtype}); received dtype {array.dtype}."
+            )
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"input {info.name!r} must be finite; received NaN or infinite values.")
+    return np.ascontiguousarray(array.astype(info.dtype, copy=False))
+
+
+def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_size: int = 32) -> Parts:
+    """The checked inputs of ``model`` and the parts ``attribute_to`` (default: see the module)
+    asks to explain, with their values (a layer's by one batched forward pass)."""
+    from . import engine
+    from .model.model_inputs import model_inputs
+
+    infos = model_inputs(model)
+    given, kind = _arrange(infos, inputs)
+    held = [_checked(info, value, model.name) for info, value in zip(infos, given)]
+    counts = {len(a) for a in held}
+    if len(counts) != 1:
+        raise ValueError(f"every input must hold the same number of rows; received {[len(a) for a in held]}.")
+    if not counts.pop():
+        raise ValueError("inputs are empty: expected at least one row per input; received 0 rows.")
+    names = [info.name for info in infos]
+    chosen, layer_only = _choose(model, infos, attribute_to)
+    paths = tuple(path for _, path, _ in chosen if path is not None)
+    values = engine.activations(model, held, paths, batch_size=batch_size) if paths else {}
+    parts, points = [], []
+    for index, path, embedding in chosen:
+        array = held[index] if path is None else values[path]
+        name = names[index] if index is not None else path
+        parts.append(Part(name, index, path, tuple(array.shape[1:]), array.dtype.name, embedding))
+        points.append(array)
+    return Parts(names, held, kind, parts, points, layer_only)
+
+
+def _choose(model: keras.Model, infos: list, attribute_to: Any) -> tuple[list, bool]:
+    """``([(input index or None, layer path or None, embedding?)], layer_only)``."""
+    from .model.model_inputs import embedding_of
+
+    names = [info.name for info in infos]
+    chosen: list[tuple[int | None, str | None, bool]] = []
+    if attribute_to is None:
+        for i, info in enumerate(infos):
+            if not info.integer:
+                chosen.append((i, None, False))
+                continue
+            path = embedding_of(model, i)
+            if path is not None and not any(word in info.name.lower() for word in HELD_BY_NAME):
+                chosen.append((i, path, True))
+        if not chosen:
+            raise ValueError(
+                f"nothing to explain in model {model.name!r}: its inputs {names} are integers that feed no "
+                "Embedding; name a layer to explain with attribute_to=; received inputs of dtypes "
+                f"{[info.dtype for info in infos]}."
+            )
+        return chosen, False
+    items = list(attribute_to) if isinstance(attribute_to, (list, tuple)) else [attribute_to]
+    if not items:
+        raise ValueError("attribute_to must name at least one input or layer; received an empty list.")
+    layers = 0
+    for item in items:
+        entry = _one(model, infos, item)
+        layers += entry[0] is None
+        if entry in chosen:
+            raise ValueError(f"attribute_to names {item!r} twice; received {attribute_to!r}.")
+        chosen.append(entry)
+    return chosen, layers == 1 and len(chosen) == 1
+
+
+def _one(model: keras.Model, infos: list, item: Any) -> tuple:
+    from .model.layers import find_layer
+    from .model.model_inputs import calls_of, embedding_of
+
+    names = [info.name for info in infos]
+    index = None
+    if isinstance(item, str) and item in names:
+        index = names.index(item)
+    elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        if not 0 <= int(item) < len(infos):
+            raise ValueError(f"attribute_to index must lie in [0, {len(infos) - 1}]; received {item}.")
+        index = int(item)
+    if index is not None:
+        if not infos[index].integer:
+            return (index, None, False)
+        path = embedding_of(model, index)
+        if path is None:
+            raise ValueError(
+                f"input {names[index]!r} holds integers that feed no Embedding, so it has no space to "
+                "explain in; name the layer to explain with attribute_to=LAYER; received "
+                f"attribute_to={item!r}."
+            )
+        return (index, path, True)
+    path = find_layer(model, item)
+    if calls_of(model, path) > 1:
+        raise ValueError(
+            f"layer {path!r} is called {calls_of(model, path)} times in the model (shared weights), so its "
+            "output is not one tensor to explain; name one of the layers after it; received "
+            f"attribute_to={path!r}."
+        )
+    return (None, path, False)
+
+
+# ------------------------------------------------------------------------------------ options
+def _per_input(value: Any, names: list) -> dict | None:
+    """``value`` as ``{input name: value}`` when given in the inputs' structure, else ``None``."""
+    if isinstance(value, dict):
+        unknown = sorted(set(map(str, value)) - set(names))
+        if unknown:
+            raise ValueError(f"a per-input option names unknown inputs {unknown}; the model's inputs are {names}.")
+        return {str(k): v for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and len(names) > 1 and len(value) == len(names):
+        if not all(isinstance(v, numbers.Number) for v in value) or _array_like(value) is False:
+            return dict(zip(names, value))
+    return None
+
+
+def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any, batch_size: int) -> np.ndarray:
+    """Token ids ``[N, T]`` (or one token id) of ``part``'s input, embedded: ``[N, T, D]``."""
+    from . import engine
+
+    assert part.input is not None and part.layer is not None
+    reference = parts.held[part.input]
+    ids = np.asarray(tokens)
+    if ids.ndim == 0:  # one token everywhere: the embedding layer alone, no forward pass of the model
+        from .model.layers import layer_at
+
+        row = np.full((1, *reference.shape[1:]), ids, reference.dtype)
+        return np.asarray(layer_at(model, part.layer)(row))
+    elif ids.ndim == reference.ndim - 1:
+        ids = np.broadcast_to(ids, (len(reference), *ids.shape))
+    held = [np.resize(a, (len(ids), *a.shape[1:])) for a in parts.held]
+    held[part.input] = ids.astype(reference.dtype)
+    return engine.activations(model, held, (part.layer,), batch_size=batch_size)[part.layer]
+
+
+def part_options(
+    model: keras.Model,
+    parts: Parts,
+    run: list,
+    space: Space,
+    options: dict,
+    *,
+    baseline_token: int,
+    defaults: dict,
+    batch_size: int,
+) -> dict:
+    """The options of one run (the parts ``run`` of ``space``): a per-input option given in the
+    inputs' structure takes each part's entry; packed runs get one array per option; token parts
+    get their baseline (``baseline``, occlusion's ``value``) as the embedding of ``baseline_token``
+    unless given, and baselines given as token ids are embedded."""
+    out = dict(options)
+    for name in PER_INPUT_OPTIONS:
+        if name not in out and name not in defaults:
+            continue
+        given = name in out
+        value = out.get(name, defaults.get(name))
+        entries = _per_input(value, parts.names) if given else None
+        pieces: list = []
+        for part in run:
+            piece = entries.get(part.name, defaults.get(name)) if entries is not None else value
+            if piece is None:
+                pieces = []
+                break
+            explicit = entries is not None and part.name in entries or entries is None and given
+            if part.embedding and name in ("baseline", "value") and not explicit:
+                piece = _embedded(model, parts, part, baseline_token, batch_size)[0]
+            elif part.embedding and np.issubdtype(np.asarray(piece).dtype, np.integer):
+                embedded = _embedded(model, parts, part, piece, batch_size)
+                piece = embedded if name == "baselines" else embedded[0]
+            pieces.append(piece)
+        if not pieces:
+            continue
+        if len(run) == 1:
+            out[name] = pieces[0]
+        elif name == "baselines":
+            arrays = [np.asarray(p, dtype=np.float64) for p in pieces]
+            rows = {len(a) for a in arrays}
+            if len(rows) != 1:
+                raise ValueError(f"baselines must give the same number of rows for every input; received {rows}.")
+            out[name] = space.pack([a.reshape(len(a), *part.shape) for a, part in zip(arrays, run)])
+        else:
+            out[name] = space.pack(
+                [np.broadcast_to(np.asarray(p, np.float64), part.shape) for p, part in zip(pieces, run)]
+            )
+    if any(part.embedding for part in run) and "window" in defaults and "window" not in options:
+        out["window"] = 1  # occlusion: one token at a time
+    return out
+
+
+# ------------------------------------------------------------------------------------ results
+def structure(parts: Parts, results: dict) -> Any:
+    """Per-part results ``{part name: array}`` in the inputs' structure: one array for one
+    layer (``attribute_to=LAYER``) or a single-input model; a dict keyed by input name for dict
+    inputs (the explained ones); a list (tuple) with ``None`` for inputs not explained; a dict
+    keyed by part name when layers and inputs are mixed."""
+    names = [part.name for part in parts.parts]
+    if parts.layer_only or parts.kind == "array" and len(names) == 1:
+        return results[names[0]]
+    if parts.kind == "dict" or any(part.input is None for part in parts.parts):
+        return {name: results[name] for name in names if name in results}
+    ordered = [results.get(name) for name in parts.names]
+    return tuple(ordered) if parts.kind == "tuple" else ordered

@@ -1,0 +1,110 @@
+"""What :func:`saliency_kit.explain` and its multi-input driver share: targets resolved once
+with the forward pass they need, the options an Explanation records, what was differentiated,
+and the noise keys of the inputs."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import engine
+from . import targets as targets_module
+from .model.scores import score_columns
+
+if TYPE_CHECKING:
+    import keras
+
+__all__ = ["resolve_request", "recorded_options", "differentiated_score", "check_input_keys", "KEY_LIMIT"]
+
+
+def resolve_request(
+    model: keras.Model,
+    x: Any,
+    targets: Any,
+    score: str,
+    batch_size: int,
+    class_names: Sequence[str] | None,
+    at: Any = None,
+) -> tuple[targets_module.Resolved, np.ndarray | None]:
+    """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``;
+    ``at``: what the model runs on when it is not ``x`` (a multi-input model's inputs, a list)."""
+    at = x if at is None else at
+    if targets_module.is_target(targets):
+        request = targets_module.TargetRequest(
+            model,
+            x,
+            score,
+            batch_size,
+            class_names,
+            forward=lambda strip: engine.outputs(model, at, score=score, batch_size=batch_size, strip=strip),
+        )
+        resolved = targets_module.as_target(targets).resolve(request)
+        columns = np.asarray(resolved.columns)
+        if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
+            raise ValueError(
+                f"a target's resolve() must give int columns [{len(x)}, K]; received {columns.dtype} {columns.shape}."
+            )
+        resolved.columns = columns.astype(np.int64)
+        return resolved, None
+    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
+    width = score_columns(model, score_fn)
+    if width is None and score_fn is None:
+        from .targets.errors import class_target_error
+
+        raise class_target_error(model, targets)
+    spec = targets_module.parse(targets, len(x), width, class_names)
+    scores = None
+    if spec.needs_scores:
+        scores = engine.all_scores(model, at, score=score, batch_size=batch_size)
+    classes = targets_module.resolve(spec, scores, len(x), width)
+    kind = "callable" if score_fn is not None else "class"
+    info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
+    return targets_module.Resolved(classes, None, info, None), scores
+
+
+def differentiated_score(model: keras.Model, score: str, score_fn: Callable | None) -> str:
+    """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
+    a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
+    return engine.score_view(model, score, score_fn).differentiated
+
+
+def _scalar(value: Any) -> bool:
+    """A number (or 0-d array); ragged lists (XRAI's segments per input) are not."""
+    return isinstance(value, numbers.Number) or (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
+def recorded_options(given: dict, prepared: dict) -> dict:
+    """The options an Explanation records: prepared values, but scalars the user gave stay scalars."""
+    return {
+        name: given[name] if isinstance(value, np.ndarray) and name in given and _scalar(given[name]) else value
+        for name, value in prepared.items()
+    }
+
+
+#: Noise keys (``explain(..., input_keys=)``) lie in ``[0, KEY_LIMIT)``.
+KEY_LIMIT = 2**31
+
+
+def check_input_keys(input_keys: Any, count: int) -> np.ndarray | None:
+    """``input_keys`` as int64 ``[count]`` (or ``None``): ``TypeError`` unless integers,
+    ``ValueError`` unless ``count`` of them in ``[0, 2**31)``."""
+    if input_keys is None:
+        return None
+    if isinstance(input_keys, (str, bytes)):
+        raise TypeError(f"input_keys must be a sequence of ints, one per input; received {input_keys!r}.")
+    try:
+        keys = np.asarray(input_keys)
+    except Exception:
+        raise TypeError(
+            f"input_keys must be a sequence of ints, one per input; received {type(input_keys).__name__}."
+        ) from None
+    if keys.size and (not np.issubdtype(keys.dtype, np.integer) or keys.dtype == np.bool_):
+        raise TypeError(f"input_keys must be a sequence of ints, one per input; received dtype {keys.dtype}.")
+    if keys.shape != (count,):
+        raise ValueError(f"input_keys must hold one int per input ({count}); received shape {keys.shape}.")
+    if count and (keys.min() < 0 or keys.max() >= KEY_LIMIT):
+        raise ValueError(f"input_keys must lie in [0, 2**31); received values from {keys.min()} to {keys.max()}.")
+    return keys.astype(np.int64)

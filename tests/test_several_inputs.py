@@ -1,0 +1,274 @@
+"""Models with several inputs: an image with tabular metadata, a siamese pair sharing its weights,
+a subclassed two-input model. Every explained input gets its own attributions, checked against
+gradients taken with tf.GradientTape on the model itself, a guided twin built with
+tf.custom_gradient, integrated gradients computed by hand over the joint path, and NumPy
+occlusion; results do not depend on the batch or on batch_size."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from method_support import small_options
+
+import saliency_kit as sk
+
+RNG = np.random.default_rng(5)
+
+
+def image_and_metadata(activation="relu", name="image_meta"):
+    image = keras.Input((8, 8, 3), name="image")
+    meta = keras.Input((5,), name="meta")
+    h = keras.layers.Conv2D(4, 3, activation=activation, name="conv")(image)
+    h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+    m = keras.layers.Dense(4, activation=activation, name="meta_dense")(meta)
+    z = keras.layers.Concatenate(name="merge")([h, m])
+    return keras.Model([image, meta], keras.layers.Dense(3, name="head")(z), name=name)
+
+
+def siamese():
+    branch = keras.Sequential(
+        [keras.Input((6, 6, 2)), keras.layers.Conv2D(3, 3, activation="relu"), keras.layers.Flatten()], name="branch"
+    )
+    a, b = keras.Input((6, 6, 2), name="left"), keras.Input((6, 6, 2), name="right")
+    d = keras.layers.Subtract(name="difference")([branch(a), branch(b)])
+    return keras.Model([a, b], keras.layers.Dense(2, name="head")(d), name="siamese")
+
+
+class TwoInputs(keras.Model):
+    def __init__(self):
+        super().__init__(name="two_inputs_subclassed")
+        self.a = keras.layers.Dense(4, activation="relu")
+        self.b = keras.layers.Dense(4, activation="relu")
+        self.out = keras.layers.Dense(3)
+
+    def call(self, inputs):
+        left, right = inputs
+        return self.out(self.a(left) * self.b(right))
+
+
+@pytest.fixture(scope="module")
+def models():
+    sub = TwoInputs()
+    sub([np.zeros((1, 4), "float32"), np.zeros((1, 6), "float32")])
+    return {"image_meta": image_and_metadata(), "siamese": siamese(), "subclassed": sub}
+
+
+def inputs_of(model, batch=3):
+    inputs = getattr(model, "inputs", None)
+    shapes = [tuple(t.shape[1:]) for t in inputs] if inputs else [(4,), (6,)]
+    return [RNG.normal(size=(batch, *s)).astype("float32") for s in shapes]
+
+
+def tape_gradients(model, x, classes):
+    tensors = [tf.constant(a) for a in x]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        scores = tf.gather(model(tensors, training=False), classes, batch_dims=1)
+    return [g.numpy() for g in tape.gradient(scores, tensors)]
+
+
+@pytest.mark.parametrize("kind", ["image_meta", "siamese", "subclassed"])
+def test_gradient_of_every_input_is_the_tape_gradient(models, kind):
+    model = models[kind]
+    x = inputs_of(model)
+    classes = [0, 1, 0]
+    e = sk.explain(model, x, "gradient", targets=classes)
+    assert isinstance(e.attributions, list) and len(e.attributions) == 2
+    for got, want in zip(e.attributions, tape_gradients(model, x, classes)):
+        np.testing.assert_allclose(got[:, 0], want, atol=1e-6)
+    assert e.parts == dict.fromkeys([t for t in e.parts], "input") and len(e.parts) == 2
+
+
+def test_dict_inputs_give_dict_attributions_keyed_by_name(models):
+    model = models["image_meta"]
+    image, meta = inputs_of(model)
+    e = sk.explain(model, {"meta": meta, "image": image}, "gradient_x_input", targets=2)
+    assert set(e.attributions) == {"image", "meta"}
+    want = tape_gradients(model, [image, meta], [2, 2, 2])
+    np.testing.assert_allclose(e.attributions["image"][:, 0], image * want[0], atol=1e-6)
+    np.testing.assert_allclose(e.attributions["meta"][:, 0], meta * want[1], atol=1e-6)
+    np.testing.assert_allclose(e.maps["image"], e.attributions["image"].sum(-1), atol=1e-6)
+    assert e.maps["meta"].shape == (3, 1)
+
+
+def test_attribute_to_one_input_holds_the_other(models):
+    model = models["image_meta"]
+    x = inputs_of(model)
+    e = sk.explain(model, x, "gradient", targets=0, attribute_to="meta")
+    assert e.attributions[0] is None and e.parts == {"meta": "input"}
+    np.testing.assert_allclose(e.attributions[1][:, 0], tape_gradients(model, x, [0, 0, 0])[1], atol=1e-6)
+
+
+def _guided_twin(model):
+    @tf.custom_gradient
+    def guided_relu(t):
+        y = tf.nn.relu(t)
+        return y, lambda dy: dy * tf.cast(t > 0, dy.dtype) * tf.cast(dy > 0, dy.dtype)
+
+    twin = image_and_metadata(activation=guided_relu, name="guided_twin")
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def test_guided_backprop_through_a_merge_matches_a_custom_gradient_twin(models):
+    model = models["image_meta"]
+    x = inputs_of(model)
+    e = sk.explain(model, x, "guided_backprop", targets=1)
+    for got, want in zip(e.attributions, tape_gradients(_guided_twin(model), x, [1, 1, 1])):
+        np.testing.assert_allclose(got[:, 0], want, atol=1e-6)
+        assert np.any(got != 0)
+
+
+def test_integrated_gradients_moves_every_input_on_one_path(models):
+    """Per-input baselines in the inputs' structure; the path, the attributions and the
+    completeness gap are over both inputs together, as a hand-written trapezoid IG gives them."""
+    model = models["image_meta"]
+    x = inputs_of(model)
+    baselines = [np.full((8, 8, 3), 0.25, "float32"), np.linspace(-1, 1, 5).astype("float32")]
+    steps = 16
+    e = sk.explain(model, x, "integrated_gradients", targets=0, steps=steps, baseline=baselines)
+    alphas = np.linspace(0, 1, steps)
+    weights = np.full(steps, 1 / (steps - 1))
+    weights[[0, -1]] /= 2
+    total = [np.zeros_like(a) for a in x]
+    for alpha, w in zip(alphas, weights):
+        point = [b + alpha * (a - b) for a, b in zip(x, baselines)]
+        for t, g in zip(total, tape_gradients(model, point, [0, 0, 0])):
+            t += w * g
+    for got, a, b, t in zip(e.attributions, x, baselines, total):
+        np.testing.assert_allclose(got[:, 0], (a - b) * t, atol=1e-5)
+    s_x = model([tf.constant(a) for a in x]).numpy()[:, 0]
+    s_b = model([tf.constant(np.broadcast_to(b, a.shape)) for a, b in zip(x, baselines)]).numpy()[:, 0]
+    summed = sum(a.reshape(3, -1).sum(1) for a in (got[:, 0] for got in e.attributions))
+    np.testing.assert_allclose(e.completeness_gap[:, 0], summed - (s_x - s_b), atol=1e-5)
+
+
+def test_occlusion_of_the_metadata_is_the_score_drop_of_each_feature(models):
+    model = models["image_meta"]
+    x = inputs_of(model)
+    e = sk.explain(model, x, "occlusion", targets=2)
+    clean = model(x).numpy()[:, 2]
+    for f in range(5):
+        meta = x[1].copy()
+        meta[:, f] = 0.0
+        np.testing.assert_allclose(e.attributions[1][:, 0, f], clean - model([x[0], meta]).numpy()[:, 2], atol=1e-5)
+
+
+def test_cam_maps_only_the_input_its_layer_is_on_the_path_of(models):
+    model = models["image_meta"]
+    with pytest.warns(RuntimeWarning, match="does not explain input 'meta'"):
+        e = sk.explain(model, inputs_of(model), "gradcam", targets=0)
+    assert e.attributions[0].shape == (3, 1, 8, 8) and e.attributions[1] is None and e.layer == "conv"
+    a, b = keras.Input((6, 6, 1), name="a"), keras.Input((6, 6, 1), name="b")
+    ha = keras.layers.Conv2D(2, 3, name="conv_a")(a)
+    hb = keras.layers.Conv2D(2, 3, name="conv_b")(b)
+    z = keras.layers.Concatenate()([keras.layers.Flatten()(ha), keras.layers.Flatten()(hb)])
+    pair = keras.Model([a, b], keras.layers.Dense(2)(z))
+    x = [RNG.normal(size=(2, 6, 6, 1)).astype("float32") for _ in range(2)]
+    with pytest.raises(ValueError, match="no path from input 'b'"):
+        sk.explain(pair, x, "gradcam", targets=0, layer="conv_a", attribute_to="b")
+    with pytest.warns(RuntimeWarning, match="does not explain input 'b'"):
+        only_a = sk.explain(pair, x, "gradcam", targets=0, layer="conv_a")
+    assert only_a.attributions[1] is None and only_a.attributions[0].shape == (2, 1, 6, 6)
+
+
+def test_an_input_the_score_ignores_gets_zeros_and_a_warning():
+    image = keras.Input((4,), name="used")
+    ignored = keras.Input((3,), name="ignored")
+    dead = keras.layers.Lambda(lambda t: 0.0 * t)(ignored)
+    z = keras.layers.Concatenate()([image, dead])
+    model = keras.Model([image, ignored], keras.layers.Dense(2)(z))
+    x = [RNG.normal(size=(2, 4)).astype("float32"), RNG.normal(size=(2, 3)).astype("float32")]
+    with pytest.warns(RuntimeWarning, match="'ignored' is zero"):
+        e = sk.explain(model, x, "gradient", targets=0)
+    assert not np.any(e.attributions[1]) and np.any(e.attributions[0])
+
+
+METHODS = [
+    "gradient",
+    "gradient_x_input",
+    "guided_backprop",
+    "deconvnet",
+    "integrated_gradients",
+    "smoothgrad",
+    "vargrad",
+    "expected_gradients",
+    "deeplift",
+    "lrp",
+    "guided_ig",
+    "occlusion",
+    "gradcam",
+    "layercam",
+]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batch_and_batch_size_invariance(models, method):
+    model = models["image_meta"]
+    x = inputs_of(model, batch=3)
+    options = small_options(method, (1,))
+    if method == "expected_gradients":
+        options["baselines"] = [RNG.normal(size=(2, 8, 8, 3)).astype("float32"), RNG.normal(size=(2, 5))]
+    if method == "occlusion":
+        options = {}
+    weights = [w.copy() for w in model.get_weights()]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        whole = sk.explain(model, x, method, targets=[0, 1, 2], batch_size=64, **options)
+        small = sk.explain(model, x, method, targets=[0, 1, 2], batch_size=1, **options)
+        alone = [
+            sk.explain(model, [a[i : i + 1] for a in x], method, targets=[[0], [1], [2]][i], input_keys=[i], **options)
+            for i in range(3)
+        ]
+    for j, got in enumerate(whole.attributions):
+        if got is None:
+            continue
+        np.testing.assert_allclose(small.attributions[j], got, atol=2e-5)
+        np.testing.assert_allclose(np.concatenate([e.attributions[j] for e in alone]), got, atol=2e-5)
+    for before, after in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_smoothgrad_noise_scales_with_each_inputs_own_range(models):
+    """VarGrad of a linear score is the variance of a constant gradient: zero; SmoothGrad of
+    gradient × input with noise scaled per input: each input's spread is its own."""
+    model = models["image_meta"]
+    image, meta = inputs_of(model)
+    meta = meta * 1000.0  # a range a thousand times the image's
+    e = sk.explain(model, [image, meta], "smoothgrad", targets=0, base="gradient_x_input", samples=4, seed=0, noise=0.1)
+    plain = sk.explain(model, [image, meta], "gradient_x_input", targets=0)
+    # noise of 10% of the image's range moves its products by about that much, not by 100 × meta's range
+    assert np.abs(e.attributions[0] - plain.attributions[0]).max() < 10 * np.abs(plain.attributions[0]).max()
+
+
+@pytest.mark.parametrize(
+    "inputs, match",
+    [
+        (lambda x: {"image": x[0]}, "missing \\['meta'\\]"),
+        (lambda x: {"image": x[0], "meta": x[1], "other": x[1]}, "unknown \\['other'\\]"),
+        (lambda x: [x[0]], "one array per model input \\(2"),
+        (lambda x: [x[0], x[1][:, :3]], "input 'meta' must have shape \\[B, 5\\]"),
+        (lambda x: [x[0], x[1][:2]], "same number of rows"),
+        (lambda x: x[0], "give inputs as a list, tuple or dict"),
+    ],
+)
+def test_malformed_inputs_are_refused_with_what_was_expected(models, inputs, match):
+    model = models["image_meta"]
+    with pytest.raises(ValueError, match=match):
+        sk.explain(model, inputs(inputs_of(model)), "gradient")
+
+
+def test_attribute_to_a_shared_layer_or_an_unknown_name_is_refused(models):
+    model = models["siamese"]
+    with pytest.raises(ValueError, match="called 2 times"):
+        sk.explain(model, inputs_of(model), "gradient", attribute_to="branch")
+    with pytest.raises(ValueError, match="no_such_layer"):
+        sk.explain(model, inputs_of(model), "gradient", attribute_to="no_such_layer")
+    with pytest.raises(ValueError, match="attribute_to=LAYER takes"):
+        sk.explain(model, inputs_of(model), "occlusion", attribute_to="difference")
