@@ -21,7 +21,7 @@ from . import engine, methods
 from . import targets as targets_module
 from .engine.space import Space
 from .explanation import Explanation
-from .parts import Parts, part_options, read, structure
+from .parts import part_options, read, structure
 from .request import check_input_keys, differentiated_score, recorded_options, resolve_request
 
 if TYPE_CHECKING:
@@ -85,7 +85,6 @@ def explain_parts(
             given,
             baseline_token=baseline_token,
             defaults=chosen.defaults,
-            batch_size=batch_size,
         )
         values = chosen.check_options(values)
         request = methods.Request(
@@ -143,15 +142,12 @@ def explain_parts(
         warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=2)
     if chosen.warn_zero:
         _warn_unused(results, chosen.name)
-    kinds = {p.name: ("embedding" if p.embedding else "input" if p.input is not None else "layer") for p in parts.parts}
     if conductance:
-        shown = Parts(parts.names, parts.held, parts.kind, [], [], layer_only=True)
         kinds = {recorded["layer"]: "layer"}
         attributions_out, maps_out = results[recorded["layer"]], maps[recorded["layer"]]
     else:
-        shown = parts
-        kinds = {name: kind for name, kind in kinds.items() if name in results}
-        attributions_out, maps_out = structure(shown, results), structure(shown, maps)
+        kinds = {p.name: _kind(p) for p in parts.parts if p.name in results}
+        attributions_out, maps_out = structure(parts, results), structure(parts, maps)
     return Explanation(
         attributions=attributions_out,
         maps=maps_out,
@@ -165,6 +161,10 @@ def explain_parts(
         target_info=selection.info,
         parts=kinds,
     )
+
+
+def _kind(part: Any) -> str:
+    return "embedding" if part.embedding else "input" if part.input is not None else "layer"
 
 
 def _conductance_layer(model: keras.Model, attribute_to: Any, given: dict) -> str:

@@ -16,7 +16,6 @@ otherwise.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,32 +107,6 @@ def _arrange(infos: list, inputs: Any) -> tuple[list, str]:
     return [inputs], "array"
 
 
-def _checked(info: Any, value: Any, model_name: str) -> np.ndarray:
-    try:
-        array = np.asarray(value)
-    except Exception as err:
-        raise TypeError(f"input {info.name!r} could not be read as an array ({err}).") from None
-    want = "[B, " + ", ".join("?" if e is None else str(e) for e in info.shape[1:]) + "]"
-    if array.ndim != len(info.shape) or any(e is not None and e != r for e, r in zip(info.shape[1:], array.shape[1:])):
-        raise ValueError(
-            f"input {info.name!r} must have shape {want} for model {model_name!r}; received {array.shape}."
-        )
-    if info.integer:
-        if not (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):
-            raise TypeError(
-                f"input {info.name!r} takes integers ({info.dtype}: token ids, a mask); received dtype {array.dtype}."
-            )
-    else:
-        if not np.issubdtype(array.dtype, np.floating):
-            raise TypeError(
-                f"input {info.name!r} must be floating point, already preprocessed for the model "
-                f"(expected {info.dtype}); received dtype {array.dtype}."
-            )
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"input {info.name!r} must be finite; received NaN or infinite values.")
-    return np.ascontiguousarray(array.astype(info.dtype, copy=False))
-
-
 def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_size: int = 32) -> Parts:
     """The checked inputs of ``model`` and the parts ``attribute_to`` (default: see the module)
     asks to explain, with their values (a layer's by one batched forward pass)."""
@@ -142,12 +115,13 @@ def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_siz
 
     infos = model_inputs(model)
     given, kind = _arrange(infos, inputs)
-    held = [_checked(info, value, model.name) for info, value in zip(infos, given)]
+    held = [
+        engine.check_array(value, info.shape, info.dtype, model.name, f"input {info.name!r}")
+        for info, value in zip(infos, given)
+    ]
     counts = {len(a) for a in held}
     if len(counts) != 1:
         raise ValueError(f"every input must hold the same number of rows; received {[len(a) for a in held]}.")
-    if not counts.pop():
-        raise ValueError("inputs are empty: expected at least one row per input; received 0 rows.")
     names = [info.name for info in infos]
     chosen, layer_only = _choose(model, infos, attribute_to)
     paths = tuple(path for _, path, _ in chosen if path is not None)
@@ -237,28 +211,21 @@ def _per_input(value: Any, names: list) -> dict | None:
             raise ValueError(f"a per-input option names unknown inputs {unknown}; the model's inputs are {names}.")
         return {str(k): v for k, v in value.items()}
     if isinstance(value, (list, tuple)) and len(names) > 1 and len(value) == len(names):
-        if not all(isinstance(v, numbers.Number) for v in value) or _array_like(value) is False:
-            return dict(zip(names, value))
+        return dict(zip(names, value))  # one entry per model input, in their order
     return None
 
 
-def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any, batch_size: int) -> np.ndarray:
-    """Token ids ``[N, T]`` (or one token id) of ``part``'s input, embedded: ``[N, T, D]``."""
-    from . import engine
+def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.ndarray:
+    """Token ids ``[N, T]`` (one row ``[T]``, or one id for every position) of ``part``'s input,
+    embedded ``[N, T, D]`` by its embedding layer alone (no forward pass of the model)."""
+    from .model.layers import layer_at
 
     assert part.input is not None and part.layer is not None
     reference = parts.held[part.input]
     ids = np.asarray(tokens)
-    if ids.ndim == 0:  # one token everywhere: the embedding layer alone, no forward pass of the model
-        from .model.layers import layer_at
-
-        row = np.full((1, *reference.shape[1:]), ids, reference.dtype)
-        return np.asarray(layer_at(model, part.layer)(row))
-    elif ids.ndim == reference.ndim - 1:
-        ids = np.broadcast_to(ids, (len(reference), *ids.shape))
-    held = [np.resize(a, (len(ids), *a.shape[1:])) for a in parts.held]
-    held[part.input] = ids.astype(reference.dtype)
-    return engine.activations(model, held, (part.layer,), batch_size=batch_size)[part.layer]
+    if ids.ndim < reference.ndim:
+        ids = np.broadcast_to(ids, (1, *reference.shape[1:]))
+    return np.asarray(layer_at(model, part.layer)(ids.astype(reference.dtype)))
 
 
 def part_options(
@@ -270,7 +237,6 @@ def part_options(
     *,
     baseline_token: int,
     defaults: dict,
-    batch_size: int,
 ) -> dict:
     """The options of one run (the parts ``run`` of ``space``): a per-input option given in the
     inputs' structure takes each part's entry; packed runs get one array per option; token parts
@@ -291,9 +257,9 @@ def part_options(
                 break
             explicit = entries is not None and part.name in entries or entries is None and given
             if part.embedding and name in ("baseline", "value") and not explicit:
-                piece = _embedded(model, parts, part, baseline_token, batch_size)[0]
+                piece = _embedded(model, parts, part, baseline_token)[0]
             elif part.embedding and np.issubdtype(np.asarray(piece).dtype, np.integer):
-                embedded = _embedded(model, parts, part, piece, batch_size)
+                embedded = _embedded(model, parts, part, piece)
                 piece = embedded if name == "baselines" else embedded[0]
             pieces.append(piece)
         if not pieces:
@@ -302,14 +268,13 @@ def part_options(
             out[name] = pieces[0]
         elif name == "baselines":
             arrays = [np.asarray(p, dtype=np.float64) for p in pieces]
-            rows = {len(a) for a in arrays}
-            if len(rows) != 1:
-                raise ValueError(f"baselines must give the same number of rows for every input; received {rows}.")
+            counts = {len(a) for a in arrays}
+            if len(counts) != 1:
+                raise ValueError(f"baselines must give the same number of rows for every input; received {counts}.")
             out[name] = space.pack([a.reshape(len(a), *part.shape) for a, part in zip(arrays, run)])
         else:
-            out[name] = space.pack(
-                [np.broadcast_to(np.asarray(p, np.float64), part.shape) for p, part in zip(pieces, run)]
-            )
+            rows = [np.broadcast_to(np.asarray(p, np.float64), part.shape)[None] for p, part in zip(pieces, run)]
+            out[name] = space.pack(rows)[0]  # one row: a baseline broadcast to every input
     if any(part.embedding for part in run) and "window" in defaults and "window" not in options:
         out["window"] = 1  # occlusion: one token at a time
     return out

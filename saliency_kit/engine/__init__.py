@@ -42,7 +42,7 @@ from .backend import active as active_backend
 from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_count, trace_count, traced, value_key
 from .chunking import check_batch_size
 from .forward import activations, all_scores, forward_scores, outputs
-from .inputs import channel_axis, check_channels_axis, check_inputs, check_score, layer_channel_axis
+from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
 from .views import clear_views, fingerprint, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_inputs",
+    "check_array",
     "check_batch_size",
     "channel_axis",
     "check_channels_axis",

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["check_inputs", "check_score", "channel_axis", "check_channels_axis", "layer_channel_axis"]
+__all__ = ["check_inputs", "check_array", "check_score", "channel_axis", "check_channels_axis", "layer_channel_axis"]
 
 
 def check_score(score: str) -> None:
@@ -33,24 +33,35 @@ def check_inputs(model: keras.Model, inputs: Any) -> np.ndarray:
     from ..model.inspect import input_signature
 
     expected, dtype = input_signature(model)
+    return check_array(inputs, expected, dtype, model.name)
+
+
+def check_array(value: Any, expected: tuple, dtype: str, model_name: str, what: str = "inputs") -> np.ndarray:
+    """One model input ``value`` checked against its ``expected`` shape ``(None, ...)`` and
+    ``dtype`` (integer inputs — token ids, masks — take integers, the others floating point,
+    finite values), as a contiguous array of ``dtype``. ``what`` names it in the errors
+    (``"inputs"``, or ``"input 'meta'"`` for one of several)."""
     try:
-        array = np.asarray(inputs)
+        array = np.asarray(value)
     except Exception as err:
-        raise TypeError(f"inputs could not be read as an array ({err}); received {type(inputs).__name__}.") from None
-    if not np.issubdtype(array.dtype, np.floating):
+        raise TypeError(f"{what} could not be read as an array ({err}); received {type(value).__name__}.") from None
+    integer = "int" in dtype or dtype == "bool"
+    if integer and not (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):
+        raise TypeError(f"{what} takes integers ({dtype}: token ids, a mask); received dtype {array.dtype}.")
+    if not integer and not np.issubdtype(array.dtype, np.floating):
         raise TypeError(
-            f"inputs must be floating point, already preprocessed for the model (expected "
+            f"{what} must be floating point, already preprocessed for the model (expected "
             f"{dtype}); apply the model's preprocessing first; received dtype {array.dtype}."
         )
     if array.ndim != len(expected) or any(e is not None and e != r for e, r in zip(expected[1:], array.shape[1:])):
         want = "[B, " + ", ".join("?" if e is None else str(e) for e in expected[1:]) + "]"
-        raise ValueError(f"inputs must have shape {want} for model {model.name!r}; received {array.shape}.")
+        raise ValueError(f"{what} must have shape {want} for model {model_name!r}; received {array.shape}.")
     if array.shape[0] == 0:
         raise ValueError(
-            f"inputs is empty: expected at least one input along the first axis; received shape {array.shape}."
+            f"{what} is empty: expected at least one input along the first axis; received shape {array.shape}."
         )
-    if not np.all(np.isfinite(array)):
-        raise ValueError("inputs must be finite; received NaN or infinite values.")
+    if not integer and not np.all(np.isfinite(array)):
+        raise ValueError(f"{what} must be finite; received NaN or infinite values.")
     return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 

@@ -80,15 +80,10 @@ class Space:
 
     # -- NumPy ------------------------------------------------------------------------------------
     def pack(self, arrays: list) -> np.ndarray:
-        """The parts' arrays ``[B, *shape_i]`` (or one row ``[*shape_i]`` each, with no batch
-        axis when every array has exactly its part's rank) as points ``[B, *self.shape]``."""
+        """The parts' arrays ``[B, *shape_i]`` as points ``[B, *self.shape]``."""
         if not self.packed:
             return np.asarray(arrays[0], dtype=self.dtype)
-        rows = [np.asarray(a) for a in arrays]
-        single = all(a.shape == tuple(p.shape) for a, p in zip(rows, self.parts))
-        if single:
-            return np.concatenate([a.reshape(-1) for a in rows]).astype(self.dtype)
-        return np.concatenate([a.reshape(len(a), -1) for a in rows], axis=1).astype(self.dtype)
+        return np.concatenate([np.reshape(a, (len(a), -1)) for a in arrays], axis=1).astype(self.dtype)
 
     def unpack(self, array: np.ndarray, lead: int = 2) -> list:
         """Results ``[*lead axes, *self.shape]`` as one array per part ``[*lead axes, *shape_i]``."""

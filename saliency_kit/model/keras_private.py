@@ -22,8 +22,8 @@ __all__ = [
     "run_graph",
     "input_structure",
     "pack_inputs",
-    "graph_operations",
-    "call_inputs",
+    "node_tensors",
+    "graph_calls",
     "producer_inputs",
     "producer",
     "has_producer",
@@ -120,33 +120,27 @@ def pack_inputs(model: Any, inputs: list) -> Any:
     return list(inputs) if structure is None else tree.pack_sequence_as(structure, list(inputs))
 
 
-def graph_operations(graph: Any) -> list:
-    """The operations of a functional graph (from :func:`functional_graph`), in run order.
-    Private: ``Function._operations`` (through the public ``operations`` property)."""
-    return list(graph.operations)
-
-
-def call_inputs(layer: Any) -> list:
-    """For each call of ``layer`` in any functional graph: the flat list of its symbolic input
-    tensors. Private: ``Operation._inbound_nodes``, ``Node.arguments``."""
+def node_tensors(node: Any) -> list:
+    """The symbolic tensors among the arguments of one call (a graph node), flattened. Private:
+    ``Node.arguments``."""
     from keras import tree
 
-    calls = []
-    for node in getattr(layer, "_inbound_nodes", None) or []:
-        arguments = node.arguments
-        calls.append([t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)])
-    return calls
+    arguments = node.arguments
+    return [t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)]
+
+
+def graph_calls(graph: Any) -> list:
+    """``[(operation, its input tensors)]``: every call in a functional graph (from
+    :func:`functional_graph`) and no other graph's (a layer shared with another model has calls
+    there too). Private: ``Functional._nodes_by_depth``."""
+    return [(node.operation, node_tensors(node)) for nodes in graph._nodes_by_depth.values() for node in nodes]
 
 
 def producer_inputs(tensor: Any) -> list:
     """The symbolic input tensors of the call that produced ``tensor``. Private:
     ``_keras_history``, ``Operation._inbound_nodes``."""
-    from keras import tree
-
     history = tensor._keras_history
-    node = history.operation._inbound_nodes[history.node_index]
-    arguments = node.arguments
-    return [t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)]
+    return node_tensors(history.operation._inbound_nodes[history.node_index])
 
 
 def producer(tensor: Any) -> Any:

@@ -56,18 +56,17 @@ def embedding_of(model: keras.Model, index: int) -> str | None:
     if graph is None:
         return None
     source = graph.inputs[index]
-    for op in keras_private.graph_operations(graph):
-        for call in keras_private.call_inputs(op):
-            if not any(t is source for t in call):
-                continue
-            if isinstance(op, keras.layers.Embedding):
-                return op.name
-            if is_graph_model(op) and _graph(op) is not None:
-                position = next(i for i, t in enumerate(call) if t is source)
-                if position < len(_graph(op).inputs):
-                    inner = embedding_of(op, position)
-                    if inner is not None:
-                        return f"{op.name}/{inner}"
+    for op, call in keras_private.graph_calls(graph):
+        if not any(t is source for t in call):
+            continue
+        if isinstance(op, keras.layers.Embedding):
+            return op.name
+        inner_graph = _graph(op) if is_graph_model(op) else None
+        if inner_graph is not None:
+            position = next(i for i, t in enumerate(call) if t is source)
+            inner = embedding_of(op, position) if position < len(inner_graph.inputs) else None
+            if inner is not None:
+                return f"{op.name}/{inner}"
     return None
 
 
@@ -79,14 +78,7 @@ def _own_calls(model: keras.Model, path: str) -> tuple[Any, list]:
     graph = _graph(parent)
     if graph is None:
         return layer, []
-    calls = []
-    for nodes in keras_private.nodes_by_depth(graph).values():
-        for node in nodes:
-            if node.operation is layer:
-                arguments = node.arguments
-                flat = keras.tree.flatten((arguments.args, arguments.kwargs))
-                calls.append([t for t in flat if isinstance(t, keras.KerasTensor)])
-    return layer, calls
+    return layer, [call for op, call in keras_private.graph_calls(graph) if op is layer]
 
 
 def inputs_reaching(model: keras.Model, path: str) -> set[int]:
