@@ -32,7 +32,7 @@ __all__ = ["Parts", "structured", "read", "part_options", "structure", "HELD_BY_
 HELD_BY_NAME = ("segment", "position", "type", "mask")
 
 #: Options that may be given once or once per input (in the inputs' structure).
-PER_INPUT_OPTIONS = ("baseline", "value", "baselines")
+PER_INPUT_OPTIONS = ("baseline", "value", "baselines", "noise")
 
 
 @dataclass
@@ -244,9 +244,9 @@ def part_options(
     unless given, and baselines given as token ids are embedded."""
     out = dict(options)
     for name in PER_INPUT_OPTIONS:
-        if name not in out and name not in defaults:
-            continue
         given = name in out
+        if not given and (name not in defaults or not any(part.embedding for part in run)):
+            continue  # the method's default, the same for every input
         value = out.get(name, defaults.get(name))
         entries = _per_input(value, parts.names) if given else None
         pieces: list = []
@@ -258,7 +258,7 @@ def part_options(
             explicit = entries is not None and part.name in entries or entries is None and given
             if part.embedding and name in ("baseline", "value") and not explicit:
                 piece = _embedded(model, parts, part, baseline_token)[0]
-            elif part.embedding and np.issubdtype(np.asarray(piece).dtype, np.integer):
+            elif part.embedding and name != "noise" and np.issubdtype(np.asarray(piece).dtype, np.integer):
                 embedded = _embedded(model, parts, part, piece)
                 piece = embedded if name == "baselines" else embedded[0]
             pieces.append(piece)

@@ -77,11 +77,15 @@ def _scalar(value: Any) -> bool:
 
 
 def recorded_options(given: dict, prepared: dict) -> dict:
-    """The options an Explanation records: prepared values, but scalars the user gave stay scalars."""
-    return {
-        name: given[name] if isinstance(value, np.ndarray) and name in given and _scalar(given[name]) else value
-        for name, value in prepared.items()
-    }
+    """The options an Explanation records: prepared values, but scalars the user gave stay scalars
+    and a per-input option given in the inputs' structure (a list, tuple or dict) stays as given."""
+
+    def as_given(name: str, value: Any) -> bool:
+        if not isinstance(value, np.ndarray) or name not in given:
+            return False
+        return _scalar(given[name]) or isinstance(given[name], (list, tuple, dict))
+
+    return {name: given[name] if as_given(name, value) else value for name, value in prepared.items()}
 
 
 #: Noise keys (``explain(..., input_keys=)``) lie in ``[0, KEY_LIMIT)``.

@@ -5,6 +5,7 @@ tf.custom_gradient, integrated gradients computed by hand over the joint path, a
 occlusion; results do not depend on the batch or on batch_size."""
 
 import os
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -216,8 +217,6 @@ def test_batch_and_batch_size_invariance(models, method):
     if method == "occlusion":
         options = {}
     weights = [w.copy() for w in model.get_weights()]
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         whole = sk.explain(model, x, method, targets=[0, 1, 2], batch_size=64, **options)
@@ -245,6 +244,31 @@ def test_smoothgrad_noise_scales_with_each_inputs_own_range(models):
     plain = sk.explain(model, [image, meta], "gradient_x_input", targets=0)
     # noise of 10% of the image's range moves its products by about that much, not by 100 × meta's range
     assert np.abs(e.attributions[0] - plain.attributions[0]).max() < 10 * np.abs(plain.attributions[0]).max()
+
+
+@pytest.mark.parametrize("noise", [{"meta": 0.0}, [0.2, 0.0]])
+def test_smoothgrad_noise_given_per_input(models, noise):
+    """The metadata branch meets the image's only at a linear head, so with no noise on the
+    metadata its SmoothGrad is its plain gradient exactly, while the image's is smoothed."""
+    model = models["image_meta"]
+    x = inputs_of(model)
+    e = sk.explain(model, x, "smoothgrad", targets=[0, 1, 2], samples=6, seed=3, noise=noise)
+    plain = sk.explain(model, x, "gradient", targets=[0, 1, 2])
+    np.testing.assert_allclose(e.attributions[1], plain.attributions[1], rtol=1e-6, atol=1e-7)
+    assert np.abs(e.attributions[0] - plain.attributions[0]).max() > 1e-4
+    assert e.options["noise"] == noise
+
+
+def test_smoothgrad_noise_as_an_array_is_a_fraction_per_element():
+    """Noise zero on every element but one: the gradient changes only through that element."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(2)])
+    x = RNG.normal(size=(2, 4)).astype("float32")
+    zero = sk.explain(model, x, "smoothgrad", targets=0, samples=5, seed=1, noise=np.zeros(4))
+    np.testing.assert_allclose(zero.attributions, sk.explain(model, x, "gradient", targets=0).attributions, rtol=1e-6)
+    with pytest.raises(ValueError, match="broadcastable to one input"):
+        sk.explain(model, x, "smoothgrad", targets=0, samples=2, noise=np.zeros(3))
+    with pytest.raises(ValueError, match="non-negative"):
+        sk.explain(model, x, "smoothgrad", targets=0, samples=2, noise=np.full(4, -0.1))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ each input.
 * vargrad: ``a = (1/S) Σ_s base(x + ε_s)² − ((1/S) Σ_s base(x + ε_s))²``
 
 with ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input (per explained input when a
-model's several inputs are explained together). The noise of sample ``s`` of
+model's several inputs are explained together; ``noise`` may then be given per input, or as an
+array broadcastable to one input, a σ fraction per element). The noise of sample ``s`` of
 input ``b`` is drawn from a stateless generator keyed by ``(seed, b, s)`` (``ctx.normal``), so a
 seed fixes the result whatever ``batch_size`` is. squaregrad and vargrad take smoothgrad's
 options but ``aggregate``, which their name fixes (as Xplique names them). The map is reduced
@@ -16,22 +17,42 @@ like the base method's.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._common import base_cost
 from .base import Option, get, register
 
-__all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES", "cost"]
+__all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES", "cost", "prepare"]
 
 AGGREGATES = ("mean", "square", "variance")
 
 BASE = Option("base", "gradient", help="the method averaged over noisy copies (any non-CAM method)")
 SAMPLES = Option("samples", 50, low=1, help="noisy copies of each input")
-NOISE = Option("noise", 0.15, low=0, help="noise σ as a fraction of each input's max − min")
+NOISE = Option("noise", 0.15, low=0, array=True, help="noise σ as a fraction of each input's max − min")
 AGGREGATE = Option("aggregate", "mean", choices=AGGREGATES, help="mean, mean of squares or variance")
 SEED = Option.seed()
 
 
 def cost(options: dict) -> int:
     return options["samples"] * base_cost(options)
+
+
+def prepare(request, options: dict) -> dict:
+    """A ``noise`` array (one fraction per element of an input) checked: broadcastable to one
+    input, finite and non-negative; cast to the inputs' dtype."""
+    noise = options["noise"]
+    if isinstance(noise, np.ndarray) or not np.isscalar(noise):
+        shape = request.inputs.shape[1:]
+        try:
+            noise = np.broadcast_to(np.asarray(noise, dtype=np.float64), shape)
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"noise must be a number or an array broadcastable to one input {shape}; received {np.shape(noise)}."
+            ) from None
+        if not np.all(np.isfinite(noise)) or np.any(noise < 0):
+            raise ValueError(f"noise must be finite and non-negative; received {np.ravel(noise)[:4]}...")
+        options = {**options, "noise": np.ascontiguousarray(noise.astype(request.inputs.dtype))}
+    return options
 
 
 @register(
@@ -42,6 +63,7 @@ def cost(options: dict) -> int:
     options=[BASE, SAMPLES, NOISE, AGGREGATE, SEED],
     extends="base",
     cost=cost,
+    prepare=prepare,
 )
 def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     from keras import ops
@@ -49,7 +71,7 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     method = get(base)
     x = ctx.inputs
     n = x.shape[0]
-    sigma = ops.expand_dims(noise * ctx.spread(x), 1)  # [n, 1, ...]: per input (per explained part)
+    sigma = ops.expand_dims(ops.cast(noise, x.dtype) * ctx.spread(x), 1)  # [n, 1, ...]: per input (or part)
 
     def noisy(ids):  # copies ids of each input, [m] -> base attributions [n, m, K, *input]
         copies = x[:, None] + sigma * ctx.normal(ids, samples)
@@ -72,6 +94,7 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     options=[BASE, SAMPLES, NOISE, SEED],
     extends="base",
     cost=cost,
+    prepare=prepare,
     summary="SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method",
 )
 def squaregrad(ctx, **options):
@@ -84,6 +107,7 @@ def squaregrad(ctx, **options):
     options=[BASE, SAMPLES, NOISE, SEED],
     extends="base",
     cost=cost,
+    prepare=prepare,
     summary="SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method",
 )
 def vargrad(ctx, **options):
