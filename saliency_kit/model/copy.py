@@ -155,7 +155,8 @@ def input_signature(model: keras.Model) -> list[tuple[tuple, str]]:
 
 def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:
     """A generated input for ``model``: random values of its input shape and dtype (unknown sizes
-    become ``batch`` for the first axis and 16 for the others); a list for several inputs."""
+    become ``batch`` for the first axis and 16 for the others); several inputs in the structure
+    the model takes them in (a dict keyed as its inputs were, a list)."""
     rng = np.random.default_rng(seed)
     arrays = []
     for shape, dtype in input_signature(model):
@@ -166,7 +167,7 @@ def probe_input(model: keras.Model, batch: int = 2, seed: int = 0) -> Any:
             arrays.append(rng.integers(0, 2, full).astype(bool))
         else:
             arrays.append(rng.normal(size=full).astype(dtype))
-    return arrays[0] if len(arrays) == 1 else arrays
+    return arrays[0] if len(arrays) == 1 else keras_private.pack_inputs(model, arrays)
 
 
 # -- checking a copy ------------------------------------------------------------------------------
