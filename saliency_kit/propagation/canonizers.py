@@ -9,14 +9,20 @@ copy, never on the user's model:
   identity. The LRP rule then sees one linear layer, as Zennit's ``MergeBatchNorm`` makes it.
 - **Fused activations split.** A layer built with ``activation="relu"`` (or relu6, leaky relu)
   gets its rule on the linear part and :class:`~saliency_kit.rules.Pass` on the activation.
-- **Residual additions.** An ``Add`` gives each input the share of relevance its contribution
-  makes of the sum, ``R_a = a / (a + b) · R``: in the gradient form the rewritten models carry
-  (relevance = value × gradient) that is exactly what the plain gradient of ``Add`` does, so
-  ``Add`` (and ``Concatenate``, padding, reshaping, max pooling: relevance to the winner) is left as
-  it is.
+- **Residual additions and differences.** An ``Add`` gives each input the share of relevance its
+  contribution makes of the sum, ``R_a = a / (a + b) · R``: in the gradient form the rewritten
+  models carry (relevance = value × gradient) that is exactly what the plain gradient of ``Add``
+  does, so ``Add``, ``Subtract`` (and ``Concatenate``, padding, reshaping, casts, max pooling:
+  relevance to the winner) are left as they are.
+- **Products of branches** (``Multiply``, ``*``): a ``"product"`` with its own rule
+  (:mod:`~saliency_kit.propagation.products`) when both factors depend on explained values; a
+  product with a factor that depends on none (a padding mask, a gate computed from token ids)
+  is linear in the other and left as it is.
+- **What no explained value reaches** (an integer mask, its cast and reshapes, token ids before
+  their ``Embedding``) carries no relevance and needs no rule: it is left as it is.
 
-Anything else that mixes values (attention, ``LayerNormalization``, ``Multiply``, a custom
-layer, an activation outside the ReLU family) has no rule: :func:`classify` refuses it, naming it.
+Anything else that mixes values (attention, ``LayerNormalization``, a custom layer, an activation
+outside the ReLU family) has no rule: :func:`classify` refuses it, naming it.
 """
 
 from __future__ import annotations
@@ -95,7 +101,10 @@ ROUTING = (
     keras.layers.Identity,
     keras.layers.Concatenate,
     keras.layers.Add,
+    keras.layers.Subtract,
 )
+# keras.ops on KerasTensors that add, subtract, cast or move values (by their operation's class).
+ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "Transpose")
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
@@ -116,7 +125,7 @@ class LayerFacts:
 
     path: str
     op: Any  # a Keras layer, or an operation of a functional graph
-    kind: str  # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "model"
+    kind: str  # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "product", "model"
     first: bool = False  # reads the model input (through routing and element-wise layers only)
     merged_into: LayerFacts | None = None  # for a BatchNormalization merged into the layer before it
     absorbs: LayerFacts | None = None  # for a linear layer: the BatchNormalization merged into it
@@ -164,7 +173,7 @@ def classify(op, path: str, *, final: bool = False) -> str:
         )
     if final and type(op).__name__ in ("Softmax", "Sigmoid"):
         return "squash"
-    if type(op).__name__ == "Add":  # keras.ops.add / + on KerasTensors
+    if type(op).__name__ in ROUTING_OPS:
         return "routing"
     _refuse(op, path, "no LRP/DeepLIFT rule covers this kind of layer")
 
@@ -173,9 +182,9 @@ def _refuse(op: object, path: str, why: str) -> NoReturn:
     raise ValueError(
         f"cannot rewrite layer {path!r} ({type(op).__name__}) for LRP/DeepLIFT: {why}. Supported: "
         "Dense, Conv1D/2D/3D, DepthwiseConv, SeparableConv, pooling, BatchNormalization, ReLU-family "
-        "activations, Add/Concatenate, upsampling and reshaping layers. Explain this model with a gradient method "
-        "(e.g. method='integrated_gradients'), or give the layer a rule with a Composite only if it is "
-        f"one of those kinds; received {type(op).__name__} at {path!r}."
+        "activations, Add/Subtract/Concatenate, Multiply of two branches, upsampling and reshaping layers. "
+        "Explain this model with a gradient method (e.g. method='integrated_gradients'), or give the "
+        f"layer a rule with a Composite only if it is one of those kinds; received {type(op).__name__} at {path!r}."
     )
 
 
@@ -199,10 +208,28 @@ def _mergeable(producer, bn) -> bool:
     return axis % rank == _channel_axis(producer) % rank
 
 
-def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[LayerFacts]:
+def _is_float(tensor) -> bool:
+    return keras.backend.standardize_dtype(tensor.dtype).startswith(("float", "bfloat"))
+
+
+def _product_kind(op, path: str, live: list) -> str | None:
+    """``"product"``, ``"routing"`` (one factor varies: linear in it) or ``None`` (not a product)."""
+    if type(op).__name__ != "Multiply":  # keras.layers.Multiply, keras.ops.multiply / *
+        return None
+    if sum(live) == 1:
+        return "routing"
+    if len(live) != 2:
+        _refuse(op, path, f"a product of {sum(live)} branches has no rule here (two branches, or one and constants)")
+    return "product"
+
+
+def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: list | None = None) -> list[LayerFacts]:
     """:class:`LayerFacts` of every operation of ``model`` (nested models included), in graph order.
 
-    ``ValueError`` for a subclassed model (no graph to rewrite) or a layer no rule covers.
+    Operations that no explained value reaches (``live_inputs``: which of the model's inputs
+    vary; default: its float inputs; an ``Embedding``'s output varies) are left out: they carry
+    no relevance. ``ValueError`` for a subclassed model (no graph to rewrite) or a layer no rule
+    covers.
     """
     graph = keras_private.functional_graph(model)
     if graph is None:
@@ -213,6 +240,9 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
         )
     output_ops = {id(keras_private.producer(t)) for t in graph.outputs}
     reaching = {id(t) for t in graph.inputs} if reads_input else set()
+    if live_inputs is None or len(live_inputs) != len(graph.inputs):
+        live_inputs = [_is_float(t) for t in graph.inputs]
+    live = {id(t) for t, varies in zip(graph.inputs, live_inputs) if varies}
     facts: list[LayerFacts] = []
     by_op: dict[int, LayerFacts] = {}
     by_depth = keras_private.nodes_by_depth(graph)
@@ -223,14 +253,21 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
             from_input = any(id(t) in reaching for t in node.input_tensors) or (
                 isinstance(op, keras.layers.InputLayer) and reads_input
             )
+            inputs_live = [id(t) in live for t in node.input_tensors]
+            if isinstance(op, (keras.layers.Embedding, keras.Model)) or any(inputs_live):  # a model may embed ids
+                live.update(id(t) for t in node.output_tensors)
+            elif not isinstance(op, keras.layers.InputLayer):
+                continue  # depends on no explained value: no relevance passes here
             if id(op) in by_op:  # a shared layer: one rule, several calls
                 fact = by_op[id(op)]
-                fact.first = fact.first or (from_input and fact.kind in ("linear", "average_pooling", "affine", "relu"))
+                fact.first = fact.first or (
+                    from_input and fact.kind in ("linear", "average_pooling", "affine", "relu", "product")
+                )
                 continue
             final = id(op) in output_ops and not prefix
-            kind = classify(op, path, final=final)
+            kind = _product_kind(op, path, inputs_live) or classify(op, path, final=final)
             fact = LayerFacts(path, op, kind, final=final)
-            if kind in ("linear", "average_pooling", "affine", "relu"):
+            if kind in ("linear", "average_pooling", "affine", "relu", "product"):
                 fact.first = from_input
             if kind in ("routing", "affine", "relu") and from_input:
                 reaching.update(id(t) for t in node.output_tensors)
@@ -242,7 +279,7 @@ def model_facts(model, prefix: str = "", reads_input: bool = True) -> list[Layer
             facts.append(fact)
             by_op[id(op)] = fact
             if kind == "model":
-                facts.extend(model_facts(op, prefix=f"{path}/", reads_input=from_input))
+                facts.extend(model_facts(op, prefix=f"{path}/", reads_input=from_input, live_inputs=inputs_live))
     return facts
 
 

@@ -6,8 +6,10 @@ computes the same outputs as ``model`` on each row. Its backward pass gives, in 
 DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
 ``s(x) − s(x₀)`` (summation to delta).
 
-- Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add,
+- Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add, Subtract,
   Concatenate, padding, reshaping): the plain gradient, which for a linear map is its multiplier.
+- A product of two branches: the multipliers ``(b + b₀)/2`` and ``(a + a₀)/2``, the exact split
+  of ``Δ(a ⊙ b)`` (:mod:`~saliency_kit.propagation.products`).
 - Every ReLU-family activation: the Rescale rule ``m = (f(x) − f(x₀)) / (x − x₀)``, the plain
   derivative where ``|x − x₀| ≤ 1e-7`` (:func:`~saliency_kit.propagation.core.rescale_gate`).
 - Max pooling: Captum's rule, which keeps summation to delta: the output difference
@@ -23,6 +25,7 @@ import keras
 from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import linear_parts, maxpool_gate, rescale_gate
+from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 
 __all__ = ["DeepLiftLayer", "DeepLiftRewrite", "rewrite_deeplift"]
@@ -85,11 +88,15 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
             plan[id(op)] = (fact, "maxpool")
         elif fact.kind == "relu":
             plan[id(op)] = (fact, "rescale")
+        elif fact.kind == "product":
+            plan[id(op)] = (fact, "product")
         elif fact.kind == "linear" and not canonizers.is_linear_activation(getattr(op, "activation", None)):
             plan[id(op)] = (fact, "rescale" if relu_family_of_function(op.activation) else "squash apart")
 
     def wrap(fact, rule):
         op = fact.op
+        if fact.kind == "product":
+            return ProductLayer("deeplift", name=op.name)
         if fact.kind == "max_pooling":
             return DeepLiftLayer(clone_layer(op), "max_pooling")
         if fact.kind == "relu":

@@ -7,8 +7,9 @@ rewritten layer keeps it: a linear layer's backward takes ``R_out = z ⊙ dz``, 
 and returns ``dx = R_in / x`` (computed without dividing for the rules whose relevance is
 proportional to ``x``); an activation with :class:`~saliency_kit.propagation.rules.Pass` returns
 ``dx = dy · f(x) / x``. Layers that only move, copy or add values (padding, reshaping,
-``Concatenate``, ``Add``, max pooling) keep their plain gradient, which in this form *is* the
-relevance rule (see :mod:`saliency_kit.propagation.canonizers`).
+``Concatenate``, ``Add``, ``Subtract``, max pooling) keep their plain gradient, which in this form
+*is* the relevance rule (see :mod:`saliency_kit.propagation.canonizers`); a product of two
+branches splits its relevance equally (:mod:`saliency_kit.propagation.products`).
 
 Flat, WSquare and ZBox give relevance that is not proportional to the input; where an input is
 exactly 0 its relevance cannot be written as ``x · gradient``. ``rewrite_lrp(..., input_relevance=True)``
@@ -24,6 +25,7 @@ from ..model import keras_private
 from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import LinearRule, linear_parts, pass_gate, rule_gate
+from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 from .rules import Epsilon, Pass
 
@@ -100,7 +102,7 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
             f"received {type(composite).__name__}."
         )
     facts = canonizers.model_facts(model)
-    plan: dict[int, tuple[canonizers.LayerFacts, LinearRule | Pass]] = {}  # id(original op) -> (fact, rule)
+    plan: dict[int, tuple[canonizers.LayerFacts, LinearRule | Pass | str]] = {}  # id(original op) -> (fact, rule)
     for fact in facts:
         if fact.kind in ("linear", "average_pooling"):
             rule = composite.rule_for(fact.op, fact.path, fact.first)
@@ -114,10 +116,14 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
             plan[id(fact.op)] = (fact, rule)
         elif fact.kind in ("relu", "affine"):
             plan[id(fact.op)] = (fact, Pass())
+        elif fact.kind == "product":
+            plan[id(fact.op)] = (fact, "product")
     if not plan:
         raise ValueError(f"model {model.name!r} has no layer for an LRP rule; received {len(facts)} layers.")
 
     def wrap(fact, rule):
+        if fact.kind == "product":
+            return ProductLayer("lrp", name=fact.op.name)
         if isinstance(rule, LinearRule):
             return RuleLayer(clone_layer(fact.op), rule)
         if fact.kind == "relu" and not isinstance(fact.op, keras.layers.Layer):

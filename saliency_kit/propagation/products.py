@@ -1,0 +1,73 @@
+"""The product of two branches, ``y = a ⊙ b`` (``keras.layers.Multiply`` or ``*``), with a backward
+rule that shares the output's relevance between its factors.
+
+A product is not linear in its inputs together, so neither the plain gradient nor a linear rule
+applies: the plain gradient gives ``a ⊙ ∂y/∂a = b ⊙ ∂y/∂b = y``, each factor the whole relevance,
+twice the total.
+
+* **DeepLIFT** (rows of inputs and baselines interleaved): the exact split of the difference,
+  ``Δy = (b + b₀)/2 ⊙ Δa + (a + a₀)/2 ⊙ Δb``, so the multipliers are ``m_a = (b + b₀)/2`` and
+  ``m_b = (a + a₀)/2`` and summation to delta holds through the product. A factor equal in the
+  input and the baseline rows (a held input) gets no share and the other factor's multiplier is
+  its value: a product with a constant is linear.
+* **LRP** (gradient form, ``R = value ⊙ gradient``): DeepLIFT's split with a zero reference,
+  ``R_a = R_b = R_y / 2``, so relevance is conserved. With ``to_relevance`` (the product reads
+  the model inputs) the gradient returned *is* the relevance.
+
+A product with one factor that depends on no explained value (a mask, a gate computed from ids)
+is linear in the other and keeps its plain gradient; :func:`~saliency_kit.propagation.canonizers.model_facts`
+decides which.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from .core import halves, interleave
+
+__all__ = ["ProductLayer", "product_gate"]
+
+
+def product_gate(a, b, rule: str, to_relevance: bool = False):
+    """``a ⊙ b`` unchanged; backward by ``rule``: ``"deeplift"`` (rows interleaved) or ``"lrp"``
+    (see the module docstring). ``a`` and ``b`` broadcast against each other as ``*`` does."""
+
+    @tf.custom_gradient
+    def gate(a, b):
+        y = a * b
+
+        def midpoints(t):  # (t + t₀)/2 in the input rows, 0 in the baseline rows, at y's shape
+            t1, t0 = halves(tf.broadcast_to(t, tf.shape(y)))
+            return interleave((t1 + t0) / 2, tf.zeros_like(t1))
+
+        def backward(dy):
+            share_a, share_b = (midpoints(b), midpoints(a)) if rule == "deeplift" else (b / 2, a / 2)
+            with tf.GradientTape() as tape:  # dy ⊙ share, summed back over broadcast axes
+                tape.watch([a, b])
+                shared = a * tf.stop_gradient(share_a) + tf.stop_gradient(share_b) * b
+            da, db = tape.gradient(shared, [a, b], output_gradients=dy)
+            return (a * da, b * db) if to_relevance else (da, db)
+
+        return y, backward
+
+    return gate(a, b)
+
+
+class ProductLayer(keras.layers.Layer):
+    """In the copy, the place of a product of two branches (a ``Multiply`` layer, called on a
+    list, or ``keras.ops.multiply``, called on two tensors), with :func:`product_gate`'s rule."""
+
+    def __init__(self, rule: str, **kwargs):
+        super().__init__(**kwargs)
+        self.rule = rule
+        self.to_relevance = False
+
+    def call(self, *inputs):
+        factors = inputs[0] if len(inputs) == 1 else inputs
+        a, b = factors
+        return product_gate(a, b, self.rule, self.to_relevance)
+
+    def compute_output_spec(self, *inputs):
+        factors = inputs[0] if len(inputs) == 1 else inputs
+        return keras.ops.multiply(factors[0], factors[1])  # a KerasTensor of the broadcast shape
