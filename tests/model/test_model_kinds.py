@@ -1,8 +1,9 @@
-"""The same checks over a table of model kinds, against twins written by hand in this file.
+"""The same checks over a table of model kinds, against twins written by hand (their activations
+in ``twin_support.py``).
 
 For each kind: copies (``copy_model`` and ``sk.rewrite``) compute the original's outputs; guided
 and deconv gradients through ``sk.rewrite`` equal those of a hand-built twin — the same forward
-pass written with plain TensorFlow ops and ReLUs whose backward rules are written here, not the
+pass written with plain TensorFlow ops and ReLUs whose backward rules are written by hand, not the
 library's; and the original is untouched afterwards (weights, statistics, plain gradients of a
 function traced before the rewrite and of one traced after, both equal to the twin's).
 """
@@ -13,78 +14,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from twin_support import RELU, RELU6, clip, dense, general, leaky, twin_activation
 
 import saliency_kit as sk
 from saliency_kit.model.copy import copy_model
 
 RNG = np.random.default_rng(11)
-
-# -- the twin's activations: forward and backward written here ---------------------------------------
-RELU, RELU6 = ("relu",), ("clip", 6.0)
-
-
-def leaky(alpha):
-    return ("leaky", float(alpha))
-
-
-def clip(top):
-    return ("clip", float(top))
-
-
-def general(negative_slope=0.0, max_value=None, threshold=0.0):
-    """keras.activations.relu with these parameters."""
-    return ("general", float(negative_slope), max_value, float(threshold))
-
-
-def _forward(t, family):
-    if family[0] == "general":
-        _, slope, top, threshold = family
-        y = tf.where(t > threshold, t, tf.cast(slope, t.dtype) * (t - threshold))
-        return y if top is None else tf.minimum(y, tf.cast(top, t.dtype))
-    if family[0] == "relu":
-        return tf.maximum(t, tf.zeros_like(t))
-    if family[0] == "clip":
-        return tf.minimum(tf.maximum(t, tf.zeros_like(t)), tf.cast(family[1], t.dtype))
-    return tf.where(t > 0, t, tf.cast(family[1], t.dtype) * t)
-
-
-def _derivative(t, family):
-    one, zero = tf.ones_like(t), tf.zeros_like(t)
-    if family[0] == "general":
-        _, slope, top, threshold = family
-        inside = t > threshold if top is None else (t > threshold) & (t < top)
-        return tf.where(inside, one, tf.where(t < threshold, tf.cast(slope, t.dtype) * one, zero))
-    if family[0] == "relu":
-        return tf.where(t > 0, one, zero)
-    if family[0] == "clip":
-        return tf.where((t > 0) & (t < tf.cast(family[1], t.dtype)), one, zero)
-    return tf.where(t > 0, one, tf.cast(family[1], t.dtype) * one)
-
-
-def twin_activation(rule):
-    """``act(t, family)`` computing the activation with the backward rule ``rule``."""
-
-    def act(t, family):
-        @tf.custom_gradient
-        def f(t):
-            def grad(dy):
-                if rule == "plain":
-                    return dy * _derivative(t, family)
-                if rule == "guided":
-                    return tf.where(dy > 0, dy * _derivative(t, family), tf.zeros_like(dy))
-                return tf.maximum(dy, tf.zeros_like(dy))  # deconv
-
-            return _forward(t, family), grad
-
-        return f(t)
-
-    return act
-
-
-def dense(layer, t):
-    kernel, *bias = [tf.constant(w) for w in layer.get_weights()]
-    t = tf.cast(t, kernel.dtype) @ kernel
-    return t + bias[0] if bias else t
 
 
 # -- the kinds: (model, twin(x, act) -> output) --------------------------------------------------------
