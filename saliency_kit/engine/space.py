@@ -105,10 +105,11 @@ class Space:
 
         inputs = list(held)
         swaps: dict = {}
-        for part, (offset, size) in zip(self.parts, self.segments):
-            value = points
-            if self.packed:
-                value = ops.reshape(points[:, offset : offset + size], [-1, *part.shape])
+        values = [points]
+        if self.packed:  # one split (its gradient one concatenation), not a slice (a zero-padded row) per part
+            pieces = ops.split(points, [offset for offset, _ in self.segments[1:]], axis=1)
+            values = [ops.reshape(piece, [-1, *part.shape]) for piece, part in zip(pieces, self.parts)]
+        for part, value in zip(self.parts, values):
             if part.layer is None:
                 inputs[part.input] = ops.cast(value, part.dtype)
             else:
