@@ -109,9 +109,10 @@ def _arrange(infos: list, inputs: Any) -> tuple[list, str]:
 
 def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_size: int = 32) -> Parts:
     """The checked inputs of ``model`` and the parts ``attribute_to`` (default: see the module)
-    asks to explain, with their values (a layer's by one batched forward pass)."""
+    asks to explain, with their values (an inner layer's by one batched forward pass, an
+    embedding's by its lookup)."""
     from . import engine
-    from .model.model_inputs import model_inputs
+    from .model.model_inputs import lookup, model_inputs
 
     infos = model_inputs(model)
     given, kind = _arrange(infos, inputs)
@@ -124,8 +125,9 @@ def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_siz
         raise ValueError(f"every input must hold the same number of rows; received {[len(a) for a in held]}.")
     names = [info.name for info in infos]
     chosen, layer_only = _choose(model, infos, attribute_to)
-    paths = tuple(path for _, path, _ in chosen if path is not None)
+    paths = tuple(path for _, path, embedding in chosen if path is not None and not embedding)
     values = engine.activations(model, held, paths, batch_size=batch_size) if paths else {}
+    values.update({path: lookup(model, path, held[index]) for index, path, embedding in chosen if embedding})
     parts, points = [], []
     for index, path, embedding in chosen:
         array = held[index] if path is None else values[path]
@@ -218,14 +220,14 @@ def _per_input(value: Any, names: list) -> dict | None:
 def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.ndarray:
     """Token ids ``[N, T]`` (one row ``[T]``, or one id for every position) of ``part``'s input,
     embedded ``[N, T, D]`` by its embedding layer alone (no forward pass of the model)."""
-    from .model.layers import layer_at
+    from .model.model_inputs import lookup
 
     assert part.input is not None and part.layer is not None
     reference = parts.held[part.input]
     ids = np.asarray(tokens)
     if ids.ndim < reference.ndim:
         ids = np.broadcast_to(ids, (1, *reference.shape[1:]))
-    return np.asarray(layer_at(model, part.layer)(ids.astype(reference.dtype)))
+    return np.asarray(lookup(model, part.layer, ids.astype(reference.dtype)))
 
 
 def part_options(

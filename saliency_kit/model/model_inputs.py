@@ -13,7 +13,7 @@ from . import keras_private
 from .copy import input_signature
 from .layers import find_layer, is_graph_model, layer_at
 
-__all__ = ["InputInfo", "model_inputs", "embedding_of", "inputs_reaching", "calls_of"]
+__all__ = ["InputInfo", "model_inputs", "embedding_of", "lookup", "inputs_reaching", "calls_of"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,19 @@ def model_inputs(model: keras.Model) -> list[InputInfo]:
         elif graph.inputs:
             names = [str(t.name) for t in graph.inputs]
     return [InputInfo(name, tuple(shape), dtype) for name, (shape, dtype) in zip(names, signature)]
+
+
+def lookup(model: keras.Model, path: str, ids: Any) -> Any:
+    """``[N, T, D]``: what the ``Embedding`` at ``path`` gives for token ids ``[N, T]``: a NumPy
+    lookup of its table for a plain ``keras.layers.Embedding`` (the same rows its call takes,
+    without an eager layer call per request), else the layer called."""
+    import numpy as np
+
+    layer = layer_at(model, path)
+    if type(layer) is keras.layers.Embedding and not layer.lora_enabled and not layer.quantization_mode:
+        table = keras.ops.convert_to_numpy(layer.embeddings)
+        return np.take(table, np.asarray(ids), axis=0).astype(layer.compute_dtype)
+    return keras.ops.convert_to_numpy(layer(ids))
 
 
 def embedding_of(model: keras.Model, index: int) -> str | None:
