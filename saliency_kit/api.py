@@ -17,7 +17,7 @@ from . import engine, methods
 from . import targets as targets_module
 from .explanation import Explanation
 from .model.scores import score_columns
-from .request import check_input_keys, differentiated_score, recorded_options, resolve_request
+from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
 
 if TYPE_CHECKING:
     import keras
@@ -245,15 +245,7 @@ def _checked(
     batch_size = engine.check_batch_size(batch_size)
     x = engine.check_inputs(model, inputs)
     channel_axis = engine.channel_axis(model, x, channels_axis)
-    request = methods.Request(
-        model,
-        x,
-        None,
-        score,
-        batch_size,
-        default_layer=getattr(class_names, "gradcam_layer", None),
-        channel_axis=channel_axis,
-    )
+    request = method_request(model, x, score, batch_size, class_names, channel_axis)
     if chosen.prepare is not None:
         values = chosen.prepare(request, values)
     return x, channel_axis, values

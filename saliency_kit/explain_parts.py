@@ -22,7 +22,7 @@ from . import targets as targets_module
 from .engine.space import Space
 from .explanation import Explanation
 from .parts import part_options, read, structure
-from .request import check_input_keys, differentiated_score, recorded_options, resolve_request
+from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
 
 if TYPE_CHECKING:
     import keras
@@ -87,15 +87,7 @@ def explain_parts(
             defaults=chosen.defaults,
         )
         values = chosen.check_options(values)
-        request = methods.Request(
-            model,
-            x,
-            None,
-            score,
-            batch_size,
-            default_layer=getattr(class_names, "gradcam_layer", None),
-            channel_axis=channel_axis,
-        )
+        request = method_request(model, x, score, batch_size, class_names, channel_axis)
         try:
             if chosen.prepare is not None:
                 values = chosen.prepare(request, values)

@@ -1,6 +1,6 @@
 """What :func:`saliency_kit.explain` and its multi-input driver share: targets resolved once
 with the forward pass they need, the options an Explanation records, what was differentiated,
-and the noise keys of the inputs."""
+the request a method's ``prepare`` sees, and the noise keys of the inputs."""
 
 from __future__ import annotations
 
@@ -10,14 +10,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import engine
+from . import engine, methods
 from . import targets as targets_module
 from .model.scores import score_columns
 
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["resolve_request", "recorded_options", "differentiated_score", "check_input_keys", "KEY_LIMIT"]
+__all__ = [
+    "resolve_request",
+    "method_request",
+    "recorded_options",
+    "differentiated_score",
+    "check_input_keys",
+    "KEY_LIMIT",
+]
 
 
 def resolve_request(
@@ -63,6 +70,14 @@ def resolve_request(
     kind = "callable" if score_fn is not None else "class"
     info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
     return targets_module.Resolved(classes, None, info, None), scores
+
+
+def method_request(
+    model: keras.Model, x: np.ndarray, score: str, batch_size: int, class_names: Any, channel_axis: int
+) -> methods.Request:
+    """The request a method's ``prepare`` checks its options against (``x``: the points explained)."""
+    default_layer = getattr(class_names, "gradcam_layer", None)
+    return methods.Request(model, x, None, score, batch_size, default_layer=default_layer, channel_axis=channel_axis)
 
 
 def differentiated_score(model: keras.Model, score: str, score_fn: Callable | None) -> str:

@@ -15,6 +15,7 @@ __all__ = [
     "RULES",
     "quadrature",
     "baseline_array",
+    "input_shaped",
     "LAYER_OPTION",
     "RELU_OPTION",
     "CAM_RANKS",
@@ -61,18 +62,23 @@ def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
 
 def baseline_array(baseline, inputs: np.ndarray) -> np.ndarray:
     """``baseline`` broadcast to one input of ``inputs [B, ...]``, in its dtype; finite."""
+    return input_shaped(baseline, inputs, "baseline")
+
+
+def input_shaped(value, inputs: np.ndarray, name: str, *, non_negative: bool = False) -> np.ndarray:
+    """Option ``name``'s ``value`` broadcast to one input of ``inputs [B, ...]``, in its dtype;
+    finite (and ``≥ 0`` with ``non_negative``), else a ``ValueError`` saying what was expected."""
     shape = inputs.shape[1:]
     try:
-        value = np.broadcast_to(np.asarray(baseline, dtype=np.float64), shape)
+        array = np.broadcast_to(np.asarray(value, dtype=np.float64), shape)
     except (ValueError, TypeError):
         raise ValueError(
-            f"baseline must be a number or an array broadcastable to one input {shape}; received {np.shape(baseline)}."
+            f"{name} must be a number or an array broadcastable to one input {shape}; received {np.shape(value)}."
         ) from None
-    if not np.all(np.isfinite(value)):
-        raise ValueError(
-            f"baseline must be finite; received one with NaN or infinite values ({np.ravel(baseline)[:4]}...)."
-        )
-    return np.ascontiguousarray(value.astype(inputs.dtype))
+    if not np.all(np.isfinite(array)) or (non_negative and np.any(array < 0)):
+        kind = "finite and non-negative" if non_negative else "finite"
+        raise ValueError(f"{name} must be {kind}; received {np.ravel(value)[:4]}...")
+    return np.ascontiguousarray(array.astype(inputs.dtype))
 
 
 # -- class activation maps ---------------------------------------------------------------------

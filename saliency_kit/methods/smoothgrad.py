@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import base_cost
+from ._common import base_cost, input_shaped
 from .base import Option, get, register
 
 __all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES", "cost", "prepare"]
@@ -42,16 +42,7 @@ def prepare(request, options: dict) -> dict:
     input, finite and non-negative; cast to the inputs' dtype."""
     noise = options["noise"]
     if isinstance(noise, np.ndarray) or not np.isscalar(noise):
-        shape = request.inputs.shape[1:]
-        try:
-            noise = np.broadcast_to(np.asarray(noise, dtype=np.float64), shape)
-        except (ValueError, TypeError):
-            raise ValueError(
-                f"noise must be a number or an array broadcastable to one input {shape}; received {np.shape(noise)}."
-            ) from None
-        if not np.all(np.isfinite(noise)) or np.any(noise < 0):
-            raise ValueError(f"noise must be finite and non-negative; received {np.ravel(noise)[:4]}...")
-        options = {**options, "noise": np.ascontiguousarray(noise.astype(request.inputs.dtype))}
+        options = {**options, "noise": input_shaped(noise, request.inputs, "noise", non_negative=True)}
     return options
 
 
