@@ -155,14 +155,14 @@ def plain_integrated_gradients(model, specs: list, batch: int, steps: int):
 
 
 # two inputs ------------------------------------------------------------------------------------
-def two_input_models():
+def two_input_models(image_shape: tuple = IMAGE):
     """``(two-input model, image-only twin builder)``: the twin shares the convolution layers and
     folds a metadata row's contribution into its last layer's bias."""
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
-    image = keras.Input(IMAGE, name="image")
+    image = keras.Input(image_shape, name="image")
     meta = keras.Input((META,), name="metadata")
     convs = [
         keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
@@ -184,7 +184,7 @@ def two_input_models():
         kernel, bias = (np.asarray(w) for w in head.get_weights())
         constant = np.asarray(meta_dense(meta_row[None]))[0] @ kernel[features:]
         folded = keras.layers.Dense(CLASSES)
-        single_input = keras.Input(IMAGE, name="image")
+        single_input = keras.Input(image_shape, name="image")
         z = single_input
         for layer in convs:
             z = layer(z)
@@ -195,24 +195,24 @@ def two_input_models():
     return model, image_only
 
 
-def bench_two_inputs(batch: int, steps: int, repeats: int) -> None:
+def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = IMAGE) -> None:
     import numpy as np
     import tensorflow as tf
 
     import saliency_kit as sk
 
-    model, image_only = two_input_models()
+    model, image_only = two_input_models(image_shape)
     rng = np.random.default_rng(0)
-    image = rng.uniform(size=(batch, *IMAGE)).astype("float32")
+    image = rng.uniform(size=(batch, *image_shape)).astype("float32")
     meta = rng.normal(size=(batch, META)).astype("float32")
     single = image_only(meta[0])
     targets = (np.arange(batch) % CLASSES)[:, None]
     classes = tf.constant(targets, tf.int32)
-    specs = [[batch, *IMAGE], [batch, META]]
+    specs = [[batch, *image_shape], [batch, META]]
     gradient = plain_gradient(model, specs, batch)
     integrated = plain_integrated_gradients(model, specs, batch, steps)
     inputs = [tf.constant(image), tf.constant(meta)]
-    zeros = [tf.zeros(IMAGE), tf.zeros([META])]
+    zeros = [tf.zeros(image_shape), tf.zeros([META])]
     rows = batch * steps  # every path point of the batch in one compiled call, as the plain function
 
     def explain(net, x, method, size, **options):
@@ -267,7 +267,7 @@ def bench_two_inputs(batch: int, steps: int, repeats: int) -> None:
         ),
     ]
     _print_table(
-        f"1. Two inputs: image {IMAGE[0]}×{IMAGE[1]}×{IMAGE[2]} + metadata [{META}] → Dense({CLASSES}), "
+        f"1. Two inputs: image {'×'.join(map(str, image_shape))} + metadata [{META}] → Dense({CLASSES}), "
         f"batch {batch}; twin rows: the image's attributions compared",
         table,
     )
@@ -358,8 +358,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds, for a fast smoke run")
     parser.add_argument("--image", type=int, default=32, help="side of the two-input model's image (default 32)")
     args = parser.parse_args()
-    global IMAGE
-    IMAGE = (args.image, args.image, 3)
     steps = args.steps if args.steps is not None else (8 if args.quick else 32)
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 15)
     if steps < 2:
@@ -371,7 +369,7 @@ def main() -> None:
         f"batch {args.batch}, IG {steps} steps (trapezoid rule); median of {repeats} rounds after a warm-up; "
         f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)"
     )
-    bench_two_inputs(args.batch, steps, repeats)
+    bench_two_inputs(args.batch, steps, repeats, (args.image, args.image, 3))
     bench_tokens(args.batch, steps, repeats)
 
 

@@ -41,7 +41,7 @@ def prepare(request, options: dict) -> dict:
     """A ``noise`` array (one fraction per element of an input) checked: broadcastable to one
     input, finite and non-negative; cast to the inputs' dtype."""
     noise = options["noise"]
-    if isinstance(noise, np.ndarray) or not np.isscalar(noise):
+    if not np.isscalar(noise):
         options = {**options, "noise": input_shaped(noise, request.inputs, "noise", non_negative=True)}
     return options
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import keras
+import numpy as np
 
 from . import keras_private
 from .copy import input_signature
@@ -53,8 +54,6 @@ def lookup(model: keras.Model, path: str, ids: Any) -> Any:
     """``[N, T, D]``: what the ``Embedding`` at ``path`` gives for token ids ``[N, T]``: a NumPy
     lookup of its table for a plain ``keras.layers.Embedding`` (the same rows its call takes,
     without an eager layer call per request), else the layer called."""
-    import numpy as np
-
     layer = layer_at(model, path)
     if type(layer) is keras.layers.Embedding and not layer.lora_enabled and not layer.quantization_mode:
         table = keras.ops.convert_to_numpy(layer.embeddings)

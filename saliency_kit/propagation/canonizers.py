@@ -108,6 +108,8 @@ ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "T
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
+# Kinds with a rule of their own: the ones that turn gradient into relevance when they read the input.
+FIRST_KINDS = ("linear", "average_pooling", "affine", "relu", "product")
 
 
 def activation_name(fn) -> str:
@@ -219,7 +221,12 @@ def _product_kind(op, path: str, live: list) -> str | None:
     if sum(live) == 1:
         return "routing"
     if len(live) != 2:
-        _refuse(op, path, f"a product of {sum(live)} branches has no rule here (two branches, or one and constants)")
+        _refuse(
+            op,
+            path,
+            f"a product of {len(live)} branches ({sum(live)} varying) has no rule here (two varying "
+            "branches alone, or one and constants)",
+        )
     return "product"
 
 
@@ -260,14 +267,12 @@ def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: 
                 continue  # depends on no explained value: no relevance passes here
             if id(op) in by_op:  # a shared layer: one rule, several calls
                 fact = by_op[id(op)]
-                fact.first = fact.first or (
-                    from_input and fact.kind in ("linear", "average_pooling", "affine", "relu", "product")
-                )
+                fact.first = fact.first or (from_input and fact.kind in FIRST_KINDS)
                 continue
             final = id(op) in output_ops and not prefix
             kind = _product_kind(op, path, inputs_live) or classify(op, path, final=final)
             fact = LayerFacts(path, op, kind, final=final)
-            if kind in ("linear", "average_pooling", "affine", "relu", "product"):
+            if kind in FIRST_KINDS:
                 fact.first = from_input
             if kind in ("routing", "affine", "relu") and from_input:
                 reaching.update(id(t) for t in node.output_tensors)
