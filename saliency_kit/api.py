@@ -146,23 +146,43 @@ def explain(
     chosen = methods.get(method)
     from .parts import structured
 
-    if structured(model, inputs, attribute_to) or chosen.layered:
-        from .explain_parts import explain_parts
+    with engine.one_call(model):
+        if structured(model, inputs, attribute_to) or chosen.layered:
+            from .explain_parts import explain_parts
 
-        return explain_parts(
-            model,
-            inputs,
-            chosen,
-            targets,
-            score=score,
-            batch_size=batch_size,
-            class_names=class_names,
-            input_keys=input_keys,
-            channels_axis=channels_axis,
-            attribute_to=attribute_to,
-            baseline_token=baseline_token,
-            options=options,
+            return explain_parts(
+                model,
+                inputs,
+                chosen,
+                targets,
+                score=score,
+                batch_size=batch_size,
+                class_names=class_names,
+                input_keys=input_keys,
+                channels_axis=channels_axis,
+                attribute_to=attribute_to,
+                baseline_token=baseline_token,
+                options=options,
+            )
+        return _explain_input(
+            model, inputs, chosen, method, targets, score, batch_size, class_names, input_keys, channels_axis, options
         )
+
+
+def _explain_input(
+    model: keras.Model,
+    inputs: Any,
+    chosen: Any,
+    method: Any,
+    targets: Any,
+    score: str,
+    batch_size: int,
+    class_names: Sequence[str] | None,
+    input_keys: Any,
+    channels_axis: int | None,
+    options: dict,
+) -> Explanation:
+    """:func:`explain` of a model's one float input."""
     given = dict(options)
     x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
     batch_size = engine.check_batch_size(batch_size)

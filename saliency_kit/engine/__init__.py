@@ -43,7 +43,7 @@ from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_co
 from .chunking import check_batch_size
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
-from .views import clear_views, fingerprint, rewritten_model, score_view, views_of
+from .views import clear_views, fingerprint, one_call, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
     import keras
@@ -71,6 +71,7 @@ __all__ = [
     "clear_cache",
     "KERNELS_PER_MODEL",
     "fingerprint",
+    "one_call",
 ]
 
 
@@ -248,12 +249,13 @@ def run(
 
 def _with_held(payload: Any, space: Any, held: Any) -> Any:
     """The payload a kernel gets: the target's, and in a space the held model inputs beside it
-    (per input, so chunked and repeated with the rows)."""
+    (those no part replaces, :attr:`Space.held_inputs`; per input, so chunked and repeated with
+    the rows)."""
     if space is None:
         return payload
     from ..targets.base import PerInput
 
-    wrapped: dict = {"held": tuple(PerInput(np.asarray(h)) for h in held)}
+    wrapped: dict = {"held": tuple(PerInput(np.asarray(held[i])) for i in space.held_inputs)}
     if payload is not None:
         wrapped["target"] = payload
     return wrapped

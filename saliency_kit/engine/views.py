@@ -2,15 +2,17 @@
 
 :func:`score_view` gives the ``ScoreView`` kernels evaluate, :func:`rewritten_model` the cached
 ``sk.rewrite(model, rule)`` (weights refreshed from the model on every call), :func:`fingerprint`
-the part of every cache key that sees a model edited between calls, and :func:`views_of` the
-``views(rule)`` a kernel is built with. Both caches are bounded and hold their models weakly
-(:mod:`.cache`).
+the part of every cache key that sees a model edited between calls (computed once within
+:func:`one_call`), and :func:`views_of` the ``views(rule)`` a kernel is built with. Both caches
+are bounded and hold their models weakly (:mod:`.cache`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .backend import active as active_backend
@@ -21,10 +23,12 @@ if TYPE_CHECKING:
 
     from ..model.scores import ScoreView
 
-__all__ = ["rule_key", "rewritten_model", "score_view", "fingerprint", "views_of", "clear_views"]
+__all__ = ["rule_key", "rewritten_model", "score_view", "fingerprint", "one_call", "views_of", "clear_views"]
 
 _views = ModelCache(KERNELS_PER_MODEL)
 _rewritten = ModelCache(8)
+#: ``[model, its fingerprint or None]`` while :func:`one_call` runs for that model.
+_pinned: contextvars.ContextVar[list | None] = contextvars.ContextVar("saliency_kit_pinned", default=None)
 
 
 def clear_views() -> None:
@@ -72,6 +76,18 @@ def score_view(
     return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
 
 
+@contextlib.contextmanager
+def one_call(model: keras.Model) -> Iterator[None]:
+    """Within: :func:`fingerprint` of ``model`` is computed at most once. One explanation does not
+    edit the model it explains, and its cache keys and views each ask for the fingerprint; only
+    the first walks the model's layers."""
+    token = _pinned.set([model, None])
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
 def fingerprint(model: keras.Model) -> tuple:
     """A cheap fingerprint of ``model``: each layer's class, activation and non-variable state.
 
@@ -82,6 +98,15 @@ def fingerprint(model: keras.Model) -> tuple:
     change of either gives new kernels and new model copies (made by ``copy_state``, which
     re-derives such state), instead of the values captured when the first ones were traced.
     """
+    pinned = _pinned.get()
+    if pinned is not None and pinned[0] is model:
+        if pinned[1] is None:
+            pinned[1] = _fingerprint(model)
+        return pinned[1]
+    return _fingerprint(model)
+
+
+def _fingerprint(model: keras.Model) -> tuple:
     from ..model.inspect import derived_state
 
     parts = []
