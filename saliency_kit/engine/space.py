@@ -75,6 +75,13 @@ class Space:
             offset += part.size
         return tuple(out)
 
+    @property
+    def held_inputs(self) -> tuple:
+        """The model inputs (graph order) a kernel must be given: all but those an input part
+        replaces (an embedding's token ids still run the model up to the embedding)."""
+        replaced = {p.input for p in self.parts if p.layer is None}
+        return tuple(i for i in range(self.num_inputs) if i not in replaced)
+
     def key(self) -> tuple:
         return (self.num_inputs, self.parts)
 
@@ -83,7 +90,7 @@ class Space:
         """The parts' arrays ``[B, *shape_i]`` as points ``[B, *self.shape]``."""
         if not self.packed:
             return np.asarray(arrays[0], dtype=self.dtype)
-        return np.concatenate([np.reshape(a, (len(a), -1)) for a in arrays], axis=1).astype(self.dtype)
+        return np.concatenate([np.reshape(a, (len(a), -1)) for a in arrays], axis=1, dtype=self.dtype, casting="unsafe")
 
     def unpack(self, array: np.ndarray, lead: int = 2) -> list:
         """Results ``[*lead axes, *self.shape]`` as one array per part ``[*lead axes, *shape_i]``."""
@@ -97,13 +104,16 @@ class Space:
 
     # -- inside a kernel -----------------------------------------------------------------------------
     def place(self, points: Any, held: Any) -> Any:
-        """``points [rows, *self.shape]`` and the held inputs (each ``[rows, ...]``) as what the model
-        runs on: input parts replace their input, layer parts swap their layer's output."""
+        """``points [rows, *self.shape]`` and the held inputs (:attr:`held_inputs`, each
+        ``[rows, ...]``) as what the model runs on: input parts take their input's place, layer
+        parts swap their layer's output."""
         from keras import ops
 
         from ..model.placed import Placed
 
-        inputs = list(held)
+        inputs: list = [None] * self.num_inputs
+        for index, value in zip(self.held_inputs, held):
+            inputs[index] = value
         swaps: dict = {}
         values = [points]
         if self.packed:  # one split (its gradient one concatenation), not a slice (a zero-padded row) per part
