@@ -56,7 +56,7 @@ def lookup(model: keras.Model, path: str, ids: Any) -> Any:
     without an eager layer call per request), else the layer called."""
     layer = layer_at(model, path)
     if type(layer) is keras.layers.Embedding and not layer.lora_enabled and not layer.quantization_mode:
-        table = keras.ops.convert_to_numpy(layer.embeddings)
+        table = np.asarray(layer.embeddings.value)  # the backend's array, without keras' conversion
         return np.take(table, np.asarray(ids), axis=0).astype(layer.compute_dtype)
     return keras.ops.convert_to_numpy(layer(ids))
 
