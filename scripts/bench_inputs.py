@@ -24,9 +24,11 @@ one, since a small model's attributions can lie below 1e-4), so no ratio is of t
 computations; "rel. diff" is the largest difference over the largest attribution.
 
 Times are the median of ``--repeats`` rounds after one warm-up call of each (tracing and
-compilation excluded); each round times every measurement once, in turn, so a change of load
-affects all alike. On a shared machine they are still noisy; say so when quoting them. Nothing
-is downloaded. Prints markdown tables.
+compilation excluded); each round times every measurement of a table's group once, in turn, so
+a change of load affects all alike, starting one measurement later each round (no row always
+follows the same neighbour), and the gradient rows are timed apart from the integrated-gradients
+rows (a call just after one 30× larger runs slower). On a shared machine they are still noisy;
+say so when quoting them. Nothing is downloaded. Prints markdown tables.
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ VOCAB, LENGTH, WIDTH, LABELS = 1000, 64, 64, 5
 
 
 def _median_times(runs: dict, repeats: int) -> tuple[dict, dict]:
-    """``(median seconds of each function over repeats round-robin rounds, its warm-up result)``."""
+    """``(median seconds of each function over repeats round-robin rounds, its warm-up result)``.
+
+    Each round starts one measurement later than the last (a rotation), so no measurement always
+    runs right after the same neighbour: the call after a large one pays for the caches and
+    memory it disturbed, and a fixed order would charge that to one row every time."""
     results = {name: fn() for name, fn in runs.items()}  # tracing and compilation are not measured
+    names = list(runs)
     times: dict = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, fn in runs.items():
+    for round_ in range(repeats):
+        for i in range(len(names)):
+            name = names[(round_ + i) % len(names)]
             start = time.perf_counter()
-            fn()
+            runs[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}, results
 
@@ -223,15 +231,20 @@ def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = 
         return run
 
     ig = {"rule": "riemann_trapezoid", "steps": steps}
-    runs = {
+    gradients = {
         "plain gradient": lambda: [g.numpy() for g in gradient(inputs, classes)],
         "sk gradient, two inputs": explain(model, [image, meta], "gradient", batch),
         "sk gradient, image only": explain(single, image, "gradient", batch),
+    }
+    integrated_runs = {
         "plain ig": lambda: [a.numpy() for a in integrated(inputs, zeros, classes)],
         "sk ig, two inputs": explain(model, [image, meta], "integrated_gradients", rows, **ig),
         "sk ig, image only": explain(single, image, "integrated_gradients", rows, **ig),
     }
-    t, r = _median_times(runs, repeats)
+    t, r = _median_times(gradients, repeats)  # rows compared are timed in the same rounds, apart from
+    t_ig, r_ig = _median_times(integrated_runs, repeats)  # the 30× larger integrated-gradients calls
+    t.update(t_ig)
+    r.update(r_ig)
     same_gradient = _same(r["sk gradient, two inputs"], r["plain gradient"])
     same_ig = _same(r["sk ig, two inputs"], r["plain ig"])
     table = [
