@@ -35,7 +35,7 @@ def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) 
             f"{b}, target {int(targets[b, k])}). The score may not depend on the input "
             "(tf.stop_gradient, an unconnected output) or every path to it is inactive.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # explain's caller: _warn_zero_maps < _explain_input < explain < caller
         )
 
 

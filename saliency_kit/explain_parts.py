@@ -131,7 +131,7 @@ def explain_parts(
             + "; ".join(f"{name}: {why}" for name, why in skipped)
         )
     for name, why in skipped:
-        warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=3)
     if chosen.warn_zero:
         _warn_unused(results, chosen.name)
     if conductance:
@@ -218,5 +218,5 @@ def _warn_unused(results: dict, method: str) -> None:
                 f"{method}: every attribution of {name!r} is zero: the score does not depend on it "
                 "(an unconnected input, tf.stop_gradient, or every path to it inactive).",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,  # explain's caller
             )

@@ -42,3 +42,18 @@ def test_check_returns_the_options_explain_uses(channels_first):
         api.check(channels_first, x, "smoothgrad", samples="many")
     with pytest.raises(ValueError, match="unknown method"):
         api.check(channels_first, x, "smoothgradd")
+
+
+def test_explain_warnings_point_at_the_callers_line():
+    """An all-zero map (one input) and an input the score does not depend on (several) are
+    warned about at the line that called explain, not inside the package."""
+    x = keras.Input((4,))
+    blocked = keras.Model(x, keras.layers.Dense(2)(keras.ops.stop_gradient(x)))
+    with pytest.warns(RuntimeWarning, match="all zero") as one:
+        sk.explain(blocked, np.ones((2, 4), "float32"), "gradient", 0)
+    a, b = keras.Input((4,), name="a"), keras.Input((3,), name="b")
+    merged = keras.layers.Concatenate()([a, keras.ops.stop_gradient(b)])
+    pair = keras.Model([a, b], keras.layers.Dense(2)(merged))
+    with pytest.warns(RuntimeWarning, match="every attribution of 'b' is zero") as several:
+        sk.explain(pair, [np.ones((2, 4), "float32"), np.ones((2, 3), "float32")], "gradient", 0)
+    assert {w.filename for w in [*one, *several]} == {__file__}
