@@ -2,6 +2,7 @@
 
     python scripts/bench_engine.py [--samples N] [--steps N] [--repeats R] [--quick]
                                    [--channels C] [--masks N] [--new-methods-only] [--lrp-only]
+                                   [--floors-only] [--peers]
 
 On ResNet50 (``weights=None``, so nothing is downloaded), batch 8, 224×224, it times each
 method and divides by the time of a plain compiled ``tf.function`` that computes the same batch's
@@ -12,8 +13,19 @@ forward pass and the gradient of one class score (the least any gradient method 
 * Grad-CAM: ≤ 1.0 (its backward pass stops at the last convolutional block);
 * K = 10 classes through one shared forward pass (``sk.jacobian``) over 10 single-class calls:
   ≤ 0.75;
-* LRP with the default composite: ≤ 1.3; DeepLIFT (inputs and baselines in one pass): ≤ 2.2;
 * the newer methods (see ``bench_new_methods``).
+
+Then each row that has a floor from its arithmetic (``bench_floors``, also ``--floors-only``;
+``--lrp-only``: its LRP and DeepLIFT rows), with that floor: LRP ``epsilon`` ≤ 1.15,
+``epsilon_plus_flat`` and ``epsilon_gamma_box`` ≤ 1.5, DeepLIFT ≤ 1.15, Guided IG ≤ 1.2 per step,
+Grad-CAM ≤ 0.46, and SmoothGrad with S samples and integrated gradients with S steps ≤ 1.05 of
+one plain compiled forward+backward over the S·B rows they form. Each round gives every row its
+own ratio (its time over the baseline's in that round); a row whose rounds disagree by more than
+5% is marked, and the script then says the machine was too noisy to tell.
+
+``--peers``: the same work through the peers that have these methods (``scripts/bench_peers.py``:
+tf-keras-vis, PAIR's ``saliency``), in this process, as ratios our time / theirs (target ≤ 1.0),
+each saying whether the numbers are the same.
 
 Then the peak memory of SmoothGrad at 20 and at 200 samples on a small CNN, each measured in a
 fresh subprocess (peak resident set size ``VmHWM``; TensorFlow keeps no allocator statistics
@@ -38,6 +50,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+CAM_LAYER = "conv5_block3_out"  # ResNet50's last block: the CAM rows' layer, ours and the peers'
+
 
 def _best_times(runs: dict, repeats: int) -> dict:
     """Minimum seconds of each function over ``repeats`` round-robin rounds, after a warm-up."""
@@ -50,6 +64,34 @@ def _best_times(runs: dict, repeats: int) -> dict:
             fn()
             best[name] = min(best[name], time.perf_counter() - start)
     return best
+
+
+def _round_times(runs: dict, repeats: int) -> dict:
+    """Seconds of each function in each of ``repeats`` round-robin rounds, after a warm-up."""
+    for fn in runs.values():
+        fn()
+    times: dict = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def plain_pass(model, shape: tuple, rows: int):
+    """A compiled ``(inputs [rows, ...], classes [rows, 1]) -> input gradients`` of the chosen
+    logits: the least any gradient method over ``rows`` model evaluations can cost."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32), tf.TensorSpec([rows, 1], tf.int32)])
+    def plain(inputs, classes):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            score = tf.gather(model(inputs, training=False), classes, batch_dims=1)
+        return tape.gradient(score, inputs)
+
+    return plain
 
 
 def _status_mb(field: str) -> float:
@@ -111,18 +153,13 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=16, help="Score-CAM channels (max_channels, default 16)")
     parser.add_argument("--masks", type=int, default=16, help="RISE masks (default 16)")
     parser.add_argument("--new-methods-only", action="store_true", help="only the rows of the new methods")
-    parser.add_argument("--lrp-only", action="store_true", help="only the LRP and DeepLIFT rows")
+    parser.add_argument("--lrp-only", action="store_true", help="only the LRP and DeepLIFT rows (with their floors)")
+    parser.add_argument("--floors-only", action="store_true", help="only the rows with a floor")
+    parser.add_argument("--peers", action="store_true", help="only the rows side by side with the installed peers")
     parser.add_argument(
         "--core-only",
         action="store_true",
         help="only the first table (the rows older versions of this script had: compare releases)",
-    )
-    parser.add_argument(
-        "--composites",
-        nargs="*",
-        default=[],
-        metavar="NAME",
-        help="further LRP composites to time beside the default (e.g. epsilon epsilon_gamma_box)",
     )
     args = parser.parse_args()
     if args.memory_child:
@@ -154,8 +191,11 @@ def main() -> None:
     if args.new_methods_only:
         bench_new_methods(model, x, targets, raw, reps, args.steps, args.channels, args.masks)
         return
-    if args.lrp_only:
-        bench_lrp(model, x, targets, raw, reps, args.composites)
+    if args.lrp_only or args.floors_only:
+        bench_floors(model, x, targets, reps, args.samples, args.steps, lrp_only=args.lrp_only)
+        return
+    if args.peers:
+        bench_peers(model, x, targets, reps, args.steps, args.channels, size)
         return
 
     def explain(method, **options):
@@ -212,7 +252,7 @@ def main() -> None:
 
     if args.core_only:
         return
-    bench_lrp(model, x, targets, raw, reps, args.composites)
+    bench_floors(model, x, targets, reps, n_samples, n_steps)
     bench_new_methods(model, x, targets, raw, reps, n_steps, args.channels, args.masks)
 
     low, high = _memory(20), _memory(200)
@@ -225,45 +265,115 @@ def main() -> None:
     print(f"\npeak RSS at 200 / at 20 samples: {high['peak_mb'] / low['peak_mb']:.3f} (target within 1.20)")
 
 
-# LRP and DeepLIFT -------------------------------------------------------------------------------
-def bench_lrp(model, x, targets, raw, reps: int, composites=()) -> None:
-    """Rows for ``sk.explain`` with ``lrp`` (the default composite, then each of ``composites``;
-    ZBox bounds: the batch's min and max) and ``deeplift`` (the default baseline 0; each input and
-    its baseline go through one backward pass of the rewritten model, 2B rows), as ratios to the
-    plain compiled forward+backward pass of the same batch.
+# rows with a floor ------------------------------------------------------------------------------
+NOISE = 0.05  # rounds of one row that disagree by more than this cannot tell a 5% difference
 
-    * lrp with the default composite: target ≤ 1.3; deeplift: target ≤ 2.2.
-    """
+
+def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_only: bool = False) -> None:
+    """Rows whose floor follows from their arithmetic, each divided by the plain compiled
+    forward+backward of the rows it evaluates (``plain_pass``): the batch's ``B`` rows, or the
+    ``S·B`` rows SmoothGrad's samples and integrated gradients' steps form in one call
+    (``batch_size=S·B``); Guided IG per step (its steps run in a loop, one batch each). ZBox
+    bounds of ``epsilon_gamma_box``: the batch's min and max. Each round's ratio is the row's time
+    over its baseline's in the same round; "spread" is how far the rounds' ratios lie apart."""
+    import numpy as np
     import tensorflow as tf
 
     import saliency_kit as sk
-    from saliency_kit import methods
 
-    xt, classes = tf.constant(x), tf.constant(targets, tf.int32)
-    composite = methods.get("lrp").options[0].default
+    batch, shape = len(x), x.shape[1:]
+    classes = np.asarray(targets, np.int32)
 
-    def explain(method, **options):
-        return lambda: sk.explain(model, x, method, targets, batch_size=8, **options)
+    def explain(method, size=batch, **options):
+        return lambda: sk.explain(model, x, method, targets, batch_size=size, **options)
 
-    extra = [name for name in composites if name != composite]
-    runs = {
-        "raw": lambda: raw(xt, classes).numpy(),
-        "lrp": explain("lrp"),
-        "deeplift": explain("deeplift"),
-        **{name: explain("lrp", composite=name, low=float(x.min()), high=float(x.max())) for name in extra},
-    }
-    best = _best_times(runs, reps)
+    def plain(rows):
+        fn, inputs = plain_pass(model, shape, rows), tf.constant(np.repeat(x, rows // batch, axis=0))
+        labels = tf.constant(np.repeat(classes, rows // batch, axis=0))
+        return lambda: fn(inputs, labels).numpy()
+
+    bounds = {"low": float(x.min()), "high": float(x.max())}
+    #: (row, run, rows of its baseline, divided by, floor)
     rows = [
-        ("raw compiled forward+backward, batch 8", best["raw"], 1.0, "–"),
-        (f"lrp, composite {composite}", best["lrp"], best["lrp"] / best["raw"], "≤ 1.30"),
-        ("deeplift, baseline 0 (2B rows in one pass)", best["deeplift"], best["deeplift"] / best["raw"], "≤ 2.20"),
-        *((f"lrp, composite {name}", best[name], best[name] / best["raw"], "") for name in extra),
+        ("lrp, composite epsilon", explain("lrp", composite="epsilon"), batch, 1, 1.15),
+        ("lrp, composite epsilon_plus_flat", explain("lrp", composite="epsilon_plus_flat"), batch, 1, 1.5),
+        ("lrp, composite epsilon_gamma_box", explain("lrp", composite="epsilon_gamma_box", **bounds), batch, 1, 1.5),
+        ("deeplift, baseline 0", explain("deeplift"), batch, 1, 1.15),
     ]
-    print("\nLRP and DeepLIFT, same model and batch\n")
-    print("| measurement | seconds | ratio | target |")
-    print("|---|---:|---:|---|")
-    for name, seconds, ratio, target in rows:
-        print(f"| {name} | {seconds:.3f} | {ratio:.2f} | {target} |")
+    if not lrp_only:
+        rows += [
+            (f"guided_ig, {steps} steps (per step)", explain("guided_ig", steps=steps), batch, steps, 1.2),
+            (
+                f"smoothgrad, {samples} samples / plain over {samples}·B rows",
+                explain("smoothgrad", samples * batch, samples=samples, seed=0),
+                samples * batch,
+                1,
+                1.05,
+            ),
+            (
+                f"integrated_gradients, {steps} steps / plain over {steps}·B rows",
+                explain("integrated_gradients", steps * batch, steps=steps),
+                steps * batch,
+                1,
+                1.05,
+            ),
+            ("gradcam", explain("gradcam"), batch, 1, 0.46),
+        ]
+    runs = {f"plain {n}": plain(n) for n in sorted({n for _, _, n, _, _ in rows})}
+    runs.update({name: run for name, run, _, _, _ in rows})
+    times = _round_times(runs, reps)
+    print(f"\nRows with a floor, same model and batch ({reps} rounds; ratio from each row's best round)\n")
+    print("| measurement | seconds | ratio | floor | result | rounds' spread |")
+    print("|---|---:|---:|---|---|---:|")
+    for n in sorted({n for _, _, n, _, _ in rows}):
+        print(f"| plain compiled forward+backward, {n} rows | {min(times[f'plain {n}']):.3f} | 1.00 | – | – | – |")
+    noisy = []
+    for name, _, n, per, floor in rows:
+        ratios = [t / b / per for t, b in zip(times[name], times[f"plain {n}"])]
+        ratio = min(times[name]) / min(times[f"plain {n}"]) / per
+        spread = max(ratios) / min(ratios) - 1.0
+        if spread > NOISE:
+            noisy.append(name)
+        result = "PASS" if ratio <= floor else "MISS"
+        print(f"| {name} | {min(times[name]):.3f} | {ratio:.2f} | ≤ {floor:.2f} | {result} | {spread:.1%} |")
+    if reps < 2:
+        print("\nOne round: the spread between rounds was not measured (--repeats 2 or more to tell noise).")
+    elif noisy:
+        print(
+            f"\nThe rounds disagree by more than {NOISE:.0%} on {len(noisy)} rows ({'; '.join(noisy)}): "
+            "the machine was too noisy to tell a 5% difference there."
+        )
+    else:
+        print(f"\nEvery row's rounds agree within {NOISE:.0%}.")
+
+
+def bench_peers(model, x, targets, reps: int, steps: int, channels: int, size: int) -> None:
+    """Our time over each peer's on the same work (``model``'s logits), and whether the numbers
+    are the same (``scripts/bench_peers.py``)."""
+    import bench_peers as peers
+    import keras
+
+    keras.utils.disable_interactive_logging()  # tf-keras-vis predicts with a progress bar
+    twin = peers.logits_twin(model, size)
+    runs = {
+        **peers.peer_runs(twin, x, targets, layer=CAM_LAYER, steps=steps, channels=channels),
+        **peers.xrai_runs(x[0]),
+    }
+    timed = {}
+    for name, (ours, theirs, _) in runs.items():
+        timed[f"{name} ours"], timed[f"{name} peer"] = ours, theirs
+    times = _round_times(timed, reps)
+    print(f"\nSide by side with the peers, same model and batch ({reps} rounds, best of each)\n")
+    print("| measurement | ours (s) | peer (s) | ratio | target | same numbers |")
+    print("|---|---:|---:|---:|---|---|")
+    for name, (ours, theirs, what) in runs.items():
+        mine, theirs_s = min(times[f"{name} ours"]), min(times[f"{name} peer"])
+        same = peers.same_numbers(ours(), theirs())
+        if same.startswith("NO") and name in peers.DIFFERENCES:
+            same += f": {peers.DIFFERENCES[name]}"
+        print(f"| {what} | {mine:.3f} | {theirs_s:.3f} | {mine / theirs_s:.2f} | ≤ 1.00 | {same} |")
+    for method, why in peers.missing_peers(runs):
+        print(f"| {method}: no peer here | – | – | – | – | {why} |")
 
 
 # newer methods ---------------------------------------------------------------------------------
