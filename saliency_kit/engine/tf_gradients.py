@@ -110,6 +110,19 @@ class Selection:
         values, taken = view.raw(self.placed(z), taps, strip=getattr(self.target, "logits", True))
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
+    def outputs(self, view: Any, z: Any) -> Any:
+        """What the rows' scores are read from, at ``z``: the score vector ``[rows, C]`` for
+        class columns, else the target object's outputs (each leaf ``[rows, ...]``)."""
+        if self.target is None:
+            return view(self.placed(z))
+        return self._outputs(view, z, None)[0]
+
+    def score_outputs(self, outputs: Any) -> tf.Tensor:
+        """``[rows, K]`` scores of :meth:`outputs` (of these rows, or any with the same leading axis)."""
+        if self.target is None:
+            return target_scores(outputs, self.columns)
+        return self.target.score(outputs, self.columns if self.payload is None else self.payload)
+
     def scores(self, view: Any, z: Any, tap: str | None = None) -> tuple[tf.Tensor, Any]:
         """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
         if self.target is None:  # class columns of the score vector: a gather

@@ -1,10 +1,15 @@
 """DeepLIFT with the Rescale rule (Shrikumar et al. 2017).
 
 ``a = (x − x′) · m``, ``m`` the multipliers of a backward pass through
-``rewrite_deeplift(model)`` run on each input and its baseline together: every ReLU-family
+``rewrite_deeplift(model)`` run on the inputs and their baseline together: every ReLU-family
 activation passes ``(f(x) − f(x′)) / (x − x′)``, max pooling Captum's rule, linear layers their
 weights. Summation to delta: ``Σ a = s(x) − s(x′)``; ``completeness_gap`` reports
 ``Σ a − (s(x) − s(x′))``. Map: signed sum over the last axis.
+
+The baseline is one input, so it runs through the model once per call, beside the inputs
+(``n + 1`` rows; ``ctx.gradients_against``). When the model's other inputs are held at each
+row's own values (a request explaining some of several inputs), every input is paired with its
+own reference instead (``2n`` rows).
 """
 
 from __future__ import annotations
@@ -30,19 +35,20 @@ def prepare(request, options: dict) -> dict:
     reduce="sum",
     signed=True,
     prepare=prepare,
-    cost=lambda options: 2,
+    cost=lambda options: 1,  # the shared baseline is one row per call
 )
 def deeplift(ctx, baseline):
     from keras import ops
 
+    from ..propagation.core import shared_reference
     from ..propagation.deeplift import DeepLiftRewrite
 
     x = ctx.inputs
-    reference = baseline + 0 * x
-    pairs = ops.stack([x, reference], axis=1)  # [n, 2, *input]: the rewrite pairs rows 2i, 2i+1
-    scores, multipliers = ctx.gradients(pairs, rule=DeepLiftRewrite(), with_scores=True)  # [n, 2, K], [n, 2, K, ...]
-    delta = x - reference
-    attributions = delta[:, None] * multipliers[:, 0]
+    reference = ops.broadcast_to(ops.cast(baseline, x.dtype), x.shape[1:])  # one input, shared by every row
+    scores, reference_scores, multipliers = ctx.gradients_against(
+        reference, rule=DeepLiftRewrite(), shared=shared_reference
+    )  # [n, K], [n, K], [n, K, *input]
+    attributions = (x - reference)[:, None] * multipliers
     total = ops.sum(ops.reshape(ops.cast(attributions, "float64"), [*attributions.shape[:2], -1]), axis=-1)
-    gap = total - ops.cast(scores[:, 0] - scores[:, 1], "float64")
-    return {"attributions": attributions, "completeness_gap": gap, "scores": scores[:, 0]}
+    gap = total - ops.cast(scores - reference_scores, "float64")
+    return {"attributions": attributions, "completeness_gap": gap, "scores": scores}

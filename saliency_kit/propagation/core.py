@@ -18,8 +18,10 @@ Notation (Montavon et al. 2019): ``z_j = Σ_i x_i w_ij + b_j``; ``R_j`` the rele
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import keras
 import tensorflow as tf
@@ -38,6 +40,7 @@ __all__ = [
     "pass_gate",
     "rescale_gate",
     "rule_gate",
+    "shared_reference",
     "stabilize",
     "unchanged",
 ]
@@ -350,14 +353,39 @@ def pass_gate(rule, x, y, to_relevance: bool):
     return gate(x, y)
 
 
+#: Whether the rows a reference rule's gates see are ``[x_0, …, x_{n−1}, x₀]``: every input
+#: against one reference row, last (:func:`shared_reference`), instead of interleaved pairs.
+_SHARED = contextvars.ContextVar("saliency_kit_shared_reference", default=False)
+
+
+@contextlib.contextmanager
+def shared_reference() -> Iterator[None]:
+    """Within (while a backward pass is traced): the DeepLIFT gates read their rows as the inputs
+    followed by one reference row they all share, so the reference runs through the model once
+    for the whole batch (``n + 1`` rows instead of ``2n``)."""
+    token = _SHARED.set(True)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def halves(t):
-    """``(inputs, baselines)``: the even and the odd rows of ``t``."""
+    """``(inputs, baselines)``: the even and the odd rows of ``t``; with a shared reference
+    (:func:`shared_reference`), the rows but the last, and the last broadcast to them."""
+    if _SHARED.get():
+        inputs = t[:-1]
+        return inputs, tf.broadcast_to(t[-1:], tf.shape(inputs))
     pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
     return pairs[:, 0], pairs[:, 1]
 
 
 def interleave(first, second):
-    """Rows ``[first_0, second_0, first_1, ...]``."""
+    """Rows ``[first_0, second_0, first_1, ...]``; with a shared reference, ``first`` and one
+    zero row (``second`` is the baselines' backward, zero in every gate: the reference's own
+    gradient is never read)."""
+    if _SHARED.get():
+        return tf.concat([first, tf.zeros_like(first[:1])], 0)
     return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
 
 
