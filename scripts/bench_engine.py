@@ -335,7 +335,7 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         if spread > NOISE:
             noisy.append(name)
         result = "PASS" if ratio <= floor else "MISS"
-        print(f"| {name} | {min(times[name]):.3f} | {ratio:.2f} | ≤ {floor:.2f} | {result} | {spread:.1%} |")
+        print(f"| {name} | {min(times[name]):.3f} | {ratio:.3f} | ≤ {floor:.2f} | {result} | {spread:.1%} |")
     if reps < 2:
         print("\nOne round: the spread between rounds was not measured (--repeats 2 or more to tell noise).")
     elif noisy:

@@ -372,10 +372,10 @@ def shared_reference() -> Iterator[None]:
 
 def halves(t):
     """``(inputs, baselines)``: the even and the odd rows of ``t``; with a shared reference
-    (:func:`shared_reference`), the rows but the last, and the last broadcast to them."""
+    (:func:`shared_reference`), the rows but the last, and the last as one row ``[1, ...]``
+    (it broadcasts against them in every elementwise step, never materialised per row)."""
     if _SHARED.get():
-        inputs = t[:-1]
-        return inputs, tf.broadcast_to(t[-1:], tf.shape(inputs))
+        return t[:-1], t[-1:]
     pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
     return pairs[:, 0], pairs[:, 1]
 
@@ -424,6 +424,7 @@ def maxpool_gate(pool, x, y):
     def gate(x, y):
         def backward(dy):
             x1, x0 = halves(x)
+            x0 = tf.broadcast_to(x0, tf.shape(x1))  # each row's share goes to the reference's winners
             y1, y0 = halves(y)
             dy1, _ = halves(dy)
             top = tf.maximum(y1, y0)
