@@ -16,7 +16,7 @@ otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +42,8 @@ class Parts:
     ``names``: every model input's name (graph order); ``held``: every model input ``[B, ...]``
     (graph order, the model's dtypes); ``kind``: how the inputs came (``"dict"``, ``"list"``,
     ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
-    ``[B, *part.shape]``; ``layer_only``: ``attribute_to`` named one inner layer."""
+    ``[B, *part.shape]``; ``layer_only``: ``attribute_to`` named one inner layer; ``tables``:
+    ``{embedding path: its table, or None}`` of the token parts, read once per request."""
 
     names: list
     held: list
@@ -50,6 +51,7 @@ class Parts:
     parts: list
     points: list
     layer_only: bool = False
+    tables: dict = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -112,7 +114,7 @@ def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_siz
     asks to explain, with their values (an inner layer's by one batched forward pass, an
     embedding's by its lookup)."""
     from . import engine
-    from .model.model_inputs import lookup, model_inputs
+    from .model.model_inputs import embedding_table, lookup, model_inputs
 
     infos = model_inputs(model)
     given, kind = _arrange(infos, inputs)
@@ -127,14 +129,17 @@ def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_siz
     chosen, layer_only = _choose(model, infos, attribute_to)
     paths = tuple(path for _, path, embedding in chosen if path is not None and not embedding)
     values = engine.activations(model, held, paths, batch_size=batch_size) if paths else {}
-    values.update({path: lookup(model, path, held[index]) for index, path, embedding in chosen if embedding})
+    tables = {path: embedding_table(model, path) for _, path, embedding in chosen if embedding}
+    for index, path, embedding in chosen:
+        if embedding:
+            values[path] = lookup(model, path, held[index], tables[path])
     parts, points = [], []
     for index, path, embedding in chosen:
         array = held[index] if path is None else values[path]
         name = names[index] if index is not None else path
         parts.append(Part(name, index, path, tuple(array.shape[1:]), array.dtype.name, embedding))
         points.append(array)
-    return Parts(names, held, kind, parts, points, layer_only)
+    return Parts(names, held, kind, parts, points, layer_only, tables)
 
 
 def _choose(model: keras.Model, infos: list, attribute_to: Any) -> tuple[list, bool]:
@@ -227,7 +232,7 @@ def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.n
     ids = np.asarray(tokens)
     if ids.ndim < reference.ndim:
         ids = np.broadcast_to(ids, (1, *reference.shape[1:]))
-    return np.asarray(lookup(model, part.layer, ids.astype(reference.dtype)))
+    return np.asarray(lookup(model, part.layer, ids.astype(reference.dtype), parts.tables.get(part.layer)))
 
 
 def part_options(

@@ -14,7 +14,7 @@ from . import keras_private
 from .copy import input_signature
 from .layers import find_layer, is_graph_model, layer_at
 
-__all__ = ["InputInfo", "model_inputs", "embedding_of", "lookup", "inputs_reaching", "calls_of"]
+__all__ = ["InputInfo", "model_inputs", "embedding_of", "embedding_table", "lookup", "inputs_reaching", "calls_of"]
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,23 @@ def model_inputs(model: keras.Model) -> list[InputInfo]:
     return [InputInfo(name, tuple(shape), dtype) for name, (shape, dtype) in zip(names, signature)]
 
 
-def lookup(model: keras.Model, path: str, ids: Any) -> Any:
-    """``[N, T, D]``: what the ``Embedding`` at ``path`` gives for token ids ``[N, T]``: a NumPy
-    lookup of its table for a plain ``keras.layers.Embedding`` (the same rows its call takes,
-    without an eager layer call per request), else the layer called."""
+def embedding_table(model: keras.Model, path: str) -> np.ndarray | None:
+    """The table ``[vocabulary, D]`` of the plain ``keras.layers.Embedding`` at ``path``, as the
+    backend holds it (read once, for every :func:`lookup` of one request); ``None`` for an
+    embedding whose call is more than a row lookup (LoRA, quantised, a subclass)."""
     layer = layer_at(model, path)
     if type(layer) is keras.layers.Embedding and not layer.lora_enabled and not layer.quantization_mode:
-        table = np.asarray(layer.embeddings.value)  # the backend's array, without keras' conversion
-        return np.take(table, np.asarray(ids), axis=0).astype(layer.compute_dtype)
+        return np.asarray(layer.embeddings.value)
+    return None
+
+
+def lookup(model: keras.Model, path: str, ids: Any, table: np.ndarray | None = None) -> Any:
+    """``[N, T, D]``: what the ``Embedding`` at ``path`` gives for token ids ``[N, T]``: the rows
+    of its ``table`` (:func:`embedding_table`, the same rows its call takes, without an eager
+    layer call per request) when there is one, else the layer called."""
+    layer = layer_at(model, path)
+    if table is not None:
+        return np.take(table, np.asarray(ids), axis=0).astype(layer.compute_dtype, copy=False)
     return keras.ops.convert_to_numpy(layer(ids))
 
 
