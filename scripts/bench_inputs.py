@@ -1,6 +1,6 @@
 """Benchmark explanations of several inputs and of token ids against plain compiled TensorFlow.
 
-    python scripts/bench_inputs.py [--batch B] [--steps S] [--repeats R] [--image N] [--quick]
+    python scripts/bench_inputs.py [--batch B] [--steps S] [--repeats R] [--image N] [--length T] [--quick]
 
 1. Two inputs: a model of an image ``[32, 32, 3]`` (a small convolution stack) and metadata
    ``[16]`` (a Dense layer), concatenated, then ``Dense(10)``. ``sk.explain`` with the gradient
@@ -12,11 +12,12 @@
    branch's contribution folded into the last layer's bias as a constant): a two-input model
    should cost what its single-input version costs, ratio ≤ 1.05. ``--image N`` sets the image
    side (default 32: a small workload, where the library's fixed cost per call shows most).
-2. Token ids: a classifier ``Embedding(1000, 64)`` on int ids ``[B, 64]`` → Dense → mean pool →
-   ``Dense(5)``. Integrated gradients of the ids (explained at the embedding's output, baseline the
-   embedding of token 0) against integrated gradients of its twin, a model taking the embeddings
-   ``[B, 64, 64]`` through the same layers, with that baseline: target ratio ≤ 1.05; both also
-   divided by a plain compiled integrated gradients of the twin.
+2. Token ids: a classifier ``Embedding(1000, 64)`` on int ids ``[B, T]`` (``--length T``, default
+   64) → Dense → mean pool → ``Dense(5)``. Integrated gradients of the ids (explained at the
+   embedding's output, baseline the embedding of token 0) against integrated gradients of its
+   twin, a model taking the embeddings ``[B, T, 64]`` through the same layers, with that
+   baseline: target ratio ≤ 1.05; both also divided by a plain compiled integrated gradients of
+   the twin.
 
 Every pair of runs compared is checked to give the same attributions on the warm-up calls'
 results (``np.allclose``, ``atol=1e-4``, on the attributions and on them divided by the largest
@@ -287,36 +288,36 @@ def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = 
 
 
 # token ids -------------------------------------------------------------------------------------
-def token_models():
-    """``(classifier of token ids, its twin on the embeddings, the embedding layer)``."""
+def token_models(length: int = LENGTH):
+    """``(classifier of token ids [length], its twin on the embeddings, the embedding layer)``."""
     import keras
 
     keras.utils.set_random_seed(1)
-    ids = keras.Input((LENGTH,), dtype="int32", name="tokens")
+    ids = keras.Input((length,), dtype="int32", name="tokens")
     embedding = keras.layers.Embedding(VOCAB, WIDTH)
     dense = keras.layers.Dense(64, activation="relu")
     pool = keras.layers.GlobalAveragePooling1D()
     head = keras.layers.Dense(LABELS)
     model = keras.Model(ids, head(pool(dense(embedding(ids)))), name="token_classifier")
-    embedded = keras.Input((LENGTH, WIDTH), name="embedded")
+    embedded = keras.Input((length, WIDTH), name="embedded")
     twin = keras.Model(embedded, head(pool(dense(embedded))), name="embedding_twin")
     return model, twin, embedding
 
 
-def bench_tokens(batch: int, steps: int, repeats: int) -> None:
+def bench_tokens(batch: int, steps: int, repeats: int, length: int = LENGTH) -> None:
     import numpy as np
     import tensorflow as tf
 
     import saliency_kit as sk
 
-    model, twin, embedding = token_models()
-    ids = np.random.default_rng(2).integers(1, VOCAB, size=(batch, LENGTH)).astype("int32")
+    model, twin, embedding = token_models(length)
+    ids = np.random.default_rng(2).integers(1, VOCAB, size=(batch, length)).astype("int32")
     embeddings = np.asarray(embedding(ids))
     pad = np.asarray(embedding.embeddings)[0]  # the embedding of token 0, the default baseline token
     targets = (np.arange(batch) % LABELS)[:, None]
     classes = tf.constant(targets, tf.int32)
-    integrated = plain_integrated_gradients(twin, [[batch, LENGTH, WIDTH]], batch, steps)
-    inputs, baselines = [tf.constant(embeddings)], [tf.broadcast_to(tf.constant(pad), [LENGTH, WIDTH])]
+    integrated = plain_integrated_gradients(twin, [[batch, length, WIDTH]], batch, steps)
+    inputs, baselines = [tf.constant(embeddings)], [tf.broadcast_to(tf.constant(pad), [length, WIDTH])]
     rows = batch * steps
     ig = {"rule": "riemann_trapezoid", "steps": steps}
 
@@ -357,7 +358,7 @@ def bench_tokens(batch: int, steps: int, repeats: int) -> None:
         ),
     ]
     _print_table(
-        f"2. Token ids: Embedding({VOCAB}, {WIDTH}) on ids [{batch}, {LENGTH}] → Dense → mean pool → "
+        f"2. Token ids: Embedding({VOCAB}, {WIDTH}) on ids [{batch}, {length}] → Dense → mean pool → "
         f"Dense({LABELS}), IG {steps} steps, baseline: the embedding of token 0",
         table,
     )
@@ -370,6 +371,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds, median reported (default 15; quick 3)")
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds, for a fast smoke run")
     parser.add_argument("--image", type=int, default=32, help="side of the two-input model's image (default 32)")
+    parser.add_argument("--length", type=int, default=LENGTH, help=f"token sequence length (default {LENGTH})")
     args = parser.parse_args()
     steps = args.steps if args.steps is not None else (8 if args.quick else 32)
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 15)
@@ -383,7 +385,7 @@ def main() -> None:
         f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)"
     )
     bench_two_inputs(args.batch, steps, repeats, (args.image, args.image, 3))
-    bench_tokens(args.batch, steps, repeats)
+    bench_tokens(args.batch, steps, repeats, args.length)
 
 
 if __name__ == "__main__":
