@@ -30,8 +30,8 @@ rounding); here that row's step ends.
 Which features move is a discrete choice among near ties of ``|g|``, so it amplifies rounding:
 a float32 model's convolutions round a batch of rows slightly apart from one row alone, and on
 ResNet50 at 224² (4 steps) that moved attributions by 5% of the largest between ``batch_size=1``
-(equal to PAIR's, which runs one row at a time, to 8e-8) and 8. A float64 model, or
-``batch_size=1``, gives the reproducible path.
+(equal to PAIR's, which runs one row at a time, to 8e-8) and 8. ``batch_size=1`` takes PAIR's
+path.
 """
 
 from __future__ import annotations
