@@ -55,15 +55,7 @@ CAM_LAYER = "conv5_block3_out"  # ResNet50's last block: the CAM rows' layer, ou
 
 def _best_times(runs: dict, repeats: int) -> dict:
     """Minimum seconds of each function over ``repeats`` round-robin rounds, after a warm-up."""
-    for fn in runs.values():
-        fn()  # tracing and compilation are not what we measure
-    best = {name: float("inf") for name in runs}
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            start = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+    return {name: min(times) for name, times in _round_times(runs, repeats).items()}
 
 
 def _round_times(runs: dict, repeats: int) -> dict:

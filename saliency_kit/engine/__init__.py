@@ -198,7 +198,7 @@ def run(
 
     kernel_target: list = [target]
     kernel, rules_used, reports, holder = KERNELS.get(model, key, build)
-    holder[0] = target  # a retrace (new input dtype promotion, ...) reads the current target
+    holder[0] = target  # a kernel whose first trace failed is traced again, with the current target
     for rule in rules_used:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
     n, group = layout.n, layout.group

@@ -110,6 +110,10 @@ class Selection:
         values, taken = view.raw(self.placed(z), taps, strip=getattr(self.target, "logits", True))
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
+    @property
+    def _target_payload(self) -> Any:
+        return self.columns if self.payload is None else self.payload
+
     def outputs(self, view: Any, z: Any) -> Any:
         """What the rows' scores are read from, at ``z``: the score vector ``[rows, C]`` for
         class columns, else the target object's outputs (each leaf ``[rows, ...]``)."""
@@ -121,27 +125,24 @@ class Selection:
         """``[rows, K]`` scores of :meth:`outputs` (of these rows, or any with the same leading axis)."""
         if self.target is None:
             return target_scores(outputs, self.columns)
-        return self.target.score(outputs, self.columns if self.payload is None else self.payload)
+        return self.target.score(outputs, self._target_payload)
 
     def scores(self, view: Any, z: Any, tap: str | None = None) -> tuple[tf.Tensor, Any]:
         """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
+        if tap is None:
+            return self.score_outputs(self.outputs(view, z)), None
         if self.target is None:  # class columns of the score vector: a gather
-            if tap is None:
-                return target_scores(view(self.placed(z)), self.columns), None
             values, activation = view(self.placed(z), tap=tap)
             return target_scores(values, self.columns), activation
         outputs, activation = self._outputs(view, z, tap)
-        payload = self.columns if self.payload is None else self.payload
-        return self.target.score(outputs, payload), activation
+        return self.score_outputs(outputs), activation
 
     def probabilities(self, view: Any, z: Any) -> tf.Tensor:
         """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
         the column's class, or the target object's :meth:`probabilities`."""
         if self.target is None:
             return target_scores(tf.nn.softmax(tf.cast(view(self.placed(z)), tf.float32), axis=-1), self.columns)
-        outputs, _ = self._outputs(view, z, None)
-        payload = self.columns if self.payload is None else self.payload
-        return self.target.probabilities(outputs, payload)
+        return self.target.probabilities(self.outputs(view, z), self._target_payload)
 
 
 def differentiate(tape: Any, scores: Any, source: Any, vectorise: bool = False) -> tf.Tensor:

@@ -390,8 +390,9 @@ def interleave(first, second):
 
 
 def rescale_gate(function, x, y):
-    """``y = function(x)`` unchanged (rows: inputs and baselines interleaved); backward: DeepLIFT's
-    Rescale multiplier ``(y − y₀) / (x − x₀)`` for the input rows, zero for the baseline rows."""
+    """``y = function(x)`` unchanged (rows: inputs and baselines interleaved, or the inputs and one
+    shared baseline, see :func:`halves`); backward: DeepLIFT's Rescale multiplier
+    ``(y − y₀) / (x − x₀)`` for the input rows, zero for the baseline rows."""
 
     @tf.custom_gradient
     def gate(x, y):

@@ -4,7 +4,9 @@
 batch, ``[x_0, x₀_0, x_1, x₀_1, ...]`` (``2B`` rows: rows ``2i`` and ``2i + 1`` are a pair), and
 computes the same outputs as ``model`` on each row. Its backward pass gives, in the even rows,
 DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
-``s(x) − s(x₀)`` (summation to delta).
+``s(x) − s(x₀)`` (summation to delta). Traced within
+:func:`~saliency_kit.propagation.core.shared_reference`, it takes instead the inputs followed by
+one baseline row they all share (``B + 1`` rows), as the engine runs it.
 
 - Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add, Subtract,
   Concatenate, padding, reshaping): the plain gradient, which for a linear map is its multiplier.
