@@ -40,8 +40,8 @@ def prepare(request, options: dict) -> dict:
 def deeplift(ctx, baseline):
     from keras import ops
 
-    from ..propagation.core import shared_reference
     from ..propagation.deeplift import DeepLiftRewrite
+    from ..propagation.gates import shared_reference
 
     x = ctx.inputs
     reference = ops.broadcast_to(ops.cast(baseline, x.dtype), x.shape[1:])  # one input, shared by every row

@@ -108,6 +108,30 @@ ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "T
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
+# Layers whose output is >= 0 wherever all their inputs are (they move, copy, pad, add or average).
+KEEPS_SIGN = (
+    keras.layers.ZeroPadding1D,
+    keras.layers.ZeroPadding2D,
+    keras.layers.ZeroPadding3D,
+    keras.layers.Cropping1D,
+    keras.layers.Cropping2D,
+    keras.layers.Cropping3D,
+    keras.layers.UpSampling1D,
+    keras.layers.UpSampling2D,
+    keras.layers.UpSampling3D,
+    keras.layers.Reshape,
+    keras.layers.Flatten,
+    keras.layers.Permute,
+    keras.layers.Dropout,
+    keras.layers.SpatialDropout1D,
+    keras.layers.SpatialDropout2D,
+    keras.layers.SpatialDropout3D,
+    keras.layers.Identity,
+    keras.layers.Concatenate,
+    keras.layers.Add,
+    *MAX_POOLING,
+    *AVERAGE_POOLING,
+)
 # Kinds with a rule of their own: the ones that turn gradient into relevance when they read the input.
 FIRST_KINDS = ("linear", "average_pooling", "affine", "relu", "product")
 
@@ -132,6 +156,7 @@ class LayerFacts:
     merged_into: LayerFacts | None = None  # for a BatchNormalization merged into the layer before it
     absorbs: LayerFacts | None = None  # for a linear layer: the BatchNormalization merged into it
     final: bool = False  # produces the model's output
+    nonnegative_input: bool = False  # every value it reads is >= 0 by construction (after a ReLU)
 
 
 def classify(op, path: str, *, final: bool = False) -> str:
@@ -230,6 +255,18 @@ def _product_kind(op, path: str, live: list) -> str | None:
     return "product"
 
 
+def _output_nonnegative(op, kind: str, inputs_nonnegative: bool) -> bool:
+    """Whether ``op``'s output is ``>= 0`` by construction: a ReLU without negative slope (alone or
+    fused into a linear layer), or a layer that keeps the sign of inputs that all are."""
+    if kind == "relu":
+        family = relu_family_of(op)
+        return family is not None and family.nonnegative
+    if kind == "linear":
+        family = relu_family_of_function(getattr(op, "activation", None))
+        return family is not None and family.nonnegative
+    return inputs_nonnegative and isinstance(op, KEEPS_SIGN)
+
+
 def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: list | None = None) -> list[LayerFacts]:
     """:class:`LayerFacts` of every operation of ``model`` (nested models included), in graph order.
 
@@ -252,6 +289,7 @@ def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: 
     live = {id(t) for t, varies in zip(graph.inputs, live_inputs) if varies}
     facts: list[LayerFacts] = []
     by_op: dict[int, LayerFacts] = {}
+    nonnegative: set[int] = set()  # tensors >= 0 by construction (ReLU outputs, and what keeps their sign)
     by_depth = keras_private.nodes_by_depth(graph)
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
@@ -265,13 +303,19 @@ def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: 
                 live.update(id(t) for t in node.output_tensors)
             elif not isinstance(op, keras.layers.InputLayer):
                 continue  # depends on no explained value: no relevance passes here
+            inputs_nonnegative = bool(node.input_tensors) and all(id(t) in nonnegative for t in node.input_tensors)
             if id(op) in by_op:  # a shared layer: one rule, several calls
                 fact = by_op[id(op)]
                 fact.first = fact.first or (from_input and fact.kind in FIRST_KINDS)
+                fact.nonnegative_input = fact.nonnegative_input and inputs_nonnegative
+                if _output_nonnegative(op, fact.kind, inputs_nonnegative):
+                    nonnegative.update(id(t) for t in node.output_tensors)
                 continue
             final = id(op) in output_ops and not prefix
             kind = _product_kind(op, path, inputs_live) or classify(op, path, final=final)
-            fact = LayerFacts(path, op, kind, final=final)
+            fact = LayerFacts(path, op, kind, final=final, nonnegative_input=inputs_nonnegative)
+            if _output_nonnegative(op, kind, inputs_nonnegative):
+                nonnegative.update(id(t) for t in node.output_tensors)
             if kind in FIRST_KINDS:
                 fact.first = from_input
             if kind in ("routing", "affine", "relu") and from_input:

@@ -1,4 +1,4 @@
-"""The mechanism of relevance propagation: linear parts, the rule mechanism and the backward gates.
+"""The mechanism of relevance propagation: linear parts and the rule mechanism.
 
 * :class:`LinearPart` / :func:`linear_parts`: a supported layer as linear maps
   ``z = apply(x, kernels, bias)`` with its current parameters (two for a separable convolution;
@@ -6,11 +6,9 @@
   ``Conv1D/2D/3D``, ``DepthwiseConv``, ``SeparableConv`` and average pooling.
 * :class:`LinearRule` and :class:`Branch`: Zennit's ``BasicHook``. A rule (in :mod:`.rules`) is a
   list of branches; :meth:`LinearRule.backward` does the rest.
-* The gates: ``custom_gradient`` functions that leave the forward value unchanged and replace its
-  gradient (:func:`rule_gate`, :func:`pass_gate` for LRP; :func:`rescale_gate`,
-  :func:`maxpool_gate` for DeepLIFT).
 
-Putting the layers that carry these rules into a copy of a model is :mod:`.rewriting`.
+The ``custom_gradient`` gates that put these rules on a backward pass are :mod:`.gates`; putting
+the layers that carry them into a copy of a model is :mod:`.rewriting`.
 
 Notation (Montavon et al. 2019): ``z_j = Σ_i x_i w_ij + b_j``; ``R_j`` the relevance of output
 ``j``; every denominator is stabilised as ``stab(d) = d + ε·sign(d)`` with ``sign(0) = +1``.
@@ -18,10 +16,8 @@ Notation (Montavon et al. 2019): ``z_j = Σ_i x_i w_ij + b_j``; ``R_j`` the rele
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 import tensorflow as tf
@@ -30,22 +26,14 @@ from . import canonizers
 
 __all__ = [
     "Branch",
-    "DELTA_EPSILON",
     "LinearPart",
     "LinearRule",
-    "halves",
-    "interleave",
     "linear_parts",
-    "maxpool_gate",
-    "pass_gate",
-    "rescale_gate",
-    "rule_gate",
-    "shared_reference",
+    "linear_vjp",
+    "positive_part",
     "stabilize",
     "unchanged",
 ]
-
-DELTA_EPSILON = 1e-7  # DeepLIFT: below this |x − x₀| the plain derivative is the multiplier
 
 
 def stabilize(d, epsilon: float):
@@ -242,36 +230,41 @@ class LinearRule:
             return tf.minimum(x, 0)
         return self.constant_input(kind, x)
 
-    def backward(self, part: LinearPart, x, z, relevance):
+    def backward(self, part: LinearPart, x, z, relevance, nonnegative: bool = False):
         """``(coefficients, constant_relevance)`` for the input of ``part``.
 
         The input relevance is ``x ⊙ coefficients + constant_relevance``; the first term holds the
         branches whose input is proportional to ``x`` (``x``, x⁺, x⁻), the second the others
         (ones, ZBox bounds), which cannot be written as ``x`` times something where ``x = 0``.
         ``z``: the layer's output (bias included), ``relevance``: the relevance of that output.
+        ``nonnegative``: ``x >= 0`` by construction (it comes from a ReLU), so ``x⁺ = x`` and the
+        branches on ``x⁻`` are zero: they are left out. The coefficients may then differ where
+        ``x = 0``, which the ReLU before turns into zero relevance and zero gradient.
         """
+        branches = [b for b in self.branches if not (nonnegative and b.inputs == "negative")]
         # Branches on x⁻ contribute nothing where no input is negative (after a ReLU): skip their
         # convolutions then (tf.cond runs one side only).
-        any_negative = tf.reduce_any(x < 0) if any(b.inputs == "negative" for b in self.branches) else None
+        any_negative = tf.reduce_any(x < 0) if any(b.inputs == "negative" for b in branches) else None
         outputs = []
-        for branch in self.branches:
+        for branch in branches:
             kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
             bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
+            kind = "x" if nonnegative and branch.inputs == "positive" else branch.inputs
 
-            def run(kernels=kernels, bias=bias, kind=branch.inputs):
+            def run(kernels=kernels, bias=bias, kind=kind):
                 return part.apply(self._modified_input(kind, x), kernels, bias)
 
-            if branch.inputs == "negative":
+            if kind == "negative":
                 # with no bias in the branch (all rules here): zero output when x⁻ = 0
                 out = tf.cond(any_negative, run, lambda: tf.zeros_like(z)) if bias is None else run()
             else:
                 out = run()
-            outputs.append((branch, kernels, out))
+            outputs.append((branch, kind, kernels, out))
 
         scales, masks = self.group_scales(), self.group_masks()
         normalised = {}
-        for group in sorted({branch.group for branch in self.branches}):
-            denominator = sum(branch.sign * out for branch, _, out in outputs if branch.group == group)
+        for group in sorted({branch.group for branch in branches}):
+            denominator = sum(branch.sign * out for branch, _, _, out in outputs if branch.group == group)
             ratio = relevance / stabilize(denominator, self.stabilizer)
             if group in scales:
                 ratio = ratio * scales[group]
@@ -280,168 +273,42 @@ class LinearRule:
                 ratio = tf.where(keep, ratio, tf.zeros_like(ratio))
             normalised[group] = ratio
 
-        coefficients = tf.zeros_like(x)
+        coefficients = None
         constant = None
-        for branch, kernels, _ in outputs:
-            if branch.inputs == "negative":
+        for branch, kind, kernels, _ in outputs:
+            if kind == "negative":
                 vjp = tf.cond(
                     any_negative,
-                    lambda kernels=kernels, group=branch.group: _linear_vjp(part, kernels, x, normalised[group]),
+                    lambda kernels=kernels, group=branch.group: linear_vjp(part, kernels, x, normalised[group]),
                     lambda: tf.zeros_like(x),
                 )
             else:
-                vjp = _linear_vjp(part, kernels, x, normalised[branch.group])
-            if branch.inputs in _PROPORTIONAL:
-                if branch.inputs != "x":
-                    keep = x > 0 if branch.inputs == "positive" else x < 0
+                vjp = linear_vjp(part, kernels, x, normalised[branch.group])
+            if kind in _PROPORTIONAL:
+                if kind != "x":
+                    keep = x > 0 if kind == "positive" else x < 0
                     vjp = tf.where(keep, vjp, tf.zeros_like(vjp))
-                coefficients = coefficients + branch.sign * vjp
+                term = vjp if branch.sign == 1.0 else branch.sign * vjp
+                coefficients = term if coefficients is None else coefficients + term
             else:
                 term = branch.sign * self.constant_input(branch.inputs, x) * vjp
                 constant = term if constant is None else constant + term
-        return coefficients, constant
+        return (tf.zeros_like(x) if coefficients is None else coefficients), constant
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "branches")
         return f"{type(self).__name__}({fields})"
 
 
-def _linear_vjp(part: LinearPart, kernels: dict, x, cotangent):
+def positive_part(part: LinearPart) -> LinearPart:
+    """``part`` with ``w⁺`` and ``b⁺``: for ``x >= 0`` it computes ``z⁺ = Σ_i x_i w⁺_ij + b⁺_j``."""
+    kernels = {name: tf.maximum(w, 0) for name, w in part.kernels.items()}
+    return LinearPart(part.apply, kernels, None if part.bias is None else tf.maximum(part.bias, 0))
+
+
+def linear_vjp(part: LinearPart, kernels: dict, x, cotangent):
     """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP)."""
     with tf.GradientTape() as tape:
         tape.watch(x)
         out = part.apply(x, kernels, None)
     return tape.gradient(out, x, output_gradients=cotangent)
-
-
-# ---------------------------------------------------------------------------------------------
-# The gates: forward unchanged, gradient replaced
-
-
-def rule_gate(rule: LinearRule, part: LinearPart, x, z, to_relevance: bool):
-    """``z`` unchanged; its gradient w.r.t. ``x`` replaced by ``rule``'s (in gradient form, or
-    the relevance itself when ``to_relevance``)."""
-
-    @tf.custom_gradient
-    def gate(x, z):
-        def backward(dz):
-            coefficients, constant = rule.backward(part, x, z, z * dz)
-            if to_relevance:
-                dx = x * coefficients + (constant if constant is not None else 0)
-            else:
-                dx = coefficients if constant is None else coefficients + tf.math.divide_no_nan(constant, x)
-            return dx, None
-
-        return tf.identity(z), backward
-
-    return gate(x, z)
-
-
-def pass_gate(rule, x, y, to_relevance: bool):
-    """``y`` unchanged; relevance passes from ``y`` to ``x`` by ``rule.gradient(x, y, dy)`` (in
-    gradient form), or unchanged when ``to_relevance``."""
-
-    @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
-            if to_relevance:
-                return dy, None
-            return rule.gradient(x, y, dy), None
-
-        return tf.identity(y), backward
-
-    return gate(x, y)
-
-
-#: Whether the rows a reference rule's gates see are ``[x_0, …, x_{n−1}, x₀]``: every input
-#: against one reference row, last (:func:`shared_reference`), instead of interleaved pairs.
-_SHARED = contextvars.ContextVar("saliency_kit_shared_reference", default=False)
-
-
-@contextlib.contextmanager
-def shared_reference() -> Iterator[None]:
-    """Within (while a backward pass is traced): the DeepLIFT gates read their rows as the inputs
-    followed by one reference row they all share, so the reference runs through the model once
-    for the whole batch (``n + 1`` rows instead of ``2n``)."""
-    token = _SHARED.set(True)
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-
-
-def halves(t):
-    """``(inputs, baselines)``: the even and the odd rows of ``t``; with a shared reference
-    (:func:`shared_reference`), the rows but the last, and the last as one row ``[1, ...]``
-    (it broadcasts against them in every elementwise step, never materialised per row)."""
-    if _SHARED.get():
-        return t[:-1], t[-1:]
-    pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
-    return pairs[:, 0], pairs[:, 1]
-
-
-def interleave(first, second):
-    """Rows ``[first_0, second_0, first_1, ...]``; with a shared reference, ``first`` and one
-    zero row (``second`` is the baselines' backward, zero in every gate: the reference's own
-    gradient is never read)."""
-    if _SHARED.get():
-        return tf.concat([first, tf.zeros_like(first[:1])], 0)
-    return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
-
-
-def rescale_gate(function, x, y):
-    """``y = function(x)`` unchanged (rows: inputs and baselines interleaved, or the inputs and one
-    shared baseline, see :func:`halves`); backward: DeepLIFT's Rescale multiplier
-    ``(y − y₀) / (x − x₀)`` for the input rows, zero for the baseline rows."""
-
-    @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
-            x1, x0 = halves(x)
-            y1, y0 = halves(y)
-            dy1, _ = halves(dy)
-            delta_x = x1 - x0
-            with tf.GradientTape() as tape:
-                tape.watch(x1)
-                plain = function(x1)
-            derivative = tape.gradient(plain, x1)
-            multiplier = tf.where(
-                tf.abs(delta_x) > DELTA_EPSILON,
-                (y1 - y0) / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x),
-                derivative,
-            )
-            return interleave(dy1 * multiplier, tf.zeros_like(x0)), None
-
-        return tf.identity(y), backward
-
-    return gate(x, y)
-
-
-def maxpool_gate(pool, x, y):
-    """``y = pool(x)`` unchanged (rows interleaved as for :func:`rescale_gate`); backward:
-    Captum's max-pooling multiplier for the input rows."""
-
-    @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
-            x1, x0 = halves(x)
-            x0 = tf.broadcast_to(x0, tf.shape(x1))  # each row's share goes to the reference's winners
-            y1, y0 = halves(y)
-            dy1, _ = halves(dy)
-            top = tf.maximum(y1, y0)
-            with tf.GradientTape(persistent=True) as tape:
-                tape.watch([x1, x0])
-                p1, p0 = pool(x1), pool(x0)
-            shares = tape.gradient(p1, x1, output_gradients=dy1 * (top - y0)) + tape.gradient(
-                p0, x0, output_gradients=dy1 * (y1 - top)
-            )
-            plain = tape.gradient(p1, x1, output_gradients=dy1)
-            delta_x = x1 - x0
-            multiplier = tf.where(
-                tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
-            )
-            return interleave(multiplier, tf.zeros_like(x0)), None
-
-        return tf.identity(y), backward
-
-    return gate(x, y)

@@ -5,7 +5,7 @@ batch, ``[x_0, x₀_0, x_1, x₀_1, ...]`` (``2B`` rows: rows ``2i`` and ``2i + 
 computes the same outputs as ``model`` on each row. Its backward pass gives, in the even rows,
 DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
 ``s(x) − s(x₀)`` (summation to delta). Traced within
-:func:`~saliency_kit.propagation.core.shared_reference`, it takes instead the inputs followed by
+:func:`~saliency_kit.propagation.gates.shared_reference`, it takes instead the inputs followed by
 one baseline row they all share (``B + 1`` rows), as the engine runs it.
 
 - Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add, Subtract,
@@ -13,11 +13,11 @@ one baseline row they all share (``B + 1`` rows), as the engine runs it.
 - A product of two branches: the multipliers ``(b + b₀)/2`` and ``(a + a₀)/2``, the exact split
   of ``Δ(a ⊙ b)`` (:mod:`~saliency_kit.propagation.products`).
 - Every ReLU-family activation: the Rescale rule ``m = (f(x) − f(x₀)) / (x − x₀)``, the plain
-  derivative where ``|x − x₀| ≤ 1e-7`` (:func:`~saliency_kit.propagation.core.rescale_gate`).
+  derivative where ``|x − x₀| ≤ 1e-7`` (:func:`~saliency_kit.propagation.gates.rescale_gate`).
 - Max pooling: Captum's rule, which keeps summation to delta: the output difference
   ``y − y₀`` is split into ``max(y, y₀) − y₀`` (sent to the winner in ``x``) and ``y − max(y, y₀)``
   (sent to the winner in ``x₀``), and each input's share is divided by its ``x − x₀``
-  (:func:`~saliency_kit.propagation.core.maxpool_gate`).
+  (:func:`~saliency_kit.propagation.gates.maxpool_gate`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import keras
 
 from ..rules.relu import relu_family_of_function
 from . import canonizers
-from .core import linear_parts, maxpool_gate, rescale_gate
+from .core import linear_parts
+from .gates import maxpool_gate, rescale_gate
 from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 
@@ -63,12 +64,12 @@ class DeepLiftLayer(WrapperLayer):
             pool = self.inner.call
             return maxpool_gate(pool, x, pool(x))
         if self.kind == "relu":
-            return rescale_gate(self.family.forward, x, self.family.forward(x))
+            return rescale_gate(self.family, x, self.family.forward(x))
         z = x
         for part in linear_parts(self.inner):
             z = part.apply(z, part.kernels, part.bias)
         if self.family is not None:
-            return rescale_gate(self.family.forward, z, self.family.forward(z))
+            return rescale_gate(self.family, z, self.family.forward(z))
         return z
 
 

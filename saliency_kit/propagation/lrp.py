@@ -24,7 +24,8 @@ import tensorflow as tf
 from ..model import keras_private
 from ..rules.relu import relu_family_of_function
 from . import canonizers
-from .core import LinearRule, linear_parts, pass_gate, rule_gate
+from .core import LinearRule, linear_parts
+from .gates import pass_gate, rule_gate
 from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 from .rules import Epsilon, Pass
@@ -40,6 +41,7 @@ class RuleLayer(WrapperLayer):
         super().__init__(inner, **kwargs)
         self.rule = rule
         self.to_relevance = False
+        self.nonnegative_input = False  # its input comes from a ReLU: x⁺ = x (set after copying)
         self.absorbed = lambda: None  # the merged BatchNormalization's wrapper, set after copying
 
     def call(self, x, training=None, mask=None):
@@ -48,7 +50,7 @@ class RuleLayer(WrapperLayer):
         parts = linear_parts(self.inner, absorbed_bn=bn.inner if bn is not None else None)
         for i, part in enumerate(parts):
             z = part.apply(out, part.kernels, part.bias)
-            out = rule_gate(self.rule, part, out, z, self.to_relevance and i == 0)
+            out = rule_gate(self.rule, part, out, z, self.to_relevance and i == 0, self.nonnegative_input and i == 0)
         activation = getattr(self.inner, "activation", None)
         family = relu_family_of_function(activation) if activation is not None else None
         if family is not None:
@@ -140,6 +142,8 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
                 wrappers[id(fact.op)].absorbed = (lambda w: lambda: w)(bn_wrapper)
             if input_relevance and fact.first and id(fact.op) in wrappers:
                 wrappers[id(fact.op)].to_relevance = True
+            if fact.nonnegative_input and isinstance(wrappers.get(id(fact.op)), RuleLayer):
+                wrappers[id(fact.op)].nonnegative_input = True
 
     new_model = rewrite_planned(model, facts, plan, wrap, what="LRP rewrite", link=link)
     new_model.rewritten_layers = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from .core import halves, interleave
+from .gates import halves, interleave
 
 __all__ = ["ProductLayer", "product_gate"]
 

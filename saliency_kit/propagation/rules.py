@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from .core import Branch, LinearRule
+from .core import Branch, LinearRule, linear_vjp, positive_part, stabilize
 
 __all__ = [
     "AlphaBeta",
@@ -101,6 +101,27 @@ class Gamma(LinearRule):
     def group_masks(self) -> dict:
         return {0: "positive", 1: "negative"}
 
+    def backward(self, part, x, z, relevance, nonnegative: bool = False):
+        """For ``x >= 0`` both denominators follow from ``z`` and one convolution,
+        ``p = Σ_i x_i w⁺_ij + b⁺_j`` (as ``w⁻ = w − w⁺``): ``d = z + γp`` where ``z > 0``,
+        ``d = z + γ(z − p)`` where ``z < 0``; with ``r = R / stab(d)`` and ``r⁻`` its part where
+        ``z < 0``, the relevance takes two transposed convolutions,
+        ``R_i = x_i (Σ_j w_ij (r_j + γr⁻_j) + γ Σ_j w⁺_ij (r_j − 2r⁻_j))``. (``R = 0`` where
+        ``z = 0``: the relevance reaching a layer is ``z ⊙ ∂s/∂z``.)"""
+        if not nonnegative:
+            return super().backward(part, x, z, relevance)
+        gamma = self.gamma
+        positive = positive_part(part)
+        scaled = {name: gamma * w for name, w in positive.kernels.items()}  # γw⁺: a weight-sized product
+        gamma_p = part.apply(x, scaled, None if positive.bias is None else tf.multiply(gamma, positive.bias))
+        up = z > 0
+        ratio = relevance / stabilize(z + tf.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
+        down = tf.where(up, tf.zeros((), ratio.dtype), ratio)
+        coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + linear_vjp(
+            part, scaled, x, ratio - 2 * down
+        )
+        return coefficients, None
+
 
 class ZPlus(LinearRule):
     """LRP-z⁺ (α1β0; Montavon et al. 2017), allowing negative inputs as Zennit does:
@@ -137,6 +158,21 @@ class AlphaBeta(LinearRule):
 
     def group_scales(self) -> dict:
         return {0: self.alpha, 1: -self.beta}
+
+    def backward(self, part, x, z, relevance, nonnegative: bool = False):
+        """For ``x >= 0``: ``z⁺ = p = Σ_i x_i w⁺_ij + b⁺_j`` (one convolution) and ``z⁻ = z − p``,
+        ``R_i = x_i (Σ_j w⁺_ij (r⁺_j − r⁻_j) + Σ_j w_ij r⁻_j)`` with ``r⁺ = α R / stab(z⁺)``,
+        ``r⁻ = −β R / stab(z⁻)`` (as ``w⁻ = w − w⁺``): two transposed convolutions."""
+        if not nonnegative:
+            return super().backward(part, x, z, relevance)
+        positive = positive_part(part)
+        p = part.apply(x, positive.kernels, positive.bias)
+        r_plus = self.alpha * relevance / stabilize(p, self.stabilizer)
+        r_minus = -self.beta * relevance / stabilize(z - p, self.stabilizer)
+        coefficients = linear_vjp(part, positive.kernels, x, r_plus - r_minus) + linear_vjp(
+            part, part.kernels, x, r_minus
+        )
+        return coefficients, None
 
 
 class Flat(LinearRule):

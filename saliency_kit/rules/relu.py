@@ -57,6 +57,13 @@ class ReluFamily:
         return self.negative_slope == 0.0 and self.max_value is None and self.threshold == 0.0
 
     @property
+    def nonnegative(self) -> bool:
+        """Whether every output is ``>= 0`` (no negative slope, threshold and cap not below 0)."""
+        return (
+            self.negative_slope == 0.0 and self.threshold >= 0.0 and (self.max_value is None or self.max_value >= 0.0)
+        )
+
+    @property
     def name(self) -> str:
         if self.is_plain:
             return "relu"
