@@ -54,7 +54,7 @@ class RuleLayer(WrapperLayer):
         activation = getattr(self.inner, "activation", None)
         family = relu_family_of_function(activation) if activation is not None else None
         if family is not None:
-            out = pass_gate(Pass(), out, family.forward(out), False)
+            out = pass_gate(Pass(), out, family.forward(out), False, family)
         return out
 
 
@@ -71,7 +71,7 @@ class PassLayer(WrapperLayer):
         if self.merged:
             return tf.identity(x)
         y = self.inner(x, training=False) if keras_private.call_takes_training(self.inner) else self.inner(x)
-        return pass_gate(Pass(), x, y, self.to_relevance)
+        return pass_gate(Pass(), x, y, self.to_relevance, canonizers.relu_family_of(self.inner))
 
     def compute_output_spec(self, x, training=None, mask=None):
         return self.inner.compute_output_spec(x)
