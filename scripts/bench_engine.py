@@ -21,7 +21,10 @@ Then each row that has a floor from its arithmetic (``bench_floors``, also ``--f
 Grad-CAM ≤ 0.46, and SmoothGrad with S samples and integrated gradients with S steps ≤ 1.05 of
 one plain compiled forward+backward over the S·B rows they form. Each round gives every row its
 own ratio (its time over the baseline's in that round); a row whose rounds disagree by more than
-5% is marked, and the script then says the machine was too noisy to tell.
+5% is marked, and the script then says the machine was too noisy to tell. The LRP and DeepLIFT
+rows also show what their convolutions alone cost, from the plain forward pass timed in the same
+round: γ needs two transposed passes (one with w, one with w⁺), so ``epsilon_gamma_box`` cannot
+reach 1.5 on a network whose forward and backward cost alike.
 
 ``--peers``: the same work through the peers that have these methods (``scripts/bench_peers.py``:
 tf-keras-vis, PAIR's ``saliency``), in this process, as ratios our time / theirs (target ≤ 1.0),
@@ -84,6 +87,17 @@ def plain_pass(model, shape: tuple, rows: int):
         return tape.gradient(score, inputs)
 
     return plain
+
+
+def plain_forward(model, shape: tuple, rows: int):
+    """A compiled ``inputs [rows, ...] -> logits``: the forward share of ``plain_pass``."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32)])
+    def forward(inputs):
+        return model(inputs, training=False)
+
+    return forward
 
 
 def _status_mb(field: str) -> float:
@@ -284,6 +298,11 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         labels = tf.constant(np.repeat(classes, rows // batch, axis=0))
         return lambda: fn(inputs, labels).numpy()
 
+    forward_fn, batch_inputs = plain_forward(model, shape, batch), tf.constant(x)
+
+    def forward():
+        return forward_fn(batch_inputs).numpy()
+
     bounds = {"low": float(x.min()), "high": float(x.max())}
     #: (row, run, rows of its baseline, divided by, floor)
     rows = [
@@ -292,6 +311,17 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         ("lrp, composite epsilon_gamma_box", explain("lrp", composite="epsilon_gamma_box", **bounds), batch, 1, 1.5),
         ("deeplift, baseline 0", explain("deeplift"), batch, 1, 1.15),
     ]
+    #: What each row's convolutions cost, in forward passes F and backward passes B of the batch
+    #: (B = plain forward+backward − F, measured in the same round), over F + B: ε runs the plain
+    #: ones; z⁺ adds a forward with w⁺ (its transposed pass uses w⁺ instead of w); γ adds that
+    #: forward and a second transposed pass (its two groups need w and w⁺); DeepLIFT runs the
+    #: batch and one reference row, both ways.
+    convolutions = {
+        "lrp, composite epsilon": lambda f, b: 1.0,
+        "lrp, composite epsilon_plus_flat": lambda f, b: (2 * f + b) / (f + b),
+        "lrp, composite epsilon_gamma_box": lambda f, b: (2 * f + 2 * b) / (f + b),
+        "deeplift, baseline 0": lambda f, b: (batch + 1) / batch,
+    }
     if not lrp_only:
         rows += [
             (f"guided_ig, {steps} steps (per step)", explain("guided_ig", steps=steps), batch, steps, 1.2),
@@ -312,13 +342,16 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
             ("gradcam", explain("gradcam"), batch, 1, 0.46),
         ]
     runs = {f"plain {n}": plain(n) for n in sorted({n for _, _, n, _, _ in rows})}
+    runs["forward"] = forward
     runs.update({name: run for name, run, _, _, _ in rows})
     times = _round_times(runs, reps)
+    f_share = min(times["forward"]) / min(times[f"plain {batch}"])  # F / (F + B)
     print(f"\nRows with a floor, same model and batch ({reps} rounds; ratio from each row's best round)\n")
-    print("| measurement | seconds | ratio | floor | result | rounds' spread |")
-    print("|---|---:|---:|---|---|---:|")
+    print("| measurement | seconds | ratio | floor | result | its convolutions alone | rounds' spread |")
+    print("|---|---:|---:|---|---|---:|---:|")
     for n in sorted({n for _, _, n, _, _ in rows}):
-        print(f"| plain compiled forward+backward, {n} rows | {min(times[f'plain {n}']):.3f} | 1.00 | – | – | – |")
+        print(f"| plain compiled forward+backward, {n} rows | {min(times[f'plain {n}']):.3f} | 1.00 | – | – | – | – |")
+    print(f"| plain compiled forward, {batch} rows | {min(times['forward']):.3f} | {f_share:.2f} | – | – | – | – |")
     noisy = []
     for name, _, n, per, floor in rows:
         ratios = [t / b / per for t, b in zip(times[name], times[f"plain {n}"])]
@@ -327,7 +360,15 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         if spread > NOISE:
             noisy.append(name)
         result = "PASS" if ratio <= floor else "MISS"
-        print(f"| {name} | {min(times[name]):.3f} | {ratio:.3f} | ≤ {floor:.2f} | {result} | {spread:.1%} |")
+        bound = f"{convolutions[name](f_share, 1 - f_share):.2f}" if name in convolutions else "–"
+        print(f"| {name} | {min(times[name]):.3f} | {ratio:.3f} | ≤ {floor:.2f} | {result} | {bound} | {spread:.1%} |")
+    if any(name in convolutions for name, *_ in rows):
+        print(
+            "\n'its convolutions alone': what the row's convolutions cost over the plain pass's, from this "
+            "run's forward F and backward B (epsilon: F + B; z⁺: 2F + B; γ: 2F + 2B; DeepLIFT: the batch "
+            "and one reference row, both ways); element-wise work comes on top. γ's two groups need a "
+            "transposed pass with w and one with w⁺, so its row cannot reach 1.5 where F ≈ B."
+        )
     if reps < 2:
         print("\nOne round: the spread between rounds was not measured (--repeats 2 or more to tell noise).")
     elif noisy:
