@@ -449,48 +449,77 @@ def test_bad_target_objects_are_refused_before_any_work():
 
 
 # ------------------------------------------------------------------ Xplique's operators
-def _xplique_segmentation(outputs, targets):
-    """Xplique's ``semantic_segmentation_operator`` written in NumPy: Σ f·t / #(t ≠ 0)."""
-    return (outputs * targets).sum(axis=(1, 2, 3)) / (targets != 0).sum(axis=(1, 2, 3))
+# Xplique's own task operators (installed without its TensorFlow pin, see the Makefile).
 
 
-def _xplique_detection(objects, reference):
-    """Xplique's ``object_detection_operator`` for one reference box per input, in NumPy:
-    max over proposals of IoU × objectness × cos(class vectors)."""
-    scores = []
-    for obj, ref in zip(objects, reference):
-        best = 0.0
-        for proposal in obj:
-            x0, y0 = max(ref[0], proposal[0]), max(ref[1], proposal[1])
-            x1, y1 = min(ref[2], proposal[2]), min(ref[3], proposal[3])
-            inter = max(x1 - x0, 0) * max(y1 - y0, 0)
-            union = (
-                (ref[2] - ref[0]) * (ref[3] - ref[1])
-                + (proposal[2] - proposal[0]) * (proposal[3] - proposal[1])
-                - inter
-            )
-            cls = (ref[5:] * proposal[5:]).sum() / (np.linalg.norm(proposal[5:]) * np.linalg.norm(ref[5:]) + 1e-4)
-            best = max(best, inter / union * proposal[4] * cls)
-        scores.append(best)
-    return np.array(scores)
+def test_region_scores_equal_xpliques_segmentation_operator():
+    from xplique.commons.operators import semantic_segmentation_operator
 
-
-def test_region_and_box_scores_agree_with_xpliques_operators():
     model = segmenter()
     x = images(3, seed=18)
     masks = np.random.default_rng(18).random((3, H, W)) > 0.5
     e = sk.explain(model, x, "gradient", sk.targets.region(masks, 3), score="output")
-    onehot = masks[..., None] * (np.arange(5) == 3)
-    np.testing.assert_allclose(e.scores[:, 0], _xplique_segmentation(model(x).numpy(), onehot), rtol=1e-5)
+    onehot = (masks[..., None] * (np.arange(5) == 3)).astype("float32")
+    want = semantic_segmentation_operator(model, tf.constant(x), tf.constant(onehot)).numpy()
+    np.testing.assert_allclose(e.scores[:, 0], want, rtol=1e-5)
 
-    detector, _, _ = linear_detector(classes=1)  # one class: D-RISE's class term is 1 in both
+
+def detector_with_fixed_classes(class_vectors):
+    """Raw proposals ``[B, N, 4 + 1 + 3]`` whose boxes and objectness (a probability) move with
+    the input and whose class vectors are ``class_vectors`` ``[N, 3]`` whatever the input."""
+    inputs = keras.Input((4, 4, 1))
+    dense = keras.layers.Dense(N * 8, name="dense")
+    model = keras.Model(inputs, keras.layers.Reshape((N, 8))(dense(keras.layers.Flatten()(inputs))))
+    kernel = (0.05 * np.random.default_rng(23).normal(size=(16, N, 8))).astype("float32")
+    kernel[..., :4] *= SCALE
+    kernel[..., 5:] = 0.0
+    bias = np.zeros((N, 8), np.float32)
+    bias[:, :4] = SCALE * np.array([[0.2, 0.3, 2.1, 2.4], [1.1, 0.9, 3.3, 3.6], [0.4, 1.6, 2.8, 3.9]])
+    bias[:, 4] = [0.8, 0.6, 0.7]
+    bias[:, 5:] = class_vectors
+    dense.set_weights([kernel.reshape(16, -1), bias.reshape(-1)])
+    return model
+
+
+#: Xplique divides by the union plus 1e-4: boxes of areas in the hundreds keep that below 1e-6.
+SCALE = 10.0
+BOXES = SCALE * np.array([[0.5, 0.5, 2.5, 2.6], [1.5, 1.4, 3.0, 3.2], [0.0, 1.0, 2.0, 4.0]], np.float32)
+
+
+def xplique_detection(model, x, classes, include_classification_score):
+    """Xplique's D-RISE score of each input's reference box (``BOXES``) of class ``classes``."""
+    from xplique.commons.operators import object_detection_operator
+
+    reference = np.concatenate([BOXES, np.ones((3, 1), np.float32), np.eye(3, dtype=np.float32)[classes]], axis=1)
+    return object_detection_operator(
+        model, tf.constant(x), tf.constant(reference), include_classification_score=include_classification_score
+    ).numpy()
+
+
+def test_box_scores_match_xpliques_detection_operator_on_localisation_and_objectness():
+    """The class term aside (Xplique's is a cosine of class vectors, the box target's the class
+    probability): proposals whose class-1 value is 1, the other classes varying by proposal."""
+    model = detector_with_fixed_classes([[0.3, 1.0, 0.9], [0.0, 1.0, 0.2], [0.7, 1.0, 0.0]])
     x = images(3, (4, 4, 1), seed=19)
-    boxes = np.array([[0.5, 0.5, 2.5, 2.6], [1.5, 1.4, 3.0, 3.2], [0.0, 1.0, 2.0, 4.0]], np.float32)
-    e = sk.explain(detector, x, "gradient", sk.targets.box(boxes[:, None], 0, objectness="probability"))
-    reference = np.concatenate([boxes, np.ones((3, 2), np.float32)], axis=1)  # objectness 1, class one-hot
-    objects = detector(x).numpy()
-    objects[..., 5:] = 1.0  # Xplique reads class probabilities: one class has probability 1
-    np.testing.assert_allclose(e.scores[:, 0], _xplique_detection(objects, reference), rtol=1e-4)
+    target = sk.targets.box(BOXES[:, None], 1, class_activation="none", objectness="probability")
+    e = sk.explain(model, x, "gradient", target)
+    want = xplique_detection(model, x, [1, 1, 1], include_classification_score=False)
+    np.testing.assert_allclose(e.scores[:, 0], want, rtol=1e-5)
+
+
+def test_box_scores_and_xpliques_class_similarity_meet_on_one_hot_classes():
+    """With one-hot class vectors Xplique's cosine is ``[class = c] / (1 + 1e-4)`` (its ε in the
+    norm) and the class probability ``[class = c]``: the scores differ by that factor alone."""
+    model = detector_with_fixed_classes(np.eye(3, dtype=np.float32)[[2, 0, 2]])
+    x = images(3, (4, 4, 1), seed=22)
+    classes = [2, 0, 2]
+    target = sk.targets.box(
+        BOXES[:, None], np.array(classes)[:, None], class_activation="none", objectness="probability"
+    )
+    e = sk.explain(model, x, "gradient", target)
+    want = xplique_detection(model, x, classes, include_classification_score=True)
+    assert np.all(want > 0)
+    np.testing.assert_allclose(e.scores[:, 0] / (1 + 1e-4), want, rtol=1e-5)
 
 
 def test_target_scores_of_perturbed_copies_keep_each_inputs_payload():
