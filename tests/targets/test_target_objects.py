@@ -188,6 +188,63 @@ def test_box_gradient_on_a_linear_detector_head_equals_the_hand_derivation():
     assert e.target_info[0][1]["box"] == (1.5, 1.4, 3.0, 3.2) and e.target_info[0][1]["class"] == 1
 
 
+def test_box_gradient_on_a_dict_detector_keras_hubs_raw_form_equals_the_hand_derivation():
+    """``{"boxes": [B, N, 4], "classification": [B, N, C]}``: no objectness (1), a sigmoid per class."""
+    inputs = keras.Input((4, 4, 1))
+    flat = keras.layers.Flatten()(inputs)
+    box_head, class_head = keras.layers.Dense(N * 4), keras.layers.Dense(N * C)
+    outputs = {
+        "boxes": keras.layers.Reshape((N, 4))(box_head(flat)),
+        "classification": keras.layers.Reshape((N, C))(class_head(flat)),
+    }
+    model = keras.Model(inputs, outputs)
+    rng = np.random.default_rng(25)
+    kb, kc = (0.05 * rng.normal(size=(16, N * 4))).astype("float32"), rng.normal(size=(16, N * C)).astype("float32")
+    bb = np.array([[0.2, 0.3, 2.1, 2.4], [1.1, 0.9, 3.3, 3.6], [0.4, 1.6, 2.8, 3.9]], np.float32).reshape(-1)
+    bc = rng.normal(size=N * C).astype("float32")
+    box_head.set_weights([kb, bb])
+    class_head.set_weights([kc, bc])
+    x = images(2, (4, 4, 1), seed=26)
+    boxes = [[[0.5, 0.5, 2.5, 2.6], [1.5, 1.4, 3.0, 3.2]], [[0.6, 1.9, 2.5, 3.5], [0.1, 0.2, 1.9, 2.2]]]
+    classes = np.array([[0, 1], [1, 0]])
+    e = sk.explain(model, x, "gradient", sk.targets.box(boxes, classes))
+    for b in range(2):
+        y_boxes = (x[b].reshape(-1) @ kb + bb).reshape(N, 4)
+        p = 1 / (1 + np.exp(-(x[b].reshape(-1) @ kc + bc).reshape(N, C)))
+        for k in range(2):
+            t, c = np.array(boxes[b][k]), classes[b, k]
+            ious = [_iou_and_derivatives(t, y_boxes[j]) for j in range(N)]
+            similarity = np.array([ious[j][0] * p[j, c] for j in range(N)])
+            j = int(similarity.argmax())
+            iou, d_iou = ious[j]
+            d_boxes, d_classes = np.zeros((N, 4)), np.zeros((N, C))
+            d_boxes[j] = d_iou * p[j, c]
+            d_classes[j, c] = iou * p[j, c] * (1 - p[j, c])
+            expected = (kb @ d_boxes.reshape(-1) + kc @ d_classes.reshape(-1)).reshape(4, 4, 1)
+            np.testing.assert_allclose(e.scores[b, k], similarity.max(), rtol=1e-5)
+            np.testing.assert_allclose(e.attributions[b, k], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_conductance_takes_target_objects_and_keeps_its_completeness():
+    """Conductance through layer ``c1`` summed over the layer: the score at the input minus at the
+    baseline, for a region of a segmentation and for boxes of a detector."""
+    from saliency_kit.api import resolve_selection
+
+    BASELINE = 2.0  # far from the inputs: the detector's score moves by more than 1e-3
+    # the D-RISE maximum switches proposals along the path: the Riemann sum takes many steps there
+    x = images(2, seed=27)
+    masks = np.random.default_rng(27).random((2, H, W)) > 0.5
+    for model, target in (
+        (segmenter(), sk.targets.region(masks, [[1, 3], [0, 2]])),
+        (conv_detector(), sk.targets.box([[[0, 0, 3, 3]], [[1, 2, 5, 6]]], 1)),
+    ):
+        e = sk.explain(model, x, "conductance", target, attribute_to="c1", steps=512, baseline=BASELINE)
+        at_baseline = engine.target_scores(model, np.full_like(x, BASELINE), resolve_selection(model, x, target))
+        total = e.attributions.reshape(*e.attributions.shape[:2], -1).sum(-1)
+        assert np.all(np.abs(e.scores - at_baseline) > 1e-3)
+        np.testing.assert_allclose(total, e.scores - at_baseline, rtol=1e-3, atol=1e-5)
+
+
 def test_box_class_score_is_the_logit_of_the_best_matching_proposal_and_none_takes_its_class():
     model, kernel, bias = linear_detector()
     x = images(2, (4, 4, 1), seed=8)
@@ -328,10 +385,40 @@ def test_new_masks_and_boxes_reuse_the_compiled_kernel():
     assert engine.trace_count() == traces
 
 
+class CountingForwardPasses(keras.layers.Layer):
+    """The identity, counting how many times a compiled forward pass runs through it."""
+
+    def build(self, input_shape):
+        self.runs = self.add_weight(shape=(), initializer="zeros", trainable=False, name="runs")
+
+    def call(self, x):
+        self.runs.assign_add(1.0)
+        return x
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor(x.shape, x.dtype)
+
+
+@pytest.mark.parametrize("kind", ["box", "region"])
+def test_k_boxes_or_regions_of_one_image_share_its_forward_pass(kind):
+    counter = CountingForwardPasses()
+    inner = conv_detector() if kind == "box" else segmenter()
+    inputs = keras.Input((H, W, 3))
+    model = keras.Model(inputs, inner(counter(inputs)))
+    x = images(1, seed=24)
+    if kind == "box":
+        target = sk.targets.box([[0, 0, 3, 3], [1, 2, 5, 6], [2, 1, 4, 4], [0, 1, 2, 5], [3, 3, 6, 6]], 1)
+    else:
+        target = sk.targets.region(np.random.default_rng(24).random((H, W)) > 0.5, [[0, 1, 2, 3, 4]])
+    sk.explain(model, x, "gradient", target)  # tracing runs the model symbolically, not counted
+    before = float(counter.runs.numpy())
+    e = sk.explain(model, x, "gradient", target, batch_size=64)
+    assert e.attributions.shape[:2] == (1, 5) and np.all(np.abs(e.attributions).sum(axis=(2, 3, 4)) > 0)
+    assert float(counter.runs.numpy()) - before == 1.0
+
+
 # -------------------------------------------------------------------------- batch_size
-@pytest.mark.parametrize(
-    "method", ["gradient", "smoothgrad", "occlusion", "rise", "integrated_gradients", "gradcam", "guided_ig"]
-)
+@pytest.mark.parametrize("method", input_methods())
 def test_results_do_not_depend_on_batch_size_with_per_input_masks_and_boxes(method):
     x = images(5, seed=16)
     options = small_options(method, x.shape[1:])
