@@ -1,7 +1,8 @@
 """Localisation: does the map fall on the object? (Quantus 0.6.0 definitions and defaults.)
 
 ``masks`` are bool ``[B, H, W]`` (True on the object of each input), scored against the pixel maps
-``[B, K, H, W]`` (every target of an input against the same object):
+``[B, K, H, W]`` (every target of an input against the same object), or ``[B, K, H, W]`` (one
+object per target); a region or box target gives its own (a box: the pixels inside it):
 
 - :func:`pointing_game` — Zhang et al. (2016): does the map's maximum land on the object?
 - :func:`relevance_mass_accuracy` — Arras et al. (2022): the share of the map's mass on the object.
@@ -44,11 +45,16 @@ __all__ = [
 ]
 
 
-def object_masks(masks: Any, count: int) -> np.ndarray:
+def object_masks(masks: Any, count: int, shape: tuple | None = None) -> np.ndarray:
     """``masks`` as an array; a ``region`` target gives its own masks (one ``[H, W]`` for every
-    input is repeated ``count`` times)."""
-    from ..targets import Region
+    input is repeated ``count`` times), a ``box`` target one mask per box, ``[count, K, *shape]``
+    (the pixels inside it; ``shape`` the maps' ``(H, W)``)."""
+    from ..targets import Box, Region
 
+    if isinstance(masks, Box):
+        if shape is None or len(shape) != 2:
+            raise ValueError(f"box targets give object masks for 2-D maps [H, W]; received maps of shape {shape}.")
+        return masks.pixel_masks(count, *shape)
     if masks is None:
         raise ValueError(
             "masks are needed: bool [B, H, W] (True on each object) or the region target the "
@@ -93,16 +99,24 @@ def _maps_and_masks(
     )
     if masks is None:
         raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")
-    masks = object_masks(masks, values.shape[0])
-    if masks.shape != (values.shape[0], *values.shape[2:]):
+    masks = _checked_masks(name, masks, values.shape)
+    values = preprocess(values, normalise=normalise, absolute=absolute)
+    per_target = masks.shape[1] if masks.ndim == values.ndim else 1
+    return values.reshape(*values.shape[:2], -1), masks.reshape(len(masks), per_target, -1)
+
+
+def _checked_masks(name: str, masks: Any, maps_shape: tuple) -> np.ndarray:
+    """Bool ``[B, H, W]`` (one object per input) or ``[B, K, H, W]`` (one per target: boxes)."""
+    masks = object_masks(masks, maps_shape[0], tuple(maps_shape[2:]))
+    one, each = (maps_shape[0], *maps_shape[2:]), tuple(maps_shape)
+    if masks.shape not in (one, each):
         raise ValueError(
-            f"{name}: masks must be bool [B, H, W] = {(values.shape[0], *values.shape[2:])} to match "
-            f"the maps; received shape {masks.shape}."
+            f"{name}: masks must be bool [B, H, W] = {one} (or one per target, {each}) to match the maps; "
+            f"received shape {masks.shape}."
         )
     if masks.dtype != bool:
         raise TypeError(f"{name}: masks must be boolean (True on the object); received dtype {masks.dtype}.")
-    values = preprocess(values, normalise=normalise, absolute=absolute)
-    return values.reshape(*values.shape[:2], -1), masks.reshape(len(masks), 1, -1)
+    return masks
 
 
 def _ranked_on_object(a: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -328,9 +342,10 @@ def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.n
     Args:
         explanation: an :class:`saliency_kit.Explanation` (its ``maps [B, K, H, W]`` are used) or
             an array of maps ``[B, K, H, W]``.
-        masks: bool ``[B, H, W]``, the object of each input; or the ``saliency_kit.targets.region``
-            the explanation was made for, whose own masks are the objects (given masks only:
-            ``"predicted"`` ones are known only to the model).
+        masks: bool ``[B, H, W]``, the object of each input (or ``[B, K, H, W]``, one per target);
+            or the ``saliency_kit.targets.region`` the explanation was made for, whose own masks are
+            the objects (given masks only: ``"predicted"`` ones are known only to the model); or
+            the ``saliency_kit.targets.box``, each box the object of its own target.
         tolerance: a hit may miss the object by up to this many pixels (Euclidean distance; the mask
             is dilated with ``scipy.ndimage.distance_transform_edt``).
 
@@ -338,19 +353,12 @@ def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.n
     (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
     """
     maps = np.asarray(getattr(explanation, "maps", explanation))
-    masks = object_masks(masks, len(maps))
     if maps.ndim != 4:
         raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
-    if masks.shape != (maps.shape[0], *maps.shape[2:]):
-        raise ValueError(
-            f"masks must be bool [B, H, W] = {(maps.shape[0], *maps.shape[2:])} to match the maps; received shape "
-            f"{masks.shape}."
-        )
-    if masks.dtype != bool:
-        raise TypeError(f"masks must be boolean (True on the object); received dtype {masks.dtype}.")
+    masks = _checked_masks("pointing_game", masks, maps.shape)
     hits = np.zeros(maps.shape[:2], dtype=bool)
     for b in range(maps.shape[0]):
-        region = metrics.dilate(masks[b], tolerance)
         for k in range(maps.shape[1]):
+            region = metrics.dilate(masks[b] if masks.ndim == 3 else masks[b, k], tolerance)
             hits[b, k] = metrics.points_at(maps[b, k], region)
     return hits

@@ -105,6 +105,16 @@ class Box(Target):
         payload = {"boxes": boxes.astype(np.float32), "classes": classes}
         return Resolved(classes, payload, info, bound)
 
+    def pixel_masks(self, count: int, height: int, width: int) -> np.ndarray:
+        """Bool ``[count, K, height, width]``: the pixels whose centre lies in each target box (in
+        input pixels; a shorter list of an input repeats its last box), the box's natural object
+        mask for the localisation metrics."""
+        boxes, _ = _boxes(self.boxes, count)  # [count, K, 4]
+        x = np.arange(width) + 0.5
+        y = np.arange(height) + 0.5
+        x0, y0, x1, y1 = (boxes[..., i, None, None] for i in range(4))
+        return (x0 <= x) & (x <= x1) & (y0 <= y[:, None]) & (y[:, None] <= y1)
+
     def _classes(self, request: TargetRequest, boxes: Any, C: int, form: str) -> np.ndarray:
         B, K = boxes.shape[:2]
         given = self.classes

@@ -661,3 +661,23 @@ def test_a_negative_objectness_logit_is_a_low_probability_not_a_sign_flip():
     expected = max(_iou_and_derivatives(t, y[j, :4])[0] * o[j] * p[j, 0] for j in range(N))
     np.testing.assert_allclose(e.scores[0, 0], expected, rtol=1e-5)
     assert e.scores[0, 0] > 0
+
+
+# ------------------------------------------------------------------ evaluation with target objects
+def test_localisation_and_deletion_take_box_targets_each_box_its_own_object():
+    model = conv_detector()
+    x = images(2, seed=28)
+    target = sk.targets.box([[[0, 0, 3, 3], [2, 1, 6, 5]], [[1, 2, 4, 6]]], 1)
+    e = sk.explain(model, x, "gradient", target)
+    masks = np.zeros((2, 2, H, W), bool)  # pixels whose centre is in the box; rows are y, columns x
+    masks[0, 0, 0:3, 0:3] = True
+    masks[0, 1, 1:5, 2:6] = True
+    masks[1, :, 2:6, 1:4] = True  # the second input's one box, repeated
+    np.testing.assert_array_equal(target.pixel_masks(2, H, W), masks)
+    hits = sk.evaluate.pointing_game(e, target)
+    by_hand = [[masks[b, k].reshape(-1)[np.argmax(e.maps[b, k])] for k in range(2)] for b in range(2)]
+    np.testing.assert_array_equal(hits, by_hand)
+    mass = sk.evaluate.relevance_mass_accuracy(maps=e.maps, masks=target, normalise=False)
+    np.testing.assert_allclose(mass, (e.maps * masks).sum((2, 3)) / e.maps.sum((2, 3)), rtol=1e-5)
+    curves = sk.evaluate.deletion_insertion(model, x, e, targets=target, steps=4)
+    np.testing.assert_allclose(curves["deletion_curve"][:, :, 0], e.scores, rtol=1e-5, atol=1e-6)
