@@ -146,6 +146,26 @@ def test_detector_given_box_in_image_pixels_and_top_boxes(tmp_path, scene_files)
     records = [r for r in manifest_records(tmp_path / "top" / "manifest.jsonl") if r["status"] == "ok"]
     assert {r["target"] for r in records} == {"box1"} and len(records) == 2
 
+    import saliency_kit as sk
+
+    model, spec = sk.load_model("shapes_det")
+    found = detections.decode(
+        np.asarray(model(preprocess(data.images[:1]))),
+        score_threshold=spec.score_threshold,
+        iou_threshold=spec.iou_threshold,
+    )[0]
+    code, out, err = run(
+        "explain", root / "scene0.png", "--model", "shapes_det", "--method", "gradient", "--boxes", "top3",
+        "--out", tmp_path / "top3",
+    )  # fmt: skip
+    assert code == 0, err
+    records = [r for r in manifest_records(tmp_path / "top3" / "manifest.jsonl") if r["status"] == "ok"]
+    kept = min(3, len(found))
+    assert kept > 1  # more than top1 keeps, fewer than asked for: all of them
+    assert {r["target"] for r in records} == {f"box{rank}" for rank in range(1, kept + 1)} and len(records) == 2 * kept
+    for r in records:
+        np.testing.assert_allclose(r["box"], found[r["detection"] - 1].box, atol=0.01)
+
 
 def test_segmentation_predicted_and_given_regions_then_batch(tmp_path, scene_files):
     import saliency_kit as sk
