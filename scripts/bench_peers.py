@@ -10,7 +10,9 @@ weights: ``logits_twin``), so every side explains the same logits.
 * Blur IG, Guided IG and XRAI against PAIR's ``saliency.core`` (``BlurIG``, ``GuidedIG``,
   ``XRAI``), one image at a time as its API takes them, its ``call_model_function`` a compiled
   ``tf.function`` (the fastest way to feed it); XRAI with the same base attributions;
-* LRP and RISE: their peers do not install beside this TensorFlow (the row says which and why).
+* RISE against Xplique's ``Rise`` (the same number of masks, grid and keep probability; Xplique is
+  installed without its TensorFlow pin, see the Makefile); the masks are random on both sides;
+* LRP: its peer does not install beside this TensorFlow (the row says which and why).
 
 Each row is ``our time / the peer's time`` (target ≤ 1.0: no row slower than the fastest peer
 that computes the same numbers) and says whether the numbers are the same (``np.allclose`` with
@@ -29,7 +31,6 @@ ATOL = 1e-4
 #: Peers that cannot be installed here, by what they pin (read from their wheels' metadata).
 NOT_INSTALLABLE = {
     "lrp": "iNNvestigate 2.1.2 pins tensorflow<2.15 and numpy<2; no Zennit twin of this network yet",
-    "rise": "Xplique 2.0.2 pins tensorflow<=2.20",
 }
 
 
@@ -94,12 +95,14 @@ DIFFERENCES = {
     "their side, half-pixel bilinear on ours",
     "guided_ig": "equal with batch_size=1 (7.6e-8 at 224², float32): float32 convolutions of a batch of 8 round "
     "apart from PAIR's batches of 1, and each step's choice of features to move amplifies it",
+    "rise": "random masks, drawn apart on each side: equal in expectation only; Xplique divides by each "
+    "pixel's sum of masks, ours by N·p (the paper)",
     "blur_ig": "both take the blur's σ derivative as a finite difference (grad_step 0.01), which float32 "
     "rounds differently on each side; equal to 1e-4 on a float64 model (tests)",
 }
 
 
-def peer_runs(model, x, targets, *, layer: str, steps: int, channels: int) -> dict:
+def peer_runs(model, x, targets, *, layer: str, steps: int, channels: int, masks: int = 256) -> dict:
     """``{row: (ours, theirs, what)}``: two functions each returning attributions ``[B, ...]`` of
     column 0 of ``targets``, and the row's name; rows whose peer is missing are left out
     (:func:`missing_peers` names them)."""
@@ -167,6 +170,18 @@ def peer_runs(model, x, targets, *, layer: str, steps: int, channels: int) -> di
             pair_guided,
             f"guided_ig, {steps} steps / PAIR GuidedIG",
         )
+    if importlib.util.find_spec("xplique") is not None:
+        from xplique.attributions import Rise
+
+        rise = Rise(model, nb_samples=masks, grid_size=7, preservation_probability=0.5, batch_size=len(x) * 8)
+        one_hot = np.eye(model.output.shape[-1], dtype=np.float32)[classes]
+        runs["rise"] = (
+            lambda: sk.explain(model, x, "rise", targets, batch_size=len(x) * 8, masks=masks, cells=7, p=0.5).maps[
+                :, 0
+            ],
+            lambda: np.asarray(rise.explain(x, one_hot))[..., 0],  # [B, H, W, 1]
+            f"rise, {masks} masks / Xplique Rise(nb_samples={masks})",
+        )
     return runs
 
 
@@ -198,6 +213,7 @@ def missing_peers(runs: dict) -> list[tuple[str, str]]:
         "blur_ig": "PAIR's saliency is not installed",
         "guided_ig": "PAIR's saliency is not installed",
         "xrai": "PAIR's saliency is not installed",
+        "rise": "Xplique is not installed",
         **NOT_INSTALLABLE,
     }
     return [(method, why) for method, why in why_missing.items() if method not in runs]
