@@ -8,7 +8,9 @@
      ``VmHWM``; TensorFlow keeps no allocator statistics on CPU): target ≤ 1.2;
    * time of K boxes over ``forward + K × backward`` of a plain compiled TensorFlow function
      (forward alone, and forward + one backward of one box's D-RISE score, written directly):
-     target ≤ 1.0.
+     target ≤ 1.0; and over one plain compiled function that runs the forward pass once and the
+     K backward passes from a persistent tape (the bound measured whole, not as a difference of
+     two small times).
 2. Region against class: the gradient of a region target (the whole output, class c) of a
    segmentation net against the gradient of class c of the same net followed by a global average
    pooling (the same number, the same backbone, shared weights): target ratio ≤ 1.05; the two
@@ -165,10 +167,21 @@ def main() -> None:
             score = drise(model(z, training=False), tf.constant(boxes[0, 0]), 1)
         return tape.gradient(score, z)
 
+    targets_t = tf.constant(boxes[0])
+
+    @tf.function
+    def forward_k_backward(z):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(z)
+            outputs = model(z, training=False)
+            scores = [drise(outputs, targets_t[k], 1) for k in range(K)]
+        return tf.stack([tape.gradient(score, z) for score in scores])
+
     times = _best_times(
         {
             "forward": lambda: forward(xt).numpy(),
             "forward + 1 backward": lambda: forward_backward(xt).numpy(),
+            f"plain TF: forward + {K} backward in one function": lambda: forward_k_backward(xt).numpy(),
             f"explain, {K} boxes": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes, 1), batch_size=64),
             "explain, 1 box": lambda: sk.explain(model, x, "gradient", sk.targets.box(boxes[:, :1], 1), batch_size=64),
         },
@@ -181,8 +194,10 @@ def main() -> None:
     for name, seconds in times.items():
         print(f"| {name} | {1000 * seconds:.1f} |")
     print(f"| bound: forward + {K} × backward | {1000 * bound:.1f} |")
+    plain = times[f"plain TF: forward + {K} backward in one function"]
     print(
-        f"\ntime ratio, {K} boxes / (forward + {K} backward): {times[f'explain, {K} boxes'] / bound:.3f} (target ≤ 1.0)"
+        f"\ntime ratio, {K} boxes / (forward + {K} backward): {times[f'explain, {K} boxes'] / bound:.3f} "
+        f"(target ≤ 1.0); over the plain TF function: {times[f'explain, {K} boxes'] / plain:.3f}"
     )
 
     one, many = _memory(1, size), _memory(K, size)
