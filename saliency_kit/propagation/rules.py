@@ -113,7 +113,7 @@ class Gamma(LinearRule):
         gamma = self.gamma
         positive = positive_part(part)
         scaled = {name: gamma * w for name, w in positive.kernels.items()}  # γw⁺: a weight-sized product
-        gamma_p = part.apply(x, scaled, None if positive.bias is None else tf.multiply(gamma, positive.bias))
+        gamma_p = part.apply(x, scaled, None if positive.bias is None else tf.convert_to_tensor(positive.bias) * gamma)
         up = z > 0
         ratio = relevance / stabilize(z + tf.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
         down = tf.where(up, tf.zeros((), ratio.dtype), ratio)

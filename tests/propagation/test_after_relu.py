@@ -32,20 +32,20 @@ def rule_id(case):
     return f"{rule_class.__name__}({', '.join(f'{k}={v}' for k, v in configuration.items())})"
 
 
-def chain_net(seed: int) -> keras.Model:
+def chain_net(seed: int, dtype: str = "float32") -> keras.Model:
     """conv(relu) → conv → ReLU → conv → flatten → dense, every bias of both signs."""
     rng = np.random.default_rng(seed)
-    inp = keras.Input((6, 6, 2))
-    h = keras.layers.Conv2D(3, 2, activation="relu", name="c1")(inp)
-    h = keras.layers.Conv2D(3, 2, name="c2")(h)
-    h = keras.layers.ReLU(name="r2")(h)
-    h = keras.layers.Conv2D(2, 2, name="c3")(h)
-    h = keras.layers.Flatten()(h)
-    out = keras.layers.Dense(3, name="d")(h)
+    inp = keras.Input((6, 6, 2), dtype=dtype)
+    h = keras.layers.Conv2D(3, 2, activation="relu", name="c1", dtype=dtype)(inp)
+    h = keras.layers.Conv2D(3, 2, name="c2", dtype=dtype)(h)
+    h = keras.layers.ReLU(name="r2", dtype=dtype)(h)
+    h = keras.layers.Conv2D(2, 2, name="c3", dtype=dtype)(h)
+    h = keras.layers.Flatten(dtype=dtype)(h)
+    out = keras.layers.Dense(3, name="d", dtype=dtype)(h)
     model = keras.Model(inp, out)
     for layer in model.layers:
         if layer.weights:
-            layer.set_weights([rng.normal(0, 0.7, w.shape).astype(np.float32) for w in layer.get_weights()])
+            layer.set_weights([rng.normal(0, 0.7, w.shape).astype(dtype) for w in layer.get_weights()])
     return model
 
 
@@ -73,10 +73,11 @@ def test_the_proportional_rules_are_the_ones_with_an_input_sign_path():
     assert {case[0].__name__ for case in PROPORTIONAL} == {"Epsilon", "Gamma", "ZPlus", "AlphaBeta"}
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", PROPORTIONAL, ids=rule_id)
-def test_every_rule_after_a_relu_matches_numpy_on_a_whole_network(case):
+def test_every_rule_after_a_relu_matches_numpy_on_a_whole_network(case, dtype):
     rule_class, configuration, reference = case
-    model = chain_net(seed=3)
+    model = chain_net(seed=3, dtype=dtype)
     rewritten = rewrite_lrp(
         model,
         composites.Composite({keras.layers.Conv2D: rule_class(**configuration), keras.layers.Dense: Epsilon(1e-3)}),
@@ -84,7 +85,9 @@ def test_every_rule_after_a_relu_matches_numpy_on_a_whole_network(case):
     )
     shorter = {layer.name: layer.nonnegative_input for layer in rewritten.layers if isinstance(layer, RuleLayer)}
     assert shorter == {"c1": False, "c2": True, "c3": True, "d": False}
-    x = np.random.default_rng(4).uniform(-1, 1, size=(2, 6, 6, 2)).astype(np.float32)
+    x = np.random.default_rng(4).uniform(-1, 1, size=(2, 6, 6, 2)).astype(dtype)
+    # float64: every rule keeps the model's dtype (no float32 constant meets a float64 tensor)
+    tolerance = {"rtol": 2e-4, "atol": 2e-5} if dtype == "float32" else {"rtol": 1e-7, "atol": 1e-9}
     xt = tf.constant(x)
     for column in range(3):
         with tf.GradientTape() as tape:
@@ -93,7 +96,7 @@ def test_every_rule_after_a_relu_matches_numpy_on_a_whole_network(case):
         got = tape.gradient(score, xt).numpy()
         for row in range(2):
             want = numpy_relevance(model, x[row], column, reference, configuration)
-            np.testing.assert_allclose(got[row].reshape(-1), want, rtol=2e-4, atol=2e-5)
+            np.testing.assert_allclose(got[row].reshape(-1), want, **tolerance)
 
 
 def relu_after(make_layer) -> keras.Model:
@@ -150,3 +153,35 @@ def test_relu_family_sign():
     assert not ReluFamily(negative_slope=0.2).nonnegative
     assert not ReluFamily(threshold=-1.0).nonnegative
     assert not ReluFamily(max_value=-1.0).nonnegative
+
+
+def bn_net(dtype: str) -> keras.Model:
+    """conv(relu) → conv → BN (merged) → ReLU → conv → average → dense, in ``dtype``."""
+    rng = np.random.default_rng(0)
+    inp = keras.Input((8, 8, 3), dtype=dtype)
+    h = keras.layers.Conv2D(4, 3, activation="relu", dtype=dtype)(inp)
+    h = keras.layers.Conv2D(5, 3, dtype=dtype)(h)
+    h = keras.layers.BatchNormalization(dtype=dtype)(h)
+    h = keras.layers.ReLU(dtype=dtype)(h)
+    h = keras.layers.Conv2D(3, 3, dtype=dtype)(h)
+    out = keras.layers.Dense(2, dtype=dtype)(keras.layers.GlobalAveragePooling2D(dtype=dtype)(h))
+    model = keras.Model(inp, out)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights([rng.uniform(0.5, 1.5, w.shape).astype(dtype) for w in layer.get_weights()])
+        elif layer.weights:
+            layer.set_weights([rng.normal(0, 0.5, w.shape).astype(dtype) for w in layer.get_weights()])
+    return model
+
+
+@pytest.mark.parametrize("composite", composites.names())
+def test_every_composite_explains_a_float64_model_as_its_float32_twin(composite):
+    """Compiled (where a Python number meeting a float64 tensor in an op fails, unlike eagerly)."""
+    import saliency_kit as sk
+
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 8, 8, 3))
+    bounds = {"low": -1.0, "high": 1.0}
+    wide = sk.explain(bn_net("float64"), x, "lrp", 0, composite=composite, **bounds)
+    narrow = sk.explain(bn_net("float32"), x.astype("float32"), "lrp", 0, composite=composite, **bounds)
+    assert np.abs(wide.attributions).max() > 0
+    np.testing.assert_allclose(wide.attributions, narrow.attributions, rtol=1e-3, atol=1e-5)
