@@ -27,8 +27,9 @@ round: γ needs two transposed passes (one with w, one with w⁺), so ``epsilon_
 reach 1.5 on a network whose forward and backward cost alike.
 
 ``--peers``: the same work through the peers that have these methods (``scripts/bench_peers.py``:
-tf-keras-vis, PAIR's ``saliency``), in this process, as ratios our time / theirs (target ≤ 1.0),
-each saying whether the numbers are the same.
+tf-keras-vis, PAIR's ``saliency``, Xplique's RISE, Zennit's LRP on a PyTorch twin of the network),
+in this process, as ratios our time / theirs (target ≤ 1.0), each saying whether the numbers are
+the same.
 
 Then the peak memory of SmoothGrad at 20 and at 200 samples on a small CNN, each measured in a
 fresh subprocess (peak resident set size ``VmHWM``; TensorFlow keeps no allocator statistics

@@ -12,7 +12,10 @@ weights: ``logits_twin``), so every side explains the same logits.
   ``tf.function`` (the fastest way to feed it); XRAI with the same base attributions;
 * RISE against Xplique's ``Rise`` (the same number of masks, grid and keep probability; Xplique is
   installed without its TensorFlow pin, see the Makefile); the masks are random on both sides;
-* LRP: its peer does not install beside this TensorFlow (the row says which and why).
+* LRP (``epsilon_plus_flat``) against Zennit's ``EpsilonPlusFlat`` (with ``SequentialMergeBatchNorm``),
+  cross-framework: Zennit is PyTorch's, so it runs on an exact PyTorch twin of the same network with
+  the same weights (``scripts/zennit_twin.py``; built once, outside the timed function), channels-last
+  in and out. iNNvestigate, the Keras peer, pins tensorflow<2.15 and numpy<2.
 
 Each row is ``our time / the peer's time`` (target ≤ 1.0: no row slower than the fastest peer
 that computes the same numbers) and says whether the numbers are the same (``np.allclose`` with
@@ -27,11 +30,6 @@ import importlib.util
 import numpy as np
 
 ATOL = 1e-4
-
-#: Peers that cannot be installed here, by what they pin (read from their wheels' metadata).
-NOT_INSTALLABLE = {
-    "lrp": "iNNvestigate 2.1.2 pins tensorflow<2.15 and numpy<2; no Zennit twin of this network yet",
-}
 
 
 def same_numbers(ours: np.ndarray, theirs: np.ndarray) -> str:
@@ -99,6 +97,9 @@ DIFFERENCES = {
     "pixel's sum of masks, ours by N·p (the paper)",
     "blur_ig": "both take the blur's σ derivative as a finite difference (grad_step 0.01), which float32 "
     "rounds differently on each side; equal to 1e-4 on a float64 model (tests)",
+    "lrp": "Zennit splits the residual Sum with a stabiliser (Norm: ±1e-6 in the denominator), ours splits Add "
+    "exactly, and Zennit 0.5.1's merged BatchNorm keeps its ε (its 'identity' is x/√(1+ε)); with both aligned "
+    "(zennit_lrp(aligned=True)) equal within 2e-6 (float32; python scripts/zennit_twin.py)",
 }
 
 
@@ -170,6 +171,15 @@ def peer_runs(model, x, targets, *, layer: str, steps: int, channels: int, masks
             pair_guided,
             f"guided_ig, {steps} steps / PAIR GuidedIG",
         )
+    if importlib.util.find_spec("zennit") is not None and importlib.util.find_spec("torch") is not None:
+        from zennit_twin import torch_twin, zennit_lrp
+
+        twin = torch_twin(model)
+        runs["lrp"] = (
+            ours("lrp", composite="epsilon_plus_flat"),
+            lambda: zennit_lrp(twin, x, classes, "epsilon_plus_flat"),
+            "lrp epsilon_plus_flat / Zennit EpsilonPlusFlat on a PyTorch twin (cross-framework)",
+        )
     if importlib.util.find_spec("xplique") is not None:
         from xplique.attributions import Rise
 
@@ -214,6 +224,6 @@ def missing_peers(runs: dict) -> list[tuple[str, str]]:
         "guided_ig": "PAIR's saliency is not installed",
         "xrai": "PAIR's saliency is not installed",
         "rise": "Xplique is not installed",
-        **NOT_INSTALLABLE,
+        "lrp": "Zennit (or PyTorch) is not installed: its row runs on a PyTorch twin of the network",
     }
     return [(method, why) for method, why in why_missing.items() if method not in runs]
