@@ -202,7 +202,7 @@ def main() -> None:
         bench_floors(model, x, targets, reps, args.samples, args.steps, lrp_only=args.lrp_only)
         return
     if args.peers:
-        bench_peers(model, x, targets, reps, args.steps, args.channels, size)
+        bench_peers(model, x, targets, reps, args.steps, args.channels, size, args.masks)
         return
 
     def explain(method, **options):
@@ -381,7 +381,7 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         print(f"\nEvery row's rounds agree within {NOISE:.0%}.")
 
 
-def bench_peers(model, x, targets, reps: int, steps: int, channels: int, size: int) -> None:
+def bench_peers(model, x, targets, reps: int, steps: int, channels: int, size: int, masks: int) -> None:
     """Our time over each peer's on the same work (``model``'s logits), and whether the numbers
     are the same (``scripts/bench_peers.py``)."""
     import bench_peers as peers
@@ -390,7 +390,7 @@ def bench_peers(model, x, targets, reps: int, steps: int, channels: int, size: i
     keras.utils.disable_interactive_logging()  # tf-keras-vis predicts with a progress bar
     twin = peers.logits_twin(model, size)
     runs = {
-        **peers.peer_runs(twin, x, targets, layer=CAM_LAYER, steps=steps, channels=channels),
+        **peers.peer_runs(twin, x, targets, layer=CAM_LAYER, steps=steps, channels=channels, masks=masks),
         **peers.xrai_runs(x[0]),
     }
     timed = {}
