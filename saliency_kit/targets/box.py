@@ -182,8 +182,12 @@ class Box(Target):
         classes = tf.cast(payload["classes"], tf.int32)  # [n, K]
         iou = _iou(targets, proposals)  # [n, K, N]
         if self.mode == "drise":
-            p = tf.gather(self._probabilities(logits), classes, axis=2, batch_dims=1)  # [n, N, K]
-            return tf.reduce_max(iou * objectness[:, None, :] * tf.transpose(p, [0, 2, 1]), axis=-1)
+            # [n, K, N]: each box's class probability at every proposal, summed against one-hot
+            # classes (element-wise: a gather and a transpose, or a matrix product, add kernels
+            # with a large fixed cost to each of the K backward passes)
+            chosen = tf.one_hot(classes, tf.shape(logits)[-1], dtype=logits.dtype)  # [n, K, C]
+            p = tf.reduce_sum(chosen[:, :, None, :] * self._probabilities(logits)[:, None], axis=-1)
+            return tf.reduce_max(iou * objectness[:, None, :] * p, axis=-1)
         best = tf.argmax(iou, axis=-1, output_type=tf.int32)  # [n, K]
         chosen = tf.gather(logits, best, axis=1, batch_dims=1)  # [n, K, C]
         if probability:
