@@ -108,29 +108,14 @@ ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "T
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
-# Layers whose output is >= 0 wherever all their inputs are (they move, copy, pad, add or average).
+# Layers whose output is >= 0 wherever all their inputs are: those that move, copy, pad, add or
+# concatenate (the noise and dropout layers are the identity at inference), and pooling.
 KEEPS_SIGN = (
-    keras.layers.ZeroPadding1D,
-    keras.layers.ZeroPadding2D,
-    keras.layers.ZeroPadding3D,
-    keras.layers.Cropping1D,
-    keras.layers.Cropping2D,
-    keras.layers.Cropping3D,
-    keras.layers.UpSampling1D,
-    keras.layers.UpSampling2D,
-    keras.layers.UpSampling3D,
-    keras.layers.Reshape,
-    keras.layers.Flatten,
-    keras.layers.Permute,
-    keras.layers.Dropout,
-    keras.layers.SpatialDropout1D,
-    keras.layers.SpatialDropout2D,
-    keras.layers.SpatialDropout3D,
-    keras.layers.Identity,
-    keras.layers.Concatenate,
-    keras.layers.Add,
-    *MAX_POOLING,
-    *AVERAGE_POOLING,
+    tuple(
+        kind for kind in ROUTING if kind not in (keras.layers.InputLayer, keras.layers.Embedding, keras.layers.Subtract)
+    )
+    + MAX_POOLING
+    + AVERAGE_POOLING
 )
 # Kinds with a rule of their own: the ones that turn gradient into relevance when they read the input.
 FIRST_KINDS = ("linear", "average_pooling", "affine", "relu", "product")
