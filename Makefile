@@ -38,11 +38,14 @@ $(READY): pyproject.toml
 # Xplique (its task operators: the reference of the region and box scores; its RISE: a peer in the
 # benchmarks) likewise: it requires tensorflow[and-cuda]<=2.20. `import xplique` needs only the ones
 # listed beside it (TensorFlow Probability needs tf-keras at the version of our TensorFlow).
-# Zennit: the LRP peer of the benchmarks, on a PyTorch twin (imported without its torchvision).
+# Zennit (the LRP peer of the benchmarks, on a PyTorch twin) goes apart, into $(VENV)/peers, which
+# scripts/bench_peers.py puts on the path: in site-packages Quantus would import it, and with it
+# torchvision, whose PyPI wheel does not load beside the CPU build of PyTorch.
 $(TESTS_READY): $(READY)
 	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0 tokenizers==0.23.3 regex rich kagglehub==1.0.2 kagglesdk==0.1.28
-	$(BIN)/python -m pip install --quiet --no-deps xplique==2.0.2 tensorflow-probability==0.25.0 tf-keras==2.21.0 einops==0.8.2 decorator==5.3.1 dm-tree==0.1.10 zennit==0.5.1
+	$(BIN)/python -m pip install --quiet --no-deps xplique==2.0.2 tensorflow-probability==0.25.0 tf-keras==2.21.0 einops==0.8.2 decorator==5.3.1 dm-tree==0.1.10
+	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/peers zennit==0.5.1
 	touch $(TESTS_READY)
 
 # The gallery's test drives a real headless Chromium. Installed from the system packages when

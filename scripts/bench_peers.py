@@ -26,10 +26,22 @@ and why. Nothing is downloaded; a peer that is not installed gives a row saying 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 
 import numpy as np
 
 ATOL = 1e-4
+
+#: Where the Makefile installs Zennit, apart from site-packages: Quantus imports Zennit wherever it
+#: finds it, and Zennit imports torchvision, which does not load beside the CPU build of PyTorch.
+PEERS = os.path.join(sys.prefix, "peers")
+
+
+def use_peer_installs() -> None:
+    """Put the peers installed apart (:data:`PEERS`) on the import path, once."""
+    if os.path.isdir(PEERS) and PEERS not in sys.path:
+        sys.path.append(PEERS)
 
 
 def same_numbers(ours: np.ndarray, theirs: np.ndarray) -> str:
@@ -171,6 +183,7 @@ def peer_runs(model, x, targets, *, layer: str, steps: int, channels: int, masks
             pair_guided,
             f"guided_ig, {steps} steps / PAIR GuidedIG",
         )
+    use_peer_installs()
     if importlib.util.find_spec("zennit") is not None and importlib.util.find_spec("torch") is not None:
         from zennit_twin import torch_twin, zennit_lrp
 

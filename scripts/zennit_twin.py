@@ -30,11 +30,13 @@ import types
 
 import numpy as np
 import torch
+from bench_peers import use_peer_installs
 from torch import nn
 
 __all__ = ["torch_twin", "zennit_lrp"]
 
 torch.set_num_threads(2)
+use_peer_installs()  # Zennit is installed apart from site-packages (see bench_peers.PEERS)
 
 
 def _import_zennit() -> None:

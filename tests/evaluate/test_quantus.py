@@ -9,17 +9,15 @@ from its paper, the test shows the departure and checks the paper's version.
 Inputs have one channel so that Quantus' channels-first flattening and ours coincide.
 """
 
+import keras
 import numpy as np
 import pytest
+import quantus
+import torch
 
-quantus = pytest.importorskip("quantus")
-torch = pytest.importorskip("torch")
-
-import keras  # noqa: E402
-
-from saliency_kit import evaluate  # noqa: E402
-from saliency_kit.evaluate import _common  # noqa: E402
-from saliency_kit.evaluate.draws import rng as seeded_rng  # noqa: E402
+from saliency_kit import evaluate
+from saliency_kit.evaluate import _common
+from saliency_kit.evaluate.draws import rng as seeded_rng
 
 B, H, W, CLASSES = 3, 6, 6, 4
 TOL = dict(rtol=1e-5, atol=1e-5)

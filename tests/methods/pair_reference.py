@@ -1,6 +1,5 @@
 """The reference side of the tests against PAIR's ``saliency`` package: its
-``call_model_function``, written plainly with a ``GradientTape``. Import it after
-``pytest.importorskip("saliency.core")``."""
+``call_model_function``, written plainly with a ``GradientTape``."""
 
 import tensorflow as tf
 from saliency import core as saliency_core

@@ -1,17 +1,15 @@
 """Blur IG against PAIR's ``saliency.core.BlurIG`` and against its own definition."""
 
+import keras
 import numpy as np
 import pytest
+import saliency.core as saliency_core
 import scipy.ndimage
+import tensorflow as tf
+from methods.pair_reference import pair_gradients
 
 import saliency_kit as sk
 from saliency_kit.methods.blur_ig import gaussian_matrix
-
-keras = pytest.importorskip("keras")
-tf = pytest.importorskip("tensorflow")
-saliency_core = pytest.importorskip("saliency.core")
-
-from methods.pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
 
 
 def tiny_model(dtype="float64", size=12, classes=3):

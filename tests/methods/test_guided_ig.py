@@ -1,15 +1,12 @@
 """Guided IG against PAIR's ``saliency.core.GuidedIG`` and its integrated-gradients limit."""
 
+import keras
 import numpy as np
 import pytest
+import saliency.core as saliency_core
+from methods.pair_reference import pair_gradients
 
 import saliency_kit as sk
-
-keras = pytest.importorskip("keras")
-tf = pytest.importorskip("tensorflow")
-saliency_core = pytest.importorskip("saliency.core")
-
-from methods.pair_reference import pair_gradients  # noqa: E402  (after the importorskip above)
 
 
 def tiny_model(dtype="float64"):
