@@ -1,8 +1,9 @@
 """Shared by the tests: the one table of small settings every method runs with wherever a test
 runs many methods (the engine's shared-properties table, model kinds, target kinds, mixed and half
 precision), and the engine's seeded draws reproduced from their documented keys with TensorFlow's
-stateless generators directly (not through saliency_kit)."""
+stateless generators directly (not through saliency_kit); and a layer that counts forward passes."""
 
+import keras
 import numpy as np
 
 # Small settings for the methods that take many evaluations (any method not listed runs with its
@@ -61,3 +62,14 @@ def uniform_draws(seed: int, key, count: int, samples, shape, dtype="float32") -
         return [-1 - seed, s] if key is None else [seed, -1 - (key * count + s)]
 
     return np.stack([tf.random.stateless_uniform(shape, seed=seed_of(s), dtype=dtype).numpy() for s in samples])
+
+
+class ForwardCounter(keras.layers.Layer):
+    """Identity that counts how many times the forward pass runs (at run time, not trace time)."""
+
+    def build(self, input_shape):
+        self.runs = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype="int64")
+
+    def call(self, x):
+        self.runs.assign_add(1)
+        return x

@@ -4,19 +4,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import ForwardCounter
 
 import saliency_kit as sk
-
-
-class ForwardCounter(keras.layers.Layer):
-    """Identity that counts how many times the forward pass runs (at run time, not trace time)."""
-
-    def build(self, input_shape):
-        self.runs = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype="int64")
-
-    def call(self, x):
-        self.runs.assign_add(1)
-        return x
 
 
 @pytest.fixture(scope="module")

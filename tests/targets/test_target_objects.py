@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from method_support import input_methods, small_options
+from method_support import ForwardCounter, input_methods, small_options
 
 import saliency_kit as sk
 from saliency_kit import engine
@@ -385,23 +385,9 @@ def test_new_masks_and_boxes_reuse_the_compiled_kernel():
     assert engine.trace_count() == traces
 
 
-class CountingForwardPasses(keras.layers.Layer):
-    """The identity, counting how many times a compiled forward pass runs through it."""
-
-    def build(self, input_shape):
-        self.runs = self.add_weight(shape=(), initializer="zeros", trainable=False, name="runs")
-
-    def call(self, x):
-        self.runs.assign_add(1.0)
-        return x
-
-    def compute_output_spec(self, x):
-        return keras.KerasTensor(x.shape, x.dtype)
-
-
 @pytest.mark.parametrize("kind", ["box", "region"])
 def test_k_boxes_or_regions_of_one_image_share_its_forward_pass(kind):
-    counter = CountingForwardPasses()
+    counter = ForwardCounter()
     inner = conv_detector() if kind == "box" else segmenter()
     inputs = keras.Input((H, W, 3))
     model = keras.Model(inputs, inner(counter(inputs)))
