@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from .core import LinearPart, LinearRule
-from .rules import Pass
 
 __all__ = [
     "DELTA_EPSILON",
@@ -53,20 +52,16 @@ def rule_gate(rule: LinearRule, part: LinearPart, x, z, to_relevance: bool, nonn
 
 
 def pass_gate(rule, x, y, to_relevance: bool, family=None):
-    """``y`` unchanged; relevance passes from ``y`` to ``x`` by ``rule.gradient(x, y, dy)`` (in
-    gradient form), or unchanged when ``to_relevance``. ``family``: the ReLU family ``y = f(x)``
-    is, when it is one; for a plain ReLU ``Pass``'s ``dy · f(x) / x`` is exactly its derivative
-    (``x / x = 1``), taken in one pass by TensorFlow's fused kernel."""
-    plain_relu = family is not None and family.is_plain and type(rule) is Pass
+    """``y`` unchanged; relevance passes from ``y`` to ``x`` by ``rule.gradient(x, y, dy, family)``
+    (in gradient form; ``family``: the ReLU family ``y = f(x)`` is, when it is one), or unchanged
+    when ``to_relevance``."""
 
     @tf.custom_gradient
     def gate(x, y):
         def backward(dy):
             if to_relevance:
                 return dy, None
-            if plain_relu:
-                return family.backward(x, dy), None
-            return rule.gradient(x, y, dy), None
+            return rule.gradient(x, y, dy, family), None
 
         return tf.identity(y), backward
 
