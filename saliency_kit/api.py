@@ -84,6 +84,7 @@ def explain(
     channels_axis: int | None = None,
     attribute_to: Any = None,
     baseline_token: int = 0,
+    with_scores: bool = True,
     **options: Any,
 ) -> Explanation:
     """Explain ``model``'s scores for ``inputs`` with ``method``.
@@ -130,6 +131,11 @@ def explain(
             ``method="conductance"``, the layer whose conductance is wanted.
         baseline_token: the token id whose embedding is the baseline of token inputs (IG,
             DeepLIFT) and occlusion's replacement; default 0, the padding id.
+        with_scores: ``False`` leaves ``Explanation.scores`` ``None``: the methods that do not
+            meet the targets' scores on their way (SmoothGrad, Guided IG, Blur IG, expected
+            gradients, XRAI, RISE) then skip the batched forward pass that computes them: for
+            SmoothGrad with S samples, a forward pass of B rows beside its S·B rows' forward and
+            backward passes.
         **options: the method's options (``saliency_kit.methods.get(m).options``).
 
     Returns:
@@ -162,11 +168,29 @@ def explain(
                 channels_axis=channels_axis,
                 attribute_to=attribute_to,
                 baseline_token=baseline_token,
+                with_scores=_flag("with_scores", with_scores),
                 options=options,
             )
         return _explain_input(
-            model, inputs, chosen, method, targets, score, batch_size, class_names, input_keys, channels_axis, options
+            model,
+            inputs,
+            chosen,
+            method,
+            targets,
+            score,
+            batch_size,
+            class_names,
+            input_keys,
+            channels_axis,
+            _flag("with_scores", with_scores),
+            options,
         )
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; received {value!r}.")
+    return bool(value)
 
 
 def _explain_input(
@@ -180,6 +204,7 @@ def _explain_input(
     class_names: Sequence[str] | None,
     input_keys: Any,
     channels_axis: int | None,
+    with_scores: bool,
     options: dict,
 ) -> Explanation:
     """:func:`explain` of a model's one float input."""
@@ -210,9 +235,10 @@ def _explain_input(
         layer_axis=layer_axis,
         target=selection.target,
         payload=selection.payload,
+        with_scores=with_scores,
     )
     attributions = out.pop("attributions")
-    scores = out.pop("scores")
+    scores = out.pop("scores", None)
     if chosen.warn_zero:
         _warn_zero_maps(attributions, resolved, method)
     return Explanation(

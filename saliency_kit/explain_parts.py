@@ -43,6 +43,7 @@ def explain_parts(
     channels_axis: int | None,
     attribute_to: Any,
     baseline_token: int,
+    with_scores: bool,
     options: dict,
 ) -> Explanation:
     """:func:`saliency_kit.explain` for parts (see the module); its arguments, checked here."""
@@ -115,6 +116,7 @@ def explain_parts(
             payload=selection.payload,
             space=space,
             held=parts.held,
+            with_scores=with_scores,
         )
         recorded = values
         attributions = out.pop("attributions")
@@ -144,7 +146,7 @@ def explain_parts(
         attributions=attributions_out,
         maps=maps_out,
         targets=selection.columns,
-        scores=out["scores"],
+        scores=out.get("scores"),
         method=chosen.name,
         options={**recorded_options(given, recorded), "score": differentiated_score(model, score, score_fn)},
         layer=recorded.get("layer") if chosen.cam or "layer" in chosen.defaults else None,

@@ -27,7 +27,8 @@ class Explanation:
         targets: int64 ``[B, K]``, the column each attribution explains: its class (of a
             classifier, a region or a box), its ``score_fn`` column, its component of an
             ``output`` head, or its ``unit`` index (flat for a tuple index).
-        scores: ``[B, K]``, the score of each target on the input as given (logits by default).
+        scores: ``[B, K]``, the score of each target on the input as given (logits by default);
+            None when ``explain`` was called ``with_scores=False``.
         method: the method's name.
         options: every option of the method, defaults filled in (and a drawn ``seed`` recorded),
             and ``"score"``: what was differentiated (``"logits"`` or ``"output"``; ``"output"``
@@ -57,7 +58,7 @@ class Explanation:
     attributions: np.ndarray
     maps: np.ndarray
     targets: np.ndarray
-    scores: np.ndarray
+    scores: np.ndarray | None
     method: str
     options: dict = field(default_factory=dict)
     layer: str | None = None

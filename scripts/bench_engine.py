@@ -19,7 +19,9 @@ Then each row that has a floor from its arithmetic (``bench_floors``, also ``--f
 ``--lrp-only``: its LRP and DeepLIFT rows), with that floor: LRP ``epsilon`` ≤ 1.15,
 ``epsilon_plus_flat`` and ``epsilon_gamma_box`` ≤ 1.5, DeepLIFT ≤ 1.15, Guided IG ≤ 1.2 per step,
 Grad-CAM ≤ 0.46, and SmoothGrad with S samples and integrated gradients with S steps ≤ 1.05 of
-one plain compiled forward+backward over the S·B rows they form. Each round gives every row its
+one plain compiled forward+backward over the S·B rows they form (SmoothGrad ``with_scores=False``:
+the clean scores are a forward pass of B more rows, F/S of the plain pass, which integrated
+gradients gets free at its path's end). Each round gives every row its
 own ratio (its time over the baseline's in that round); a row whose rounds disagree by more than
 5% is marked, and the script then says the machine was too noisy to tell. The LRP and DeepLIFT
 rows also show what their convolutions alone cost, from the plain forward pass timed in the same
@@ -327,8 +329,8 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         rows += [
             (f"guided_ig, {steps} steps (per step)", explain("guided_ig", steps=steps), batch, steps, 1.2),
             (
-                f"smoothgrad, {samples} samples / plain over {samples}·B rows",
-                explain("smoothgrad", samples * batch, samples=samples, seed=0),
+                f"smoothgrad, {samples} samples, with_scores=False / plain over {samples}·B rows",
+                explain("smoothgrad", samples * batch, samples=samples, seed=0, with_scores=False),
                 samples * batch,
                 1,
                 1.05,

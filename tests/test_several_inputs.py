@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from method_support import small_options
+from method_support import ForwardCounter, small_options
 
 import saliency_kit as sk
 
@@ -297,3 +297,23 @@ def test_attribute_to_a_shared_layer_or_an_unknown_name_is_refused(models):
         sk.explain(model, inputs_of(model), "gradient", attribute_to="no_such_layer")
     with pytest.raises(ValueError, match="attribute_to=LAYER takes"):
         sk.explain(model, inputs_of(model), "occlusion", attribute_to="difference")
+
+
+def test_smoothgrad_without_scores_runs_the_model_once(models):
+    """SmoothGrad never evaluates the clean inputs; ``with_scores=False`` skips the pass that
+    would, and leaves the attributions of every input as they were."""
+    image, meta = keras.Input((8, 8, 3), name="image"), keras.Input((5,), name="meta")
+    counter = ForwardCounter(name="counter")
+    model = keras.Model([image, meta], models["image_meta"]([counter(image), meta]))
+    x = inputs_of(model)
+    runs = []
+    for with_scores in (True, False):
+        before = int(counter.runs.numpy())
+        e = sk.explain(model, x, "smoothgrad", [0, 1, 2], samples=4, seed=1, batch_size=64, with_scores=with_scores)
+        runs.append((int(counter.runs.numpy()) - before, e))
+    (scored_runs, scored), (bare_runs, bare) = runs
+    assert (scored_runs, bare_runs) == (2, 1)
+    assert bare.scores is None
+    np.testing.assert_allclose(scored.scores[:, 0], tf.gather(model(x), [0, 1, 2], batch_dims=1).numpy(), atol=1e-5)
+    for got, want in zip(bare.attributions, scored.attributions):
+        np.testing.assert_array_equal(got, want)

@@ -114,6 +114,7 @@ def run(
     payload: Any = None,
     space: Any = None,
     held: Any = None,
+    with_scores: bool = True,
 ) -> dict:
     """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
 
@@ -139,6 +140,8 @@ def run(
         space, held: for a request that is not one model input (several inputs, an embedding, an
             inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
             in, and every model input ``[B, ...]`` (graph order) the rows carry with them.
+        with_scores: ``False``: no ``"scores"`` in the results, and no forward pass of their own
+            for a method whose kernel does not compute them on the way.
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
@@ -221,7 +224,9 @@ def run(
                 if name not in results:
                     results[name] = np.zeros((B, K, *value.shape[2:]), np.float32)
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
-    if "scores" not in results and target is not None:  # one batched forward pass with the payload
+    if not with_scores:
+        results.pop("scores", None)
+    elif "scores" not in results and target is not None:  # one batched forward pass with the payload
         results["scores"] = run(
             _clean_scores,
             model,
@@ -236,7 +241,7 @@ def run(
             space=space,
             held=held,
         )["attributions"]
-    if "scores" not in results:  # the method took no gradient at the inputs themselves
+    if with_scores and "scores" not in results:  # the method took no gradient at the inputs themselves
         if score_vectors is None:
             at = inputs if space is None else list(held)
             score_vectors = all_scores(model, at, score=score, score_fn=score_fn, batch_size=batch_size)

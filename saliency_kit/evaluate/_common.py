@@ -113,6 +113,7 @@ class Scored:
             score=self.score,
             batch_size=self.batch_size,
             input_keys=keys,
+            with_scores=False,
             **self.options,
         )
         return _element_view(
@@ -293,7 +294,16 @@ def prepare(
 
     if isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
         seed_noise(explanation_or_method, method_options, seed)
-        expl = explain(model, x, explanation_or_method, targets, score=score, batch_size=batch_size, **method_options)
+        expl = explain(
+            model,
+            x,
+            explanation_or_method,
+            targets,
+            score=score,
+            batch_size=batch_size,
+            with_scores=False,
+            **method_options,
+        )
         elements = _element_view(
             np.asarray(expl.attributions, dtype=np.float64), x, channel_axis, "explanation.attributions"
         )

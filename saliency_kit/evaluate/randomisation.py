@@ -228,7 +228,7 @@ def _quantus_mode(
     def attributions(clone: Any, fixed_targets: Any) -> tuple[np.ndarray, np.ndarray]:
         """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
         if not smooth:
-            expl = explain(clone, x, method, fixed_targets, **method_options)
+            expl = explain(clone, x, method, fixed_targets, with_scores=False, **method_options)
             return np.asarray(expl.attributions, np.float64), expl.targets
         expl = explain(
             clone,
@@ -236,6 +236,7 @@ def _quantus_mode(
             method,
             np.repeat(np.asarray(fixed_targets), nr_samples, axis=0),
             input_keys=keys,
+            with_scores=False,
             **method_options,
         )
         values = np.asarray(expl.attributions, np.float64)

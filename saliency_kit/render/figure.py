@@ -270,8 +270,10 @@ def grid(
                     mark=mark,
                 )
                 target = int(np.asarray(e.targets)[i, k])
-                score = float(np.asarray(e.scores)[i, k])
-                value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
+                value = ""  # an explanation made with_scores=False has none
+                if getattr(e, "scores", None) is not None:
+                    score = float(np.asarray(e.scores)[i, k])
+                    value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
                 label = fit_text(_class_label(class_names, target), panel_inches, _TITLE_POINTS)
                 ax.set_title(f"{label}\n{value}", fontsize=_TITLE_POINTS, pad=3)
                 if headed:
@@ -287,7 +289,8 @@ def _first_inputs(e, n: int):
 
     if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e) or isinstance(e, type):
         return e
-    rows = {name: getattr(e, name)[:n] for name in ("attributions", "maps", "targets", "scores")}
+    names = ("attributions", "maps", "targets", "scores")
+    rows = {name: getattr(e, name)[:n] for name in names if getattr(e, name) is not None}
     return dataclasses.replace(e, **rows)
 
 

@@ -76,8 +76,10 @@ def _scale_bar(fig, axes, sign: str, cmap, scale: float, label: str) -> None:
 def _figure_heading(explanation, index: int, k: int, class_names) -> str:
     target = int(np.asarray(explanation.targets)[index, k])
     name = str(class_names[target]) if class_names is not None and 0 <= target < len(class_names) else f"class {target}"
-    score = float(np.asarray(explanation.scores)[index, k])
-    return f"{method_title(explanation.method)} \u00b7 input {index} \u00b7 {name} \u00b7 score {score:.3g}"
+    heading = f"{method_title(explanation.method)} \u00b7 input {index} \u00b7 {name}"
+    if getattr(explanation, "scores", None) is None:  # made with_scores=False
+        return heading
+    return f"{heading} \u00b7 score {float(np.asarray(explanation.scores)[index, k]):.3g}"
 
 
 def _sign_and_colormap(sign, cmap, clip_percentile, explanation, values):

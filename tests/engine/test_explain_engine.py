@@ -113,6 +113,36 @@ def test_compiled_once_and_reused(cnn, method, options):
     assert engine.trace_count() == traces
 
 
+@pytest.mark.parametrize("method, options", CASES, ids=IDS)
+def test_without_scores_the_same_attributions_and_no_pass_for_them(cnn, method, options):
+    model, x = cnn
+    targets = [[0, 3], [1, 2], [3, 1]]
+    calls = engine.call_count()
+    scored = sk.explain(model, x, method, targets, **options)
+    with_scores = engine.call_count() - calls
+    calls = engine.call_count()
+    bare = sk.explain(model, x, method, targets, with_scores=False, **options)
+    without = engine.call_count() - calls
+    assert bare.scores is None and scored.scores.shape == (3, 2)
+    np.testing.assert_array_equal(bare.attributions, scored.attributions)
+    np.testing.assert_array_equal(bare.maps, scored.maps)
+    # a kernel that meets the scores on its way gives them in its own call; the others needed one more
+    assert without == with_scores - (0 if _scores_on_the_way(method, options) else 1)
+
+
+def _scores_on_the_way(method, options):
+    """Whether the method's kernel evaluates the target scores at the inputs themselves."""
+    base = options.get("base")
+    noisy_or_pathed = ("smoothgrad", "squaregrad", "vargrad", "guided_ig", "blur_ig", "expected_gradients", "xrai")
+    return method not in noisy_or_pathed + ("rise",) and base is None
+
+
+def test_with_scores_must_be_a_flag(cnn):
+    model, x = cnn
+    with pytest.raises(TypeError, match="with_scores must be True or False; received 'no'"):
+        sk.explain(model, x, "gradient", 0, with_scores="no")
+
+
 def test_no_retracing_for_a_new_batch_size_of_the_same_chunking(cnn):
     model, x = cnn
     big = np.concatenate([x, x, x])  # 9 inputs

@@ -1,6 +1,7 @@
 """sk.render: scaling, colours, overlays, grids and atomic PNG files, checked against hand-made
 expectations (the colormap applied by hand, Pillow's own resize, explicit blends)."""
 
+import io
 import os
 
 import matplotlib
@@ -444,3 +445,17 @@ def test_grid_takes_any_object_with_maps_targets_scores_and_method():
     )
     fig = render.grid([row], rng.integers(0, 256, (1, 16, 24, 3), dtype=np.uint8), ["a", "b"])
     assert len(_panels(fig)) == 3 and [ax.get_title() for ax in fig.axes if ax.axison][1:] == ["a\n1", "b\n0.5"]
+
+
+def test_an_explanation_made_without_scores_is_titled_by_its_class_alone(tmp_path):
+    seq = explanation(
+        "gradient", np.random.default_rng(2).normal(size=(3, 1, 40)), [[0], [1], [0]], [[1.0], [2.0], [3.0]]
+    )
+    seq.attributions, seq.scores = np.zeros((3, 1, 40, 4), np.float32), None
+    originals = np.random.default_rng(3).normal(size=(3, 40, 4))
+    fig = render.grid(seq, originals)
+    titles = [ax.get_title() for ax in fig.axes if ax.axison and ax.get_title().strip()]
+    assert titles == ["class 0\n", "class 1\n", "class 0\n"]
+    render.save_png(fig, tmp_path / "no_scores.png")
+    first_two = Image.open(io.BytesIO(render.explanation_png(seq, originals, max_inputs=2)))
+    assert first_two.format == "PNG"

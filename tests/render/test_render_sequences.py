@@ -1,6 +1,7 @@
 """Pictures of time series, volumes and tokens: real figures and PNGs of the right size, colours read
 back from what was drawn, and token HTML that no input text can add markup to."""
 
+import dataclasses
 import io
 from html.parser import HTMLParser
 
@@ -259,3 +260,11 @@ def test_tokens_are_checked_in_one_line():
     )
     with pytest.raises(ValueError, match=r"tokens need maps \[B, K, T\]"):
         image_maps.with_tokens(["a"])
+
+
+def test_a_series_made_without_scores_is_headed_without_one(series_case):
+    x, _, ig = series_case
+    fig = sk.render.series(dataclasses.replace(ig, scores=None), x)
+    heading = fig._suptitle.get_text()
+    assert heading.startswith("Integrated Gradients · input 0 · class") and "score" not in heading
+    assert "score" in sk.render.series(ig, x)._suptitle.get_text()
