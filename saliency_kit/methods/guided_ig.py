@@ -21,7 +21,8 @@ With ``α_t = t / steps`` and the straight-line position ``x(α) = x′ + α (x 
 ``"lower"`` one over all features. Each of the K classes of an input follows its own path; all
 paths of a chunk run together in one compiled function, one forward and backward pass per step.
 The path bookkeeping runs in float64, as PAIR's; the steps and the data-dependent inner loop are
-``keras.ops.while_loop`` loops. Map: signed sum over the last axis.
+``keras.ops.while_loop`` loops. The quantile is a radix selection (:mod:`.selection`) in the
+gradients' own dtype, where their magnitudes are exact, not a sort. Map: signed sum over the last axis.
 
 Anchor: PAIR's ``saliency.core.GuidedIG`` (``guided_ig_impl``); same path and attributions. PAIR
 loops forever if no feature is left to move before the target is met (possible only through
@@ -42,6 +43,7 @@ import numpy as np
 
 from ._common import baseline_array
 from .base import Option, register
+from .selection import kth_smallest
 
 __all__ = ["guided_ig", "prepare"]
 
@@ -115,7 +117,8 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
                 EPSILON * ops.maximum(ops.abs(target), ops.abs(current)), EPSILON
             )
             magnitude = ops.where(ops.equal(z, high), inf, ops.abs(g))  # features at x(α_max) are done
-            threshold = ops.sort(ops.reshape(magnitude, [rows, -1]), axis=1)[:, quantile_index]
+            exact = ops.cast(ops.reshape(magnitude, [rows, -1]), x.dtype)  # |g| came in x's dtype
+            threshold = ops.cast(kth_smallest(exact, quantile_index), f64)
             chosen = (magnitude <= per_row(threshold)) & ops.isfinite(magnitude)
             room = flat_l1((z - high) * ops.cast(chosen, f64))
             gamma = ops.where(room > 0, (current - target) / ops.where(room > 0, room, 1.0), inf)
