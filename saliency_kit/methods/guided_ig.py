@@ -86,23 +86,28 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
     features = int(np.prod(shape))
     quantile_index = int(math.floor((features - 1) * fraction))  # NumPy's "lower" quantile
     f64 = "float64"
-    end = ops.cast(ops.reshape(ops.repeat(x[:, None], group, axis=1), [rows, *shape]), f64)
-    start = ops.broadcast_to(ops.cast(baseline, f64), [rows, *shape])
+    # The bookkeeping runs on rows of flat features, [rows, F]: TensorFlow's element-wise select
+    # is several times slower on rank-4 tensors than on rank-2 ones.
+    end = ops.cast(ops.reshape(ops.repeat(x[:, None], group, axis=1), [rows, features]), f64)
+    start = ops.reshape(ops.broadcast_to(ops.cast(baseline, f64), [rows, *shape]), [rows, features])
     span = end - start
     moving = ops.not_equal(span, 0.0)
     inf = ops.convert_to_tensor(np.inf, f64)
 
     def flat_l1(v):
-        return ops.sum(ops.abs(ops.reshape(v, [rows, -1])), axis=1)
+        return ops.sum(ops.abs(v), axis=1)
 
-    def per_row(v):  # [rows] -> [rows, 1, ..., 1]
-        return ops.reshape(v, [rows] + [1] * len(shape))
+    def per_row(v):  # [rows] -> [rows, 1]
+        return v[:, None]
 
     total = flat_l1(span)
+    safe_span = ops.where(moving, span, 1.0)
+    inf_x = ops.convert_to_tensor(np.inf, x.dtype)
 
     def step(t, z, attributions):
-        g = ctx.gradients_per_target(ops.reshape(ops.cast(z, x.dtype), [n, group, *shape]))
-        g = ops.cast(ops.reshape(g, [rows, *shape]), f64)
+        g = ops.reshape(ctx.gradients_per_target(ops.reshape(ops.cast(z, x.dtype), [n, group, *shape])), [rows, -1])
+        size = ops.abs(g)  # |g| in x's dtype, where the quantile is selected: exact there
+        g = ops.cast(g, f64)
         alpha = ops.cast(t + 1, f64) / steps
         alpha_min, alpha_max = ops.maximum(alpha - max_dist, 0.0), ops.minimum(alpha + max_dist, 1.0)
         low, high = start + span * alpha_min, start + span * alpha_max
@@ -110,23 +115,22 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
 
         def inner(active, z, attributions):
             old = z
-            position = ops.where(moving, (z - start) / ops.where(moving, span, 1.0), alpha_max)
-            z = ops.where(per_row(active) & (position < alpha_min), low, z)  # laggards catch up
+            lagging = moving & ((z - start) / safe_span < alpha_min)  # a fixed feature is never behind
+            z = ops.where(per_row(active) & lagging, low, z)  # laggards catch up
             current = flat_l1(z - end)
             met = ops.abs(target - current) <= ops.maximum(
                 EPSILON * ops.maximum(ops.abs(target), ops.abs(current)), EPSILON
             )
-            magnitude = ops.where(ops.equal(z, high), inf, ops.abs(g))  # features at x(α_max) are done
-            exact = ops.cast(ops.reshape(magnitude, [rows, -1]), x.dtype)  # |g| came in x's dtype
-            threshold = ops.cast(kth_smallest(exact, quantile_index), f64)
+            magnitude = ops.where(ops.equal(z, high), inf_x, size)  # features at x(α_max) are done
+            threshold = kth_smallest(magnitude, quantile_index)
             chosen = (magnitude <= per_row(threshold)) & ops.isfinite(magnitude)
             room = flat_l1((z - high) * ops.cast(chosen, f64))
             gamma = ops.where(room > 0, (current - target) / ops.where(room > 0, room, 1.0), inf)
             moves = active & ~met & (room > 0)
             jump = ops.where(per_row(gamma > 1.0), high, z + (high - z) * per_row(ops.minimum(gamma, 1.0)))
             z = ops.where(per_row(moves) & chosen, jump, z)
-            attributions = attributions + ops.where(per_row(active), (z - old) * g, 0.0)
-            return active & moves & (gamma > 1.0), z, attributions
+            # only active rows moved: elsewhere z - old is 0
+            return active & moves & (gamma > 1.0), z, attributions + (z - old) * g
 
         _, z, attributions = ops.while_loop(
             lambda active, z, a: ops.any(active), inner, (ops.ones([rows], "bool"), z, attributions)
@@ -136,6 +140,6 @@ def guided_ig(ctx, steps, baseline, fraction, max_dist):
     _, _, attributions = ops.while_loop(
         lambda t, z, a: t < steps,
         step,
-        (ops.convert_to_tensor(0, "int32"), start, ops.zeros([rows, *shape], f64)),
+        (ops.convert_to_tensor(0, "int32"), start, ops.zeros([rows, features], f64)),
     )
     return ops.reshape(attributions, [n, group, *shape])

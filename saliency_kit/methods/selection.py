@@ -3,17 +3,19 @@
 Guided IG picks, at every inner step of its path, the features whose gradient magnitude is at or
 below a quantile; a full sort of every row finds it in ``O(F log F)``. Non-negative IEEE floats
 order as their bit patterns read as integers do, so the k-th smallest is found digit by digit,
-most significant first: a histogram of the 16-bit digit among the values that share the digits
+most significant first: a histogram of the 11-bit digit among the values that share the digits
 chosen so far tells which digit the k-th value has and how many values lie below it. That is
-one pass over the row per 16 bits (two for float32), each a histogram (``bincount``), and the
-result is the very value a sort would put at position k.
+one pass over the row per 11 bits (three for float32), each a histogram (``bincount``) of 2048
+bins per row, and the result is the very value a sort would put at position k. (16-bit digits
+take fewer passes but a histogram 32 times larger, whose running sum then costs more: 11.7
+against 7.4 ms for 8 rows of 150,528 float32 values, 224² RGB images, on two cores.)
 """
 
 from __future__ import annotations
 
 __all__ = ["kth_smallest"]
 
-DIGIT = 16  # bits per pass
+DIGIT = 11  # bits per pass
 _INTEGERS = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
 
 
@@ -22,7 +24,7 @@ def kth_smallest(values, k: int):
     ``+inf``) -> ``[rows]``: each row's ``sort(row)[k]``, ``0 <= k < F``, in the values' dtype.
 
     Select in the narrowest dtype the values are exact in (float32 gradients cast to float64:
-    cast them back), since each 16 bits of width is one pass.
+    cast them back), since each 11 bits of width is one pass.
     """
     from keras import ops
 
@@ -37,11 +39,11 @@ def kth_smallest(values, k: int):
         bits = ops.cast(bits, "int32")
     width = {"float32": 32, "float64": 64}.get(dtype, 16)
     bins = 1 << DIGIT
-    offsets = ops.arange(rows, dtype="int32")[:, None] * bins  # row r's histogram is bins [r·2¹⁶, (r+1)·2¹⁶)
+    offsets = ops.arange(rows, dtype="int32")[:, None] * bins  # row r's histogram: bins [r·2048, (r+1)·2048)
     spill = rows * bins  # one more bin, for the values whose leading digits differ from the chosen ones
     prefix = ops.zeros([rows, 1], ops.dtype(bits))  # the digits chosen so far, in place
     below = ops.full([rows, 1], k, "int32")  # how many of the values still in play lie below the k-th
-    for shift in range(width - DIGIT, -1, -DIGIT):
+    for shift in range((width - 1) // DIGIT * DIGIT, -1, -DIGIT):  # the top digit may be narrower
         digit = ops.cast(ops.bitwise_and(ops.right_shift(bits, shift), bins - 1), "int32")
         index = offsets + digit
         if shift + DIGIT < width:
