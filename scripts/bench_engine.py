@@ -324,10 +324,17 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         "lrp, composite epsilon_plus_flat": lambda f, b: (2 * f + b) / (f + b),
         "lrp, composite epsilon_gamma_box": lambda f, b: (2 * f + 2 * b) / (f + b),
         "deeplift, baseline 0": lambda f, b: (batch + 1) / batch,
+        "gradcam": lambda f, b: f,
     }
     if not lrp_only:
         rows += [
-            (f"guided_ig, {steps} steps (per step)", explain("guided_ig", steps=steps), batch, steps, 1.2),
+            (
+                f"guided_ig, {steps} steps, with_scores=False (per step)",
+                explain("guided_ig", steps=steps, with_scores=False),
+                batch,
+                steps,
+                1.2,
+            ),
             (
                 f"smoothgrad, {samples} samples, with_scores=False / plain over {samples}·B rows",
                 explain("smoothgrad", samples * batch, samples=samples, seed=0, with_scores=False),
@@ -369,8 +376,11 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         print(
             "\n'its convolutions alone': what the row's convolutions cost over the plain pass's, from this "
             "run's forward F and backward B (epsilon: F + B; z⁺: 2F + B; γ: 2F + 2B; DeepLIFT: the batch "
-            "and one reference row, both ways); element-wise work comes on top. γ's two groups need a "
-            "transposed pass with w and one with w⁺, so its row cannot reach 1.5 where F ≈ B."
+            "and one reference row, both ways; Grad-CAM: F, its backward pass stopping at the last block); "
+            "element-wise work comes on top. γ's two groups need a transposed pass with w and one with w⁺, "
+            "so its row cannot reach 1.5 where F ≈ B. SmoothGrad and Guided IG run with_scores=False: the "
+            "clean scores would add a forward pass of the batch, F/S of SmoothGrad's plain pass and F/steps "
+            "per step of Guided IG's."
         )
     if reps < 2:
         print("\nOne round: the spread between rounds was not measured (--repeats 2 or more to tell noise).")
