@@ -43,7 +43,7 @@ class Parts:
     (graph order, the model's dtypes); ``kind``: how the inputs came (``"dict"``, ``"list"``,
     ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
     ``[B, *part.shape]``; ``layer_only``: ``attribute_to`` named one inner layer; ``tables``:
-    ``{embedding path: its table, or None}`` of the token parts, read once per request."""
+    ``{embedding path: its table (the variable, read row by row), or None}`` of the token parts."""
 
     names: list
     held: list

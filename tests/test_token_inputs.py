@@ -185,3 +185,16 @@ def test_integer_inputs_without_an_embedding_are_refused_with_what_to_do():
         sk.explain(model, np.ones((2, 4), "int32"), "gradient")
     with pytest.raises(ValueError, match="conductance attributes to an inner layer"):
         sk.explain(model, np.ones((2, 4), "float32"), "conductance")
+
+
+@pytest.mark.parametrize("bad", [V, -1])
+def test_token_ids_outside_the_vocabulary_are_refused_with_where(text, bad):
+    model, _, _, inputs = text
+    ids = inputs["token_ids"].copy()
+    ids[2, 3] = bad
+    with pytest.raises(
+        ValueError, match=rf"must lie in \[0, {V}\), its vocabulary; received {bad} at position \[2, 3\]"
+    ):
+        sk.explain(model, {**inputs, "token_ids": ids}, "gradient", 0)
+    with pytest.raises(ValueError, match="its vocabulary"):
+        sk.explain(model, inputs, "integrated_gradients", 0, baseline_token=V + 5)
