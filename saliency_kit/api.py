@@ -150,6 +150,7 @@ def explain(
         ValueError: unknown method or option, bad values — before any model evaluation.
     """
     chosen = methods.get(method)
+    with_scores = _flag("with_scores", with_scores)
     from .parts import structured
 
     with engine.one_call(model):
@@ -168,7 +169,7 @@ def explain(
                 channels_axis=channels_axis,
                 attribute_to=attribute_to,
                 baseline_token=baseline_token,
-                with_scores=_flag("with_scores", with_scores),
+                with_scores=with_scores,
                 options=options,
             )
         return _explain_input(
@@ -182,7 +183,7 @@ def explain(
             class_names,
             input_keys,
             channels_axis,
-            _flag("with_scores", with_scores),
+            with_scores,
             options,
         )
 

@@ -226,7 +226,9 @@ def run(
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
     if not with_scores:
         results.pop("scores", None)
-    elif "scores" not in results and target is not None:  # one batched forward pass with the payload
+    elif "scores" in results:  # the kernel met them on its way
+        pass
+    elif target is not None:  # one batched forward pass with the payload
         results["scores"] = run(
             _clean_scores,
             model,
@@ -241,7 +243,7 @@ def run(
             space=space,
             held=held,
         )["attributions"]
-    if with_scores and "scores" not in results:  # the method took no gradient at the inputs themselves
+    else:  # the method took no gradient at the inputs themselves
         if score_vectors is None:
             at = inputs if space is None else list(held)
             score_vectors = all_scores(model, at, score=score, score_fn=score_fn, batch_size=batch_size)

@@ -358,7 +358,8 @@ def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.n
     masks = _checked_masks("pointing_game", masks, maps.shape)
     hits = np.zeros(maps.shape[:2], dtype=bool)
     for b in range(maps.shape[0]):
+        shared = metrics.dilate(masks[b], tolerance) if masks.ndim == 3 else None  # one object per input
         for k in range(maps.shape[1]):
-            region = metrics.dilate(masks[b] if masks.ndim == 3 else masks[b, k], tolerance)
+            region = shared if shared is not None else metrics.dilate(masks[b, k], tolerance)
             hits[b, k] = metrics.points_at(maps[b, k], region)
     return hits
