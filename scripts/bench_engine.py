@@ -302,9 +302,13 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         return lambda: fn(inputs, labels).numpy()
 
     forward_fn, batch_inputs = plain_forward(model, shape, batch), tf.constant(x)
+    one_row_fn, one_input = plain_forward(model, shape, 1), tf.constant(x[:1])
 
     def forward():
         return forward_fn(batch_inputs).numpy()
+
+    def forward_one_row():
+        return one_row_fn(one_input).numpy()
 
     bounds = {"low": float(x.min()), "high": float(x.max())}
     #: (row, run, rows of its baseline, divided by, floor)
@@ -318,13 +322,13 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
     #: (B = plain forward+backward − F, measured in the same round), over F + B: ε runs the plain
     #: ones; z⁺ adds a forward with w⁺ (its transposed pass uses w⁺ instead of w); γ adds that
     #: forward and a second transposed pass (its two groups need w and w⁺); DeepLIFT runs the
-    #: batch and one reference row, both ways.
+    #: batch both ways and its reference, one row F₁, forward.
     convolutions = {
-        "lrp, composite epsilon": lambda f, b: 1.0,
-        "lrp, composite epsilon_plus_flat": lambda f, b: (2 * f + b) / (f + b),
-        "lrp, composite epsilon_gamma_box": lambda f, b: (2 * f + 2 * b) / (f + b),
-        "deeplift, baseline 0": lambda f, b: (batch + 1) / batch,
-        "gradcam": lambda f, b: f,
+        "lrp, composite epsilon": lambda f, b, f1: 1.0,
+        "lrp, composite epsilon_plus_flat": lambda f, b, f1: (2 * f + b) / (f + b),
+        "lrp, composite epsilon_gamma_box": lambda f, b, f1: (2 * f + 2 * b) / (f + b),
+        "deeplift, baseline 0": lambda f, b, f1: (f + b + f1) / (f + b),
+        "gradcam": lambda f, b, f1: f,
     }
     if not lrp_only:
         rows += [
@@ -353,15 +357,19 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         ]
     runs = {f"plain {n}": plain(n) for n in sorted({n for _, _, n, _, _ in rows})}
     runs["forward"] = forward
+    runs["forward, one row"] = forward_one_row
     runs.update({name: run for name, run, _, _, _ in rows})
     times = _round_times(runs, reps)
     f_share = min(times["forward"]) / min(times[f"plain {batch}"])  # F / (F + B)
+    one_row_share = min(times["forward, one row"]) / min(times[f"plain {batch}"])  # F₁ / (F + B)
     print(f"\nRows with a floor, same model and batch ({reps} rounds; ratio from each row's best round)\n")
     print("| measurement | seconds | ratio | floor | result | its convolutions alone | rounds' spread |")
     print("|---|---:|---:|---|---|---:|---:|")
     for n in sorted({n for _, _, n, _, _ in rows}):
         print(f"| plain compiled forward+backward, {n} rows | {min(times[f'plain {n}']):.3f} | 1.00 | – | – | – | – |")
     print(f"| plain compiled forward, {batch} rows | {min(times['forward']):.3f} | {f_share:.2f} | – | – | – | – |")
+    one_row = min(times["forward, one row"])
+    print(f"| plain compiled forward, 1 row | {one_row:.3f} | {one_row_share:.2f} | – | – | – | – |")
     noisy = []
     for name, _, n, per, floor in rows:
         ratios = [t / b / per for t, b in zip(times[name], times[f"plain {n}"])]
@@ -370,13 +378,13 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         if spread > NOISE:
             noisy.append(name)
         result = "PASS" if ratio <= floor else "MISS"
-        bound = f"{convolutions[name](f_share, 1 - f_share):.2f}" if name in convolutions else "–"
+        bound = f"{convolutions[name](f_share, 1 - f_share, one_row_share):.2f}" if name in convolutions else "–"
         print(f"| {name} | {min(times[name]):.3f} | {ratio:.3f} | ≤ {floor:.2f} | {result} | {bound} | {spread:.1%} |")
     if any(name in convolutions for name, *_ in rows):
         print(
             "\n'its convolutions alone': what the row's convolutions cost over the plain pass's, from this "
-            "run's forward F and backward B (epsilon: F + B; z⁺: 2F + B; γ: 2F + 2B; DeepLIFT: the batch "
-            "and one reference row, both ways; Grad-CAM: F, its backward pass stopping at the last block); "
+            "run's forward F and backward B (epsilon: F + B; z⁺: 2F + B; γ: 2F + 2B; DeepLIFT: F + B and "
+            "its reference's forward alone, one row, F₁; Grad-CAM: F, its backward pass stopping at the last block); "
             "element-wise work comes on top. γ's two groups need a transposed pass with w and one with w⁺, "
             "so its row cannot reach 1.5 where F ≈ B. SmoothGrad and Guided IG run with_scores=False: the "
             "clean scores would add a forward pass of the batch, F/S of SmoothGrad's plain pass and F/steps "

@@ -154,11 +154,12 @@ class Context:
         ``(scores [n, K], reference scores [n, K], gradients [n, K, *input])`` at the inputs,
         ``reference`` one input's shape (shared by every row).
 
-        The rows are the inputs and then the reference, once: ``n + 1`` rows through the model,
-        traced within ``shared()`` (a context manager through which the rule's backward reads
-        that layout); the reference's outputs are broadcast to every row's target. When other
-        model inputs are held at each row's own values, the reference differs per row: each
-        input is paired with its own, rows ``[x_0, x₀_0, x_1, x₀_1, ...]`` (:meth:`gradients`).
+        ``shared()`` makes the rule's reference context (``record()``, ``replay()``): the
+        reference runs through the model alone, one row, within ``record()``; then the inputs,
+        differentiated, within ``replay()``, the rule's backward reading them against what the
+        reference left. Its outputs are broadcast to every row's target. When other model inputs
+        are held at each row's own values, the reference differs per row: each input is paired
+        with its own, rows ``[x_0, x₀_0, x_1, x₀_1, ...]`` (:meth:`gradients`).
         """
         x, selection = self.inputs, self.selection
         reference = tf.cast(reference, x.dtype)
@@ -166,17 +167,18 @@ class Context:
             pairs = tf.stack([x, reference + tf.zeros_like(x)], axis=1)
             scores, grads = self.gradients(pairs, rule=rule, with_scores=True)
             return scores[:, 0], scores[:, 1], grads[:, 0]
-        n = x.shape[0]
-        rows = tf.concat([x, tf.reshape(reference, [1, *self.shape])], 0)
-        with shared(), tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
-            tape.watch(rows)
-            outputs = selection.outputs(self._views(rule), rows)  # each leaf [n + 1, ...]
-            scores = selection.score_outputs(tf.nest.map_structure(lambda t: t[:n], outputs))
-            if scores.dtype != rows.dtype:
-                scores = tf.cast(scores, rows.dtype)
-            padded = tf.concat([scores, tf.zeros_like(scores[:1])], 0)  # the reference row's score: none
-            grads = differentiate(tape, padded, rows, self._vectorise)[:n]
-        at_reference = tf.nest.map_structure(lambda t: tf.broadcast_to(t[n:], tf.shape(t[:n])), outputs)
+        n, view, context = x.shape[0], self._views(rule), shared()
+        with context.record():
+            at_reference = selection.outputs(view, tf.reshape(reference, [1, *self.shape]))  # each leaf [1, ...]
+        with context.replay(), tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
+            tape.watch(x)
+            scores = selection.score_outputs(selection.outputs(view, x))
+            if scores.dtype != x.dtype:
+                scores = tf.cast(scores, x.dtype)
+            grads = differentiate(tape, scores, x, self._vectorise)
+        at_reference = tf.nest.map_structure(
+            lambda t: tf.broadcast_to(t, tf.concat([[n], tf.shape(t)[1:]], 0)), at_reference
+        )
         reference_scores = tf.cast(selection.score_outputs(at_reference), tf.float32)
         scores = tf.cast(scores, tf.float32)
         if self._top:

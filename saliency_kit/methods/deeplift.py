@@ -6,8 +6,8 @@ activation passes ``(f(x) − f(x′)) / (x − x′)``, max pooling Captum's ru
 weights. Summation to delta: ``Σ a = s(x) − s(x′)``; ``completeness_gap`` reports
 ``Σ a − (s(x) − s(x′))``. Map: signed sum over the last axis.
 
-The baseline is one input, so it runs through the model once per call, beside the inputs
-(``n + 1`` rows; ``ctx.gradients_against``). When the model's other inputs are held at each
+The baseline is one input, so it runs through the model once per call, on its own: one row
+forward, no backward (``ctx.gradients_against``). When the model's other inputs are held at each
 row's own values (a request explaining some of several inputs), every input is paired with its
 own reference instead (``2n`` rows).
 """
@@ -41,12 +41,12 @@ def deeplift(ctx, baseline):
     from keras import ops
 
     from ..propagation.deeplift import DeepLiftRewrite
-    from ..propagation.gates import shared_reference
+    from ..propagation.gates import SharedReference
 
     x = ctx.inputs
     reference = ops.broadcast_to(ops.cast(baseline, x.dtype), x.shape[1:])  # one input, shared by every row
     scores, reference_scores, multipliers = ctx.gradients_against(
-        reference, rule=DeepLiftRewrite(), shared=shared_reference
+        reference, rule=DeepLiftRewrite(), shared=SharedReference
     )  # [n, K], [n, K], [n, K, *input]
     attributions = (x - reference)[:, None] * multipliers
     total = ops.sum(ops.reshape(ops.cast(attributions, "float64"), [*attributions.shape[:2], -1]), axis=-1)

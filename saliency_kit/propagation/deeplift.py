@@ -4,9 +4,10 @@
 batch, ``[x_0, x₀_0, x_1, x₀_1, ...]`` (``2B`` rows: rows ``2i`` and ``2i + 1`` are a pair), and
 computes the same outputs as ``model`` on each row. Its backward pass gives, in the even rows,
 DeepLIFT's *multipliers* ``m`` (odd rows: zero); the attributions are ``(x − x₀) ⊙ m`` and sum to
-``s(x) − s(x₀)`` (summation to delta). Traced within
-:func:`~saliency_kit.propagation.gates.shared_reference`, it takes instead the inputs followed by
-one baseline row they all share (``B + 1`` rows), as the engine runs it.
+``s(x) − s(x₀)`` (summation to delta). Within a
+:class:`~saliency_kit.propagation.gates.SharedReference`, as the engine runs it, one baseline row
+shared by every input runs through it first, on its own, and then the inputs alone (``B`` rows),
+their gates reading the baseline's values back: the baseline costs one row forward, no backward.
 
 - Linear layers (Dense, convolutions, BatchNorm at inference, average pooling, Add, Subtract,
   Concatenate, padding, reshaping): the plain gradient, which for a linear map is its multiplier.
@@ -62,14 +63,14 @@ class DeepLiftLayer(WrapperLayer):
     def call(self, x, training=None, mask=None):
         if self.kind == "max_pooling":
             pool = self.inner.call
-            return maxpool_gate(pool, x, pool(x))
+            return maxpool_gate(pool, x, pool(x), site=self)
         if self.kind == "relu":
-            return rescale_gate(self.family, x, self.family.forward(x))
+            return rescale_gate(self.family, x, site=self)
         z = x
         for part in linear_parts(self.inner):
             z = part.apply(z, part.kernels, part.bias)
         if self.family is not None:
-            return rescale_gate(self.family, z, self.family.forward(z))
+            return rescale_gate(self.family, z, site=self)
         return z
 
 

@@ -3,15 +3,17 @@ gradient by a propagation rule's.
 
 * LRP: :func:`rule_gate` (a linear part with a :class:`~saliency_kit.propagation.core.LinearRule`)
   and :func:`pass_gate` (an element-wise activation with ``Pass``).
-* DeepLIFT: :func:`rescale_gate` and :func:`maxpool_gate`, whose rows are inputs and references,
-  interleaved in pairs or (:func:`shared_reference`) the inputs followed by one shared reference
-  row; :func:`halves` and :func:`interleave` read and write that layout.
+* DeepLIFT: :func:`rescale_gate` and :func:`maxpool_gate`, whose rows are inputs and references
+  interleaved in pairs (:func:`halves` and :func:`interleave` read and write that layout), or,
+  within a :class:`SharedReference`, the inputs alone, read against one reference row that ran
+  through the model before them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Iterator
 
 import tensorflow as tf
@@ -22,6 +24,7 @@ __all__ = [
     "DELTA_EPSILON",
     "halves",
     "interleave",
+    "SharedReference",
     "maxpool_gate",
     "pass_gate",
     "rescale_gate",
@@ -68,101 +71,205 @@ def pass_gate(rule, x, y, to_relevance: bool, family=None):
     return gate(x, y)
 
 
-#: Whether the rows a reference rule's gates see are ``[x_0, …, x_{n−1}, x₀]``: every input
-#: against one reference row, last (:func:`shared_reference`), instead of interleaved pairs.
-_SHARED = contextvars.ContextVar("saliency_kit_shared_reference", default=False)
+_REFERENCE: contextvars.ContextVar[SharedReference | None] = contextvars.ContextVar(
+    "saliency_kit_shared_reference", default=None
+)
 
 
-@contextlib.contextmanager
-def shared_reference() -> Iterator[None]:
-    """Within (while a backward pass is traced): the DeepLIFT gates read their rows as the inputs
-    followed by one reference row they all share, so the reference runs through the model once
-    for the whole batch (``n + 1`` rows instead of ``2n``)."""
-    token = _SHARED.set(True)
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+class SharedReference:
+    """One reference row shared by every input, run through the rewritten model on its own.
+
+    Within :meth:`record` (the reference's pass, one row) each DeepLIFT gate saves the values it
+    sees; within :meth:`replay` (the inputs' pass, ``n`` rows) it reads them back, by the layer
+    that called it and the order of its calls, and its backward reads every row against them.
+    The reference so costs one row forward and no backward, and the inputs' convolutions run on
+    ``n`` rows, not ``n + 1`` (which on a few cores costs a whole extra share of the batch).
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict = {}  # calling layer -> the values its calls saw, in order; lives one trace
+        self._read: dict = {}
+        self._replaying = False
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the inputs' pass is running (else the reference's)."""
+        return self._replaying
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[None]:
+        """Within: the gates save the reference's values (the model runs on the reference row)."""
+        token = _REFERENCE.set(self)
+        try:
+            yield
+        finally:
+            _REFERENCE.reset(token)
+
+    @contextlib.contextmanager
+    def replay(self) -> Iterator[None]:
+        """Within: the gates read the reference's values back (the model runs on the inputs).
+        ``RuntimeError`` if the two passes did not call the same gates the same number of times."""
+        self._replaying = True
+        token = _REFERENCE.set(self)
+        try:
+            yield
+        finally:
+            _REFERENCE.reset(token)
+        unread = {site: len(values) - self._read.get(site, 0) for site, values in self._saved.items()}
+        if any(unread.values()):
+            raise RuntimeError(
+                "the rewritten model ran differently on the reference than on the inputs: "
+                f"{', '.join(_named(site) for site, left in unread.items() if left)} "
+                "saw the reference more often; a shared reference needs the same layers called in the same order."
+            )
+
+    def exchange(self, site, *values):
+        """Recording: save ``values`` (one row each) for ``site`` and return ``None``. Replaying:
+        the reference's values at this call of ``site`` (``[1, ...]``, broadcasting against ``values``)."""
+        calls = self._saved.setdefault(site, [])
+        if not self._replaying:
+            calls.append(tuple(tf.stop_gradient(v) for v in values))
+            return None
+        index = self._read.get(site, 0)
+        if index >= len(calls):
+            raise RuntimeError(
+                f"the rewritten model called {_named(site)} on the inputs more often than on "
+                "the reference; a shared reference needs the same layers called in the same order."
+            )
+        self._read[site] = index + 1
+        saved = calls[index]
+        for value, reference in zip(values, saved):
+            if value is not None and value.shape[1:] != reference.shape[1:]:
+                raise RuntimeError(
+                    f"{_named(site)} saw {tuple(reference.shape[1:])} per row on the reference "
+                    f"and {tuple(value.shape[1:])} on the inputs; a shared reference needs the same shapes."
+                )
+        return saved
+
+
+def _named(site) -> str:
+    return repr(getattr(site, "name", site))
+
+
+def shared_reference() -> SharedReference | None:
+    """The :class:`SharedReference` the gates are traced within, or ``None`` (rows interleaved)."""
+    return _REFERENCE.get()
 
 
 def halves(t):
-    """``(inputs, baselines)``: the even and the odd rows of ``t``; with a shared reference
-    (:func:`shared_reference`), the rows but the last, and the last as one row ``[1, ...]``
-    (it broadcasts against them in every elementwise step, never materialised per row)."""
-    if _SHARED.get():
-        return t[:-1], t[-1:]
+    """``(inputs, baselines)``: the even and the odd rows of ``t`` (rows interleaved in pairs)."""
     pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
     return pairs[:, 0], pairs[:, 1]
 
 
 def interleave(first, second):
-    """Rows ``[first_0, second_0, first_1, ...]``; with a shared reference, ``first`` and one
-    zero row (``second`` is the baselines' backward, zero in every gate: the reference's own
-    gradient is never read)."""
-    if _SHARED.get():
-        return tf.concat([first, tf.zeros_like(first[:1])], 0)
+    """Rows ``[first_0, second_0, first_1, ...]``."""
     return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
 
 
-def rescale_gate(family, x, y):
-    """``y = family.forward(x)`` unchanged (rows: inputs and baselines interleaved, or the inputs and
-    one shared baseline, see :func:`halves`); backward: DeepLIFT's Rescale multiplier
-    ``(y − y₀) / (x − x₀)`` for the input rows (the plain derivative where ``|x − x₀| ≤ 1e-7``),
-    zero for the baseline rows.
+def rescale_gate(family, x, site=None):
+    """``y = family.forward(x)``; backward: DeepLIFT's Rescale multiplier ``(y − y₀) / (x − x₀)``
+    (the plain derivative where ``|x − x₀| ≤ 1e-7``).
 
-    With a shared baseline every row is read against the last one in place (no copies of the
-    rows): the baseline row itself meets ``x − x₀ = 0`` and gets the plain derivative, a gradient
-    that stays in its own row (every layer treats rows apart) and is never read.
+    Rows interleaved (inputs and baselines in pairs): the multiplier in the input rows, zero in
+    the baseline rows. Within a :class:`SharedReference` (``site``: the calling layer): nothing on
+    the reference's pass, and on the inputs' every row read against the reference's values.
     """
+    shared = shared_reference()
+    if shared is not None:
+        if not shared.replaying:
+            y = family.forward(x)
+            shared.exchange(site, x, y)
+            return y
+        x0, y0 = shared.exchange(site, x, None)
+
+        @tf.custom_gradient
+        def against_reference(x):
+            return family.forward(x), lambda dy: _rescaled(family, x, x0, y0, dy)
+
+        return against_reference(x)
+
+    @tf.custom_gradient
+    def gate(x):
+        y = family.forward(x)
+
+        def backward(dy):
+            x1, x0 = halves(x)
+            _, y0 = halves(y)
+            dy1, _ = halves(dy)
+            return interleave(_rescaled(family, x1, x0, y0, dy1), tf.zeros_like(x0))
+
+        return y, backward
+
+    return gate(x)
+
+
+def _rescaled(family, x, x0, y0, dy):
+    """``dy · (y − y₀) / (x − x₀)``, or ``dy · f'(x)`` (``family.backward``) where ``|x − x₀| ≤ 1e-7``;
+    ``y = f(x)``, ``y₀ = f(x₀)``."""
+    return _rescale_kernel(family)(x, x0, y0, dy)
+
+
+@functools.lru_cache(maxsize=64)
+def _rescale_kernel(family):
+    """:func:`_rescaled` for one ReLU family, compiled by XLA: its element-wise steps fused into
+    one pass that reads ``x`` and ``dy`` (``y`` recomputed, exactly, from ``x``; ``x₀``, ``y₀`` one
+    row when shared). Run apart, each step reads and writes the whole tensor, and together they
+    cost a quarter of a ResNet's forward and backward."""
+
+    @tf.function(jit_compile=True, reduce_retracing=True)
+    def rescaled(x, x0, y0, dy):
+        delta_x = x - x0
+        apart = tf.abs(delta_x) > DELTA_EPSILON
+        multiplier = (family.forward(x) - y0) / tf.where(apart, delta_x, tf.ones((), delta_x.dtype))
+        return tf.where(apart, dy * multiplier, family.backward(x, dy))
+
+    return rescaled
+
+
+def maxpool_gate(pool, x, y, site=None):
+    """``y = pool(x)`` unchanged (rows as for :func:`rescale_gate`); backward: Captum's
+    max-pooling multiplier for the input rows."""
+    shared = shared_reference()
+    if shared is not None:
+        reference = shared.exchange(site, x, y)
+        if reference is None:
+            return y
+        x0, y0 = reference
+
+        @tf.custom_gradient
+        def against_reference(x, y):
+            return tf.identity(y), lambda dy: (_pooled(pool, x, x0, y, y0, dy), None)
+
+        return against_reference(x, y)
 
     @tf.custom_gradient
     def gate(x, y):
         def backward(dy):
-            if _SHARED.get():
-                return _rescaled(family, x, x[-1:], y, y[-1:], dy), None
             x1, x0 = halves(x)
             y1, y0 = halves(y)
             dy1, _ = halves(dy)
-            return interleave(_rescaled(family, x1, x0, y1, y0, dy1), tf.zeros_like(x0)), None
+            return interleave(_pooled(pool, x1, x0, y1, y0, dy1), tf.zeros_like(x0)), None
 
         return tf.identity(y), backward
 
     return gate(x, y)
 
 
-def _rescaled(family, x, x0, y, y0, dy):
-    """``dy · (y − y₀) / (x − x₀)``, or ``dy · f'(x)`` (``family.backward``) where ``|x − x₀| ≤ 1e-7``."""
+def _pooled(pool, x, x0, y, y0, dy):
+    """The max-pooling multiplier: of ``Δy``, ``max(y, y₀) − y₀`` goes to the winner in ``x`` and
+    ``y − max(y, y₀)`` to the winner in ``x₀``, each input's share divided by its ``x − x₀``
+    (``x₀``, ``y₀``: one row each or one per row)."""
+    x0 = tf.broadcast_to(x0, tf.shape(x))  # each row's share goes to the reference's winners
+    top = tf.maximum(y, y0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x, x0])
+        p1, p0 = pool(x), pool(x0)
+    shares = tape.gradient(p1, x, output_gradients=dy * (top - y0)) + tape.gradient(
+        p0, x0, output_gradients=dy * (y - top)
+    )
+    plain = tape.gradient(p1, x, output_gradients=dy)
     delta_x = x - x0
-    apart = tf.abs(delta_x) > DELTA_EPSILON
-    multiplier = (y - y0) / tf.where(apart, delta_x, tf.ones((), delta_x.dtype))
-    return tf.where(apart, dy * multiplier, family.backward(x, dy))
-
-
-def maxpool_gate(pool, x, y):
-    """``y = pool(x)`` unchanged (rows interleaved as for :func:`rescale_gate`); backward:
-    Captum's max-pooling multiplier for the input rows."""
-
-    @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
-            x1, x0 = halves(x)
-            x0 = tf.broadcast_to(x0, tf.shape(x1))  # each row's share goes to the reference's winners
-            y1, y0 = halves(y)
-            dy1, _ = halves(dy)
-            top = tf.maximum(y1, y0)
-            with tf.GradientTape(persistent=True) as tape:
-                tape.watch([x1, x0])
-                p1, p0 = pool(x1), pool(x0)
-            shares = tape.gradient(p1, x1, output_gradients=dy1 * (top - y0)) + tape.gradient(
-                p0, x0, output_gradients=dy1 * (y1 - top)
-            )
-            plain = tape.gradient(p1, x1, output_gradients=dy1)
-            delta_x = x1 - x0
-            multiplier = tf.where(
-                tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
-            )
-            return interleave(multiplier, tf.zeros_like(x0)), None
-
-        return tf.identity(y), backward
-
-    return gate(x, y)
+    return tf.where(
+        tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
+    )

@@ -5,9 +5,10 @@ A product is not linear in its inputs together, so neither the plain gradient no
 applies: the plain gradient gives ``a ⊙ ∂y/∂a = b ⊙ ∂y/∂b = y``, each factor the whole relevance,
 twice the total.
 
-* **DeepLIFT** (rows of inputs and baselines interleaved): the exact split of the difference,
-  ``Δy = (b + b₀)/2 ⊙ Δa + (a + a₀)/2 ⊙ Δb``, so the multipliers are ``m_a = (b + b₀)/2`` and
-  ``m_b = (a + a₀)/2`` and summation to delta holds through the product. A factor equal in the
+* **DeepLIFT** (rows of inputs and baselines interleaved, or read against a shared reference):
+  the exact split of the difference, ``Δy = (b + b₀)/2 ⊙ Δa + (a + a₀)/2 ⊙ Δb``, so the
+  multipliers are ``m_a = (b + b₀)/2`` and ``m_b = (a + a₀)/2`` and summation to delta holds
+  through the product. A factor equal in the
   input and the baseline rows (a held input) gets no share and the other factor's multiplier is
   its value: a product with a constant is linear.
 * **LRP** (gradient form, ``R = value ⊙ gradient``): DeepLIFT's split with a zero reference,
@@ -24,25 +25,37 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from .gates import halves, interleave
+from .gates import halves, interleave, shared_reference
 
 __all__ = ["ProductLayer", "product_gate"]
 
 
-def product_gate(a, b, rule: str, to_relevance: bool = False):
-    """``a ⊙ b`` unchanged; backward by ``rule``: ``"deeplift"`` (rows interleaved) or ``"lrp"``
-    (see the module docstring). ``a`` and ``b`` broadcast against each other as ``*`` does."""
+def product_gate(a, b, rule: str, to_relevance: bool = False, site=None):
+    """``a ⊙ b`` unchanged; backward by ``rule``: ``"deeplift"`` (rows interleaved, or within a
+    :class:`~saliency_kit.propagation.gates.SharedReference`, ``site`` the calling layer) or
+    ``"lrp"`` (see the module docstring). ``a`` and ``b`` broadcast against each other as ``*`` does."""
+    shared = shared_reference() if rule == "deeplift" else None
+    reference = shared.exchange(site, a, b) if shared is not None else None
+    if shared is not None and reference is None:  # the shared reference's own pass
+        return a * b
 
     @tf.custom_gradient
     def gate(a, b):
         y = a * b
 
-        def midpoints(t):  # (t + t₀)/2 in the input rows, 0 in the baseline rows, at y's shape
+        def midpoints(t, t0=None):  # (t + t₀)/2 in the input rows (0 in interleaved baseline rows), at y's shape
+            if t0 is not None:
+                return (tf.broadcast_to(t, tf.shape(y)) + t0) / 2
             t1, t0 = halves(tf.broadcast_to(t, tf.shape(y)))
             return interleave((t1 + t0) / 2, tf.zeros_like(t1))
 
         def backward(dy):
-            share_a, share_b = (midpoints(b), midpoints(a)) if rule == "deeplift" else (b / 2, a / 2)
+            if rule != "deeplift":
+                share_a, share_b = b / 2, a / 2
+            elif reference is not None:
+                share_a, share_b = midpoints(b, reference[1]), midpoints(a, reference[0])
+            else:
+                share_a, share_b = midpoints(b), midpoints(a)
             with tf.GradientTape() as tape:  # dy ⊙ share, summed back over broadcast axes
                 tape.watch([a, b])
                 shared = a * tf.stop_gradient(share_a) + tf.stop_gradient(share_b) * b
@@ -66,7 +79,7 @@ class ProductLayer(keras.layers.Layer):
     def call(self, *inputs):
         factors = inputs[0] if len(inputs) == 1 else inputs
         a, b = factors
-        return product_gate(a, b, self.rule, self.to_relevance)
+        return product_gate(a, b, self.rule, self.to_relevance, site=self)
 
     def compute_output_spec(self, *inputs):
         factors = inputs[0] if len(inputs) == 1 else inputs

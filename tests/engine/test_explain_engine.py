@@ -374,7 +374,7 @@ def test_mixed_precision():
         keras.mixed_precision.set_dtype_policy("float32")
     half.set_weights(full.get_weights())
     x = np.random.default_rng(4).uniform(-1, 1, size=(2, 12, 12, 3)).astype("float32")
-    for method in ("gradient", "integrated_gradients", "gradcam"):
+    for method in ("gradient", "integrated_gradients", "gradcam", "deeplift"):
         a = (
             sk.explain(full, x, method, [0, 1], steps=4)
             if method == "integrated_gradients"

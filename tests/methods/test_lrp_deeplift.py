@@ -158,7 +158,7 @@ def _pooled_cnn(outputs: int, dense_output: bool = True) -> keras.Model:
 
 
 def test_deeplift_one_shared_baseline_equals_each_input_paired_with_its_own():
-    """explain runs the baseline once beside the inputs; the rewrite's interleaved pairs
+    """explain runs the baseline once, on its own, before the inputs; the rewrite's interleaved pairs
     ``[x_0, x₀, x_1, x₀, ...]``, differentiated here by hand, give the same multipliers."""
     import tensorflow as tf
 
@@ -199,3 +199,79 @@ def test_deeplift_sums_to_delta_for_a_target_object():
             delta = at_x[b, ..., c][masks[b]].mean() - at_baseline[b, ..., c][masks[b]].mean()
             np.testing.assert_allclose(whole.attributions[b, k].sum(), delta, rtol=1e-4, atol=1e-5)
     assert np.abs(whole.completeness_gap).max() <= 1e-4
+
+
+def test_deeplift_through_one_relu_layer_called_twice_matches_numpy():
+    """A layer object used at two places reads, at each, the baseline's values of that place."""
+    rng = np.random.default_rng(8)
+    weights = [(rng.normal(size=(4, 6)), rng.normal(size=6) * 0.3), (rng.normal(size=(6, 6)), rng.normal(size=6) * 0.3)]
+    weights.append((rng.normal(size=(6, 3)), rng.normal(size=3) * 0.3))
+    relu = keras.layers.ReLU()
+    inputs = keras.Input((4,))
+    dense = [keras.layers.Dense(w.shape[1]) for w, _ in weights]
+    model = keras.Model(inputs, dense[2](relu(dense[1](relu(dense[0](inputs))))))
+    for layer, (w, b) in zip(dense, weights):
+        layer.set_weights([w.astype("float32"), b.astype("float32")])
+    x = rng.normal(size=(5, 4)).astype("float32")
+    baseline = np.array([0.5, -0.4, 0.2, 0.1], "float32")
+    got = sk.explain(model, x, "deeplift", targets=[[0, 2]] * 5, baseline=baseline)
+    layers = [("dense", *weights[0]), ("relu",), ("dense", *weights[1]), ("relu",), ("dense", *weights[2])]
+    for b in range(5):
+        for k, column in enumerate((0, 2)):
+            want = numpy_deeplift(layers, x[b].astype(np.float64), baseline.astype(np.float64), column)
+            np.testing.assert_allclose(got.attributions[b, k], want, rtol=1e-4, atol=1e-5)
+    assert np.abs(got.completeness_gap).max() <= 1e-5
+
+
+class _BatchSizes(keras.layers.Flatten):
+    """Flatten (the identity on ``[B, F]``), noting the static batch size of every concrete call
+    (class-wide, so the rewritten copy's clone notes into the same list)."""
+
+    seen: list = []
+
+    def call(self, x):
+        if isinstance(x.shape[0], int):
+            _BatchSizes.seen.append(x.shape[0])
+        return super().call(x)
+
+
+def test_deeplift_runs_its_baseline_once_as_one_row_beside_the_batch_not_in_it():
+    inputs = keras.Input((6,))
+    h = keras.layers.Dense(5, activation="relu")(_BatchSizes()(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(h))
+    x = np.random.default_rng(9).normal(size=(4, 6)).astype("float32")
+    _BatchSizes.seen.clear()
+    sk.explain(model, x, "gradient", targets=0, batch_size=4)
+    batch = set(_BatchSizes.seen)
+    _BatchSizes.seen.clear()
+    got = sk.explain(model, x, "deeplift", targets=0, batch_size=4)
+    assert sorted(set(_BatchSizes.seen)) == sorted(batch | {1}) and 5 not in _BatchSizes.seen
+    assert np.abs(got.completeness_gap).max() <= 1e-5
+
+
+def test_a_shared_reference_refuses_passes_that_call_their_layers_differently():
+    import tensorflow as tf
+
+    from saliency_kit.propagation.gates import SharedReference
+
+    row, rows = tf.zeros([1, 3]), tf.ones([4, 3])
+    twice = SharedReference()
+    with twice.record():
+        twice.exchange("relu_a", row)
+    with pytest.raises(RuntimeError, match="more often than on the reference"):
+        with twice.replay():
+            twice.exchange("relu_a", rows)
+            twice.exchange("relu_a", rows)
+    skipped = SharedReference()
+    with skipped.record():
+        skipped.exchange("relu_a", row)
+        skipped.exchange("relu_b", row)
+    with pytest.raises(RuntimeError, match="relu_b' saw the reference more often"):
+        with skipped.replay():
+            skipped.exchange("relu_a", rows)
+    reshaped = SharedReference()
+    with reshaped.record():
+        reshaped.exchange("relu_a", row)
+    with pytest.raises(RuntimeError, match=r"saw \(3,\) per row on the reference and \(2,\)"):
+        with reshaped.replay():
+            reshaped.exchange("relu_a", tf.ones([4, 2]))
