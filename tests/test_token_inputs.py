@@ -2,8 +2,10 @@
 
 The references are independent of saliency_kit: a twin model that takes precomputed embeddings
 (the same layer objects after the embedding), gradients of a model split at a layer taken with
-tf.GradientTape, integrated gradients written out by hand, and the score drop of each token
-replaced by the padding id computed with the model."""
+tf.GradientTape, integrated gradients, SmoothGrad, expected gradients and conductance written out
+by hand on the twin (their noise and draws reproduced from the documented keys with TensorFlow's
+stateless generators), LRP-ε written in NumPy, and the score drop of each token replaced by the
+padding id computed with the model."""
 
 import os
 
@@ -13,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import normal_draws, uniform_draws
 
 import saliency_kit as sk
 
@@ -103,28 +106,146 @@ def test_occlusion_replaces_one_token_at_a_time_by_the_padding_id(text):
         np.testing.assert_allclose(e.maps["token_ids"][:, 0, t], drop, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["smoothgrad", "expected_gradients"])
-def test_noisy_and_sampled_methods_run_in_embedding_space(text, method):
-    model, _, _, x = text
-    options = {"samples": 3, "seed": 0}
-    if method == "expected_gradients":
-        options["baselines"] = {"token_ids": RNG.integers(0, V, (3, T)).astype("int32")}  # embedded for you
-    e = sk.explain(model, x, method, targets=[0, 1, 2, 0], **options)
-    assert e.attributions["token_ids"].shape == (4, 1, T, D) and np.all(np.isfinite(e.attributions["token_ids"]))
+def _twin_gradients(twin, points, mask, cls):
+    """``∂s_cls/∂e`` of the twin at embeddings ``points [N, T, D]`` with ``mask [N, T]``."""
+    point = tf.constant(np.asarray(points, "float32"))
+    with tf.GradientTape() as tape:
+        tape.watch(point)
+        score = twin([point, tf.constant(mask)])[:, cls]
+    return tape.gradient(score, point).numpy()
 
 
-@pytest.mark.parametrize("method", ["deeplift", "lrp"])
-def test_rewriting_methods_run_in_embedding_space_and_conserve(method):
+def test_smoothgrad_on_token_ids_is_the_twins_gradient_averaged_over_the_same_noise(text):
+    """The noise is drawn in embedding space, σ = noise × (max − min) of each row's embeddings
+    ``[T, D]`` (padding positions included), copy s of row b drawn from the stateless normal
+    generator keyed by (seed, b · samples + s); the mask is held at each row's own."""
+    model, twin, embedding, x = text
+    classes, samples, seed, noise = [0, 1, 2, 0], 5, 4, 1.0
+    e = sk.explain(model, x, "smoothgrad", targets=classes, samples=samples, seed=seed, noise=noise)
+    assert e.parts == {"token_ids": "embedding"} and e.attributions["token_ids"].shape == (4, 1, T, D)
+    emb = embedding(x["token_ids"]).numpy()
+    for b, cls in enumerate(classes):
+        sigma = noise * (emb[b].max() - emb[b].min())
+        copies = emb[b] + sigma * normal_draws(seed, b, samples, range(samples), (T, D))
+        masks = np.repeat(x["padding_mask"][b : b + 1], samples, axis=0)
+        want = _twin_gradients(twin, copies, masks, cls).mean(axis=0)
+        np.testing.assert_allclose(e.attributions["token_ids"][b, 0], want, rtol=1e-5, atol=1e-7)
+    plain = _twin_gradients(twin, emb, x["padding_mask"], 0)
+    # the noise moved it, by 100 × the tolerance
+    assert np.abs(e.attributions["token_ids"][0, 0] - plain[0]).max() > 1e-4
+
+
+def test_smoothgrad_without_noise_is_the_plain_embedding_gradient(text):
+    model, twin, embedding, x = text
+    e = sk.explain(model, x, "smoothgrad", targets=[2, 0, 1, 2], samples=3, seed=1, noise=0.0)
+    emb = embedding(x["token_ids"]).numpy()
+    want = np.stack(
+        [_twin_gradients(twin, emb[b : b + 1], x["padding_mask"][b : b + 1], c)[0] for b, c in enumerate([2, 0, 1, 2])]
+    )
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0], want, rtol=1e-5, atol=1e-8)
+
+
+def test_expected_gradients_on_token_ids_with_token_id_baselines_matches_the_twin(text):
+    """Baselines given as token ids are embedded; draw s of row b picks the baseline ⌊u₀ · N⌋
+    and the path point α = u₁ from the uniform generator keyed by (seed, −1 − (b · samples + s))."""
+    model, twin, embedding, x = text
+    references = np.random.default_rng(4).integers(0, V, (3, T)).astype("int32")
+    classes, samples, seed = [0, 1, 2, 0], 6, 2
+    e = sk.explain(
+        model, x, "expected_gradients", targets=classes, samples=samples, seed=seed, baselines={"token_ids": references}
+    )
+    assert e.attributions["token_ids"].shape == (4, 1, T, D)
+    emb, embedded_references = embedding(x["token_ids"]).numpy(), embedding(references).numpy()
+    for b, cls in enumerate(classes):
+        u = uniform_draws(seed, b, samples, range(samples), [2], "float64")
+        which, alpha = np.minimum(np.floor(u[:, 0] * 3).astype(int), 2), u[:, 1]
+        delta = emb[b] - embedded_references[which]  # [samples, T, D]
+        points = embedded_references[which] + alpha[:, None, None] * delta
+        masks = np.repeat(x["padding_mask"][b : b + 1], samples, axis=0)
+        want = (delta * _twin_gradients(twin, points, masks, cls)).mean(axis=0)
+        np.testing.assert_allclose(e.attributions["token_ids"][b, 0], want, rtol=1e-5, atol=1e-8)
+
+
+def test_deeplift_runs_in_embedding_space_and_sums_to_delta():
     tokens = keras.Input((T,), dtype="int32", name="token_ids")
     h = keras.layers.Dense(5, activation="relu")(keras.layers.Embedding(V, D, name="emb")(tokens))
     model = keras.Model(tokens, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(h)))
     ids = RNG.integers(1, V, (3, T)).astype("int32")
-    e = sk.explain(model, ids, method, targets=1, **({"composite": "epsilon"} if method == "lrp" else {}))
+    e = sk.explain(model, ids, "deeplift", targets=1)
     assert e.parts == {"token_ids": "embedding"} and e.attributions.shape == (3, 1, T, D)
-    if method == "deeplift":  # Σ attributions = s(x) − s(baseline token's embedding)
-        assert np.abs(e.completeness_gap).max() < 1e-5
-    else:
-        assert np.all(np.isfinite(e.attributions)) and np.any(e.attributions)
+    assert np.abs(e.completeness_gap).max() < 1e-5  # Σ attributions = s(x) − s(baseline token's embedding)
+
+
+def _token_relu_model(bias: bool, seed: int):
+    """ids → Embedding(V, D) → Dense(5, relu) → mean over T → Dense(3): the layers, and the model."""
+    rng = np.random.default_rng(seed)
+    tokens = keras.Input((T,), dtype="int32", name="token_ids")
+    embedding = keras.layers.Embedding(V, D, name="emb")
+    dense = keras.layers.Dense(5, activation="relu", use_bias=bias, name="dense")
+    head = keras.layers.Dense(3, use_bias=bias, name="head")
+    model = keras.Model(tokens, head(keras.layers.GlobalAveragePooling1D()(dense(embedding(tokens)))))
+    embedding.embeddings.assign(rng.normal(size=(V, D)))  # scores of order 1, not 1e-2
+    for layer in (dense, head):
+        layer.kernel.assign(rng.normal(size=layer.kernel.shape))
+        if bias:
+            layer.bias.assign(rng.normal(size=layer.bias.shape) * 0.3)
+    return model, embedding, dense, head
+
+
+def _numpy_lrp_epsilon(e, dense, head, cls, epsilon, pooling_epsilon=1e-6):
+    """LRP-ε of one row's embeddings ``e [T, D]`` through Dense-ReLU, the mean over T (a linear
+    layer of weights 1/T, with its own stabiliser) and the head: relevance ``[T, D]``."""
+
+    def stab(z, eps):
+        return z + eps * np.where(z >= 0, 1.0, -1.0)
+
+    W1, W2 = dense.kernel.numpy().astype(np.float64), head.kernel.numpy().astype(np.float64)
+    b1 = dense.bias.numpy().astype(np.float64) if dense.use_bias else 0.0
+    b2 = head.bias.numpy().astype(np.float64) if head.use_bias else 0.0
+    z1 = e @ W1 + b1
+    a1 = np.maximum(z1, 0)
+    p = a1.mean(axis=0)
+    z2 = p @ W2 + b2
+    R2 = np.where(np.arange(len(z2)) == cls, z2, 0.0)
+    Rp = p * (W2 @ (R2 / stab(z2, epsilon)))
+    Ra1 = (a1 / len(e)) * (Rp / stab(p, pooling_epsilon))  # the ReLU passes relevance unchanged
+    return e * ((Ra1 / stab(z1, epsilon)) @ W1.T)
+
+
+def test_lrp_on_token_ids_matches_numpy_lrp_epsilon_and_conserves_without_biases():
+    ids = RNG.integers(1, V, (3, T)).astype("int32")
+    classes = [0, 1, 2]
+    for bias in (False, True):
+        model, embedding, dense, head = _token_relu_model(bias, seed=5)
+        emb = embedding(ids).numpy().astype(np.float64)
+        for epsilon in (1e-6, 0.1):
+            e = sk.explain(model, ids, "lrp", targets=classes, composite="epsilon", epsilon=epsilon)
+            assert e.parts == {"token_ids": "embedding"} and e.attributions.shape == (3, 1, T, D)
+            for b, cls in enumerate(classes):
+                want = _numpy_lrp_epsilon(emb[b], dense, head, cls, epsilon)
+                np.testing.assert_allclose(e.attributions[b, 0], want, rtol=1e-4, atol=1e-6)
+            if not bias and epsilon == 1e-6:  # no bias, ε → 0: the embeddings' relevance sums to the logit
+                logits = tf.gather(model(ids), classes, batch_dims=1).numpy()
+                assert np.abs(logits).min() > 1e-2
+                np.testing.assert_allclose(e.attributions.sum(axis=(2, 3))[:, 0], logits, rtol=1e-4, atol=1e-5)
+
+
+def test_lrp_zero_on_a_relu_network_of_token_ids_is_gradient_times_embedding():
+    """LRP-0 (ε → 0) of a ReLU network with biases equals gradient × input in embedding space,
+    the gradient taken on a twin fed the embeddings."""
+    model, embedding, dense, head = _token_relu_model(True, seed=6)
+    embedded = keras.Input((T, D))
+    twin = keras.Model(embedded, head(keras.layers.GlobalAveragePooling1D()(dense(embedded))))
+    ids = RNG.integers(1, V, (4, T)).astype("int32")
+    emb = embedding(ids).numpy()
+    point = tf.constant(emb)
+    with tf.GradientTape() as tape:
+        tape.watch(point)
+        score = twin(point)[:, 2]
+    want = emb * tape.gradient(score, point).numpy()
+    e = sk.explain(model, ids, "lrp", targets=2, composite="epsilon", epsilon=1e-7)
+    np.testing.assert_allclose(e.attributions[:, 0], want, rtol=1e-4, atol=1e-5)
+    assert np.abs(want).max() > 0.1
 
 
 def test_token_explanations_render_as_escaped_html(text):
@@ -150,6 +271,28 @@ def test_attribute_to_a_layer_gives_the_gradient_at_its_output(text):
         np.testing.assert_allclose(e.attributions[:, 0], h * grad, atol=1e-6)  # one layer: one array
     ig = sk.explain(model, x, "integrated_gradients", targets=1, attribute_to="hidden", steps=32)
     assert ig.attributions.shape == (4, 1, T, 8) and np.abs(ig.completeness_gap).max() < 1e-3
+
+
+def test_conductance_of_a_layer_of_a_token_model_runs_its_path_in_embedding_space(text):
+    """Conductance at the tanh ``hidden`` layer: the path runs from the padding token's embedding
+    to the tokens', the mask held; each unit's share written out with the model split at the
+    layer (the trapezoid of the layer gradient times the layer's change on each interval)."""
+    model, _, embedding, x = text
+    hidden, pool, head = (model.get_layer(n) for n in ("hidden", "pool", "head"))
+    steps = 6
+    c = sk.explain(model, x, "conductance", targets=[0, 2, 1, 1], attribute_to="hidden", steps=steps)
+    assert c.attributions.shape == (4, 1, T, 8) and c.layer == "hidden"
+    emb = embedding(x["token_ids"]).numpy()
+    e0 = embedding(np.zeros((1, T), "int32")).numpy()[0]
+    for b, cls in enumerate([0, 2, 1, 1]):
+        alphas = np.linspace(0, 1, steps)[:, None, None]
+        y = tf.constant(hidden(e0 + alphas * (emb[b] - e0)).numpy())  # [steps, T, 8]
+        with tf.GradientTape() as tape:
+            tape.watch(y)
+            score = head(pool(y, tf.constant(np.repeat(x["padding_mask"][b : b + 1], steps, axis=0))))[:, cls]
+        g, y = tape.gradient(score, y).numpy(), y.numpy()
+        want = (0.5 * (g[1:] + g[:-1]) * (y[1:] - y[:-1])).sum(axis=0)
+        np.testing.assert_allclose(c.attributions[b, 0], want, rtol=1e-5, atol=1e-7)
 
 
 def test_conductance_of_a_linear_first_layer_sums_to_integrated_gradients():
