@@ -1,8 +1,10 @@
 """Models with several inputs: an image with tabular metadata, a siamese pair sharing its weights,
-a subclassed two-input model. Every explained input gets its own attributions, checked against
-gradients taken with tf.GradientTape on the model itself, a guided twin built with
-tf.custom_gradient, integrated gradients computed by hand over the joint path, and NumPy
-occlusion; results do not depend on the batch or on batch_size."""
+a subclassed two-input model, two input branches merged by Concatenate or Add. Every explained
+input gets its own attributions, checked against gradients taken with tf.GradientTape on the
+model itself, a guided twin built with tf.custom_gradient, integrated gradients and expected
+gradients computed by hand over the joint path (the draws reproduced from their documented keys),
+occlusion by hand with each input's own fill value, and LRP-ε and DeepLIFT's Rescale rule written
+in NumPy; results do not depend on the batch or on batch_size."""
 
 import os
 import warnings
@@ -13,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from method_support import ForwardCounter, small_options
+from method_support import ForwardCounter, small_options, uniform_draws
 
 import saliency_kit as sk
 
@@ -158,6 +160,53 @@ def test_occlusion_of_the_metadata_is_the_score_drop_of_each_feature(models):
         meta = x[1].copy()
         meta[:, f] = 0.0
         np.testing.assert_allclose(e.attributions[1][:, 0, f], clean - model([x[0], meta]).numpy()[:, 2], atol=1e-5)
+
+
+@pytest.mark.parametrize("per_input", ["list", "dict"])
+def test_occlusion_value_given_per_input_fills_each_inputs_windows_with_its_own(models, per_input):
+    """The image's 1 × 1 windows (its default) take one value per channel, the metadata's
+    features one value each; an input the dict leaves out takes the default 0."""
+    model = models["image_meta"]
+    x = inputs_of(model)
+    fill_image, fill_meta = np.array([0.5, -1.0, 2.0], "float32"), np.linspace(-2, 2, 5).astype("float32")
+    value = [fill_image, fill_meta] if per_input == "list" else {"meta": fill_meta}
+    if per_input == "dict":
+        fill_image = np.zeros(3, "float32")
+    classes = [0, 1, 2]
+    e = sk.explain(model, x, "occlusion", targets=classes, value=value)
+
+    def scores(image, meta):
+        return tf.gather(model([image, meta]), classes, batch_dims=1).numpy()
+
+    clean = scores(*x)
+    for h, w in np.ndindex(8, 8):
+        image = x[0].copy()
+        image[:, h, w, :] = fill_image
+        drop = clean - scores(image, x[1])
+        np.testing.assert_allclose(e.attributions[0][:, 0, h, w], np.repeat(drop[:, None], 3, 1), atol=1e-5)
+    for f in range(5):
+        meta = x[1].copy()
+        meta[:, f] = fill_meta[f]
+        np.testing.assert_allclose(e.attributions[1][:, 0, f], clean - scores(x[0], meta), atol=1e-5)
+
+
+def test_expected_gradients_with_per_input_baselines_draws_one_reference_row_for_both(models):
+    """Baselines given per input ``[N, ...]`` each: draw s of row b takes the same reference row
+    ⌊u₀ · N⌋ of both inputs and one α = u₁ on the joint path (the uniform generator keyed by
+    (seed, −1 − (b · samples + s)))."""
+    model = models["image_meta"]
+    x = inputs_of(model)
+    rng = np.random.default_rng(1)
+    references = [rng.normal(size=(4, 8, 8, 3)).astype("float32"), rng.normal(size=(4, 5)).astype("float32")]
+    classes, samples, seed = [2, 0, 1], 6, 2
+    e = sk.explain(model, x, "expected_gradients", targets=classes, samples=samples, seed=seed, baselines=references)
+    for b, cls in enumerate(classes):
+        u = uniform_draws(seed, b, samples, range(samples), [2], "float64")
+        which, alpha = np.minimum(np.floor(u[:, 0] * 4).astype(int), 3), u[:, 1].astype("float32")
+        deltas = [a[b] - r[which] for a, r in zip(x, references)]
+        points = [r[which] + alpha.reshape(-1, *[1] * (r.ndim - 1)) * d for r, d in zip(references, deltas)]
+        for j, g in enumerate(tape_gradients(model, points, [cls] * samples)):
+            np.testing.assert_allclose(e.attributions[j][b, 0], (deltas[j] * g).mean(axis=0), rtol=1e-5, atol=1e-7)
 
 
 def test_cam_maps_only_the_input_its_layer_is_on_the_path_of(models):
@@ -317,3 +366,116 @@ def test_smoothgrad_without_scores_runs_the_model_once(models):
     np.testing.assert_allclose(scored.scores[:, 0], tf.gather(model(x), [0, 1, 2], batch_dims=1).numpy(), atol=1e-5)
     for got, want in zip(bare.attributions, scored.attributions):
         np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------ two branches merged: LRP, DeepLIFT
+def two_branches(merge: str, bias: bool, seed: int) -> keras.Model:
+    """left [3] → a = relu(Dense 4), right [4] → b = relu(Dense 4 for Add, 3 for Concatenate),
+    merged, → h = relu(Dense 5) → o = Dense 3; weights N(0, 1), biases N(0, 0.3²) or none."""
+    rng = np.random.default_rng(seed)
+    left, right = keras.Input((3,), name="left"), keras.Input((4,), name="right")
+    a = keras.layers.Dense(4, activation="relu", use_bias=bias, name="a")(left)
+    b = keras.layers.Dense(4 if merge == "add" else 3, activation="relu", use_bias=bias, name="b")(right)
+    m = (keras.layers.Add() if merge == "add" else keras.layers.Concatenate())([a, b])
+    h = keras.layers.Dense(5, activation="relu", use_bias=bias, name="h")(m)
+    model = keras.Model([left, right], keras.layers.Dense(3, use_bias=bias, name="o")(h))
+    for name in "abho":
+        layer = model.get_layer(name)
+        layer.kernel.assign(rng.normal(size=layer.kernel.shape))
+        if bias:
+            layer.bias.assign(rng.normal(size=layer.bias.shape) * 0.3)
+    return model
+
+
+def _weights(model):
+    out = {}
+    for name in "abho":
+        layer = model.get_layer(name)
+        bias = layer.bias.numpy().astype(np.float64) if layer.use_bias else 0.0
+        out[name] = (layer.kernel.numpy().astype(np.float64), bias)
+    return out
+
+
+def _forward(P, merge, left, right):
+    za, zb = left @ P["a"][0] + P["a"][1], right @ P["b"][0] + P["b"][1]
+    a, b = np.maximum(za, 0), np.maximum(zb, 0)
+    m = a + b if merge == "add" else np.concatenate([a, b])
+    zh = m @ P["h"][0] + P["h"][1]
+    return za, a, zb, b, m, zh, np.maximum(zh, 0) @ P["o"][0] + P["o"][1]
+
+
+def numpy_lrp_epsilon_two_branches(model, merge, left, right, cls, eps):
+    """LRP-ε of one row: each Dense by the ε-rule, ReLUs pass relevance unchanged, Concatenate
+    splits it by position, Add in proportion to what each summand contributed."""
+    P = _weights(model)
+
+    def stab(z):
+        return z + eps * np.where(z >= 0, 1.0, -1.0)
+
+    za, a, zb, b, m, zh, zo = _forward(P, merge, left, right)
+    Ro = np.where(np.arange(3) == cls, zo, 0.0)
+    Rh = np.maximum(zh, 0) * (P["o"][0] @ (Ro / stab(zo)))
+    Rm = m * (P["h"][0] @ (Rh / stab(zh)))
+    if merge == "add":
+        share = np.divide(Rm, m, out=np.zeros_like(m), where=m != 0)
+        Ra, Rb = a * share, b * share
+    else:
+        Ra, Rb = Rm[: len(a)], Rm[len(a) :]
+    return left * (P["a"][0] @ (Ra / stab(za))), right * (P["b"][0] @ (Rb / stab(zb)))
+
+
+def numpy_deeplift_two_branches(model, merge, left, right, left0, right0, cls):
+    """DeepLIFT Rescale of one row against its references: each ReLU's multiplier
+    ``Δrelu(z) / Δz`` (its derivative where Δz ≈ 0), linear layers their weights, Concatenate
+    splits by position, Add gives both summands the sum's multiplier. ``(left, right, Δs)``."""
+    P = _weights(model)
+    za, _, zb, _, _, zh, so = _forward(P, merge, left, right)
+    za0, _, zb0, _, _, zh0, so0 = _forward(P, merge, left0, right0)
+
+    def rescale(z, z0):
+        d = z - z0
+        near = np.abs(d) < 1e-7
+        return np.where(near, (z > 0) * 1.0, (np.maximum(z, 0) - np.maximum(z0, 0)) / np.where(near, 1.0, d))
+
+    mm = P["h"][0] @ (P["o"][0][:, cls] * rescale(zh, zh0))
+    ma, mb = (mm, mm) if merge == "add" else (mm[: len(za)], mm[len(za) :])
+    m_left = P["a"][0] @ (ma * rescale(za, za0))
+    m_right = P["b"][0] @ (mb * rescale(zb, zb0))
+    return (left - left0) * m_left, (right - right0) * m_right, so[cls] - so0[cls]
+
+
+@pytest.mark.parametrize("merge", ["concatenate", "add"])
+def test_lrp_epsilon_through_a_merge_of_two_inputs_matches_numpy_and_conserves(merge):
+    """Without biases and with ε → 0 the two inputs' relevance sums to the logit; with biases and
+    ε = 0.1 (relevance absorbed on the way) each input's matches NumPy all the same."""
+    x = [RNG.normal(size=(4, 3)).astype("float32"), RNG.normal(size=(4, 4)).astype("float32")]
+    classes = [0, 1, 2, 1]
+    for bias, eps in ((False, 1e-6), (True, 0.1)):
+        model = two_branches(merge, bias, seed=21)
+        e = sk.explain(model, x, "lrp", targets=classes, composite="epsilon", epsilon=eps)
+        for r, cls in enumerate(classes):
+            want = numpy_lrp_epsilon_two_branches(model, merge, *(a[r].astype(np.float64) for a in x), cls, eps)
+            for j in range(2):
+                np.testing.assert_allclose(e.attributions[j][r, 0], want[j], rtol=1e-5, atol=1e-5)
+        assert min(np.abs(a).max() for a in e.attributions) > 0.1  # both inputs carry relevance
+        if not bias:
+            logits = tf.gather(model(x), classes, batch_dims=1).numpy()
+            total = e.attributions[0].sum(axis=-1) + e.attributions[1].sum(axis=-1)
+            np.testing.assert_allclose(total[:, 0], logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("merge", ["concatenate", "add"])
+def test_deeplift_through_a_merge_of_two_inputs_matches_numpy_rescale_and_sums_to_delta(merge):
+    x = [RNG.normal(size=(4, 3)).astype("float32"), RNG.normal(size=(4, 4)).astype("float32")]
+    baseline = [np.array([0.2, -0.3, 0.1], "float32"), np.array([0.5, 0.0, -0.4, 0.3], "float32")]
+    classes = [0, 1, 2, 1]
+    model = two_branches(merge, True, seed=22)
+    e = sk.explain(model, x, "deeplift", targets=classes, baseline=baseline)
+    for r, cls in enumerate(classes):
+        rows = [a[r].astype(np.float64) for a in x] + [b.astype(np.float64) for b in baseline]
+        left, right, change = numpy_deeplift_two_branches(model, merge, *rows, cls)
+        np.testing.assert_allclose(e.attributions[0][r, 0], left, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(e.attributions[1][r, 0], right, rtol=1e-5, atol=1e-5)
+        total = e.attributions[0][r, 0].sum() + e.attributions[1][r, 0].sum()
+        np.testing.assert_allclose(total, change, rtol=1e-5, atol=1e-5)  # summation to delta over both inputs
+        np.testing.assert_allclose(e.completeness_gap[r, 0], total - change, atol=1e-5)
