@@ -8,9 +8,9 @@ appears in the first of two noisy features; Grad-CAM on its last Conv1D layer (f
 is drawn by ``sk.render.series`` under each feature.
 
 Tokens: a tiny embedding model (``Embedding → mean → Dense``) is trained here to tell sentences
-with more "good" than "bad" words. saliency_kit does not yet attribute in an embedding's space, so
-the token values are computed in this script: gradient × embedding, summed over the embedding
-axis, of the positive class's logit. They are wrapped in an ``Explanation`` and drawn by
+with more "good" than "bad" words. ``sk.explain`` explains its token ids in the embedding's space:
+integrated gradients of the positive class's logit from the padding token's embedding, ``[B, 1,
+T, D]``, mapped per token by summing over the embedding axis ``[B, 1, T]``. The maps are drawn by
 ``sk.render.tokens_html`` (the HTML file) and, as a picture for the README, by a few lines of
 matplotlib below using the same colour scale.
 """
