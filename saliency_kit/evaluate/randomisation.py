@@ -9,8 +9,8 @@
 
 The similarity arithmetic lives in :mod:`saliency_kit.evaluate.similarity`, the copies of the model
 with re-initialised weights in :mod:`saliency_kit.evaluate.reinitialise`: weights are re-initialised
-with each layer's own initialisers on a copy of the model (Quantus permutes the trained weights
-instead); the user's model is never changed.
+with each layer's own initialisers on a copy of the model (Quantus permutes a TensorFlow layer's
+trained weights and resets a PyTorch layer's); the user's model is never changed.
 """
 
 from __future__ import annotations
@@ -87,14 +87,21 @@ def randomization_test(
               of ``per_input [B, K]``: the Spearman correlation of the magnitudes of the element
               attributions (Quantus' ``MPRT`` defaults);
             - ``"smooth_mprt"``: the same from the input up, each explanation the mean over
-              ``nr_samples`` (50) copies of the input with Gaussian noise of standard deviation
-              ``noise_magnitude`` (0.1) × the input's range (Quantus' ``SmoothMPRT``);
+              ``nr_samples`` (50) copies of the input: ``nr_samples - 1`` with Gaussian noise of
+              standard deviation ``noise_magnitude`` (0.1) × the input's range, and the input
+              itself (Quantus' ``SmoothMPRT``; one sample is the plain explanation). The noisy
+              copies are drawn once and explained at every step, so the steps differ only by
+              their weights (Quantus draws new noise for every explanation);
             - ``"efficient_mprt"``: one step, every chosen layer random; ``per_input`` is the ratio
-              of the discrete entropies (100-bin histograms) of the randomised and the original
-              explanation, ``similarity`` its mean — above 1 is what a model-sensitive method shows
-              (Quantus' ``EfficientMPRT``).
+              ``H(randomised) / H(original)`` of the discrete entropies (100-bin histograms) of the
+              explanations, ``similarity`` its mean — above 1 is what a model-sensitive method
+              shows. Quantus' ``EfficientMPRT`` returns the relative rise, this ratio minus 1 (the
+              ratio is its ``scores_fraction_explanation``).
 
-            ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only.
+            ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only. Given the
+            same randomised weights, the numbers are Quantus 0.6.0's; the randomisation differs:
+            each layer is re-drawn from its own initialisers here, where Quantus permutes a
+            TensorFlow layer's weights and calls a PyTorch layer's ``reset_parameters``.
         layers: paths of the layers to randomise (a nested model's name stands for all its
             weighted layers); default all weighted layers. Always visited from the output down.
         seed: seed of the re-initialisation.
@@ -215,11 +222,18 @@ def _quantus_mode(
         noise_magnitude = check_float("noise_magnitude", noise_magnitude)
     seed_noise(method, method_options, seed)
     x = np.asarray(inputs)
-    if smooth:
+    if smooth:  # per input: nr_samples - 1 noisy copies, then the input itself (Quantus' last sample)
         noisy = np.concatenate(
             [
-                xb[None]
-                + rng(seed, "smooth_mprt", b).normal(0.0, noise_magnitude * float(np.ptp(xb)), (nr_samples, *xb.shape))
+                np.concatenate(
+                    [
+                        xb[None]
+                        + rng(seed, "smooth_mprt", b).normal(
+                            0.0, noise_magnitude * float(np.ptp(xb)), (nr_samples - 1, *xb.shape)
+                        ),
+                        xb[None],
+                    ]
+                )
                 for b, xb in enumerate(x)
             ]
         ).astype(x.dtype)

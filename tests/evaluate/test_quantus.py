@@ -9,6 +9,8 @@ from its paper, the test shows the departure and checks the paper's version.
 Inputs have one channel so that Quantus' channels-first flattening and ours coincide.
 """
 
+from copy import deepcopy
+
 import keras
 import numpy as np
 import pytest
@@ -18,29 +20,28 @@ import torch
 from saliency_kit import evaluate
 from saliency_kit.evaluate import _common
 from saliency_kit.evaluate.draws import rng as seeded_rng
+from saliency_kit.evaluate.reinitialise import randomized_copies, weighted_layers
 
 B, H, W, CLASSES = 3, 6, 6, 4
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def twins():
-    """A Keras network ``[B, H, W, 1]`` and its PyTorch twin ``[B, 1, H, W]`` with the same weights."""
+def make_twins(channels):
+    """A Keras network ``[B, H, W, C]`` and its PyTorch twin ``[B, C, H, W]`` with the same weights."""
     keras.utils.set_random_seed(7)
     model = keras.Sequential(
         [
-            keras.Input((H, W, 1)),
+            keras.Input((H, W, channels)),
             keras.layers.Conv2D(3, 3, padding="same", activation="relu", bias_initializer="random_normal"),
             keras.layers.Flatten(),
             keras.layers.Dense(CLASSES, bias_initializer="random_normal"),
         ]
     )
-    conv, dense = model.layers[0], model.layers[2]
 
     class Twin(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = torch.nn.Conv2d(1, 3, 3, padding=1)
+            self.conv = torch.nn.Conv2d(channels, 3, 3, padding=1)
             self.dense = torch.nn.Linear(H * W * 3, CLASSES)
 
         def forward(self, x):
@@ -48,12 +49,29 @@ def twins():
             return self.dense(h.permute(0, 2, 3, 1).reshape(len(x), -1))  # Keras flattens H, W, C
 
     twin = Twin().eval()
-    with torch.no_grad():
-        twin.conv.weight.copy_(torch.tensor(np.transpose(conv.kernel.numpy(), (3, 2, 0, 1))))
-        twin.conv.bias.copy_(torch.tensor(conv.bias.numpy()))
-        twin.dense.weight.copy_(torch.tensor(dense.kernel.numpy().T))
-        twin.dense.bias.copy_(torch.tensor(dense.bias.numpy()))
+    load_keras_weights(twin.conv, [w.numpy() for w in model.layers[0].weights])
+    load_keras_weights(twin.dense, [w.numpy() for w in model.layers[2].weights])
     return model, twin
+
+
+def torch_layout(weights):
+    """A Keras ``[kernel, bias]`` in PyTorch's layout: conv ``[out, in, h, w]``, dense ``[out, in]``."""
+    kernel, bias = weights
+    kernel = np.transpose(kernel, (3, 2, 0, 1)) if kernel.ndim == 4 else kernel.T
+    return torch.tensor(np.ascontiguousarray(kernel)), torch.tensor(bias)
+
+
+def load_keras_weights(module, weights):
+    kernel, bias = torch_layout(weights)
+    with torch.no_grad():
+        module.weight.copy_(kernel)
+        module.bias.copy_(bias)
+
+
+@pytest.fixture(scope="module")
+def twins():
+    """The twins on one channel."""
+    return make_twins(1)
 
 
 @pytest.fixture(scope="module")
@@ -338,6 +356,127 @@ def test_random_logit_matches_quantus(twins, data, monkeypatch):
     monkeypatch.undo()
     got = evaluate.random_logit(model, x, "gradient", y[:, None], normalise=False)
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
+
+
+def keras_randomised_weights(model, seed):
+    """Our re-initialisation of every weighted layer, ``{path: [kernel, bias]}`` (each layer is drawn
+    from its own seed, so the weights do not depend on the order of the steps)."""
+    steps = randomized_copies(model, "cascading", None, seed, "top_down")
+    next(steps)  # the trained copy
+    return {path: [w.numpy() for w in dict(weighted_layers(clone))[path].weights] for path, clone, _ in steps}
+
+
+def twin_randomised_as_ours(model, twin, seed, monkeypatch):
+    """A copy of ``twin`` that Quantus randomises into our re-initialised weights.
+
+    Quantus randomises a PyTorch layer by calling its ``reset_parameters`` on a deep copy of the
+    model; patched, that call loads the weights our re-initialisation drew for the same layer, so
+    both sides explain the same randomised networks and only the metrics' arithmetic is compared.
+    """
+    weights = keras_randomised_weights(model, seed)
+    randomised = deepcopy(twin)
+    randomised.conv.ours = torch_layout(weights[model.layers[0].name])
+    randomised.dense.ours = torch_layout(weights[model.layers[2].name])
+
+    def reset_parameters(module):
+        with torch.no_grad():
+            module.weight.copy_(module.ours[0])
+            module.bias.copy_(module.ours[1])
+
+    monkeypatch.setattr(torch.nn.Conv2d, "reset_parameters", reset_parameters)
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters", reset_parameters)
+    return randomised
+
+
+def check_steps(steps, reference, model, order):
+    """Our steps against Quantus' ``{"original": [B], layer: [B], ...}``, layer by layer."""
+    names = {"conv": model.layers[0].name, "dense": model.layers[2].name}
+    assert list(reference) == ["original", *order]
+    np.testing.assert_array_equal(reference["original"], 1.0)  # the original against itself
+    assert [step["layer"] for step in steps] == [names[n] for n in order]
+    for step, name in zip(steps, order):
+        np.testing.assert_allclose(step["per_input"][:, 0], reference[name], **TOL)
+        np.testing.assert_allclose(step["similarity"], np.mean(reference[name]), **TOL)
+        assert np.ptp(step["per_input"]) > 0.1  # the maps really changed, and differently per input
+
+
+def test_mprt_matches_quantus_on_the_same_randomised_weights(twins, data, monkeypatch):
+    """Spearman of the normalised magnitudes, cascading from the output down (Quantus' defaults)."""
+    model, twin = twins
+    x, x_t, y, _ = data
+    randomised = twin_randomised_as_ours(model, twin, 0, monkeypatch)
+    reference = quantus.MPRT(disable_warnings=True)(
+        model=randomised, x_batch=x_t, y_batch=y, channel_first=True, device="cpu", explain_func=torch_gradient
+    )
+    monkeypatch.undo()
+    steps = evaluate.randomization_test(model, x, "gradient", y[:, None], mode="mprt", seed=0)
+    check_steps(steps, reference, model, ["dense", "conv"])
+
+
+def test_smooth_mprt_matches_quantus_on_the_same_randomised_weights_and_noise(twins, data, monkeypatch):
+    """SmoothMPRT: each explanation the mean over ``nr_samples`` copies, the last one the input itself.
+
+    Quantus draws new noise for every explanation it averages (the original's twice, then each
+    step's); ours draws the copies once and explains the same copies at every step. Quantus is fed
+    our copies at every draw, so its steps see the noise ours does.
+    """
+    model, twin = twins
+    x, x_t, y, _ = data
+    samples, magnitude = 4, 0.1
+    noise = np.stack(
+        [
+            seeded_rng(0, "smooth_mprt", b).normal(0.0, magnitude * float(np.ptp(x[b])), (samples - 1, H, W, 1))
+            for b in range(B)
+        ]
+    )
+    std = magnitude * (x_t.max(axis=(1, 2, 3), keepdims=True) - x_t.min(axis=(1, 2, 3), keepdims=True))  # Quantus'
+    one_explanation = [np.moveaxis(noise[:, s], -1, 1) / std for s in range(samples - 1)]  # its randn × std
+    draws = Feed(one_explanation * 4)  # its a_batch, the original, two layers
+    randomised = twin_randomised_as_ours(model, twin, 0, monkeypatch)
+    monkeypatch.setattr(np.random, "randn", draws)
+    monkeypatch.setattr(quantus, "explain", torch_gradient)  # SmoothMPRT calls quantus.explain, not explain_func
+    reference = quantus.SmoothMPRT(nr_samples=samples, noise_magnitude=magnitude, disable_warnings=True)(
+        model=randomised, x_batch=x_t, y_batch=y, channel_first=True, device="cpu", explain_func=torch_gradient
+    )
+    monkeypatch.undo()
+    assert not draws.values  # every copy was used
+    steps = evaluate.randomization_test(
+        model, x, "gradient", y[:, None], mode="smooth_mprt", seed=0, nr_samples=samples, noise_magnitude=magnitude
+    )
+    check_steps(steps, reference, model, ["conv", "dense"])  # from the input up
+
+
+def test_smooth_mprt_of_one_sample_is_mprt_from_the_input_up(twins, data):
+    """The last of the ``nr_samples`` copies is the input itself: one sample, no noise."""
+    model, _ = twins
+    x, _, y, _ = data
+    smooth = evaluate.randomization_test(model, x, "gradient", y[:, None], mode="smooth_mprt", seed=0, nr_samples=1)
+    plain = evaluate.randomization_test(model, x, "gradient", y[:, None], mode="mprt", seed=0)
+    assert [s["layer"] for s in smooth] == [s["layer"] for s in plain][::-1]
+    # the last step has every layer random in both orders: the same network, the same maps
+    np.testing.assert_allclose(smooth[-1]["per_input"], plain[-1]["per_input"], rtol=1e-12)
+
+
+def test_efficient_mprt_matches_quantus_on_the_same_randomised_weights(twins, data, monkeypatch):
+    """The ratio of the maps' discrete entropies (100 bins), every layer random; Quantus' score is
+    the relative rise, this ratio minus 1 (the ratio itself is its ``scores_fraction_explanation``)."""
+    model, twin = twins
+    x, x_t, y, _ = data
+    randomised = twin_randomised_as_ours(model, twin, 0, monkeypatch)
+    metric = quantus.EfficientMPRT(compute_extra_scores=True, disable_warnings=True)
+    rise = metric(
+        model=randomised, x_batch=x_t, y_batch=y, channel_first=True, device="cpu", explain_func=torch_gradient
+    )
+    monkeypatch.undo()
+    (step,) = evaluate.randomization_test(model, x, "gradient", y[:, None], mode="efficient_mprt", seed=0)
+    entropies = metric.explanation_scores_by_layer
+    assert list(entropies) == ["orig", "dense"]  # skip_layers: the original and the last step only
+    np.testing.assert_allclose(step["complexity_original"][:, 0], entropies["orig"], **TOL)
+    np.testing.assert_allclose(step["complexity_randomized"][:, 0], entropies["dense"], **TOL)
+    np.testing.assert_allclose(step["per_input"][:, 0], metric.scores_extra["scores_fraction_explanation"], **TOL)
+    np.testing.assert_allclose(step["per_input"][:, 0] - 1, rise, **TOL)
+    np.testing.assert_allclose(step["similarity"], np.mean(step["per_input"]), rtol=1e-12)
+    assert np.ptp(step["per_input"]) > 0.01
 
 
 # --------------------------------------------------------------------------------- axiomatic
