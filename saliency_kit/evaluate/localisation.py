@@ -351,6 +351,11 @@ def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.n
 
     Ties: when several pixels share a map's maximum, it is a hit only if *all* of them are on the
     (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
+    An empty mask is a miss.
+
+    With ``tolerance=0`` and one maximum per map this is Quantus 0.6.0's ``PointingGame``. Quantus
+    has no tolerance, counts a tie as a hit if *any* tied pixel is on the object (a flat map hits
+    every object) and scores an empty mask as a hit (the NaN it means is written into a bool array).
     """
     maps = np.asarray(getattr(explanation, "maps", explanation))
     if maps.ndim != 4:

@@ -312,6 +312,63 @@ def test_localisation_matches_quantus(data, masks, name, cls, options):
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
 
 
+def quantus_pointing_game(maps, x_t, masks):
+    """Quantus' PointingGame of one map per input ``[B, H, W]`` (its defaults: normalised, signed)."""
+    return np.asarray(
+        quantus.PointingGame(disable_warnings=True)(
+            model=None,
+            x_batch=x_t,
+            y_batch=np.zeros(len(maps), dtype=int),
+            a_batch=maps[:, None].astype(np.float32),
+            s_batch=masks[:, None],
+            channel_first=True,
+        )
+    )
+
+
+def test_pointing_game_matches_quantus(data, masks):
+    x, x_t, y, a_t = data
+    maps = np.random.default_rng(4).random((B, 3, H, W))  # K=3 maps per input
+    maps[:, 2] = a_t[:, 0]  # signed, normal draws
+    for b, (on, off) in enumerate([((2, 2), (5, 5)), ((3, 0), (0, 4)), ((4, 4), (0, 0))]):
+        maps[b, 0][on] = 2.0  # the peak on the object
+        maps[b, 1][off] = 2.0  # the peak off it
+    got = evaluate.pointing_game(maps, masks)
+    for k in range(3):  # one Quantus run per target
+        np.testing.assert_array_equal(got[:, k], quantus_pointing_game(maps[:, k], x_t, masks))
+    np.testing.assert_array_equal(got[:, :2], [[True, False]] * B)
+
+
+def test_pointing_game_ties_and_empty_masks_depart_from_quantus(data, masks):
+    """Quantus 0.6.0 counts a tie as a hit if *any* tied pixel is on the object, so a flat map hits
+    every object, and scores an empty mask as a hit (its NaN lands in a bool array). Here all the
+    tied pixels must be on the object, and an empty mask is a miss."""
+    x, x_t, y, a_t = data
+    s = masks.copy()
+    maps = np.zeros((B, H, W))
+    maps[0, 1, 1] = maps[0, 3, 3] = 1.0  # both peaks on the object: a hit for both
+    maps[1, 0, 0] = maps[1, 0, 5] = 1.0  # one on (column 0), one off (column 5): a miss here
+    s[2] = False  # an empty mask, under a flat map
+    np.testing.assert_array_equal(evaluate.pointing_game(maps[:, None], s)[:, 0], [True, False, False])
+    np.testing.assert_array_equal(quantus_pointing_game(maps, x_t, s), [True, True, True])
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 1.0, 1.4, 1.5, 2.0, 2.9])
+def test_pointing_game_tolerance_by_hand(masks, tolerance):
+    """Quantus 0.6.0's PointingGame has no tolerance: a brute-force Euclidean distance to the object."""
+    peaks = [[(0, 0)], [(0, 3), (5, 1)], [(0, 1)]]  # √2, then 2 and 0 (a tie), then √8 from the object
+    maps = np.zeros((B, H, W))
+    for b, where in enumerate(peaks):
+        for p in where:
+            maps[b][p] = 1.0
+    expected = []
+    for b, where in enumerate(peaks):
+        on = np.argwhere(masks[b])
+        distance = [np.min(np.hypot(*(on - np.array(p)).T)) for p in where]  # to the nearest object pixel
+        expected.append(max(distance) <= tolerance)
+    np.testing.assert_array_equal(evaluate.pointing_game(maps[:, None], masks, tolerance=tolerance)[:, 0], expected)
+
+
 # -------------------------------------------------------------------------------- complexity
 @pytest.mark.parametrize(
     "name, cls",
