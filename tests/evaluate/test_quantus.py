@@ -160,11 +160,17 @@ def test_road_matches_quantus_on_one_channel(twins, data, monkeypatch):
         draws[b] = [g.standard_normal((1, int(H * W * p / 100))) for p in percentages]
     monkeypatch.setattr(np.random, "randn", Feed(draws[b][i] for i in range(len(percentages)) for b in range(B)))
     metric = quantus.ROAD(percentages=percentages, noise=0.05, disable_warnings=True)
+    per_input = []  # Quantus returns the batch mean only: its batch's [B, P] curves read on the way
+    evaluate_batch = metric.evaluate_batch
+    monkeypatch.setattr(metric, "evaluate_batch", lambda **kw: per_input.append(evaluate_batch(**kw)) or per_input[-1])
     by_percentage = metric(model=twin, x_batch=x_t, y_batch=y, a_batch=a_t, channel_first=True, device="cpu")
     monkeypatch.undo()
     reference = np.asarray([by_percentage[p] for p in percentages])
     got = evaluate.road(model, x, ours(a_t), y[:, None], percentages=percentages, noise=0.05)
-    np.testing.assert_allclose(got["curve"][:, 0].mean(axis=0), reference, **TOL)  # Quantus keeps the batch mean
+    np.testing.assert_allclose(got["curve"][:, 0].mean(axis=0), reference, **TOL)
+    ((curves,),) = per_input  # one batch
+    np.testing.assert_array_equal(got["curve"][:, 0], curves)
+    assert len({tuple(c) for c in curves}) == B  # three different curves: the check tells inputs apart
 
 
 def test_noisy_linear_imputation_matches_quantus():
@@ -194,6 +200,67 @@ def test_road_imputes_every_channel_where_quantus_fails():
     # an imputed pixel is the weighted mean of its neighbours: a constant image stays constant
     flat = np.full((3, 5, 5), 0.25)
     np.testing.assert_allclose(evaluate.perturbation.noisy_linear_imputation(flat, indices, np.zeros((3, 3))), flat)
+
+
+def test_road_fails_in_quantus_on_three_channels_and_imputes_each_channel_here():
+    """On a 3×3 RGB input Quantus 0.6.0's ROAD indexes pixels with channels-first element ranks (an
+    IndexError); ours ranks the pixel map and imputes every channel. Its imputations by hand: the
+    centre pixel alone is the weighted mean of its eight neighbours; the centre and a corner
+    together solve a 2×2 system (Cramer's rule), channel by channel, and the curve is the dense
+    model's arg-max on those images, in NumPy."""
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((3, 3, 3)), keras.layers.Flatten(), keras.layers.Dense(CLASSES)])
+    kernel, bias = (w.numpy().astype(np.float64) for w in model.layers[-1].weights)
+    rng = np.random.default_rng(9)
+    x = rng.random((1, 3, 3, 3)).astype(np.float32)
+    elements = 0.1 * rng.random((1, CLASSES, 3, 3, 3))  # one map per class, all targets at once
+    elements[:, :, 1, 1] += 1.0  # the centre first in every map (channel sums rank pixels)
+    elements[:, :, 0, 0] += 0.5  # then the top-left corner
+    targets = np.arange(CLASSES)[None]
+    noise = 0.3
+    got = evaluate.road(model, x, elements, targets, percentages=[12, 23], noise=noise)  # 1 then 2 pixels
+
+    v = x[0].astype(np.float64)  # [3, 3, C]
+    direct = v[0, 1] + v[1, 0] + v[1, 2] + v[2, 1]
+    diagonal = v[0, 2] + v[2, 0] + v[2, 2]
+    centre_alone = direct / 6 + (diagonal + v[0, 0]) / 12
+    # corner (5/12 of weight inside the image): 5/12·c − 1/12·m = (v01 + v10)/6
+    # centre: −1/12·c + m = direct/6 + diagonal/12
+    r_corner, r_centre = (v[0, 1] + v[1, 0]) / 6, direct / 6 + diagonal / 12
+    det = 5 / 12 - 1 / 144
+    corner, centre = (r_corner + r_centre / 12) / det, (5 / 12 * r_centre + r_corner / 12) / det
+    g = seeded_rng(0, "road", 0)
+    expected = np.zeros((CLASSES, 2))
+    for k in range(CLASSES):  # the draws: per target, per percentage, [C, n] (pixels in ranked order)
+        one, two = g.standard_normal((3, 1)), g.standard_normal((3, 2))
+        first = v.copy()
+        first[1, 1] = centre_alone + noise * one[:, 0]
+        second = v.copy()
+        second[1, 1], second[0, 0] = centre + noise * two[:, 0], corner + noise * two[:, 1]
+        np.testing.assert_allclose(
+            evaluate.perturbation.noisy_linear_imputation(np.moveaxis(v, -1, 0), [4, 0], noise * two),
+            np.moveaxis(second, -1, 0),
+            rtol=1e-12,
+        )
+        logits = np.stack([first.reshape(-1), second.reshape(-1)]) @ kernel + bias  # Keras flattens H, W, C
+        expected[k] = logits.argmax(-1) == k
+    np.testing.assert_array_equal(got["curve"][0], expected)
+    assert expected.any() and not expected.all()
+
+    class Twin(torch.nn.Module):  # the dense model, channels-first
+        def forward(self, x):
+            flat = x.permute(0, 2, 3, 1).reshape(len(x), -1)
+            return flat @ torch.tensor(kernel, dtype=x.dtype) + torch.tensor(bias, dtype=x.dtype)
+
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 9"):  # an element rank, 9 pixels
+        quantus.ROAD(percentages=[12, 23], noise=noise, disable_warnings=True)(
+            model=Twin(),
+            x_batch=np.moveaxis(x, -1, 1).copy(),
+            y_batch=np.zeros(1, int),
+            a_batch=np.moveaxis(elements[:, 0], -1, 1).astype(np.float32),
+            channel_first=True,
+            device="cpu",
+        )
 
 
 def test_monotonicity_correlation_matches_quantus(twins, data):
