@@ -502,6 +502,30 @@ def test_complexity_matches_quantus(data, name, cls):
     np.testing.assert_allclose(got[:, 0], reference, **TOL)
 
 
+def test_quantus_normalises_over_the_batch_and_ours_per_map(data):
+    """Quantus divides every map by the batch's largest value, so an input's score moves when another
+    input joins the batch; ours divides each map by its own. Effective complexity counts the values
+    above ``eps`` after that division, so it shows it."""
+    x, x_t, y, a_t = data
+
+    def effective_complexity(a, x):
+        metric = quantus.EffectiveComplexity(eps=0.3, disable_warnings=True)  # normalise=True, abs=True
+        scores = metric(model=None, x_batch=x, y_batch=np.zeros(len(x), int), a_batch=a, channel_first=True)
+        return np.asarray(scores, dtype=np.float64)
+
+    louder = 4 * a_t[:1]  # another input, its map peaking 4 times higher
+    quantus_alone = effective_complexity(a_t, x_t)
+    quantus_joined = effective_complexity(np.concatenate([a_t, louder]), np.concatenate([x_t, x_t[:1]]))[:B]
+    assert (quantus_joined < quantus_alone).all()  # a higher batch maximum: fewer values above eps
+    ours_alone = evaluate.effective_complexity(maps=a_t, eps=0.3)[:, 0]
+    ours_joined = evaluate.effective_complexity(maps=np.concatenate([a_t, louder]), eps=0.3)[:B, 0]
+    np.testing.assert_array_equal(ours_joined, ours_alone)
+    # ours is Quantus on a batch of one, where the batch maximum is the map's own
+    np.testing.assert_array_equal(
+        ours_alone, [effective_complexity(a_t[b : b + 1], x_t[b : b + 1])[0] for b in range(B)]
+    )
+
+
 def test_discrete_entropy_matches_quantus(data):
     from quantus.functions.complexity_func import discrete_entropy
 
