@@ -6,7 +6,10 @@ the very draws our per-input generators make (``numpy.random`` patched for the d
 Quantus call), so the two compute the same thing on the same perturbations. Where Quantus departs
 from its paper, the test shows the departure and checks the paper's version.
 
-Inputs have one channel so that Quantus' channels-first flattening and ours coincide.
+Most inputs have one channel, so that Quantus' channels-first flattening and ours coincide; the
+three-channel tests map our ``[H, W, C]`` element order onto Quantus' ``[C, H, W]``, and our K targets
+are compared with one Quantus run per target column. The randomisation tests make Quantus randomise
+the PyTorch twin into the weights our re-initialisation drew, so both explain the same networks.
 """
 
 from copy import deepcopy
@@ -393,6 +396,68 @@ def test_relative_input_stability_leaves_out_copies_that_change_the_prediction(t
     monkeypatch.undo()
     np.testing.assert_array_equal(np.isnan(reference), [True, True, False])  # NaN wherever a copy changed
     np.testing.assert_allclose(got[2, 0], reference[2], **TOL)  # and ours where none did
+
+
+# ------------------------------------------------------------------- three channels, two targets
+@pytest.fixture(scope="module")
+def twins3():
+    """The twins on three channels: Quantus flattens ``[C, H, W]``, ours ``[H, W, C]``."""
+    return make_twins(3)
+
+
+@pytest.fixture(scope="module")
+def data3(twins3):
+    """``x [B, H, W, 3]``, ``x_t [B, 3, H, W]``, the top two classes ``y [B, 2]`` and element
+    attributions ``a [B, 2, H, W, 3]`` (ours, one map per target)."""
+    model, twin = twins3
+    rng = np.random.default_rng(5)
+    x = rng.random((B, H, W, 3)).astype(np.float32)
+    x_t = np.moveaxis(x, -1, 1).copy()
+    with torch.no_grad():
+        logits = twin(torch.tensor(x_t)).numpy()
+    np.testing.assert_allclose(logits, model.predict(x, verbose=0), rtol=1e-5, atol=1e-5)
+    y = np.argsort(-logits, axis=-1)[:, :2]
+    return x, x_t, y, rng.normal(size=(B, 2, H, W, 3)).astype(np.float32)
+
+
+def test_faithfulness_correlation_on_three_channels_and_two_targets(twins3, data3, monkeypatch):
+    model, twin = twins3
+    x, x_t, y, a = data3
+    runs, size = 5, 20
+    subsets = np.empty((B, runs, size), dtype=int)  # ours index [H, W, C] elements, Quantus [C, H, W]
+    for b in range(B):
+        g = seeded_rng(0, "faithfulness_correlation", b)
+        for r in range(runs):
+            h, w, c = np.unravel_index(g.choice(H * W * 3, size, replace=False), (H, W, 3))
+            subsets[b, r] = np.ravel_multi_index((c, h, w), (3, H, W))
+    got = evaluate.faithfulness_correlation(model, x, a, y, nr_runs=runs, subset_size=size)
+    assert got.shape == (B, 2)
+    for k in range(2):  # one Quantus run per target column, on the same subsets (ours share them)
+        feed = Feed(subsets[b, r] for r in range(runs) for b in range(B))
+        monkeypatch.setattr(np.random, "choice", feed)
+        metric = quantus.FaithfulnessCorrelation(
+            nr_runs=runs, subset_size=size, return_aggregate=False, disable_warnings=True
+        )
+        reference = run_quantus(metric, twin, x_t, y[:, k], np.moveaxis(a[:, k], -1, 1).copy())
+        monkeypatch.undo()
+        assert not feed.values
+        np.testing.assert_allclose(got[:, k], reference, **TOL)
+
+
+def test_max_sensitivity_on_three_channels_and_two_targets(twins3, data3, monkeypatch):
+    model, twin = twins3
+    x, x_t, y, _ = data3
+    samples = 4
+    got = evaluate.max_sensitivity(model, x, "gradient", y, nr_samples=samples)
+    assert got.shape == (B, 2)
+    for k in range(2):  # one Quantus run per target column, on the same copies (ours share them)
+        monkeypatch.setattr(np.random, "uniform", _uniform_feed("max_sensitivity", samples, -0.2, 0.2, channels=3))
+        metric = quantus.MaxSensitivity(nr_samples=samples, disable_warnings=True)
+        a_t = torch_gradient(twin, x_t, y[:, k])
+        reference = run_quantus(metric, twin, x_t, y[:, k], a_t, explain_func=torch_gradient)
+        monkeypatch.undo()
+        np.testing.assert_allclose(got[:, k], reference, **TOL)
+    assert np.abs(got[:, 0] - got[:, 1]).min() > 1e-3  # the two targets' scores differ
 
 
 # ------------------------------------------------------------------------------ localisation
