@@ -1,4 +1,5 @@
-"""Progress of a batch run: tqdm's bar on a terminal, a plain line every few seconds elsewhere."""
+"""Progress of a long run (``saliency batch``, ``saliency evaluate``): tqdm's bar on a terminal, a
+plain line every few seconds elsewhere."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """tqdm's bar on a terminal; otherwise a plain line at most every ``every`` seconds."""
+    """tqdm's bar on a terminal; otherwise a plain line at most every ``every`` seconds, e.g.
+    ``saliency batch: 3/10 images (30%), 1.2 images/s, 0 failed, eta 6s``.
 
-    def __init__(self, total: int, *, stream=None, every: float = 10.0):
+    ``name``: the command the lines are of; ``unit``: what ``total`` counts (plural)."""
+
+    def __init__(
+        self, total: int, *, stream=None, every: float = 10.0, name: str = "saliency batch", unit: str = "images"
+    ):
         self.total, self.done, self.failed = total, 0, 0
         self.stream = stream or sys.stderr
-        self.every = every
+        self.every, self.name, self.unit = every, name, unit
         self.start = self.last = time.monotonic()
         self.bar = None
         if self.stream.isatty():
@@ -29,9 +35,9 @@ class Progress:
                 width = 0
             # A terminal that reports no width (e.g. a pty without a size) would get an empty bar.
             size = {"dynamic_ncols": True} if width > 0 else {"ncols": 100}
-            self.bar = tqdm(total=total, unit="img", file=self.stream, desc="saliency batch", **size)
+            self.bar = tqdm(total=total, unit=unit, file=self.stream, desc=name, **size)
 
-    def update(self, done: int, failed: int) -> None:
+    def update(self, done: int, failed: int = 0) -> None:
         self.done += done
         self.failed += failed
         if self.bar is not None:
@@ -45,8 +51,8 @@ class Progress:
             rate = count / max(now - self.start, 1e-9)
             eta = (self.total - count) / rate if rate > 0 else float("inf")
             print(
-                f"saliency batch: {count}/{self.total} images ({100 * count / max(self.total, 1):.0f}%), "
-                f"{rate:.1f} images/s, {self.failed} failed, eta {_duration(eta)}",
+                f"{self.name}: {count}/{self.total} {self.unit} ({100 * count / max(self.total, 1):.0f}%), "
+                f"{rate:.1f} {self.unit}/s, {self.failed} failed, eta {_duration(eta)}",
                 file=self.stream,
                 flush=True,
             )

@@ -24,7 +24,6 @@ import hashlib
 import io
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -165,6 +164,7 @@ def _part_name(image: str) -> str:
 def run(args) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
     from ..batch import plan as planning
+    from ..batch.progress import Progress
     from ..evaluate import METRICS, compare
     from ..files import remove_partials, write_json
     from ..images import ImageLoadError, load_image
@@ -212,7 +212,7 @@ def run(args) -> int:
     todo = [p for p in images if not (args.resume and os.path.isfile(os.path.join(parts, _part_name(p))))]
     methods = [name for name, _ in plan]
     method_options = {name: options for name, options in plan}
-    progress = _Progress(len(todo) * (len(methods) + 1) * len(metrics))
+    progress = Progress(len(todo) * (len(methods) + 1) * len(metrics), name="saliency evaluate", unit="cells")
     failed = []
     preflighted = False
     for path in todo:
@@ -221,7 +221,7 @@ def run(args) -> int:
         except ImageLoadError as error:
             failed.append(path)
             print(f"saliency evaluate: skipped {path}: {opt.message(error)}", file=sys.stderr, flush=True)
-            progress.update((len(methods) + 1) * len(metrics))
+            progress.update(0, (len(methods) + 1) * len(metrics))
             continue
         if not preflighted:
             opt.preflight(model, spec, x[None], plan, args.batch_size)
@@ -382,36 +382,3 @@ def metrics_figure(table: dict):
         fontsize=10,
     )
     return fig
-
-
-class _Progress:
-    """tqdm's bar over the method × metric cells on a terminal; otherwise a line every 10 s."""
-
-    def __init__(self, total: int, stream=None):
-        self.total, self.done = total, 0
-        self.stream = stream or sys.stderr
-        self.last = self.start = time.monotonic()
-        self.bar = None
-        if self.stream.isatty() and total:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="cell", file=self.stream, desc="saliency evaluate")
-
-    def update(self, count: int) -> None:
-        self.done += count
-        if self.bar is not None:
-            self.bar.update(count)
-            return
-        now = time.monotonic()
-        if now - self.last >= 10 or self.done >= self.total:
-            self.last = now
-            print(
-                f"saliency evaluate: {self.done}/{self.total} method x metric cells "
-                f"({100 * self.done / max(self.total, 1):.0f}%), {now - self.start:.0f}s",
-                file=self.stream,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

@@ -32,6 +32,8 @@ def test_evaluate_writes_the_table_the_chart_and_resumes(shapes_dir, tmp_path, c
     images = sorted(str(p) for p in shapes_dir.glob("s?.png"))
     out = tmp_path / "out"
     assert main(["evaluate", *images, *ARGS, "--out", str(out)]) == 0
+    cells = 3 * 2 * 3  # images x (gradient, random) x metrics
+    assert f"saliency evaluate: {cells}/{cells} cells (100%)" in capsys.readouterr().err  # not a terminal: lines
     table = json.loads((out / "metrics.json").read_text())
     assert table["images"] == [os.path.abspath(p) for p in images]
     rows = {(r["method"], r["metric"]): r for r in table["rows"]}
