@@ -45,8 +45,13 @@ def explain_parts(
     baseline_token: int,
     with_scores: bool,
     options: dict,
+    points: list | None = None,
 ) -> Explanation:
-    """:func:`saliency_kit.explain` for parts (see the module); its arguments, checked here."""
+    """:func:`saliency_kit.explain` for parts (see the module); its arguments, checked here.
+
+    ``points``: the explained parts' values when they are not the inputs' own, one array
+    ``[B, *part.shape]`` per part (``sk.evaluate``'s robustness metrics explain token ids at
+    perturbed points of their embedding space); default read from the inputs."""
     engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     if isinstance(baseline_token, bool) or not isinstance(baseline_token, (int, np.integer)) or baseline_token < 0:
@@ -58,6 +63,8 @@ def explain_parts(
         parts = read(model, inputs, None, batch_size=batch_size)
     else:
         parts = read(model, inputs, attribute_to, batch_size=batch_size)
+    if points is not None:
+        parts.points = _given_points(parts, points)
     layers = [p.name for p in parts.parts if p.input is None]
     if chosen.spatial and layers:
         raise ValueError(
@@ -155,6 +162,22 @@ def explain_parts(
         target_info=selection.info,
         parts=kinds,
     )
+
+
+def _given_points(parts: Any, points: list) -> list:
+    """``points`` checked against the parts: one array ``[B, *part.shape]`` each, in the part's dtype."""
+    if len(points) != len(parts.parts):
+        raise ValueError(f"points must hold one array per explained part ({len(parts.parts)}); received {len(points)}.")
+    out = []
+    for part, value in zip(parts.parts, points):
+        array = np.asarray(value)
+        if array.shape != (parts.count, *part.shape):
+            raise ValueError(
+                f"the points of part {part.name!r} must have shape {[parts.count, *part.shape]}; "
+                f"received {list(array.shape)}."
+            )
+        out.append(np.ascontiguousarray(array.astype(part.dtype, copy=False)))
+    return out
 
 
 def _kind(part: Any) -> str:

@@ -12,12 +12,13 @@ Where Quantus 0.6.0 departs from the papers these follow the papers (said in eac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import Scored, baseline_values, check_float, check_int, flat_elements, prepare
+from ._common import baseline_values, check_float, check_int, flat_elements, prepare
 from .draws import rng
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
 
@@ -61,12 +62,14 @@ def completeness(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
     a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     baseline = np.stack(
         [baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
     ).reshape(scored.x.shape)
-    change = forward(scored, scored.x, scored.targets) - forward(scored, baseline, scored.targets)
+    sources = np.arange(len(flat))
+    change = forward(scored, scored.x, sources) - forward(scored, baseline, sources)
     return np.abs(a.sum(-1) - change)
 
 
@@ -108,11 +111,12 @@ def non_sensitivity(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
     a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
-    clean = forward(scored, scored.x, scored.targets)
+    clean = forward(scored, scored.x, np.arange(len(flat)))
     padded = padded_steps(np.arange(n), features_in_step)
     jobs = []
     for b in range(len(flat)):
@@ -120,7 +124,7 @@ def non_sensitivity(
         values = np.stack(
             [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
         )
-        jobs.append(Job(steps, padded_replacer(flat[b], padded, values), scored.targets[b]))
+        jobs.append(Job(steps, padded_replacer(flat[b], padded, values), b, np.arange(a.shape[1])))
     result = np.empty(a.shape[:2])
     for b, scores in enumerate(score_jobs(scored, jobs)):
         insensitive = np.abs(scores - clean[b][None]) < eps  # [steps, K]
@@ -148,10 +152,12 @@ def input_invariance(
     or 0.0. The plain gradient passes; gradient × input does not.
 
     The shifted model is a new functional model (a ``Rescaling`` layer with offset ``−input_shift``
-    before ``model``); ``model`` is not changed. Quantus 0.6.0 leaves the first element of each
-    input unshifted, so even the plain gradient fails there; here every element is shifted.
+    before ``model``, on each explained input of a model with several; the others are not
+    shifted); ``model`` is not changed. A target object is resolved again on the shifted model.
+    Token ids explained in embedding space cannot be shifted (``ValueError``). Quantus 0.6.0 leaves
+    the first element of each input unshifted, so even the plain gradient fails there; here every
+    element is shifted.
     """
-    import keras
 
     input_shift, atol = check_float("input_shift", input_shift), check_float("atol", atol)
     scored = prepare(
@@ -163,16 +169,68 @@ def input_invariance(
         batch_size=batch_size,
         score=score,
         method_options=method_options,
+        perturbs=True,
     )
-    inner = keras.Input(shape=scored.x.shape[1:], dtype=scored.x.dtype)
-    shifted_model = keras.Model(
-        inner, model(keras.layers.Rescaling(1.0, offset=-input_shift)(inner)), name=f"{model.name}_shifted"
-    )
+    x_shifted = (scored.x.astype(np.float64) + input_shift).astype(scored.x.dtype)
+    parts = scored.parts
+    if parts is None:
+        shifted_model = _shifted_model(model, {0}, input_shift)
+    else:
+        tokens = [part.name for part in parts.parts if part.embedding]
+        if tokens:
+            raise ValueError(
+                "input_invariance shifts the explained inputs, and token ids explained in embedding space "
+                f"cannot be shifted; explain a float input (attribute_to=); received token input {tokens[0]!r}."
+            )
+        shifted_model = _shifted_model(model, {part.input for part in parts.parts}, input_shift)
+        held = list(parts.held)
+        for part, value in zip(parts.parts, scored.space.unpack(x_shifted, lead=1)):
+            held[part.input] = value
+        parts = dataclasses.replace(parts, held=held, points=scored.space.unpack(x_shifted, lead=1))
     options = dict(scored.options)
     if isinstance(options.get("layer"), str):
         options["layer"] = f"{model.name}/{options['layer']}"
-    shifted = Scored(**{**scored.__dict__, "model": shifted_model, "options": options})
-    x_shifted = (scored.x.astype(np.float64) + input_shift).astype(scored.x.dtype)
-    moved = shifted.explain(x_shifted, scored.targets, np.arange(len(scored.x)))
+    selection = scored.selection
+    if selection is not None:  # bound again to the shifted model (a unit's layer path, a head's key)
+        from ..request import resolve_request
+
+        selection = resolve_request(
+            shifted_model,
+            x_shifted,
+            scored.target,
+            scored.score,
+            scored.batch_size,
+            None,
+            at=None if parts is None else parts.held,
+        )[0]
+    shifted = dataclasses.replace(scored, model=shifted_model, options=options, parts=parts, selection=selection)
+    every = np.arange(len(scored.x))
+    moved = shifted.explain(x_shifted, every, every)
     close = np.isclose(scored.elements, moved, atol=atol, rtol=1e-5)
     return np.all(close.reshape(*close.shape[:2], -1), axis=-1).astype(np.float64)
+
+
+def _shifted_model(model: keras.Model, shifted: set, input_shift: float) -> keras.Model:
+    """``model`` behind a ``Rescaling`` with offset ``−input_shift`` on the inputs ``shifted``
+    (positions in graph order), taking the same inputs (names, structure) as ``model`` and giving
+    its outputs under their names (a head target finds its head)."""
+    import keras
+
+    from ..model.keras_private import input_structure
+    from ..model.model_inputs import model_inputs
+
+    infos = model_inputs(model)
+    names = [info.name for info in infos]
+    tensors = [keras.Input(shape=info.shape[1:], dtype=info.dtype, name=info.name) for info in infos]
+    moved = [keras.layers.Rescaling(1.0, offset=-input_shift)(t) if i in shifted else t for i, t in enumerate(tensors)]
+    given: Any
+    called: Any
+    if isinstance(input_structure(model), dict):
+        given, called = dict(zip(names, tensors)), dict(zip(names, moved))
+    else:
+        given, called = (tensors, moved) if len(tensors) > 1 else (tensors[0], moved[0])
+    outputs = model(called)
+    heads = list(getattr(model, "output_names", None) or [])
+    if isinstance(outputs, (list, tuple)) and len(heads) == len(outputs):
+        outputs = [keras.layers.Identity(name=name)(t) for name, t in zip(heads, outputs)]
+    return keras.Model(given, outputs, name=f"{model.name}_shifted")

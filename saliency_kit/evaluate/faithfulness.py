@@ -95,20 +95,21 @@ def faithfulness_correlation(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
     a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     if subset_size > flat.shape[1]:
         raise ValueError(
             f"subset_size must be at most the number of input elements ({flat.shape[1]}); received {subset_size}."
         )
-    clean = forward(scored, scored.x, scored.targets)
+    clean = forward(scored, scored.x, np.arange(len(flat)))
     jobs, subsets = [], []
     for b in range(len(flat)):
         generator = rng(seed, "faithfulness_correlation", b)
         chosen = np.stack([generator.choice(flat.shape[1], subset_size, replace=False) for _ in range(nr_runs)])
         values = np.stack([baseline_values(perturb_baseline, flat[b], subset_size, generator) for _ in range(nr_runs)])
         subsets.append(chosen)
-        jobs.append(Job(nr_runs, _replacer(flat[b], chosen, values), scored.targets[b]))
+        jobs.append(Job(nr_runs, _replacer(flat[b], chosen, values), b, np.arange(a.shape[1])))
     lost = score_jobs(scored, jobs)
     result = np.empty(a.shape[:2])
     for b, chosen in enumerate(subsets):
@@ -180,11 +181,12 @@ def infidelity(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
-    height, width = spatial_shape(scored)
+    height, width = spatial_shape(scored, "infidelity")
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     x = scored.x.astype(np.float64)
-    clean = forward(scored, scored.x, scored.targets)
+    clean = forward(scored, scored.x, np.arange(len(x)))
     repeats = n_perturb_samples if is_random_baseline(perturb_baseline) else 1
     jobs, layouts = [], []
     for b in range(len(x)):
@@ -201,7 +203,7 @@ def infidelity(
                 )
                 rows = cumulative_rows(x[b].ravel(), np.stack(masks), values)
                 layouts.append((b, size))
-                jobs.append(Job(len(rows), prebuilt(rows), scored.targets[b]))
+                jobs.append(Job(len(rows), prebuilt(rows), b, np.arange(a.shape[1])))
     scores = score_jobs(scored, jobs)
     per: dict[int, dict[int, list[np.ndarray]]] = {}
     for (b, size), job, lost in zip(layouts, jobs, scores):
@@ -261,11 +263,12 @@ def monotonicity_correlation(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
     a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
-    clean = forward(scored, scored.x, scored.targets)
+    clean = forward(scored, scored.x, np.arange(len(flat)))
     repeats = nr_samples if is_random_baseline(perturb_baseline) else 1
     jobs, orders = [], []
     for b in range(len(flat)):
@@ -278,7 +281,7 @@ def monotonicity_correlation(
             values = np.stack(
                 [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(len(indices))]
             )
-            jobs.append(Job(len(indices), padded_replacer(flat[b], indices, values), scored.targets[b][k : k + 1]))
+            jobs.append(Job(len(indices), padded_replacer(flat[b], indices, values), b, np.array([k])))
     scores = score_jobs(scored, jobs)
     result = np.empty(a.shape[:2])
     for (b, k, padded), lost in zip(orders, scores):

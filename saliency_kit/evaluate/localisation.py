@@ -96,6 +96,7 @@ def _maps_and_masks(
         seed=seed,
         batch_size=batch_size,
         method_options=method_options,
+        image=True,
     )
     if masks is None:
         raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")

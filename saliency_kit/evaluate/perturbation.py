@@ -41,7 +41,7 @@ from ._common import (
 )
 from .draws import rng
 from .faithfulness import cumulative_rows, image_blocks
-from .scoring import Job, forward, prebuilt, predicted_classes, score_jobs
+from .scoring import Job, forward, prebuilt, predicted, score_jobs
 
 if TYPE_CHECKING:
     import keras
@@ -136,10 +136,11 @@ def road(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
-    height, width = spatial_shape(scored)
+    height, width = spatial_shape(scored, "road")
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
-    axis = 1 + image_channel_axis(scored) % 3
+    axis = 1 + image_channel_axis(scored, "road") % 3
     channels_first = np.moveaxis(scored.x.astype(np.float64), axis, 1)
     curve = np.zeros((*pixels.shape[:2], len(percentages)))
     for b in range(len(scored.x)):
@@ -152,8 +153,9 @@ def road(
                 draw = noise * generator.standard_normal((channels_first.shape[1], len(chosen)))
                 imputed.append(noisy_linear_imputation(channels_first[b], chosen, draw))
         rows = np.moveaxis(np.stack(imputed), 1, axis)
-        predicted = predicted_classes(scored, rows).reshape(pixels.shape[1], len(percentages))
-        curve[b] = predicted == scored.targets[b][:, None]
+        columns = np.repeat(np.arange(pixels.shape[1]), len(percentages))[:, None]  # row (k, p) reads target k
+        still = predicted(scored, rows, np.full(len(rows), b), columns)[:, 0] == scored.targets[b][columns[:, 0]]
+        curve[b] = still.reshape(pixels.shape[1], len(percentages))
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 
 
@@ -200,8 +202,9 @@ def region_perturbation(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
-    height, width = spatial_shape(scored)
+    height, width = spatial_shape(scored, "region_perturbation")
     pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs)
     blocks = image_blocks(height, width, patch_size)
     masks = np.zeros((len(blocks), height, width), dtype=bool)
@@ -209,7 +212,7 @@ def region_perturbation(
         masks[i, r, c] = True
     element_masks = spatial_to_elements(masks, scored).reshape(len(blocks), -1)
     x = scored.x.astype(np.float64)
-    clean = forward(scored, scored.x, scored.targets)
+    clean = forward(scored, scored.x, np.arange(len(x)))
     steps = min(regions_evaluation, len(blocks))
     jobs, keys = [], []
     for b in range(len(x)):
@@ -227,7 +230,7 @@ def region_perturbation(
                 [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
             )
             rows = cumulative_rows(x[b].ravel(), element_masks[ranking], values)
-            jobs.append(Job(steps, prebuilt(rows), scored.targets[b][k : k + 1]))
+            jobs.append(Job(steps, prebuilt(rows), b, np.array([k])))
             keys.append((b, k))
     curve = np.zeros((*pixels.shape[:2], steps))
     for (b, k), lost in zip(keys, score_jobs(scored, jobs)):
@@ -271,6 +274,7 @@ def pixel_flipping(
         score=score,
         softmax=softmax,
         method_options=method_options,
+        perturbs=True,
     )
     a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
     n = flat.shape[1]
@@ -281,7 +285,7 @@ def pixel_flipping(
         for k in range(a.shape[1]):
             order = np.argsort(-a[b, k], kind="stable")
             values = baseline_values(perturb_baseline, flat[b], n, generator)
-            jobs.append(Job(steps, _flipper(flat[b], order, values, features_in_step), scored.targets[b][k : k + 1]))
+            jobs.append(Job(steps, _flipper(flat[b], order, values, features_in_step), b, np.array([k])))
             keys.append((b, k))
     curve = np.zeros((*a.shape[:2], steps))
     for (b, k), values in zip(keys, score_jobs(scored, jobs)):

@@ -337,8 +337,12 @@ def random_logit(
     batch in Quantus), compared by scikit-image's SSIM with a 7-wide window and the pair's joint
     range. ``num_classes`` defaults to the model's number of outputs (Quantus: 1000). The other
     class is drawn per input and target (seeded).
+
+    A target object is explained again at another of its classes, everything else kept: a
+    region's other class over the same mask, a box's other class, another component of a head,
+    another unit of a layer (``num_classes`` defaults to how many there are).
     """
-    from ..model.scores import score_columns
+    from .scoring import class_count
 
     scored = prepare(
         model,
@@ -354,7 +358,7 @@ def random_logit(
         raise ValueError(
             "random_logit draws other classes: give class targets, not a score function; received a callable."
         )
-    classes = num_classes if num_classes is not None else score_columns(model, None)
+    classes = num_classes if num_classes is not None else class_count(model, scored.selection, "random_logit")
     classes = check_int("num_classes", classes, 2)
     other = np.empty_like(scored.targets)
     for b, row in enumerate(scored.targets):
@@ -362,7 +366,8 @@ def random_logit(
         for k, target in enumerate(row):
             choice = int(generator.integers(0, classes - 1))
             other[b, k] = choice + (choice >= target)
-    off = scored.explain(scored.x, other, np.arange(len(scored.x)))
+    inputs_at = np.arange(len(scored.x))
+    off = scored.explain(scored.x, inputs_at, inputs_at, other)
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     o = preprocess(off, normalise=normalise, absolute=abs)
     return np.array([[ssim_flat(p.ravel(), q.ravel()) for p, q in zip(ra, rb)] for ra, rb in zip(a, o)])

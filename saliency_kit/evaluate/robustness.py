@@ -25,7 +25,7 @@ import numpy as np
 
 from ._common import Scored, check_float, check_int, prepare, preprocess
 from .draws import perturbed_keys, rng
-from .scoring import input_groups, predicted_classes
+from .scoring import input_groups, predicted
 
 if TYPE_CHECKING:
     import keras
@@ -46,12 +46,14 @@ def _perturbed_runs(
     absolute: bool,
     check_changes: bool,
 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-    """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S])`` per input: the
-    copies ``x + U(low, high)`` and their re-run explanations, one explain call per group of inputs."""
+    """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S, K])`` per input:
+    the copies ``x + U(low, high)`` of the explained values (every explained part; the other model
+    inputs held at the input's own) and their re-run explanations, one explain call per group of
+    inputs; ``changed``: the copy changes the model's prediction for that target."""
     x = scored.x
     keys = perturbed_keys(scored.seed, len(x), nr_samples)
     per_copy = x[0].nbytes * (1 + scored.targets.shape[1] * 2)
-    clean_classes = predicted_classes(scored, x) if check_changes else None
+    clean = predicted(scored, x, np.arange(len(x))) if check_changes else None
     for group in input_groups(len(x), nr_samples, per_copy, MAX_EXPLAIN_BYTES):
         copies = np.concatenate(
             [
@@ -59,13 +61,13 @@ def _perturbed_runs(
                 for b in group
             ]
         ).astype(x.dtype)
-        targets = np.repeat(scored.targets[list(group)], nr_samples, axis=0)
+        sources = np.repeat(list(group), nr_samples)
         rows = [b * nr_samples + s for b in group for s in range(nr_samples)]
-        attributions = preprocess(scored.explain(copies, targets, keys[rows]), normalise=normalise, absolute=absolute)
+        attributions = preprocess(scored.explain(copies, sources, keys[rows]), normalise=normalise, absolute=absolute)
         changed = (
-            predicted_classes(scored, copies) != np.repeat(clean_classes[list(group)], nr_samples)
-            if clean_classes is not None
-            else np.zeros(len(copies), dtype=bool)
+            predicted(scored, copies, sources) != clean[sources]
+            if clean is not None
+            else np.zeros((len(copies), scored.targets.shape[1]), dtype=bool)
         )
         for i, b in enumerate(group):
             part = slice(i * nr_samples, (i + 1) * nr_samples)
@@ -106,6 +108,7 @@ def _sensitivities(
         batch_size=batch_size,
         score=score,
         method_options=method_options,
+        perturbs=True,
     )
     a = preprocess(scored.elements, normalise=normalise, absolute=absolute)
     a = a.reshape(*a.shape[:2], -1)
@@ -117,7 +120,7 @@ def _sensitivities(
         with np.errstate(invalid="ignore", divide="ignore"):
             result[b] = (difference / np.linalg.norm(a[b], axis=-1)[None]).T
         if nan_when_changed:
-            result[b][:, changed] = np.nan
+            result[b][changed.T] = np.nan
     return result
 
 
@@ -248,6 +251,7 @@ def relative_input_stability(
         batch_size=batch_size,
         score=score,
         method_options=method_options,
+        perturbs=True,
     )
     a = preprocess(scored.elements, normalise=normalise, absolute=abs)
     x = scored.x.astype(np.float64)
@@ -264,5 +268,5 @@ def relative_input_stability(
         denominator = denominator + (denominator == 0) * eps_min
         result[b] = (numerator / denominator[:, None]).T
         if return_nan_when_prediction_changes:
-            result[b][:, changed] = np.nan
+            result[b][changed.T] = np.nan
     return _nan_reduce(np.nanmax, result)

@@ -1,27 +1,35 @@
 """Batched scoring of perturbed inputs: the model's scores of many rows through one compiled kernel.
 
-:func:`forward` scores rows for their targets (or the softmax of the scores), :func:`predicted_classes`
-reads the arg-max class, and :func:`score_jobs` streams the perturbed copies of many inputs
-(:class:`Job`) through the engine's batched forward pass in pieces of about :data:`MAX_BATCH_BYTES`;
-:func:`input_groups` cuts the inputs into groups whose copies fit in that budget. Every forward pass
-runs through :func:`saliency_kit.engine.forward_scores` (or ``all_scores``) with whole chunks of
-``batch_size`` rows, so results do not depend on how the rows are grouped.
+Every perturbed row knows its *source*, the input it is a copy of. :func:`forward` scores rows for
+their source's targets (or the targets' probabilities), :func:`predicted` reads the model's
+prediction, and :func:`score_jobs` streams the perturbed copies of many inputs (:class:`Job`)
+through the engine's batched forward pass in pieces of about :data:`MAX_BATCH_BYTES`;
+:func:`input_groups` cuts the inputs into groups whose copies fit in that budget.
+
+Class targets of a model's one input run through :func:`saliency_kit.engine.forward_scores` (or
+``all_scores``). A target object (:mod:`saliency_kit.targets`) scores each row with its source's
+payload (:func:`select`: a region's mask, a box; a ``"predicted"`` region keeps the clean input's
+mask), and with several model inputs each row carries its source's values of the inputs not
+explained: both run through the engine's compiled kernel (:func:`saliency_kit.engine.run`). Every
+call is whole chunks of ``batch_size`` rows, so results do not depend on how the rows are grouped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..targets import Resolved
     from ._common import Scored
 
 __all__ = [
     "MAX_BATCH_BYTES",
     "forward",
+    "predicted",
     "predicted_classes",
     "input_groups",
     "Job",
@@ -29,22 +37,35 @@ __all__ = [
     "score_jobs",
     "padded_replacer",
     "padded_steps",
+    "select",
+    "with_columns",
+    "class_count",
 ]
 
 #: The perturbed copies of several inputs are built and scored together up to about this many bytes.
 MAX_BATCH_BYTES = 256 * 2**20
 
 
-def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.ndarray:
-    """Scores ``[N, K]`` of ``rows`` (perturbed inputs) for ``row_targets`` int ``[N, K]``, through the
-    engine's compiled batched forward pass (the softmax of the whole score vector when
-    ``scored.softmax``)."""
+def forward(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+    """Scores float64 ``[N, W]`` of ``rows`` ``[N, *x]`` (perturbed copies of the inputs ``sources``
+    int ``[N]``) for their source's columns ``columns`` (int ``[N, W]`` indices into the ``K``
+    targets; default all ``K``), through the engine's compiled batched forward pass (the target's
+    probability when ``scored.softmax``: for a class, the softmax of the whole score vector taken
+    at it).
+
+    Class targets of one model input run the engine's forward kernel on the rows; a target object
+    scores each row with its source's payload (a region's mask, a box), and with several model
+    inputs each row carries its source's values of the inputs not explained."""
     from ..engine import all_scores, forward_scores
 
+    sources, index = _sources_and_columns(scored, rows, sources, columns)
+    row_targets = np.take_along_axis(scored.targets[sources], index, axis=1)
     count = len(rows)
+    if scored.selection is not None or scored.parts is not None:
+        return _kernel(scored, rows, sources, index, row_targets, _row_scores, {"softmax": scored.softmax})
     rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     if not scored.softmax:
-        row_targets = _at_least_one_chunk(np.asarray(row_targets), scored.batch_size)
+        row_targets = _at_least_one_chunk(row_targets, scored.batch_size)
         return np.asarray(
             forward_scores(
                 scored.model,
@@ -61,11 +82,36 @@ def forward(scored: Scored, rows: np.ndarray, row_targets: np.ndarray) -> np.nda
     )[:count]
     values = np.exp(values - values.max(axis=-1, keepdims=True))
     values /= values.sum(axis=-1, keepdims=True)
-    return np.take_along_axis(values, np.asarray(row_targets, dtype=np.int64), axis=1)
+    return np.take_along_axis(values, row_targets, axis=1)
+
+
+def predicted(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+    """The model's prediction int ``[N, W]`` for ``rows`` (copies of the inputs ``sources``), read
+    where each column ``columns`` (as :func:`forward`'s) is one entry of: the arg-max class of the
+    score vector (the same for every class column); for a target object, the arg-max over its
+    classes with everything else of the column kept (a region's classes over its mask, a head's
+    components, a layer's units, a box's classes)."""
+    sources, index = _sources_and_columns(scored, rows, sources, columns)
+    if scored.selection is None:
+        if scored.parts is None:
+            classes = predicted_classes(scored, rows)
+        else:
+            zeros = np.zeros((len(rows), 1), np.int64)
+            values = _kernel(scored, rows, sources, zeros, zeros, _row_values, {}, selection=False)  # [N, 1, C]
+            classes = np.argmax(values[:, 0], axis=-1)
+        return np.repeat(classes[:, None], index.shape[1], axis=1)
+    count = class_count(scored.model, scored.selection, "this metric")
+    width = index.shape[1]
+    every = np.tile(np.arange(count), (len(rows), width))  # [N, W·C]: every class of each column
+    origin = np.repeat(index, count, axis=1)
+    chosen = with_columns(select(scored.selection, sources, origin), every, "this metric")
+    values = _kernel(scored, rows, sources, origin, every, _row_scores, {"softmax": False}, selection=chosen)
+    return np.argmax(values.reshape(len(rows), width, count), axis=-1)
 
 
 def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
-    """The arg-max class of the model's output for ``rows`` (one batched forward pass)."""
+    """The arg-max class of the model's output for ``rows`` of one model input (one batched forward
+    pass)."""
     from ..engine import all_scores
 
     rows_in_chunks = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
@@ -74,12 +120,160 @@ def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
     )[: len(rows)]
 
 
+def _sources_and_columns(
+    scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    sources = np.asarray(sources, dtype=np.int64)
+    if sources.shape != (len(rows),):
+        raise ValueError(f"sources must give one input per row ({len(rows)}); received shape {sources.shape}.")
+    if columns is None:
+        columns = np.broadcast_to(np.arange(scored.targets.shape[1]), (len(rows), scored.targets.shape[1]))
+    return sources, np.asarray(columns, dtype=np.int64)
+
+
+def _row_scores(ctx: Any, softmax: bool = False) -> dict:  # the backend's Context
+    """The target scores (or probabilities) at the rows themselves: a forward pass, no gradient."""
+    return {"attributions": ctx.probabilities(ctx.inputs) if softmax else ctx.scores(ctx.inputs)}
+
+
+def _row_values(ctx: Any) -> dict:  # the backend's Context
+    """The whole score vector ``[n, 1, C]`` at the rows (class targets)."""
+    return {"attributions": ctx.values(ctx.inputs)[:, None]}
+
+
+def _kernel(
+    scored: Scored,
+    rows: np.ndarray,
+    sources: np.ndarray,
+    index: np.ndarray,
+    row_targets: np.ndarray,
+    compute: Callable,
+    options: dict,
+    selection: Any = True,
+) -> np.ndarray:
+    """``compute``'s float64 results ``[N, W, ...]`` at ``rows`` through the engine's compiled
+    kernels, each row with its source's target payload (``selection``: the resolved columns of
+    the rows; ``True``: ``scored.selection`` at ``index``; ``False``: none) and held inputs."""
+    from .. import engine
+
+    count = len(rows)
+    if selection is True:
+        selection = select(scored.selection, sources, index) if scored.selection is not None else None
+    elif selection is False:
+        selection = None
+    if selection is not None:
+        selection = selection.take(_at_least_one_chunk(np.arange(count), scored.batch_size))
+    rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
+    sources = _at_least_one_chunk(sources, scored.batch_size)
+    row_targets = _at_least_one_chunk(np.asarray(row_targets, dtype=np.int64), scored.batch_size)
+    parts = scored.parts
+    out = engine.run(
+        compute,
+        scored.model,
+        rows,
+        row_targets,
+        options,
+        score=scored.score,
+        score_fn=scored.score_fn,
+        batch_size=scored.batch_size,
+        target=None if selection is None else selection.target,
+        payload=None if selection is None else selection.payload,
+        space=scored.space,
+        held=None if parts is None else [held[sources] for held in parts.held],
+        with_scores=False,
+    )["attributions"]
+    return np.asarray(out[:count], dtype=np.float64)
+
+
 def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
     """``rows`` padded (with copies of the last) to ``batch_size`` when fewer: then every forward pass
     of a metric runs through the one compiled kernel of ``batch_size`` rows (a few inputs would
     otherwise compile a kernel of their own, which on a large network costs more than the padding)."""
     short = batch_size - len(rows)
     return np.concatenate([rows, np.repeat(rows[-1:], short, axis=0)]) if short > 0 and len(rows) else rows
+
+
+# ------------------------------------------------------------------------------ target objects
+def select(selection: Resolved, sources: np.ndarray, index: np.ndarray) -> Resolved:
+    """The target of rows that are copies of the inputs ``sources`` (int ``[N]``), with their
+    columns ``index`` (int ``[N, W]`` positions among the ``K``): every per-input payload leaf
+    taken at the rows, every per-column leaf also at the columns."""
+    import tensorflow as tf
+
+    from ..targets import PerInput, Resolved
+
+    sources = np.asarray(sources, dtype=np.int64)
+    rows = np.arange(len(sources))[:, None]
+
+    def leaf(value: Any) -> Any:
+        if isinstance(value, PerInput):
+            return PerInput(value.array[sources])
+        return np.asarray(value)[sources[:, None], index]
+
+    payload = None if selection.payload is None else tf.nest.map_structure(leaf, selection.payload)
+    columns = np.asarray(selection.columns)[sources][rows, index]
+    return Resolved(columns, payload, [], selection.target)
+
+
+def with_columns(selection: Resolved, columns: np.ndarray, metric: str) -> Resolved:
+    """``selection`` with other classes in its columns (int, its shape): the same target read at
+    another class (a region's other class over the same mask, a box's other class, another
+    component of a head, another unit of a layer). ``ValueError`` for a target whose payload does
+    not say its class (a list of targets, a kind of your own with a payload)."""
+    from ..targets import Resolved
+
+    columns = np.asarray(columns, dtype=np.int64)
+    payload = selection.payload
+    if payload is None:
+        return Resolved(columns, None, [], selection.target)
+    if (
+        isinstance(payload, dict)
+        and "classes" in payload
+        and np.array_equal(np.asarray(payload["classes"]), np.asarray(selection.columns))
+    ):
+        return Resolved(columns, {**payload, "classes": columns}, [], selection.target)
+    raise ValueError(
+        f"{metric} reads other classes of the target, and a {getattr(selection.target, 'kind', 'target')!r} target's "
+        "payload does not say which class each column is; give one target object (region, box, output or "
+        f"unit) or class targets; received {selection.target!r}."
+    )
+
+
+def class_count(model: Any, selection: Resolved | None, metric: str, score_fn: Callable | None = None) -> int:
+    """How many classes the columns index: the model's score vector (class targets), a region's
+    classes, a box's detector classes, a head's components, a layer's units (channels) or
+    elements. ``ValueError`` for other targets."""
+    from ..model.scores import output_shapes, score_columns
+    from ..targets import Box, Output, Region, Unit
+
+    target = None if selection is None else selection.target
+    if target is None:
+        count = score_columns(model, score_fn)
+        if count is None:
+            raise ValueError(f"{metric} needs a model whose output is [B, C]; received one whose output is not.")
+        return int(count)
+    if isinstance(target, Region):
+        return int(output_shapes(model)[0][-1])
+    if isinstance(target, Box):
+        from ..targets.box import _detector_form
+
+        return _detector_form(model)[1]
+    if isinstance(target, Output):
+        from ..targets.heads import _head
+
+        shape = _head(model, target.head)[1]
+        return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    if isinstance(target, Unit):
+        from ..model.layers import layer_at
+
+        shape = tuple(layer_at(model, str(target.path)).output.shape)
+        if target.channels:
+            return int(shape[target.channel_axis])
+        return int(np.prod(shape[1:]))
+    raise ValueError(
+        f"{metric} reads the other classes of each target, which a {target.kind!r} target does not have: "
+        f"give class targets or a region, box, output or unit target; received {target!r}."
+    )
 
 
 def input_groups(count: int, rows_per_input: int, row_bytes: int, max_bytes: int = MAX_BATCH_BYTES) -> Iterator[range]:
@@ -92,19 +286,20 @@ def input_groups(count: int, rows_per_input: int, row_bytes: int, max_bytes: int
 
 @dataclass
 class Job:
-    """``rows`` perturbed inputs of one input, made piece by piece by ``make(start, stop)`` (any draws
-    are made before, so the pieces do not change the result), scored for the classes ``targets``
-    (int ``[K']``)."""
+    """``rows`` perturbed copies of the input ``source``, made piece by piece by ``make(start, stop)``
+    (any draws are made before, so the pieces do not change the result), scored for its targets
+    ``columns`` (int ``[W]`` positions among the input's ``K`` targets)."""
 
     rows: int
     make: Callable[[int, int], np.ndarray]
-    targets: np.ndarray
+    source: int
+    columns: np.ndarray
 
 
 def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES) -> list[np.ndarray]:
-    """The scores ``[rows, K']`` of every job, computed by streaming their rows through the engine's
+    """The scores ``[rows, W]`` of every job, computed by streaming their rows through the engine's
     batched forward pass in pieces of about ``max_bytes`` (a whole number of ``batch_size`` chunks,
-    so only the very last call is padded)."""
+    so only the very last call is padded); each row is scored with its job's source input."""
     row_bytes = max(1, scored.x[0].size * scored.x.dtype.itemsize)
     step = max(scored.batch_size, (max_bytes // row_bytes) // scored.batch_size * scored.batch_size)
     results: list[list[np.ndarray]] = [[] for _ in jobs]
@@ -115,28 +310,32 @@ def score_jobs(scored: Scored, jobs: list[Job], max_bytes: int = MAX_BATCH_BYTES
         nonlocal pending, pending_rows
         if not pending:
             return
-        width = max(len(t) for _, _, t in pending)
+        width = max(len(c) for _, _, c in pending)
         rows = np.concatenate([r for _, r, _ in pending])
-        targets = np.concatenate([np.tile(np.pad(t, (0, width - len(t))), (len(r), 1)) for _, r, t in pending])
-        values = forward(scored, rows.reshape(-1, *scored.x.shape[1:]), targets)
+        sources = np.concatenate([np.full(len(r), jobs[index].source) for index, r, _ in pending])
+        # a narrower job's columns are padded with its first column (a valid one, sliced away below)
+        columns = np.concatenate(
+            [np.tile(np.pad(c, (0, width - len(c)), mode="edge"), (len(r), 1)) for _, r, c in pending]
+        )
+        values = forward(scored, rows.reshape(-1, *scored.x.shape[1:]), sources, columns)
         start = 0
-        for index, r, t in pending:
-            results[index].append(values[start : start + len(r), : len(t)])
+        for index, r, c in pending:
+            results[index].append(values[start : start + len(r), : len(c)])
             start += len(r)
         pending, pending_rows = [], 0
 
     for index, job in enumerate(jobs):
-        targets = np.asarray(job.targets, dtype=np.int64)
+        columns = np.asarray(job.columns, dtype=np.int64)
         start = 0
         while start < job.rows:
             stop = min(job.rows, start + step - pending_rows)
-            pending.append((index, job.make(start, stop), targets))
+            pending.append((index, job.make(start, stop), columns))
             pending_rows += stop - start
             start = stop
             if pending_rows >= step:
                 flush()
     flush()
-    return [np.concatenate(parts) if parts else np.zeros((0, len(job.targets))) for parts, job in zip(results, jobs)]
+    return [np.concatenate(parts) if parts else np.zeros((0, len(job.columns))) for parts, job in zip(results, jobs)]
 
 
 def prebuilt(rows: np.ndarray) -> Callable[[int, int], np.ndarray]:
