@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import axiomatic, complexity, deletion, faithfulness, localisation, perturbation, randomisation, robustness
-from ._common import RANDOM, seed_noise, to_pixels
-from .draws import random_attributions
+from ._common import RANDOM, part_axes, prepare, seed_noise, to_pixels
 
 if TYPE_CHECKING:
     import keras
@@ -48,7 +47,9 @@ def _deletion(
     batch_size: int = 32,
     **options: Any,
 ) -> np.ndarray:
-    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)["deletion_auc"]
+    return deletion.deletion_insertion(
+        model, inputs, expl, targets=_target_object(targets), seed=seed, batch_size=batch_size, **options
+    )["deletion_auc"]
 
 
 def _insertion(
@@ -62,9 +63,16 @@ def _insertion(
     batch_size: int = 32,
     **options: Any,
 ) -> np.ndarray:
-    return deletion.deletion_insertion(model, inputs, expl, seed=seed, batch_size=batch_size, **options)[
-        "insertion_auc"
-    ]
+    return deletion.deletion_insertion(
+        model, inputs, expl, targets=_target_object(targets), seed=seed, batch_size=batch_size, **options
+    )["insertion_auc"]
+
+
+def _target_object(targets: Any) -> Any:
+    """The target object ``compare`` was given (deletion curves score its payload), else None."""
+    from ..targets import is_target
+
+    return targets if is_target(targets) else None
 
 
 def _pointing(
@@ -94,6 +102,8 @@ def _model_free(function: Any) -> Callable[..., np.ndarray]:
         **options: Any,
     ) -> np.ndarray:
         extra = {"masks": masks} if masks is not None else {}
+        if expl.parts:  # the maps of the explained input (several: their attributions side by side)
+            return function(model, inputs, expl, targets, seed=seed, batch_size=batch_size, **extra, **options)
         return function(maps=np.asarray(expl.maps), **extra, **options)
 
     return run
@@ -135,7 +145,7 @@ def _randomization(
         model,
         inputs,
         method,
-        np.asarray(expl.targets),
+        targets,
         mode=options.pop("mode", "efficient_mprt"),
         seed=seed,
         **options,
@@ -193,26 +203,46 @@ def explanation_of(
     **options: Any,
 ) -> Explanation:
     """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
-    (uniform per element; its map the channel sum)."""
-    from .. import engine
-    from ..api import explain, resolve_targets
+    (uniform per element; its map the channel sum), of the parts ``explain`` would explain (in the
+    inputs' structure) for a model with several inputs or token ids."""
+    from ..api import explain
     from ..explanation import Explanation
+    from ..parts import structure
 
     if method != RANDOM:
         seed_noise(method, options, seed)
         return explain(model, inputs, method, targets, batch_size=batch_size, **options)
-    x = engine.check_inputs(model, inputs)
-    resolved = resolve_targets(model, x, targets, batch_size=batch_size)
-    attributions = random_attributions(x.shape, resolved, np.arange(len(x)), seed).astype(np.float32)
-    axis = engine.channel_axis(model, x) if x.ndim == 4 else None
-    return Explanation(
-        attributions=attributions,
-        maps=to_pixels(attributions, axis).astype(np.float32),
-        targets=resolved,
-        scores=np.zeros(resolved.shape, np.float32),
-        method=RANDOM,
-        options={"seed": seed},
+    scored = prepare(model, inputs, RANDOM, targets, seed=seed, batch_size=batch_size, method_options=options)
+    attributions, targets_of = scored.elements.astype(np.float32), scored.targets
+    info = None if scored.selection is None else scored.selection.info
+    common: dict[str, Any] = dict(
+        targets=targets_of, scores=np.zeros(targets_of.shape, np.float32), method=RANDOM, target_info=info
     )
+    if scored.parts is None:
+        maps = to_pixels(attributions, scored.channel_axis).astype(np.float32)
+        return Explanation(attributions=attributions, maps=maps, options={"seed": seed}, **common)
+    parts = scored.parts
+    values = dict(zip(scored.names, scored.space.unpack(attributions)))
+    axes = part_axes(model, parts.parts, parts.points)
+    part_maps = {  # as explain's: an image's channel sum, other parts summed over their last axis
+        part.name: to_pixels(values[part.name], axis) if axis is not None else _last_summed(values[part.name])
+        for part, axis in zip(parts.parts, axes)
+    }
+    kinds = {
+        part.name: "embedding" if part.embedding else "input" if part.input is not None else "layer"
+        for part in parts.parts
+    }
+    return Explanation(
+        attributions=structure(parts, values),
+        maps=structure(parts, part_maps),
+        options={"seed": seed},
+        parts=kinds,
+        **common,
+    )
+
+
+def _last_summed(values: np.ndarray) -> np.ndarray:
+    return values.sum(axis=-1) if values.ndim > 2 else values
 
 
 def compare(
@@ -252,6 +282,8 @@ def compare(
     do not flag a random or constant explanation by themselves; read each metric against the
     ``"random"`` row.
     """
+    from ..targets import is_target
+
     metric_options, method_options = dict(metric_options or {}), dict(method_options or {})
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
@@ -274,7 +306,7 @@ def compare(
                     model,
                     inputs,
                     expl,
-                    np.asarray(expl.targets),
+                    targets if is_target(targets) or callable(targets) else np.asarray(expl.targets),
                     masks=masks,
                     seed=seed,
                     batch_size=batch_size,

@@ -154,7 +154,9 @@ def road(
                 imputed.append(noisy_linear_imputation(channels_first[b], chosen, draw))
         rows = np.moveaxis(np.stack(imputed), 1, axis)
         columns = np.repeat(np.arange(pixels.shape[1]), len(percentages))[:, None]  # row (k, p) reads target k
-        still = predicted(scored, rows, np.full(len(rows), b), columns)[:, 0] == scored.targets[b][columns[:, 0]]
+        still = (
+            predicted(scored, rows, np.full(len(rows), b), columns, "road")[:, 0] == scored.targets[b][columns[:, 0]]
+        )
         curve[b] = still.reshape(pixels.shape[1], len(percentages))
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 

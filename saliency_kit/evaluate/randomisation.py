@@ -358,8 +358,9 @@ def random_logit(
         raise ValueError(
             "random_logit draws other classes: give class targets, not a score function; received a callable."
         )
-    classes = num_classes if num_classes is not None else class_count(model, scored.selection, "random_logit")
-    classes = check_int("num_classes", classes, 2)
+    if num_classes is None:
+        num_classes = class_count(model, scored.selection, "random_logit", " (or num_classes=)")
+    classes = check_int("num_classes", num_classes, 2)
     other = np.empty_like(scored.targets)
     for b, row in enumerate(scored.targets):
         generator = rng(seed, "random_logit", b)

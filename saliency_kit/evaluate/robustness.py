@@ -53,7 +53,8 @@ def _perturbed_runs(
     x = scored.x
     keys = perturbed_keys(scored.seed, len(x), nr_samples)
     per_copy = x[0].nbytes * (1 + scored.targets.shape[1] * 2)
-    clean = predicted(scored, x, np.arange(len(x))) if check_changes else None
+    asked = f"{salt} with return_nan_when_prediction_changes=True"
+    clean = predicted(scored, x, np.arange(len(x)), metric=asked) if check_changes else None
     for group in input_groups(len(x), nr_samples, per_copy, MAX_EXPLAIN_BYTES):
         copies = np.concatenate(
             [
@@ -65,7 +66,7 @@ def _perturbed_runs(
         rows = [b * nr_samples + s for b in group for s in range(nr_samples)]
         attributions = preprocess(scored.explain(copies, sources, keys[rows]), normalise=normalise, absolute=absolute)
         changed = (
-            predicted(scored, copies, sources) != clean[sources]
+            predicted(scored, copies, sources, metric=asked) != clean[sources]
             if clean is not None
             else np.zeros((len(copies), scored.targets.shape[1]), dtype=bool)
         )

@@ -85,12 +85,19 @@ def forward(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.n
     return np.take_along_axis(values, row_targets, axis=1)
 
 
-def predicted(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+def predicted(
+    scored: Scored,
+    rows: np.ndarray,
+    sources: np.ndarray,
+    columns: np.ndarray | None = None,
+    metric: str = "this metric",
+) -> np.ndarray:
     """The model's prediction int ``[N, W]`` for ``rows`` (copies of the inputs ``sources``), read
     where each column ``columns`` (as :func:`forward`'s) is one entry of: the arg-max class of the
     score vector (the same for every class column); for a target object, the arg-max over its
     classes with everything else of the column kept (a region's classes over its mask, a head's
-    components, a layer's units, a box's classes)."""
+    components, a layer's units, a box's classes). ``metric`` names the caller in errors (a target
+    without classes)."""
     sources, index = _sources_and_columns(scored, rows, sources, columns)
     if scored.selection is None:
         if scored.parts is None:
@@ -100,11 +107,11 @@ def predicted(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np
             values = _kernel(scored, rows, sources, zeros, zeros, _row_values, {}, selection=False)  # [N, 1, C]
             classes = np.argmax(values[:, 0], axis=-1)
         return np.repeat(classes[:, None], index.shape[1], axis=1)
-    count = class_count(scored.model, scored.selection, "this metric")
+    count = class_count(scored.model, scored.selection, metric)
     width = index.shape[1]
     every = np.tile(np.arange(count), (len(rows), width))  # [N, W·C]: every class of each column
     origin = np.repeat(index, count, axis=1)
-    chosen = with_columns(select(scored.selection, sources, origin), every, "this metric")
+    chosen = with_columns(select(scored.selection, sources, origin), every, metric)
     values = _kernel(scored, rows, sources, origin, every, _row_scores, {"softmax": False}, selection=chosen)
     return np.argmax(values.reshape(len(rows), width, count), axis=-1)
 
@@ -239,16 +246,16 @@ def with_columns(selection: Resolved, columns: np.ndarray, metric: str) -> Resol
     )
 
 
-def class_count(model: Any, selection: Resolved | None, metric: str, score_fn: Callable | None = None) -> int:
+def class_count(model: Any, selection: Resolved | None, metric: str, hint: str = "") -> int:
     """How many classes the columns index: the model's score vector (class targets), a region's
     classes, a box's detector classes, a head's components, a layer's units (channels) or
-    elements. ``ValueError`` for other targets."""
+    elements. ``ValueError`` for other targets (``hint`` says what else the caller takes)."""
     from ..model.scores import output_shapes, score_columns
     from ..targets import Box, Output, Region, Unit
 
     target = None if selection is None else selection.target
     if target is None:
-        count = score_columns(model, score_fn)
+        count = score_columns(model, None)
         if count is None:
             raise ValueError(f"{metric} needs a model whose output is [B, C]; received one whose output is not.")
         return int(count)
@@ -272,7 +279,7 @@ def class_count(model: Any, selection: Resolved | None, metric: str, score_fn: C
         return int(np.prod(shape[1:]))
     raise ValueError(
         f"{metric} reads the other classes of each target, which a {target.kind!r} target does not have: "
-        f"give class targets or a region, box, output or unit target; received {target!r}."
+        f"give class targets or a region, box, output or unit target{hint}; received {target!r}."
     )
 
 

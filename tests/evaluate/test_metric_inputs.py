@@ -350,3 +350,101 @@ def test_target_objects_with_explanations_softmax_and_batch_size(segmenter, two_
         evaluate.pixel_flipping(two_heads, images, "gradient", head, **options)["score"],
         evaluate.pixel_flipping(two_heads, images, "gradient", head, softmax=False, **options)["score"],
     )
+
+
+@pytest.fixture(scope="module")
+def detector():
+    """Raw proposals ``[B, 3, 4 + 1 + 3]`` (boxes from the bias, objectness logit, class logits)."""
+    keras.utils.set_random_seed(8)
+    inputs = keras.Input((8, 8, 3))
+    hidden = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+    dense = keras.layers.Dense(3 * 8)
+    model = keras.Model(inputs, keras.layers.Reshape((3, 8))(dense(keras.layers.Flatten()(hidden))))
+    kernel, bias = dense.get_weights()
+    bias = bias.reshape(3, 8)
+    bias[:, :4] = [[0.5, 0.5, 3.0, 3.5], [2.0, 1.0, 5.0, 4.5], [1.0, 2.5, 4.0, 5.5]]
+    dense.set_weights([0.05 * kernel, bias.reshape(-1)])
+    return model
+
+
+BOX = np.array([1.0, 1.0, 4.0, 4.0], "float32")
+
+
+def box_twin(detector):
+    """A classifier whose column c is D-RISE's score of ``BOX`` for class c, written out: the
+    largest IoU × objectness probability × class probability over the proposals."""
+
+    def drise(raw):
+        boxes, objectness = raw[..., :4], keras.ops.sigmoid(raw[..., 4])
+        probabilities = keras.ops.softmax(raw[..., 5:], axis=-1)
+        width = keras.ops.relu(keras.ops.minimum(boxes[..., 2], BOX[2]) - keras.ops.maximum(boxes[..., 0], BOX[0]))
+        height = keras.ops.relu(keras.ops.minimum(boxes[..., 3], BOX[3]) - keras.ops.maximum(boxes[..., 1], BOX[1]))
+        inter = width * height
+        area = keras.ops.relu(boxes[..., 2] - boxes[..., 0]) * keras.ops.relu(boxes[..., 3] - boxes[..., 1])
+        iou = inter / (area + (BOX[2] - BOX[0]) * (BOX[3] - BOX[1]) - inter)
+        return keras.ops.max((iou * objectness)[..., None] * probabilities, axis=1)
+
+    return keras.Model(detector.inputs, keras.layers.Lambda(drise)(detector.outputs[0]))
+
+
+@pytest.mark.parametrize("name", ["faithfulness_correlation", "road", "random_logit", "avg_sensitivity"])
+def test_a_box_target_scores_as_a_classifier_of_drise_scores(detector, images, name):
+    metric = getattr(evaluate, name)
+    options = dict(IMAGE[name], **({"softmax": False} if name in SOFTMAX else {}))
+    got = _score(metric(detector, images, "gradient", sk.targets.box(BOX[None], classes=1), **options))
+    _same(got, _score(metric(box_twin(detector), images, "gradient", 1, **options)))
+
+
+def test_targets_without_classes_are_refused_where_other_classes_are_read(segmenter, images):
+    both = [sk.targets.region(MASK, classes=1), sk.targets.region(MASK, classes=2)]
+    options = IMAGE["faithfulness_correlation"]
+    got = evaluate.faithfulness_correlation(segmenter, images, "gradient", both, **options)
+    twin = region_twin(segmenter, MASK)
+    _same(got, evaluate.faithfulness_correlation(twin, images, "gradient", np.tile([1, 2], (B, 1)), **options))
+    with pytest.raises(ValueError, match="road reads the other classes of each target.*'several'"):
+        evaluate.road(segmenter, images, "gradient", both, **IMAGE["road"])
+    with pytest.raises(ValueError, match=r"random_logit .*\(or num_classes=\)"):
+        evaluate.random_logit(segmenter, images, "gradient", both)
+    with pytest.raises(ValueError, match="return_nan_when_prediction_changes=True"):
+        evaluate.relative_input_stability(segmenter, images, "gradient", both, nr_samples=2)
+
+
+def test_compare_takes_several_inputs_and_target_objects(image_meta, segmenter, images):
+    model, x, _ = image_meta
+    cheap = IMAGE["faithfulness_correlation"]
+    rows = evaluate.compare(
+        model,
+        x,
+        ["gradient"],
+        ["faithfulness_correlation", "sparseness"],
+        metric_options={"faithfulness_correlation": cheap},
+    )["rows"]
+    table = {(r["method"], r["metric"]): r["per_input"] for r in rows}
+    for method in ("gradient", "random"):  # the image and the metadata side by side
+        _same(
+            table[method, "faithfulness_correlation"],
+            evaluate.faithfulness_correlation(model, x, method, **cheap)[:, 0],
+        )
+        _same(table[method, "sparseness"], evaluate.sparseness(model, x, method)[:, 0])
+    region = sk.targets.region(MASK, classes=1)
+    deletion = {"steps": 4, "score": "logits"}
+    rows = evaluate.compare(
+        segmenter,
+        images,
+        ["gradient"],
+        ["faithfulness_correlation", "auc", "deletion"],
+        targets=region,
+        masks=np.broadcast_to(MASK, (B, 8, 8)),
+        metric_options={"faithfulness_correlation": cheap, "deletion": deletion},
+    )["rows"]
+    table = {(r["method"], r["metric"]): r["per_input"] for r in rows}
+    twin = region_twin(segmenter, MASK)
+    for method in ("gradient", "random"):
+        _same(
+            table[method, "faithfulness_correlation"],
+            evaluate.faithfulness_correlation(twin, images, method, 1, **cheap)[:, 0],
+        )
+    by_twin = evaluate.compare(
+        twin, images, ["gradient"], ["deletion"], targets=1, metric_options={"deletion": deletion}
+    )
+    _same(table["gradient", "deletion"], by_twin["rows"][0]["per_input"])
