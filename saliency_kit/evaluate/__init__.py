@@ -24,6 +24,24 @@ curve where the metric has one). An :class:`~saliency_kit.Explanation` is scored
 name is run with :func:`saliency_kit.explain`. Maps are normalised per input, never over the batch,
 and every perturbation is seeded per input: results do not depend on the batch or ``batch_size``.
 
+Every target kind and input structure is taken, as by ``explain``:
+
+- target objects (``sk.targets.region``, ``box``, ``output``, ``unit``, a list of them): every
+  perturbed copy of an input is scored (and re-explained) with that input's target (a
+  ``"predicted"`` region keeps the clean input's mask); ``softmax=True`` then scores the target's
+  probability (a region's softmax over its classes; a head's, a unit's and a box's score as it
+  is). An Explanation of a target object is scored with the same object given as ``targets=``.
+  ROAD's and the robustness metrics' "prediction" and ``random_logit``'s other class are read
+  among the target's own classes (a region's classes, a box's classes, a head's components, a
+  layer's units); a list of targets has none, and is refused there;
+- several model inputs (a list, tuple or dict) and token ids: the metrics perturb what is
+  explained (``attribute_to=``, default as ``explain``'s), the other inputs held at each input's
+  own values. One explained input (the image of an image + metadata model, token ids in
+  embedding space) is scored in its own shape, the image metrics included; several are
+  flattened side by side ``[B, E]``, and the metrics that need one image's axes (``infidelity``,
+  ``road``, ``region_perturbation``, localisation) ask for ``attribute_to=``. An inner layer
+  (``attribute_to=LAYER``) is not an input: the metrics that perturb refuse it.
+
 Caveats, before reading any number: a metric's value depends on its baseline (what "removing" a
 pixel means) and its perturbation; sensitivity metrics do not flag a random or constant map by
 themselves; localisation rewards maps shaped like the object, not maps faithful to the model.

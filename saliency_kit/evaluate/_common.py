@@ -1,45 +1,32 @@
-"""What every metric shares: the explanation to score, its targets, its two views, the baselines.
-
-A metric is called as ``NAME(model, inputs, explanation_or_method, targets, *, seed, batch_size,
-**options)``. :func:`prepare` turns those arguments into a :class:`Scored`:
-
-- an :class:`~saliency_kit.Explanation` is scored as it is (its targets are the targets);
-- a method name is run with :func:`saliency_kit.explain` (``targets`` resolved the way ``explain``
-  resolves them); ``"random"`` is a seeded random map, the meta-check every table should hold;
-- a bare array of attributions ``[B, K, *input]`` (or ``[B, *input]``) is scored with ``targets``.
+"""What every metric shares: checks of its options, Quantus' preprocessing of the maps, the
+baselines that replace removed features, the two views of an attribution (and the parts of
+several explained inputs), the pixel maps of the model-free metrics and the axes of one image.
 
 Two views of an attribution are used, as the metric's definition needs:
 
 - ``elements [B, K, *input]``: one value per input element (a CAM map ``[B, K, H, W]`` is
-  broadcast over the channels) — for the metrics that perturb input elements;
+  broadcast over the channels, :func:`element_view`) — for the metrics that perturb input elements;
 - ``pixels [B, K, H, W]`` (images) — the method's own map (``Explanation.maps``; the channel sum for
   a bare array) — for the metrics that rank or localise pixels. For non-image inputs both views are
   the elements.
 
-Every random draw comes from a generator keyed by ``(seed, metric, input position)``
-(:mod:`.draws`), and every model evaluation goes through the engine's compiled batched forward
-(:mod:`.scoring`), so results do not depend on ``batch_size`` nor on how the inputs are grouped.
+What a metric is given is prepared in :mod:`.explained` (:func:`~.explained.prepare`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..targets.base import Target
-from .draws import random_attributions
-
 if TYPE_CHECKING:
     import keras
 
+    from .explained import Scored
+
 __all__ = [
     "RANDOM",
-    "Scored",
-    "Given",
-    "prepare",
+    "element_view",
     "part_values",
     "part_elements",
     "part_axes",
@@ -62,172 +49,6 @@ __all__ = [
 
 #: The name of the seeded random explanation (the meta-check method of :func:`compare`).
 RANDOM = "random"
-
-
-@dataclass
-class Scored:
-    """An explanation ready to be scored (arrays float64 unless said).
-
-    Attributes:
-        model: the Keras model (None for the model-free metrics on bare maps).
-        x: ``[B, *input]`` the explained values (the model's dtype): the model's one input; with
-            :attr:`parts`, the one explained part's values ``[B, *part]`` (an image of an
-            image + metadata model, token ids' embeddings ``[B, T, D]``), or several parts
-            flattened side by side ``[B, E]`` (``E`` the sum of their sizes).
-        elements: ``[B, K, *input]`` attributions per element of ``x``.
-        pixels: ``[B, K, H, W]`` for images, else the same as ``elements``.
-        targets: int64 ``[B, K]`` class (or ``score_fn`` column, or target object's column) of
-            each attribution.
-        channel_axis: the channel axis of one input (``-1`` or ``0``) for images, else None.
-        score, score_fn, batch_size: how the model's scores are read (as for ``explain``).
-        softmax: score the softmax of the scores (Quantus' ``softmax=True``) rather than the
-            scores; for a target object its probability (``Target.probabilities``).
-        method, options: what re-runs the explainer on new inputs (None for a bare array).
-        seed: the metric's seed.
-        selection: a target object resolved on the clean inputs
-            (:class:`~saliency_kit.targets.Resolved`), None for class targets and score functions.
-        target: the target object as given (None for class targets).
-        parts: the model's inputs and the parts explained (:class:`saliency_kit.parts.Parts`) when
-            the request is not one float input; ``space`` their :class:`~saliency_kit.engine.space.Space`.
-        baseline_token: the token whose embedding is a token part's baseline (as ``explain``'s).
-    """
-
-    model: object
-    x: np.ndarray
-    elements: np.ndarray
-    pixels: np.ndarray
-    targets: np.ndarray
-    channel_axis: int | None = None
-    score: str = "logits"
-    score_fn: Callable | None = None
-    batch_size: int = 32
-    method: str | Callable | None = None
-    options: dict = field(default_factory=dict)
-    seed: int = 0
-    softmax: bool = False
-    selection: Any = None
-    target: Any = None
-    parts: Any = None
-    space: Any = None
-    baseline_token: int = 0
-
-    @property
-    def names(self) -> list:
-        """The names of the explained parts (``[]`` for a model's one input)."""
-        return [] if self.parts is None else [part.name for part in self.parts.parts]
-
-    @property
-    def packed(self) -> bool:
-        """Several parts explained, flattened side by side in :attr:`x`."""
-        return self.space is not None and self.space.packed
-
-    def explain(
-        self, points: np.ndarray, sources: np.ndarray, keys: np.ndarray, columns: np.ndarray | None = None
-    ) -> np.ndarray:
-        """Element attributions ``[N, K, *input]`` of the same method at ``points`` ``[N, *input]``
-        (one batched call), each a copy of the input ``sources[n]`` (whose target payload and
-        other model inputs it keeps), for its columns ``columns`` (int ``[N, K]``; default its
-        source's), ``keys`` one noise key per point (seeded methods)."""
-        if self.method is None:
-            raise ValueError(
-                "this metric re-runs the explainer on perturbed inputs: give a method name (e.g. "
-                "'gradient') or an Explanation, not a bare attribution array; received an array."
-            )
-        sources = np.asarray(sources, dtype=np.int64)
-        columns = self.targets[sources] if columns is None else np.asarray(columns, dtype=np.int64)
-        if self.method == RANDOM:
-            return random_attributions(points.shape, columns, keys, self.seed)
-        if callable(self.method):
-            values = np.asarray(self.method(self.model, points, columns), dtype=np.float64)
-            return _element_view(values, points, self.channel_axis, "the explainer's attributions")
-        targets = self._targets_of(sources, columns)
-        if self.parts is not None:
-            return self._explain_parts(points, sources, keys, targets)
-        from ..api import explain
-
-        expl = explain(
-            self.model,
-            points,
-            self.method,
-            targets,
-            score=self.score,
-            batch_size=self.batch_size,
-            input_keys=keys,
-            with_scores=False,
-            **self.options,
-        )
-        return _element_view(
-            np.asarray(expl.attributions, dtype=np.float64), points, self.channel_axis, "the explanation's attributions"
-        )
-
-    def _targets_of(self, sources: np.ndarray, columns: np.ndarray) -> Any:
-        """What ``explain`` is given for rows copied from ``sources``: the score function, the
-        columns, or the target object resolved on the clean inputs, taken at the sources."""
-        if self.score_fn is not None:
-            return self.score_fn
-        if self.selection is None:
-            return columns
-        from .scoring import with_columns
-
-        taken = self.selection.take(sources)
-        if not np.array_equal(columns, taken.columns):
-            taken = with_columns(taken, columns, "this metric")
-        return Given(taken)
-
-    def _explain_parts(self, points: np.ndarray, sources: np.ndarray, keys: np.ndarray, targets: Any) -> np.ndarray:
-        """:meth:`explain` with parts: every model input at its source's values, the explained
-        parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
-        from .. import engine, methods
-        from ..explain_parts import explain_parts
-
-        parts = self.parts
-        values = self.space.unpack(np.asarray(points), lead=1)
-        inputs = [held[sources] for held in parts.held]
-        for part, value in zip(parts.parts, values):
-            if part.layer is None:
-                inputs[part.input] = value.astype(inputs[part.input].dtype, copy=False)
-        inner = any(part.layer is not None for part in parts.parts)
-        given = inputs if len(inputs) > 1 else inputs[0]
-        with engine.one_call(self.model):
-            expl = explain_parts(
-                self.model,
-                given,
-                methods.get(str(self.method)),
-                targets,
-                score=self.score,
-                batch_size=self.batch_size,
-                class_names=None,
-                input_keys=keys,
-                channels_axis=None,
-                attribute_to=self.names,
-                baseline_token=self.baseline_token,
-                with_scores=False,
-                options=dict(self.options),
-                points=values if inner else None,
-            )
-        axes = part_axes(self.model, parts.parts, values)
-        return part_elements(expl.attributions, parts, values, axes, "the explanation's attributions")
-
-
-class Given(Target):
-    """A target resolved already (a :class:`~saliency_kit.targets.Resolved`), given to ``explain`` as
-    it is: the perturbed copies of inputs are explained with their source's columns and payload (a
-    ``"predicted"`` region keeps the clean input's mask)."""
-
-    kind = "given"
-
-    def __init__(self, resolved: Any):
-        self.resolved = resolved
-
-    def resolve(self, request: Any) -> Any:
-        from ..targets import Resolved
-
-        columns = np.asarray(self.resolved.columns)
-        if len(columns) != request.num_inputs:
-            raise ValueError(
-                f"a resolved target must have one row per input ({request.num_inputs}); received {len(columns)}."
-            )
-        return Resolved(columns, self.resolved.payload, list(self.resolved.info), self.resolved.target)
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -314,7 +135,7 @@ def to_pixels(elements: np.ndarray, channel_axis: int | None) -> np.ndarray:
     return elements.sum(axis=2 + channel_axis if channel_axis >= 0 else -1)
 
 
-def _element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, what: str) -> np.ndarray:
+def element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, what: str) -> np.ndarray:
     if values.shape[0] != x.shape[0]:
         raise ValueError(f"{what} must hold one entry per input ({x.shape[0]}); received shape {values.shape}.")
     if values.shape[2:] == x.shape[1:]:
@@ -330,14 +151,6 @@ def _element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, w
         f"{what} must be [B, K, *input] = [{x.shape[0]}, K, {', '.join(map(str, x.shape[1:]))}] "
         f"(or CAM maps [B, K, H, W]); received shape {values.shape}."
     )
-
-
-def _image_channel_axis(model: keras.Model, x: np.ndarray) -> int | None:
-    if x.ndim != 4:
-        return None
-    from .. import engine
-
-    return engine.channel_axis(model, x)
 
 
 def part_axes(model: keras.Model, parts: Any, points: list) -> list:
@@ -386,7 +199,7 @@ def part_elements(value: Any, parts: Any, points: list, axes: list, what: str) -
     """Element attributions ``[B, K, *x]``: one part's ``[B, K, *part]``, or several flattened
     side by side ``[B, K, E]`` (in the order of the parts, as :class:`Scored` packs ``x``)."""
     views = [
-        _element_view(np.asarray(array, dtype=np.float64), point, axis, f"{what} of {part.name!r}")
+        element_view(np.asarray(array, dtype=np.float64), point, axis, f"{what} of {part.name!r}")
         for array, point, axis, part in zip(part_values(value, parts, what), points, axes, parts.parts)
     ]
     if len(views) == 1:
@@ -395,214 +208,6 @@ def part_elements(value: Any, parts: Any, points: list, axes: list, what: str) -
     if len(widths) != 1:
         raise ValueError(f"{what} must give every part the same targets; received {sorted(widths)} maps per input.")
     return np.concatenate([v.reshape(*v.shape[:2], -1) for v in views], axis=-1)
-
-
-def prepare(
-    model: keras.Model,
-    inputs: Any,
-    explanation_or_method: Any,
-    targets: Any = "top1",
-    *,
-    seed: int = 0,
-    batch_size: int = 32,
-    score: str = "logits",
-    softmax: bool = False,
-    method_options: dict | None = None,
-    perturbs: bool = False,
-) -> Scored:
-    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring).
-
-    ``attribute_to`` and ``baseline_token`` among ``method_options`` are ``explain``'s (what a
-    method explains); ``perturbs``: the metric evaluates the model at perturbed values of what was
-    explained, which an inner layer (``attribute_to=LAYER``) cannot be."""
-    from .. import engine
-    from ..api import explain
-    from ..engine import check_score
-    from ..explanation import Explanation
-    from ..parts import read, structured
-    from ..request import resolve_request
-    from ..targets import is_target
-
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int; received {seed!r}.")
-    method_options = dict(method_options or {})
-    attribute_to = method_options.pop("attribute_to", None)
-    baseline_token = method_options.pop("baseline_token", 0)
-    check_score(score)
-    batch_size = engine.check_batch_size(batch_size)
-    expl = explanation_or_method if isinstance(explanation_or_method, Explanation) else None
-    if expl is not None and expl.parts:
-        named = list(expl.parts)
-        if attribute_to is not None and _listed(attribute_to) != named:
-            raise ValueError(
-                f"attribute_to must be what the explanation explains ({named}) or left out; received {attribute_to!r}."
-            )
-        attribute_to = named
-    parts = None
-    if structured(model, inputs, attribute_to):
-        parts = read(model, inputs, attribute_to, batch_size=batch_size)
-        if perturbs:
-            _refuse_layers(parts)
-        first, at = parts.points[0], parts.held
-    else:
-        first = engine.check_inputs(model, inputs)
-        at = None
-    selection = None
-    if is_target(targets):
-        selection = resolve_request(model, first, targets, score, batch_size, None, at=at)[0]
-    score_fn = targets if callable(targets) and not isinstance(targets, str) and selection is None else None
-    if softmax and score_fn is not None:
-        raise ValueError(
-            "softmax=True scores the softmax of the model's classes: give class targets or "
-            "softmax=False; received a score function as targets."
-        )
-    method: Any = None
-    options: dict = {}
-    if expl is not None:
-        method, options = expl.method, {k: v for k, v in expl.options.items() if k != "score"}
-        score = expl.options.get("score", score)
-        _check_explained_targets(expl, selection, targets)
-    elif isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
-        seed_noise(explanation_or_method, method_options, seed)
-        expl = explain(
-            model,
-            inputs if parts is not None else first,
-            explanation_or_method,
-            Given(selection) if selection is not None else targets,
-            score=score,
-            batch_size=batch_size,
-            with_scores=False,
-            attribute_to=attribute_to,
-            baseline_token=baseline_token,
-            **method_options,
-        )
-        method, options = explanation_or_method, method_options
-        explained = list(expl.parts or [])
-        if parts is not None and explained != [part.name for part in parts.parts]:
-            parts = read(model, inputs, explained, batch_size=batch_size)  # a method for images skipped one
-    elif callable(explanation_or_method) and not isinstance(explanation_or_method, str):
-        if parts is not None or selection is not None:
-            raise ValueError(
-                "a callable explainer takes one model input and class targets; for several inputs, token "
-                "ids or target objects give a method name or an Explanation; received a callable."
-            )
-        method = explanation_or_method
-
-    space = None
-    axes: list = []
-    if parts is not None:
-        from ..engine.space import Space
-
-        space = Space(tuple(parts.parts), len(parts.names))
-        x = space.pack(parts.points)
-        axes = part_axes(model, parts.parts, parts.points)
-        channel_axis = axes[0] if len(axes) == 1 else None
-    else:
-        x = first
-        channel_axis = _image_channel_axis(model, x)
-    common: dict = dict(
-        model=model,
-        x=x,
-        channel_axis=channel_axis,
-        score=score,
-        score_fn=score_fn,
-        batch_size=batch_size,
-        seed=int(seed),
-        softmax=bool(softmax),
-        selection=selection,
-        target=targets if selection is not None else None,
-        parts=parts,
-        space=space,
-        baseline_token=baseline_token,
-        method=method,
-        options=options,
-    )
-
-    def elements_of(value: Any, what: str) -> np.ndarray:
-        if parts is None:
-            return _element_view(np.asarray(value, dtype=np.float64), x, channel_axis, what)
-        return part_elements(value, parts, parts.points, axes, what)
-
-    if expl is not None:
-        if len(expl) != len(x):
-            raise ValueError(f"the explanation must be of the {len(x)} inputs given; received one of {len(expl)}.")
-        elements = elements_of(expl.attributions, "explanation.attributions")
-        if channel_axis is None:
-            pixels = elements
-        elif parts is None:
-            pixels = np.asarray(expl.maps, dtype=np.float64)
-        else:
-            pixels = np.asarray(part_values(expl.maps, parts, "explanation.maps")[0], dtype=np.float64)
-        return Scored(elements=elements, pixels=pixels, targets=np.asarray(expl.targets, dtype=np.int64), **common)
-
-    if selection is not None:
-        resolved = np.asarray(selection.columns, dtype=np.int64)
-    else:
-        resolved = resolve_request(model, first, targets, score, batch_size, None, at=at)[0].columns
-    if isinstance(explanation_or_method, str):  # RANDOM
-        elements = random_attributions(x.shape, resolved, np.arange(len(x)), seed)
-        common["method"] = RANDOM
-        return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
-    if method is not None:  # a callable explainer
-        elements = elements_of(explanation_or_method(model, x, resolved), "the explainer's attributions")
-        return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
-    if not isinstance(explanation_or_method, (dict, list, tuple)):
-        try:
-            explanation_or_method = np.asarray(explanation_or_method, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(
-                "explanation_or_method must be an Explanation, a method name, 'random', a callable "
-                "explainer or an attribution array; received "
-                f"{type(explanation_or_method).__name__}."
-            ) from None
-    elements = elements_of(explanation_or_method, "the attribution array")
-    if elements.shape[1] != resolved.shape[1]:
-        raise ValueError(
-            f"the attribution array has {elements.shape[1]} maps per input but targets give "
-            f"{resolved.shape[1]}; received targets {targets!r}."
-        )
-    return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
-
-
-def _listed(attribute_to: Any) -> list:
-    items = list(attribute_to) if isinstance(attribute_to, (list, tuple)) else [attribute_to]
-    return [getattr(item, "name", item) for item in items]
-
-
-def _refuse_layers(parts: Any) -> None:
-    """An inner layer's values are not an input the metric can perturb: ``ValueError``."""
-    layers = [part.name for part in parts.parts if part.input is None]
-    if layers:
-        raise ValueError(
-            "this metric evaluates the model at perturbed values of what was explained, and an inner layer "
-            "(attribute_to=LAYER) is not an input that can be perturbed: explain the model's inputs (attribute_to= "
-            f"an input's name, or the default); received attribute_to naming layer {layers[0]!r}."
-        )
-
-
-def _check_explained_targets(expl: Any, selection: Any, targets: Any) -> None:
-    """An explanation of target objects is scored with the same target object (``targets=``): the
-    perturbed copies are scored with its payload, not with bare columns."""
-    info = expl.target_info or []
-    kinds = {column.get("kind") for row in info for column in row if isinstance(column, dict)}
-    objects = kinds - {"class", "callable", None}
-    if selection is None:
-        if objects:
-            raise ValueError(
-                f"the explanation was made for {', '.join(sorted(map(str, objects)))} targets: pass the same "
-                "target object as targets= (the one given to explain), so that the perturbed inputs are "
-                f"scored with it; received targets={targets!r}."
-            )
-        return
-    columns = np.asarray(selection.columns)
-    given = {column.get("kind") for row in selection.info for column in row if isinstance(column, dict)}
-    same = columns.shape == np.shape(expl.targets) and np.array_equal(columns, expl.targets)
-    if not same or (kinds and kinds != given):
-        raise ValueError(
-            f"targets must be the target the explanation was made for: it resolves to {sorted(map(str, given))} "
-            f"columns {columns.tolist()}, the explanation's are {sorted(map(str, kinds))} "
-            f"{np.asarray(expl.targets).tolist()}; received {targets!r}."
-        )
 
 
 def seed_noise(method: str, method_options: dict, seed: int) -> None:
@@ -662,6 +267,8 @@ def pixel_maps(
             return np.asarray(explanation_or_method.map_of(named[0]), dtype=np.float64)
         if image:
             raise several_parts_error(name, named)
+    from .explained import prepare
+
     scored = prepare(
         model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, method_options=method_options
     )

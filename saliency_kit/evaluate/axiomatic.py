@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import baseline_values, check_float, check_int, flat_elements, prepare
+from ._common import baseline_values, check_float, check_int, flat_elements
 from .draws import rng
+from .explained import prepare
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import axiomatic, complexity, deletion, faithfulness, localisation, perturbation, randomisation, robustness
-from ._common import RANDOM, part_axes, prepare, seed_noise, to_pixels
+from ._common import RANDOM, part_axes, seed_noise, to_pixels
+from .explained import prepare
 
 if TYPE_CHECKING:
     import keras

@@ -39,12 +39,12 @@ from ._common import (
     check_int,
     flat_elements,
     is_random_baseline,
-    prepare,
     preprocess,
     spatial_shape,
     spatial_to_elements,
 )
 from .draws import rng
+from .explained import prepare
 from .scoring import Job, forward, padded_replacer, padded_steps, prebuilt, score_jobs
 from .similarity import pearson, spearman_rows
 

@@ -34,12 +34,12 @@ from ._common import (
     check_int,
     flat_elements,
     image_channel_axis,
-    prepare,
     preprocess,
     spatial_shape,
     spatial_to_elements,
 )
 from .draws import rng
+from .explained import prepare
 from .faithfulness import cumulative_rows, image_blocks
 from .scoring import Job, forward, prebuilt, predicted, score_jobs
 

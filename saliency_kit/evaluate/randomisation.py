@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import similarity as metrics
-from ._common import check_float, check_int, prepare, preprocess, seed_noise
+from ._common import check_float, check_int, preprocess, seed_noise
 from .draws import perturbed_keys, rng
+from .explained import prepare
 from .reinitialise import randomized_copies
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import Scored, check_float, check_int, prepare, preprocess
+from ._common import check_float, check_int, preprocess
 from .draws import perturbed_keys, rng
+from .explained import Scored, prepare
 from .scoring import input_groups, predicted
 
 if TYPE_CHECKING:

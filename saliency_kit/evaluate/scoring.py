@@ -24,7 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..targets import Resolved
-    from ._common import Scored
+    from .explained import Scored
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -250,7 +250,7 @@ def class_count(model: Any, selection: Resolved | None, metric: str, hint: str =
     """How many classes the columns index: the model's score vector (class targets), a region's
     classes, a box's detector classes, a head's components, a layer's units (channels) or
     elements. ``ValueError`` for other targets (``hint`` says what else the caller takes)."""
-    from ..model.scores import output_shapes, score_columns
+    from ..model.scores import output_shapes, output_structure, score_columns
     from ..targets import Box, Output, Region, Unit
 
     target = None if selection is None else selection.target
@@ -261,14 +261,12 @@ def class_count(model: Any, selection: Resolved | None, metric: str, hint: str =
         return int(count)
     if isinstance(target, Region):
         return int(output_shapes(model)[0][-1])
-    if isinstance(target, Box):
-        from ..targets.box import _detector_form
-
-        return _detector_form(model)[1]
-    if isinstance(target, Output):
-        from ..targets.heads import _head
-
-        shape = _head(model, target.head)[1]
+    if isinstance(target, Box):  # a detector's classes: [B, N, 4 + 1 + C] or {"classification": [B, N, C]}
+        structure = output_structure(model)
+        return int(structure["classification"][-1]) if target.form == "dict" else int(structure[-1]) - 5
+    if isinstance(target, Output):  # the head's components (the key of a head among several)
+        structure = output_structure(model)
+        shape = structure[target.key] if isinstance(target.key, (int, str)) else structure
         return int(np.prod(shape[1:])) if len(shape) > 1 else 1
     if isinstance(target, Unit):
         from ..model.layers import layer_at

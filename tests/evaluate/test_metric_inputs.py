@@ -173,6 +173,7 @@ def test_several_inputs_flattened_side_by_side_by_hand(image_meta):
     baseline = np.repeat(packed.min(axis=1, keepdims=True), packed.shape[1], axis=1)
     want = np.abs(a.sum(-1) - (clean - predict(baseline)[np.arange(B), cls]))
     _same(evaluate.completeness(model, x, expl)[:, 0], want)
+    _same(evaluate.completeness(model, x, expl.attributions, expl.targets)[:, 0], want)  # a bare list
 
     runs, size = 6, 20
     want = []

@@ -7,7 +7,7 @@ import pytest
 from method_support import SMALL
 
 from saliency_kit import evaluate
-from saliency_kit.evaluate import _common, scoring
+from saliency_kit.evaluate import explained, scoring
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_completeness_of_integrated_gradients_has_a_tiny_gap(model, x):
     change = np.abs(
         expl.scores
         - scoring.forward(
-            _common.prepare(model, np.zeros_like(x), expl.attributions, expl.targets),
+            explained.prepare(model, np.zeros_like(x), expl.attributions, expl.targets),
             np.zeros_like(x),
             np.arange(len(x)),
         )
