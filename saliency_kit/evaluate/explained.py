@@ -53,7 +53,9 @@ class Scored:
             image + metadata model, token ids' embeddings ``[B, T, D]``), or several parts
             flattened side by side ``[B, E]`` (``E`` the sum of their sizes).
         elements: ``[B, K, *input]`` attributions per element of ``x``.
-        pixels: ``[B, K, H, W]`` for images, else the same as ``elements``.
+        pixels: ``[B, K, H, W]`` for images, else the same as ``elements``; for one explained part
+            of a model with several inputs or token ids, the explanation's maps of it (token ids'
+            ``[B, K, T]``).
         targets: int64 ``[B, K]`` class (or ``score_fn`` column, or target object's column) of
             each attribution.
         channel_axis: the channel axis of one input (``-1`` or ``0``) for images, else None.
@@ -346,12 +348,12 @@ def prepare(
         if len(expl) != len(x):
             raise ValueError(f"the explanation must be of the {len(x)} inputs given; received one of {len(expl)}.")
         elements = elements_of(expl.attributions, "explanation.attributions")
-        if channel_axis is None:
-            pixels = elements
-        elif parts is None:
-            pixels = np.asarray(expl.maps, dtype=np.float64)
-        else:
+        if parts is None:
+            pixels = elements if channel_axis is None else np.asarray(expl.maps, dtype=np.float64)
+        elif len(parts.parts) == 1:  # the part's own maps (an image's, token ids' [B, K, T])
             pixels = np.asarray(part_values(expl.maps, parts, "explanation.maps")[0], dtype=np.float64)
+        else:
+            pixels = elements
         return Scored(elements=elements, pixels=pixels, targets=np.asarray(expl.targets, dtype=np.int64), **common)
 
     if selection is not None:

@@ -33,7 +33,7 @@ IMAGE = {
     "relative_input_stability": {"nr_samples": 3},
     "random_logit": {},
     "completeness": {},
-    "non_sensitivity": {"features_in_step": 48},
+    "non_sensitivity": {"features_in_step": 8, "eps": 0.002},
     "input_invariance": {},
 }
 ONE_IMAGE_ONLY = ("infidelity", "road", "region_perturbation")
@@ -58,7 +58,7 @@ TOKENS = {
     "relative_input_stability": {"nr_samples": 3},
     "random_logit": {},
     "completeness": {},
-    "non_sensitivity": {"features_in_step": 4},
+    "non_sensitivity": {"features_in_step": 2, "eps": 0.002},
 }
 
 
@@ -449,3 +449,15 @@ def test_compare_takes_several_inputs_and_target_objects(image_meta, segmenter, 
         twin, images, ["gradient"], ["deletion"], targets=1, metric_options={"deletion": deletion}
     )
     _same(table["gradient", "deletion"], by_twin["rows"][0]["per_input"])
+
+
+def test_model_free_metrics_read_the_maps_of_one_explained_part(tokens, segmenter, images):
+    model, _, x, _ = tokens
+    expl = sk.explain(model, x, "gradient", "top2")
+    assert expl.maps.shape == (B, 2, 6)  # one value per token
+    per_token = expl.maps[:, :, None]  # [B, K, 1, T]: bare maps of three axes would be [B, H, W]
+    _same(evaluate.sparseness(model, x, "gradient", "top2"), evaluate.sparseness(maps=per_token))
+    _same(evaluate.complexity(model, x, expl), evaluate.complexity(maps=per_token))
+    region = sk.targets.region(MASK, classes=1)
+    maps = sk.explain(segmenter, images, "gradient", region).maps
+    _same(evaluate.auc(segmenter, images, "gradient", region, masks=region), evaluate.auc(maps=maps, masks=region))
