@@ -226,14 +226,19 @@ class Context:
 
     def layer(self, path: str, rule: Any = None, points: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
         """``(activations [n, *layer], gradients [n, K, *layer])`` of layer ``path`` at the inputs;
-        at ``points [n, *lead, *input]`` when given: ``([n, *lead, *layer], [n, *lead, K, *layer])``."""
+        at ``points [n, *lead, *input]`` when given: ``([n, *lead, *layer], [n, *lead, K, *layer])``.
+
+        When the points are one model input of several (a method run per input), the layer's
+        call on that input's path: a layer shared by several inputs (a siamese branch) has one
+        call per input, and its activations and gradients are that call's. ``ValueError`` when
+        the layer is on no path from the input, or called more than once on it."""
         if points is None:
             rows, selection, lead = self.inputs, self.selection, ()
         else:
             rows, selection, lead = self._rows(points)
         with tf.GradientTape(persistent=self.num_targets > 1, watch_accessed_variables=False) as tape:
             tape.watch(rows)  # records the forward pass, so the activations can be sources
-            scores, activations = selection.scores(self._views(rule), rows, tap=path)
+            scores, activations = selection.scores(self._views(rule), rows, tap=self._tap(path))
             if scores.dtype != activations.dtype:
                 scores = tf.cast(scores, activations.dtype)
         if self._top and points is None:
@@ -243,6 +248,16 @@ class Context:
             return activations, grads
         n, unit = self.inputs.shape[0], tuple(activations.shape[1:])
         return tf.reshape(activations, [n, *lead, *unit]), tf.reshape(grads, [n, *lead, self.num_targets, *unit])
+
+    def _tap(self, path: str) -> Any:
+        """What :meth:`layer` taps: the call of ``path`` on the explained input's path when the
+        points are one input of several, else the layer's one call (``path`` itself)."""
+        from ..model.taps import Tap
+
+        space = self.selection.space
+        if space is None or space.packed or space.parts[0].input is None:
+            return path
+        return Tap(path, space.parts[0].input)
 
     def spread(self, points: Any) -> tf.Tensor:
         """``max − min`` of each input of ``points [n, *input]``, ``[n, 1, ...]`` (broadcasts

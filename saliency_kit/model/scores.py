@@ -3,8 +3,10 @@
 :class:`ScoreView` is a callable ``view(x) -> [n, C]`` giving the logits behind a final
 softmax/sigmoid (``score="logits"``), the outputs as they are (``score="output"``), or
 ``score_fn(values)`` for a callable target; ``view(x, tap=path)`` also returns that layer's
-activations (Grad-CAM). The user's model is never changed: the logits are computed by re-running
-the model's own functional graph with its final activation skipped.
+activations (Grad-CAM), and ``view(x, tap=Tap(path, i))`` (:mod:`.taps`) those of the one call of a layer called
+more than once (a branch shared by two inputs) that model input ``i`` reaches. The user's model
+is never changed: the logits are computed by re-running the model's own functional graph with its
+final activation skipped.
 
 Where the logits are found:
 
@@ -36,6 +38,7 @@ import numpy as np
 from . import keras_private
 from .layers import is_graph_model
 from .placed import Placed
+from .taps import Reach, Tap, not_reached, path_of, recording
 
 __all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "output_shapes"]
 
@@ -214,7 +217,8 @@ class ScoreView:
         score_fn: optional callable; when given the view returns ``score_fn(values)`` reshaped
             to ``[n, K]``, where ``values`` are what ``score`` selects.
 
-    ``view(x, tap="outer/inner")`` returns ``(scores, activations_of_that_layer)``.
+    ``view(x, tap="outer/inner")`` returns ``(scores, activations_of_that_layer)``;
+    ``view(x, tap=Tap("outer/inner", i))`` those of its call on the path from model input ``i``.
     ``view.differentiated`` is ``"logits"`` or ``"output"``: what the scores really are (``"output"``
     when ``score="logits"`` was asked of a model whose softmax/sigmoid cannot be looked behind;
     a warning says so once per model).
@@ -277,13 +281,15 @@ class ScoreView:
         taken: dict,
         prefix: str = "",
         swaps: dict | None = None,
+        reach: Reach | None = None,
     ) -> Any:
-        """Run ``model``'s graph on ``x`` (one input, or a list); tapped activations go to
-        ``taken[prefix + "/".join(path)]``; a layer whose path is in ``swaps`` returns the tensor there."""
+        """Run ``model``'s graph on ``x`` (one input, or a list); ``taps``: ``(path below this
+        model, key)``, each call's activations to ``taken[key]`` (:func:`.taps.recording`); a
+        layer whose path is in ``swaps`` returns the tensor there."""
         swaps = swaps or {}
         graph = keras_private.functional_graph(model)
         if graph is None:
-            shown = ", ".join(prefix + "/".join(t) for t in taps) or None
+            shown = ", ".join(prefix + "/".join(parts) for parts, _ in taps) or None
             raise ValueError(
                 f"cannot look inside model {model.name!r}: it is a subclassed keras.Model "
                 f"({type(model).__name__}), whose layers cannot be tapped from outside. Grad-CAM and unit "
@@ -296,18 +302,10 @@ class ScoreView:
         kind, final = squash if squash else (None, None)
 
         def recorder(op: Any, fn: Callable) -> Callable:
-            if not any(t == (op.name,) for t in taps):
-                return fn
-
-            def record(*args: Any, **kwargs: Any) -> Any:
-                out = fn(*args, **kwargs)
-                taken[prefix + op.name] = out
-                return out
-
-            return record
+            return recording(fn, [key for parts, key in taps if parts == (op.name,)], taken, reach, self.model)
 
         def operation_fn(op: Any) -> Callable:
-            inner = tuple(t[1:] for t in taps if len(t) > 1 and t[0] == op.name)
+            inner = tuple((parts[1:], key) for parts, key in taps if len(parts) > 1 and parts[0] == op.name)
             if (op.name,) in swaps:
                 return recorder(op, lambda *args, swapped=swaps[(op.name,)], **kwargs: swapped)
             inner_swaps = {path[1:]: value for path, value in swaps.items() if len(path) > 1 and path[0] == op.name}
@@ -326,14 +324,15 @@ class ScoreView:
                         taken=taken,
                         prefix=f"{prefix}{op.name}/",
                         swaps=inner_swaps,
+                        reach=reach,
                     ),
                 )
             if inner or inner_swaps:
-                inner = inner or tuple(inner_swaps)
+                shown = "/".join(inner[0][0]) if inner else "/".join(next(iter(inner_swaps)))
                 raise ValueError(
-                    f"layer {prefix}{op.name}/{'/'.join(inner[0])!r} is inside {op.name!r} ({type(op).__name__}), "
+                    f"layer {prefix}{op.name}/{shown!r} is inside {op.name!r} ({type(op).__name__}), "
                     f"which runs it internally: only layers of functional or Sequential models can be tapped; "
-                    f"tap {prefix + op.name!r} itself; received {prefix}{op.name}/{'/'.join(inner[0])!r}."
+                    f"tap {prefix + op.name!r} itself; received {prefix}{op.name}/{shown!r}."
                 )
             return recorder(op, _call_op(op))
 
@@ -342,11 +341,11 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x: Any, taps: Sequence[str] = (), strip: bool = True) -> tuple[Any, dict]:
-        """``(values, {path: activations})``: the model's outputs (its structure; the logits of a
+    def raw(self, x: Any, taps: Sequence[str | Tap] = (), strip: bool = True) -> tuple[Any, dict]:
+        """``(values, {tap: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
-        ``strip=False``) and the activations of each layer in ``taps``. ``score_fn`` is not
-        applied."""
+        ``strip=False``) and the activations of each tap: a path (a layer called once) or a
+        :class:`.taps.Tap`; ``ValueError`` for no such call, or several. No ``score_fn``."""
         taken: dict = {}
         strip = strip and self.strips_activation
         swaps, called = {}, x
@@ -360,19 +359,20 @@ class ScoreView:
             from .squash import eager_or_traced
 
             return eager_or_traced(_call_op(self.model))(called), taken
-        paths = tuple(tuple(tap.split("/")) for tap in taps)
-        values = self._run(self.model, x, paths, strip, taken, swaps=swaps)
+        wanted = tuple((tuple(path_of(tap).split("/")), tap) for tap in taps)
+        reach = Reach(x if isinstance(x, list) else [x]) if any(isinstance(tap, Tap) for tap in taps) else None
+        values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach)
         missing = [tap for tap in taps if tap not in taken]
         if missing:
-            raise ValueError(f"layer {missing[0]!r} was not reached when running the model.")
+            raise ValueError(not_reached(self.model, missing[0]))
         return values, taken
 
-    def values(self, x: Any, tap: str | None = None) -> tuple[Any, Any]:
+    def values(self, x: Any, tap: str | Tap | None = None) -> tuple[Any, Any]:
         """The logits (or outputs) for ``x``, and the tapped activations when ``tap`` is given."""
         values, taken = self.raw(x, (tap,) if tap else ())
         return values, taken.get(tap)
 
-    def __call__(self, x: Any, tap: str | None = None) -> Any:
+    def __call__(self, x: Any, tap: str | Tap | None = None) -> Any:
         values, activation = self.values(x, tap)
         if self.score_fn is not None:
             values = self.score_fn(values)
