@@ -147,7 +147,8 @@ def explain_parts(
         kinds = {recorded["layer"]: "layer"}
         attributions_out, maps_out = results[recorded["layer"]], maps[recorded["layer"]]
     else:
-        kinds = {p.name: _kind(p) for p in parts.parts if p.name in results}
+        ordered = sorted(parts.parts, key=lambda p: len(parts.names) if p.input is None else p.input)
+        kinds = {p.name: _kind(p) for p in ordered if p.name in results}  # the model's order, as list maps
         attributions_out, maps_out = structure(parts, results), structure(parts, maps)
     return Explanation(
         attributions=attributions_out,

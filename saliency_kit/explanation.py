@@ -48,7 +48,8 @@ class Explanation:
             ``"pixels"``; a box's ``"box"`` ``(x0, y0, x1, y1)``; a unit's ``"layer"`` and
             ``"index"``).
         parts: for a request that is not one float input (several inputs, token ids, an inner
-            layer): ``{name: kind}`` of each part explained, ``kind`` ``"input"``,
+            layer): ``{name: kind}`` of each part explained, in the model's input order (inner
+            layers last), ``kind`` ``"input"``,
             ``"embedding"`` (token ids explained at their embedding) or ``"layer"``; then
             ``attributions`` and ``maps`` come in the structure the inputs came in (a dict keyed
             by input name, a list with ``None`` for an input not explained) or, for one layer,
@@ -81,14 +82,30 @@ class Explanation:
         )
 
     def map_of(self, name: str) -> np.ndarray:
-        """The maps of the part called ``name`` (an input's name, or a layer's path)."""
+        """The maps of the part called ``name`` (an input's name, or a layer's path), whatever
+        structure ``maps`` has: a dict's entry, a list's entry (the list is in the model's input
+        order, ``None`` for inputs not explained, and ``parts`` lists the explained ones in that
+        order), or the one array."""
+        return self._select(self.maps, name)
+
+    def attributions_of(self, name: str) -> np.ndarray:
+        """The attributions of the part called ``name``, read as :meth:`map_of` reads the maps."""
+        return self._select(self.attributions, name)
+
+    def _select(self, value, name: str):
         if self.parts is None or name not in self.parts:
             raise KeyError(f"no part called {name!r}; this explanation has {list(self.parts or [])}.")
-        if isinstance(self.maps, dict):
-            return self.maps[name]
-        if isinstance(self.maps, (list, tuple)):
-            return [m for m in self.maps if m is not None][list(self.parts).index(name)]
-        return self.maps
+        if isinstance(value, dict):
+            return value[name]
+        if isinstance(value, (list, tuple)):
+            explained = [m for m in value if m is not None]
+            if len(explained) != len(self.parts):
+                raise ValueError(
+                    f"this explanation holds {len(explained)} explained inputs but parts name {len(self.parts)} "
+                    f"({list(self.parts)}); expected one per part, in the model's input order."
+                )
+            return explained[list(self.parts).index(name)]
+        return value
 
     @property
     def token_maps(self) -> np.ndarray:
@@ -102,8 +119,9 @@ class Explanation:
     # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid), a
     # volume as slices (render.volume), tokens as coloured spans (with_tokens, render.tokens_html).
     def with_originals(self, originals, class_names=None) -> Explanation:
-        """A copy that displays with ``originals`` (the images as loaded) and ``class_names``;
-        the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
+        """A copy that displays with ``originals`` (the images as loaded; for several inputs, in
+        the inputs' structure: a dict by name or a list in the model's input order) and
+        ``class_names``; the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
         import copy
 
         shown = copy.copy(self)
@@ -129,25 +147,23 @@ class Explanation:
         return self.__dict__.get("_tokens")
 
     def _repr_html_(self) -> str | None:
-        """Token explanations (:meth:`with_tokens`) as coloured, escaped HTML spans; None otherwise,
-        so that notebooks show the grid (:meth:`_repr_png_`)."""
-        if self.tokens is None:
-            return None
-        from .render import tokens_html
+        """Token explanations (token ids explained at their embedding, or given tokens with
+        :meth:`with_tokens`) as coloured, escaped HTML spans, their positions as labels when no
+        tokens were given; several inputs as one section per input; None otherwise, so that
+        notebooks show the grid (:meth:`_repr_png_`). See :mod:`saliency_kit.render.display`."""
+        from .render.display import display_html
 
-        _, class_names = self.__dict__.get("_display", (None, None))
-        return tokens_html(self, self.tokens, class_names=class_names)
+        originals, class_names = self.__dict__.get("_display", (None, None))
+        return display_html(self, originals, class_names)
 
     def _repr_png_(self) -> bytes | None:
         """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython; for volumes, the
-        slices of the first input and target (render.volume); None for token explanations, which
-        display as HTML."""
-        from .render.figure import explanation_png
+        slices of the first input and target (render.volume); for several inputs, each input's
+        picture under its name; None for token explanations, which display as HTML."""
+        from .render.display import display_png
 
-        if self.tokens is not None:
-            return None
         originals, class_names = self.__dict__.get("_display", (None, None))
-        return explanation_png(self, originals, class_names)
+        return display_png(self, originals, class_names)
 
 
 def _shapes(value: object) -> object:
