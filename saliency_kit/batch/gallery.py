@@ -8,6 +8,8 @@ by relative paths, so the folder can be zipped, copied or opened from disk. It s
 input image with its overlays (or heatmaps) in a table of methods by classes, filterable by class
 name, method and image name, sortable by score, and paged so that a run of thousands of images
 stays quick: only one page of cards exists in the document at a time, and its images load lazily.
+A text's token explanations (written by :func:`saliency_kit.batch.tokens.write_token_outputs`,
+``"kind": "tokens"``) show in its card as its tokens coloured on a diverging scale, with a legend.
 
 Everything on the page comes from ``manifest*.jsonl`` (``manifest.jsonl`` and the per-shard
 ``manifest.shard-I-of-N.jsonl``) and the files it names, so rebuilding after ``--resume`` gives the
@@ -17,9 +19,11 @@ complete run. A manifest line looks like (see :mod:`saliency_kit.batch`)::
      "score": 7.1, "kind": "overlay", "file": "cats/tom/gradcam-c3-cat-overlay.png", "outputs": 6}
     {"image": "bad.png", "status": "failed", "error": "cannot identify image file"}
 
-Files named by the manifest that are missing (or outside the output folder) are left out and
-counted on the page. The data is embedded as JSON and put into the page with DOM text nodes only,
-so names with quotes, ``<``, ``&`` or any Unicode are shown as they are and never parsed as HTML.
+Files named by the manifest that are missing (or outside the output folder, or token files that
+are not what :mod:`.tokens` writes) are left out and counted on the page. The data is embedded as
+JSON and put into the page with DOM text nodes only, so names and tokens with quotes, ``<``, ``&``
+or any Unicode are shown as they are and never parsed as HTML; the token colours are computed here
+from the values, never read from a file.
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ import string
 from importlib import resources
 from typing import Any
 
+import numpy as np
+
 from ..files import write_atomic
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
 INDEX = "index.html"
 PAGE = "gallery.html"  # the page's HTML, CSS and JS, beside this module: $title, $page_size, $data
-_KINDS = ("overlay", "heatmap", "npz")  # the manifest's "kind" of each file the page links
+_KINDS = ("overlay", "heatmap", "npz", "tokens")  # the manifest's "kind" of each file the page links
+MAX_TOKENS = 100_000  # a token file longer than this is not shown (the page holds every token)
 
 
 def read_manifests(out_dir: str | os.PathLike) -> list[dict]:
@@ -93,14 +100,17 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     """What the page shows, as plain JSON-able data.
 
     ``{"images": [{"image", "outputs": [{"method", "class", "class_name", "score", "overlay",
-    "heatmap", "npz"} (+ ``"subject"``: the region or box a map explains, e.g. ``"box2"``)]}],
-    "methods": [{"name", "title"}], "classes": [names], "failed": [{"image", "error"}], "missing":
-    int, "metrics": [file names]}`` (``metrics`` lists the ``saliency evaluate`` table and chart
-    when ``--out`` holds them). Images keep the order of their first manifest line;
+    "heatmap", "npz", "tokens"} (+ ``"subject"``: the region or box a map explains, e.g.
+    ``"box2"``; + ``"text"``: a token file's ``{"tokens", "values", "colours", "text_colours",
+    "scale"}``)]}], "methods": [{"name", "title"}], "classes": [names], "failed": [{"image",
+    "error"}], "missing": int, "metrics": [file names], "token_legend": [colours]}`` (``metrics``
+    lists the ``saliency evaluate`` table and chart when ``--out`` holds them; ``token_legend``
+    the diverging scale's colours when a token output is there). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
     from ..render import method_title
+    from ..render.sequences import legend_stops
 
     out_root = os.path.realpath(os.fspath(out_dir))
     images: dict[str, dict[tuple, dict]] = {}
@@ -123,6 +133,10 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         if not isinstance(file, str) or file not in files:  # also any file name that is not a string
             missing += 1
             continue
+        text = _token_view(os.path.join(out_root, file)) if kind == "tokens" else None
+        if kind == "tokens" and text is None:
+            missing += 1
+            continue
         seen_files.add(file)
         method = str(record.get("method", ""))
         target = record.get("class")
@@ -141,6 +155,8 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
             },
         )
         output[kind] = file
+        if text is not None:
+            output["text"] = text
         classes.setdefault(class_name, None)
     # The page depends on what the manifests say, not on the order their lines were written in
     # (workers of a sharded or Ray run finish in any order): images by path, failures likewise,
@@ -157,6 +173,39 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,
         "metrics": [name for name in _METRICS_FILES if os.path.isfile(os.path.join(out_root, name))],
+        "token_legend": legend_stops() if any("text" in o for e in images.values() for o in e.values()) else [],
+    }
+
+
+def _token_view(path: str) -> dict | None:
+    """What the page shows of a token file: its tokens, their values and colours on one diverging
+    scale (:func:`saliency_kit.render.sequences.token_colours`) and the scale's end; None for a
+    file that is not a token file's JSON (one list of str and one of finite numbers, as long)."""
+    from ..render.sequences import token_colours
+
+    try:
+        with open(path, "rb") as handle:
+            content = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    tokens = content.get("tokens") if isinstance(content, dict) else None
+    values = content.get("values") if isinstance(content, dict) else None
+    if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
+        return None
+    if len(tokens) > MAX_TOKENS or not all(isinstance(t, str) for t in tokens):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    numbers = np.asarray(values, np.float64)
+    if not np.all(np.isfinite(numbers)):
+        return None
+    colours, text_colours, scale = token_colours(numbers)
+    return {
+        "tokens": tokens,
+        "values": [float(f"{v:.4g}") for v in numbers],
+        "colours": colours,
+        "text_colours": text_colours,
+        "scale": float(f"{scale:.3g}"),
     }
 
 
@@ -187,14 +236,19 @@ def _packed(data: dict) -> dict:
     """``data`` in the compact form the page unpacks (a run of 10,000 images is megabytes of it).
 
     Each image is ``[name, folder, outputs]`` and each output ``[method index, class, class-name
-    index, score, files]`` (then its subject, when it has one); ``files`` is ``[stem, kinds]`` when the names
-    follow the batch naming
-    (``<stem>-overlay.png``, ``<stem>-heatmap.png``, ``<stem>.npz``; ``kinds`` is a bit mask 1, 2,
-    4), else ``{kind: name}``. Names are relative to ``folder``.
+    index, score, files]`` (then its subject, when it has one or a text follows, and its text,
+    when it has one); ``files`` is ``[stem, kinds]`` when the names follow the batch naming
+    (``<stem>-overlay.png``, ``<stem>-heatmap.png``, ``<stem>.npz``, ``<stem>-tokens.json``;
+    ``kinds`` is a bit mask 1, 2, 4, 8), else ``{kind: name}``. Names are relative to ``folder``.
     """
     method_index = {m["name"]: i for i, m in enumerate(data["methods"])}
     class_index = {name: i for i, name in enumerate(data["classes"])}
-    suffixes = (("overlay", "-overlay.png", 1), ("heatmap", "-heatmap.png", 2), ("npz", ".npz", 4))
+    suffixes = (
+        ("overlay", "-overlay.png", 1),
+        ("heatmap", "-heatmap.png", 2),
+        ("npz", ".npz", 4),
+        ("tokens", "-tokens.json", 8),
+    )
     images = []
     for entry in data["images"]:
         paths = [o[k] for o in entry["outputs"] for k, _, _ in suffixes if o.get(k)]
@@ -224,7 +278,8 @@ def _packed(data: dict) -> dict:
                     class_index[o["class_name"]],
                     o["score"],
                     files,
-                    *([o["subject"]] if o.get("subject") else []),
+                    *([o.get("subject") or ""] if o.get("subject") or o.get("text") else []),
+                    *([o["text"]] if o.get("text") else []),
                 ]
             )
         images.append([entry["image"], folder, outputs])

@@ -17,7 +17,7 @@ from .colour import DEFAULT_CMAPS, normalize
 from .colour import colormap as find_colormap
 from .titles import method_title
 
-__all__ = ["series", "volume", "tokens_html", "check_tokens"]
+__all__ = ["series", "volume", "tokens_html", "check_tokens", "token_colours", "legend_stops"]
 
 
 def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
@@ -347,6 +347,28 @@ def _text_colour(rgb) -> str:
     return "#000000" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 0.55 else "#ffffff"
 
 
+def token_colours(values, *, cmap=None, clip_percentile: float = 99.0) -> tuple[list[str], list[str], float]:
+    """``(background colours, text colours, scale)`` of token ``values`` ``[N]`` on one diverging
+    scale: each value's colour ``"#rrggbb"`` on ``cmap`` (default ``"RdBu_r"``), zero at the centre
+    colour and ``±scale`` (the ``clip_percentile``-th percentile of ``|values|``) at the ends; the
+    text colour (black or white) that reads on it."""
+    flat = np.asarray(values, np.float64).reshape(-1)
+    colormap = find_colormap(cmap if cmap is not None else DEFAULT_CMAPS["all"], "all")
+    unit = normalize(flat, sign="all", clip_percentile=clip_percentile) if flat.size else flat
+    colours = colormap(unit)[:, :3] if flat.size else np.zeros((0, 3))
+    return (
+        [_hex_colour(c) for c in colours],
+        [_text_colour(c) for c in colours],
+        _colour_scale(flat, "all", clip_percentile),
+    )
+
+
+def legend_stops(cmap=None, count: int = 9) -> list[str]:
+    """``count`` colours ``"#rrggbb"`` evenly along the diverging scale of :func:`token_colours`."""
+    colormap = find_colormap(cmap if cmap is not None else DEFAULT_CMAPS["all"], "all")
+    return [_hex_colour(colormap(u)[:3]) for u in np.linspace(0.0, 1.0, count)]
+
+
 def tokens_html(
     explanation,
     tokens,
@@ -371,12 +393,9 @@ def tokens_html(
     rows = check_tokens(tokens, maps.shape)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < maps.shape[1]:
         raise ValueError(f"tokens_html() needs k in [0, {maps.shape[1]}); received {k!r}.")
-    colormap = find_colormap(cmap if cmap is not None else DEFAULT_CMAPS["all"], "all")
     values = [np.asarray(maps[b, k, : len(row)], np.float64) for b, row in enumerate(rows)]
     flat = np.concatenate(values) if values else np.zeros(0)
-    unit = normalize(flat, sign="all", clip_percentile=clip_percentile) if flat.size else flat
-    scale = _colour_scale(flat, "all", clip_percentile)
-    colours = colormap(unit)[:, :3] if flat.size else np.zeros((0, 3))
+    backgrounds, texts, scale = token_colours(flat, cmap=cmap, clip_percentile=clip_percentile)
 
     escape = html.escape
     targets = np.asarray(explanation.targets)
@@ -390,10 +409,9 @@ def tokens_html(
         name = class_names[target] if class_names is not None and 0 <= target < len(class_names) else f"class {target}"
         spans = []
         for t, token in enumerate(row):
-            rgb = colours[at]
             spans.append(
-                f'<span class="saliency-token" style="background-color:{_hex_colour(rgb)};'
-                f"color:{_text_colour(rgb)};"
+                f'<span class="saliency-token" style="background-color:{backgrounds[at]};'
+                f"color:{texts[at]};"
                 f'padding:1px 2px;border-radius:3px;white-space:pre" title="{t}: {values[b][t]:+.4g}">'
                 f"{escape(token)}</span>"
             )
@@ -402,7 +420,7 @@ def tokens_html(
             f'<div class="saliency-tokens-row"><span class="saliency-tokens-label" style="color:#555">'
             f"{escape(f'input {b} · {name}:')}</span> " + " ".join(spans) + "</div>"
         )
-    stops = ",".join(_hex_colour(colormap(u)[:3]) for u in np.linspace(0.0, 1.0, 9))
+    stops = ",".join(legend_stops(cmap))
     lines.append(
         '<div class="saliency-tokens-legend" style="font-size:11px;color:#555">'
         f"<span>{-scale:+.3g}</span> "

@@ -6,6 +6,7 @@ and paging walks 2,500 images. They are skipped, with the reason, only where no 
 chromedriver is installed (``apt-get install chromium chromium-driver``; ``pip install selenium``).
 """
 
+import html.parser
 import json
 import os
 import pathlib
@@ -403,3 +404,173 @@ def test_the_page_links_the_metrics_of_saliency_evaluate_when_present(tmp_path):
     assert gallery_data(tmp_path)["metrics"] == ["metrics.png", "metrics.csv"]
     page = write_gallery(tmp_path).read_text()
     assert 'id="metrics"' in page and '"metrics.png"' in page
+
+
+# ----------------------------------------------------------------------------- token explanations
+TOKENS = [
+    ["<script>window.hacked=1</script>", "it's", '"quoted"', "a & b", "<img src=x onerror=window.hacked=2>", "ok"],
+    ["ünï", "</span></div>", "&amp;", "plain", "x"],
+]
+
+
+@pytest.fixture(scope="module")
+def text_explanation():
+    """A dict-input text classifier explained at its embedding: maps ``[2, 2, 6]``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+
+    import saliency_kit as sk
+
+    keras.utils.set_random_seed(9)
+    ids, mask = (
+        keras.Input((6,), dtype="int32", name="token_ids"),
+        keras.Input((6,), dtype="int32", name="padding_mask"),
+    )
+    hidden = keras.layers.Dense(4, activation="tanh")(keras.layers.Embedding(13, 5)(ids))
+    kept = hidden * keras.ops.expand_dims(keras.ops.cast(mask, "float32"), -1)
+    model = keras.Model({"token_ids": ids, "padding_mask": mask}, keras.layers.Dense(3)(keras.layers.Flatten()(kept)))
+    padding = np.array([[1] * 6, [1] * 5 + [0]], "int32")
+    x = {
+        "token_ids": np.random.default_rng(9).integers(1, 13, (2, 6)).astype("int32") * padding,
+        "padding_mask": padding,
+    }
+    return sk.explain(model, x, "integrated_gradients", targets=[[0, 2], [2, 2]], steps=8)
+
+
+def _expected_colours(values) -> list[str]:
+    """Each value's colour on RdBu_r, the scale's ends at ±(99th percentile of |values|)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["RdBu_r"]
+    values = np.asarray(values, np.float64)
+    scale = np.percentile(np.abs(values), 99)
+    unit = (np.clip(values / scale, -1, 1) + 1) / 2
+    out = []
+    for u in unit:
+        r, g, b = (round(c * 255) for c in cmap(min(int(u * cmap.N), cmap.N - 1))[:3])
+        out.append(f"#{r:02x}{g:02x}{b:02x}")
+    return out
+
+
+def test_token_explanations_are_written_into_a_run_and_read_back(tmp_path, text_explanation):
+    from saliency_kit.batch.tokens import write_token_outputs
+
+    e = text_explanation
+    names = ["review <1> & co", "review 'two'"]
+    path = write_token_outputs(tmp_path, e, TOKENS, names=names, class_names=["neg", "pos", '<i>"odd"</i>'])
+    assert path == tmp_path / "index.html"
+    lines = [json.loads(line) for line in (tmp_path / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+    # the second text asks class 2 twice: written once
+    assert [(r["image"], r["class"], r["kind"], r["outputs"]) for r in lines] == [
+        (names[0], 0, "tokens", 2),
+        (names[0], 2, "tokens", 2),
+        (names[1], 2, "tokens", 1),
+    ]
+    maps = e.map_of("token_ids")
+    for record, (b, k) in zip(lines, [(0, 0), (0, 1), (1, 0)]):
+        assert record["file"].endswith("-tokens.json") and record["score"] == pytest.approx(float(e.scores[b, k]))
+        content = json.loads((tmp_path / record["file"]).read_text(encoding="utf-8"))
+        assert content["tokens"] == TOKENS[b] and content["method"] == "integrated_gradients"
+        np.testing.assert_allclose(content["values"], maps[b, k, : len(TOKENS[b])], rtol=1e-6)
+
+    data = gallery.gallery_data(tmp_path)
+    assert [i["image"] for i in data["images"]] == sorted(names) and data["missing"] == 0
+    by_name = {i["image"]: i["outputs"] for i in data["images"]}
+    for record, (b, k) in zip(lines, [(0, 0), (0, 1), (1, 0)]):
+        (shown,) = [o for o in by_name[record["image"]] if o["class"] == record["class"]]
+        values = maps[b, k, : len(TOKENS[b])]
+        assert shown["tokens"] == record["file"] and shown["text"]["tokens"] == TOKENS[b]
+        np.testing.assert_allclose(shown["text"]["values"], values, rtol=1e-3)
+        assert shown["text"]["colours"] == _expected_colours(values)  # one diverging scale per output
+        assert shown["text"]["scale"] == pytest.approx(np.percentile(np.abs(values), 99), rel=1e-2)
+    assert len(data["token_legend"]) == 9
+
+    # Written again under the same names: replaced, not doubled.
+    write_token_outputs(tmp_path, e, TOKENS, names=names)
+    assert len((tmp_path / "manifest.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+
+    page = path.read_text(encoding="utf-8")
+    scripts, tags = [], set()
+
+    class Tags(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            tags.add(tag)
+            if tag == "script":
+                scripts.append(dict(attrs))
+
+    Tags().feed(page)
+    assert len(scripts) == 2 and scripts[0] == {"type": "application/json", "id": "gallery-data"}
+    assert "img" not in tags and "i" not in tags  # no token, name or class name became an element
+    assert "<script>window" not in page and "<img src=x" not in page and "</span></div>" not in page
+    block = page.split('id="gallery-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in block and "&" not in block  # JSON escapes them inside the script element
+    texts = [o[6]["tokens"] for _, _, outputs in json.loads(block)["images"] for o in outputs]
+    assert sorted(map(tuple, texts)) == sorted(map(tuple, [TOKENS[0], TOKENS[0], TOKENS[1]]))
+
+
+def test_token_files_that_are_not_what_the_writer_writes_are_left_out(tmp_path):
+    bad = {
+        "strings.json": {"tokens": ["a", "b"], "values": ["1", "2"]},
+        "lengths.json": {"tokens": ["a", "b"], "values": [1.0]},
+        "objects.json": {"tokens": [{"x": 1}], "values": [1.0]},
+        "nan.json": {"tokens": ["a"], "values": [float("nan")]},
+        "list.json": [1, 2],
+    }
+    for name, content in bad.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "good.json").write_text(json.dumps({"tokens": ["a", "b"], "values": [1.0, -1.0], "colours": ["red"]}))
+    names = [*bad, "broken.json", "good.json"]
+    _write_manifest(tmp_path / "manifest.jsonl", [_line(n, "gradient", 0, "c", 1.0, "tokens", n, 1) for n in names])
+    data = gallery.gallery_data(tmp_path)
+    assert data["missing"] == len(names) - 1 and [i["image"] for i in data["images"]] == ["good.json"]
+    (output,) = data["images"][0]["outputs"]
+    assert output["text"]["colours"] == _expected_colours([1.0, -1.0])  # computed here, never read
+
+
+def test_a_run_with_texts_and_images_shows_token_spans_and_runs_no_injected_script(browser, tmp_path, text_explanation):
+    from saliency_kit.batch.tokens import write_token_outputs
+
+    _png(tmp_path / "photo" / "gradient-c1-pos-overlay.png")
+    _write_manifest(
+        tmp_path / "manifest.jsonl",
+        [_line("photo.png", "gradient", 1, "pos", 0.3, "overlay", "photo/gradient-c1-pos-overlay.png", 1)],
+    )
+    names = ["<b>first</b> text", "second & 'last'"]
+    path = write_token_outputs(tmp_path, text_explanation, TOKENS, names=names, class_names=["neg", "pos", "odd"])
+    _open(browser, path)
+    _select(browser, "sort", "name")
+    cards = _cards(browser)
+    assert [c["image"] for c in cards] == sorted([*names, "photo.png"])
+    assert [c["title"] for c in cards] == sorted([*names, "photo.png"])  # names as text
+    assert browser.execute_script("return window.hacked === undefined")
+    assert browser.execute_script("return document.scripts.length") == 2
+    assert browser.execute_script("return document.querySelectorAll('.card img').length") == 1  # the photo only
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure.tokens')).map(f => ({"
+        " card: f.closest('.card').dataset.image,"
+        " tokens: Array.from(f.querySelectorAll('.token')).map(s => s.textContent),"
+        " elements: f.querySelectorAll('.token *').length,"
+        " colours: Array.from(f.querySelectorAll('.token')).map(s => getComputedStyle(s).backgroundColor),"
+        " legend: f.querySelector('.token-legend').textContent,"
+        " gradient: getComputedStyle(f.querySelector('.token-scale')).backgroundImage,"
+        " caption: f.querySelector('figcaption b').textContent}))"
+    )
+    maps = text_explanation.map_of("token_ids")
+    expected = {
+        (names[0], "neg"): (TOKENS[0], maps[0, 0, :6]),
+        (names[0], "odd"): (TOKENS[0], maps[0, 1, :6]),
+        (names[1], "odd"): (TOKENS[1], maps[1, 0, :5]),
+    }
+    assert sorted((f["card"], f["caption"]) for f in shown) == sorted(expected)
+    for figure in shown:
+        tokens, values = expected[(figure["card"], figure["caption"])]
+        assert figure["tokens"] == tokens and figure["elements"] == 0  # text, never markup
+        rgb = ["rgb({}, {}, {})".format(*(int(c[i : i + 2], 16) for i in (1, 3, 5))) for c in _expected_colours(values)]
+        assert figure["colours"] == rgb
+        assert figure["gradient"].startswith("linear-gradient") and "centre colour" in figure["legend"]
+    # the class filter narrows texts as it narrows images
+    _type(browser, "class-filter", "odd")
+    assert sorted(c["image"] for c in _cards(browser)) == sorted(names)
+    _type(browser, "class-filter", "")
+    browser.save_screenshot(str(tmp_path / "gallery-tokens.png"))
