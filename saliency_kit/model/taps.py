@@ -100,8 +100,8 @@ def _several_calls(model: keras.Model, tap: str | Tap) -> str:
         )
     return (
         f"layer {tap!r} is called more than once in model {model.name!r} (a shared layer), so its "
-        "activations are not one tensor; choose a layer called once (with several inputs, explain each "
-        "input: each takes the call on its own path)."
+        "activations are not one tensor; choose a layer called once (a CAM method explaining a model's "
+        "several inputs takes each input's own call)."
     )
 
 

@@ -156,6 +156,13 @@ def test_one_input_of_the_pair_alone(siamese):
     np.testing.assert_allclose(e.map_of("right"), want[1], rtol=1e-4, atol=1e-6)
 
 
+def test_where_one_output_of_the_shared_layer_is_needed_it_is_refused(siamese):
+    model, x, _, _ = siamese
+    for method in ("gradient", "conductance"):  # the layer's output explained: not one tensor
+        with pytest.raises(ValueError, match="'branch/conv' is called more than once in model 'siamese'"):
+            sk.explain(model, x, method, targets=0, attribute_to="branch/conv")
+
+
 # -- a layer after a merge of two images of different sizes ----------------------------------------------
 @pytest.mark.parametrize("merge", ["concatenate", "add"])
 def test_a_layer_after_a_merge_has_one_map_upsampled_to_each_image(merge):
