@@ -139,9 +139,18 @@ def _randomization(
     batch_size: int = 32,
     **options: Any,
 ) -> np.ndarray:
+    from ..methods import get as get_method
+
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)
+    # the method as explained: its options, its score and the parts explained; a noisy method's seed
+    # is randomization_test's own (the one compare seeds every method with)
+    accepted = get_method(method).accepted(expl.options)
+    explained = {key: value for key, value in expl.options.items() if key in accepted and key != "seed"}
+    explained["score"] = expl.options.get("score", "logits")
+    if expl.parts:
+        explained["attribute_to"] = list(expl.parts)
     steps = randomisation.randomization_test(
         model,
         inputs,
@@ -149,7 +158,7 @@ def _randomization(
         targets,
         mode=options.pop("mode", "efficient_mprt"),
         seed=seed,
-        **options,
+        **{"batch_size": batch_size, **explained, **options},
     )
     return np.asarray(steps[-1]["per_input"], dtype=np.float64)
 

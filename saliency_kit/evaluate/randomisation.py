@@ -15,17 +15,17 @@ trained weights and resets a PyTorch layer's); the user's model is never changed
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import similarity as metrics
-from ._common import check_float, check_int, preprocess, seed_noise
-from .draws import perturbed_keys, rng
+from ._common import check_int, preprocess, seed_noise
+from .draws import rng
 from .explained import prepare
-from .reinitialise import randomized_copies
+from .mprt import discrete_entropy, mprt, parts_of
+from .reinitialise import fixed_targets, randomized_copies
 
 if TYPE_CHECKING:
     import keras
@@ -74,14 +74,25 @@ def randomization_test(
     re-initialised with its own initializers (``kernel_initializer``, ``bias_initializer``,
     ``gamma_initializer``, ``moving_mean_initializer``, ...) reseeded from ``seed``, so a run is
     reproducible. Layers inside nested models are included (paths ``"outer/inner"``). The targets
-    are resolved once, on the original model, and kept fixed for every step.
+    are resolved once, on the model with its trained weights at the clean inputs, and kept for
+    every step: ``"top1"`` stays the trained model's class, a target object keeps its columns and
+    payload (a ``"predicted"`` region keeps the trained model's mask).
+
+    Every input structure and target kind of :func:`saliency_kit.explain` is taken. With several
+    model inputs or token ids, every step explains what ``attribute_to=`` names (default as
+    ``explain``'s) with the other inputs as given; token ids are explained at each copy's own
+    embeddings (a re-initialised ``Embedding`` moves them), an inner layer at its values under
+    each copy's weights. One explained part is compared as a model of that input alone would be;
+    several are compared side by side, one map per input and target (:func:`comparison_maps`,
+    :func:`compare_maps`).
 
     Args:
         model: a Functional or Sequential ``keras.Model`` (nested models allowed).
-        inputs: ``[B, ...]`` model inputs, as for :func:`saliency_kit.explain`.
-        method, targets, method_options: passed to :func:`saliency_kit.explain` (``score`` and
-            ``batch_size`` too). A noisy method (``smoothgrad``) gets ``seed=seed`` unless given,
-            so every step sees the same noise.
+        inputs: ``[B, ...]`` model inputs, or one array per model input (a list, tuple or dict),
+            as for :func:`saliency_kit.explain`.
+        method, targets, method_options: passed to :func:`saliency_kit.explain` (``score``,
+            ``batch_size``, ``attribute_to`` and ``baseline_token`` too). A noisy method
+            (``smoothgrad``) gets ``seed=seed`` unless given, so every step sees the same noise.
         mode: ``"cascading"`` or ``"independent"`` (Adebayo et al.), or Quantus' variants:
 
             - ``"mprt"``: cascading from the output down; each step also has ``similarity``, the mean
@@ -92,12 +103,18 @@ def randomization_test(
               standard deviation ``noise_magnitude`` (0.1) × the input's range, and the input
               itself (Quantus' ``SmoothMPRT``; one sample is the plain explanation). The noisy
               copies are drawn once and explained at every step, so the steps differ only by
-              their weights (Quantus draws new noise for every explanation);
+              their weights (Quantus draws new noise for every explanation). With several inputs
+              or token ids the noise is added to what is explained (token ids' embeddings at the
+              step's weights; several parts side by side, the range theirs together), the other
+              inputs held at the input's own values;
             - ``"efficient_mprt"``: one step, every chosen layer random; ``per_input`` is the ratio
               ``H(randomised) / H(original)`` of the discrete entropies (100-bin histograms) of the
               explanations, ``similarity`` its mean — above 1 is what a model-sensitive method
               shows. Quantus' ``EfficientMPRT`` returns the relative rise, this ratio minus 1 (the
               ratio is its ``scores_fraction_explanation``).
+
+            These three compare element attributions (several explained parts flattened side by
+            side ``[B, K, E]``: :func:`~saliency_kit.evaluate.mprt.element_attributions`).
 
             ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only. Given the
             same randomised weights, the numbers are Quantus 0.6.0's; the randomisation differs:
@@ -116,14 +133,17 @@ def randomization_test(
           mean over inputs and targets;
         - ``spearman``: the same on the signed maps ``Σ_c attribution``;
         - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.metrics.normalize_abs`
-          (each divided by its 99th percentile, clipped to [0, 1]);
+          (each divided by its 99th percentile, clipped to [0, 1]); with several explained parts,
+          of each part whose maps are 2-D (an image's ``[H, W]``) on its own, averaged over those
+          parts (the others have none: NaN when no explained part is an image);
         - ``step`` (1-based) and ``randomized``: the paths whose weights are random at this step.
 
         See :func:`comparison_maps` for the maps compared (CAM maps and non-image attributions
-        are compared as they are).
+        are compared as they are; several explained parts side by side, so that the Spearman
+        correlations rank every element of every part together, one map per input and target).
     """
     if mode in _QUANTUS_MODES:
-        return _quantus_mode(model, inputs, method, targets, mode=mode, layers=layers, seed=seed, **method_options)
+        return mprt(model, inputs, method, targets, mode=mode, layers=layers, seed=seed, **method_options)
     original = None
     results = []
     for step, (path, expl, randomized) in enumerate(
@@ -157,26 +177,38 @@ def iter_randomization(
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES + _QUANTUS_MODES))}; received {mode!r}.")
     seed_noise(method, method_options, seed)
-    inputs = np.asarray(inputs)
     steps = randomized_copies(model, mode, layers, seed, "top_down")
     _, clone, _ = next(steps)
-    original = explain(clone, inputs, method, targets, **method_options)
-    fixed_targets = targets if callable(targets) else np.asarray(original.targets)
-    yield None, original, []
+    fixed = fixed_targets(clone, inputs, targets, method_options)
+    yield None, explain(clone, inputs, method, fixed, **method_options), []
     for path, clone, randomized in steps:
-        yield path, explain(clone, inputs, method, fixed_targets, **method_options), randomized
+        yield path, explain(clone, inputs, method, fixed, **method_options), randomized
 
 
 def compare_maps(original: Any, randomized: Any) -> dict:
-    """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets)."""
-    signed_a, magnitude_a = (_per_map(m) for m in comparison_maps(original))
-    signed_b, magnitude_b = (_per_map(m) for m in comparison_maps(randomized))
-    if signed_a.shape != signed_b.shape:
-        raise ValueError(f"explanations must have maps of one shape; received {signed_a.shape} and {signed_b.shape}.")
+    """``spearman_abs``, ``spearman`` and ``ssim`` of two explanations (means over inputs × targets).
+
+    Spearman compares :func:`comparison_maps` (several explained parts side by side). SSIM compares
+    2-D maps: with several explained parts, each part whose maps are ``[B, K, H, W]`` (an image, a
+    CAM, a convolution's output) on its own, averaged over those parts; NaN when none is 2-D. One
+    part is compared as a model of that input alone would be."""
+    parts_a, parts_b = _part_maps(original), _part_maps(randomized)
+    signed_a, magnitude_a = (_per_map(m) for m in _side_by_side(parts_a))
+    signed_b, magnitude_b = (_per_map(m) for m in _side_by_side(parts_b))
+    if len(parts_a) != len(parts_b) or signed_a.shape != signed_b.shape:
+        raise ValueError(
+            f"explanations must have maps of one shape; received {len(parts_a)} parts {signed_a.shape} and "
+            f"{len(parts_b)} parts {signed_b.shape}."
+        )
+    if len(parts_a) == 1:
+        pairs = [(magnitude_a, magnitude_b)]
+    else:
+        pairs = [(_per_map(a[1]), _per_map(b[1])) for a, b in zip(parts_a, parts_b) if a[2]]
+    ssim = [metrics.ssim(a, b) for many_a, many_b in pairs for a, b in zip(many_a, many_b)]
     return {
         "spearman_abs": float(np.mean([metrics.spearman(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
         "spearman": float(np.mean([metrics.spearman(a, b) for a, b in zip(signed_a, signed_b)])),
-        "ssim": float(np.mean([metrics.ssim(a, b) for a, b in zip(magnitude_a, magnitude_b)])),
+        "ssim": float(np.mean(ssim)) if ssim else float("nan"),
     }
 
 
@@ -191,130 +223,37 @@ def comparison_maps(expl: Any) -> tuple[np.ndarray, np.ndarray]:
     Image attributions ``[B, K, H, W, C]``: ``Σ_c a`` and ``Σ_c |a|`` (Adebayo et al.'s diverging
     and absolute-value visualisations); channels-first ones ``[B, K, C, H, W]`` (whose ``maps`` are
     ``[B, K, H, W]``) are summed over C the same way; CAM maps and non-image attributions: ``a``
-    and ``|a|``.
+    and ``|a|`` (token ids explained in embedding space: ``[B, K, T, D]``).
+
+    With several explained parts (``expl.parts``: several model inputs), each part's maps by the
+    same rule, flattened side by side ``[B, K, E]`` in the order the explanation holds them; one
+    explained part keeps its own shape.
     """
-    attributions = np.asarray(expl.attributions, dtype=np.float64)
-    if attributions.ndim == 5:  # pixel attributions of images
-        maps_hw = tuple(np.shape(expl.maps)[2:])
-        channels = 2 if attributions.shape[3:] == maps_hw and attributions.shape[2:4] != maps_hw else -1
-        return attributions.sum(axis=channels), np.abs(attributions).sum(axis=channels)
-    return attributions, np.abs(attributions)
+    return _side_by_side(_part_maps(expl))
 
 
-def _quantus_mode(
-    model: keras.Model,
-    inputs: Any,
-    method: Any,
-    targets: Any,
-    *,
-    mode: str,
-    layers: Any,
-    seed: int,
-    nr_samples: int = 50,
-    noise_magnitude: float = 0.1,
-    **method_options: Any,
-) -> list[dict]:
-    """``randomization_test`` for Quantus' modes (see its docstring)."""
-    from ..api import explain
-
-    smooth = mode == "smooth_mprt"
-    if smooth:
-        nr_samples = check_int("nr_samples", nr_samples)
-        noise_magnitude = check_float("noise_magnitude", noise_magnitude)
-    seed_noise(method, method_options, seed)
-    x = np.asarray(inputs)
-    if smooth:  # per input: nr_samples - 1 noisy copies, then the input itself (Quantus' last sample)
-        noisy = np.concatenate(
-            [
-                np.concatenate(
-                    [
-                        xb[None]
-                        + rng(seed, "smooth_mprt", b).normal(
-                            0.0, noise_magnitude * float(np.ptp(xb)), (nr_samples - 1, *xb.shape)
-                        ),
-                        xb[None],
-                    ]
-                )
-                for b, xb in enumerate(x)
-            ]
-        ).astype(x.dtype)
-        keys = perturbed_keys(seed, len(x), nr_samples)
-
-    def attributions(clone: Any, fixed_targets: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Element attributions ``[B, K, ...]`` (float64), averaged over the noisy copies for smooth_mprt."""
-        if not smooth:
-            expl = explain(clone, x, method, fixed_targets, with_scores=False, **method_options)
-            return np.asarray(expl.attributions, np.float64), expl.targets
-        expl = explain(
-            clone,
-            noisy,
-            method,
-            np.repeat(np.asarray(fixed_targets), nr_samples, axis=0),
-            input_keys=keys,
-            with_scores=False,
-            **method_options,
-        )
-        values = np.asarray(expl.attributions, np.float64)
-        return values.reshape(len(x), nr_samples, *values.shape[1:]).mean(axis=1), fixed_targets
-
-    steps = randomized_copies(model, "cascading", layers, seed, "top_down" if mode == "mprt" else "bottom_up")
-    _, clone, _ = next(steps)
-    if smooth:
-        from ..api import resolve_targets
-
-        targets = resolve_targets(clone, x, targets)
-    original, fixed_targets = attributions(clone, targets)
-    fixed_targets = np.asarray(fixed_targets)
-    if mode == "efficient_mprt":
-        last = collections.deque(steps, maxlen=1)  # the last step: every layer randomised
-        _, clone, randomized = last[0]
-        random_maps, _ = attributions(clone, fixed_targets)
-        before, after = discrete_entropy(original), discrete_entropy(random_maps)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = after / before
-        return [
-            {
-                "layer": "all",
-                "step": 1,
-                "randomized": randomized,
-                "similarity": float(np.nanmean(ratio)),
-                "per_input": ratio,
-                "complexity_original": before,
-                "complexity_randomized": after,
-            }
-        ]
-    results = []
-    reference = preprocess(original, normalise=True, absolute=True)
-    for step, (path, clone, randomized) in enumerate(steps, start=1):
-        current, _ = attributions(clone, fixed_targets)
-        per_input = _spearman_per_map(reference, preprocess(current, normalise=True, absolute=True))
-        results.append(
-            {
-                "layer": path,
-                "step": step,
-                "randomized": randomized,
-                "similarity": float(np.nanmean(per_input)),
-                "per_input": per_input,
-            }
-        )
-    return results
+def _part_maps(expl: Any) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """``(signed, magnitude, two_d)`` of each explained part (of the one input when no parts):
+    ``two_d`` when its maps are ``[B, K, H, W]``."""
+    out = []
+    for attributions, maps in parts_of(expl):
+        a = np.asarray(attributions, dtype=np.float64)
+        if a.ndim == 5:  # pixel attributions of images
+            maps_hw = tuple(np.shape(maps)[2:])
+            channels = 2 if a.shape[3:] == maps_hw and a.shape[2:4] != maps_hw else -1
+            out.append((a.sum(axis=channels), np.abs(a).sum(axis=channels), np.ndim(maps) == 4))
+        else:
+            out.append((a, np.abs(a), np.ndim(maps) == 4))
+    return out
 
 
-def _spearman_per_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Spearman correlation of each pair of maps ``[B, K, ...]`` -> ``[B, K]``."""
-    from .similarity import spearman_rows
-
-    flat_a, flat_b = a.reshape(*a.shape[:2], -1), b.reshape(*b.shape[:2], -1)
-    return np.array([[spearman_rows(p, q) for p, q in zip(ra, rb)] for ra, rb in zip(flat_a, flat_b)])
-
-
-def discrete_entropy(maps: np.ndarray, n_bins: int = 100) -> np.ndarray:
-    """Entropy (nats) of the ``n_bins``-bin histogram of each map ``[B, K, ...]`` -> ``[B, K]``
-    (Quantus' ``discrete_entropy``)."""
-    from scipy import stats
-
-    flat = np.asarray(maps, dtype=np.float64).reshape(*np.shape(maps)[:2], -1)
-    return np.array([[stats.entropy(np.histogram(m, bins=n_bins)[0]) for m in row] for row in flat])
+def _side_by_side(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(signed, magnitude)`` maps of one part as they are, of several flattened side by side."""
+    if len(parts) == 1:
+        return parts[0][0], parts[0][1]
+    return tuple(  # type: ignore[return-value]
+        np.concatenate([part[i].reshape(*part[i].shape[:2], -1) for part in parts], axis=-1) for i in (0, 1)
+    )
 
 
 def random_logit(

@@ -2,9 +2,10 @@
 
 :func:`clone_with_weights` copies the model (nested models too) with its trained weights,
 :func:`weighted_layers` lists the layers that have weights (paths ``"outer/inner"`` inside nested
-models), :func:`reinitialize` re-draws one layer's weights from its own initializers, reseeded, and
+models), :func:`reinitialize` re-draws one layer's weights from its own initializers, reseeded,
 :func:`randomized_copies` yields the copy after each step of a cascading or independent
-randomisation. The user's model is never changed.
+randomisation, and :func:`fixed_targets` resolves, once on the trained weights, the targets every
+step explains. The user's model is never changed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["randomized_copies", "clone_with_weights", "weighted_layers", "reinitialize"]
+__all__ = ["randomized_copies", "fixed_targets", "clone_with_weights", "weighted_layers", "reinitialize"]
 
 
 def randomized_copies(
@@ -44,6 +45,34 @@ def randomized_copies(
         if saved is not None:
             for w, value in zip(layer.weights, saved):
                 w.assign(value)
+
+
+def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) -> Any:
+    """The targets every step of a randomisation explains, resolved once on ``model`` (the copy with
+    the trained weights) at the clean ``inputs``: class targets as their columns int ``[B, K]``
+    (``"top1"``: the trained model's class), a target object as its columns and payload resolved
+    (:class:`~saliency_kit.evaluate.explained.Given`: a ``"predicted"`` region keeps the trained
+    model's mask), a score function as it is. With several model inputs or token ids the model runs
+    on all of them as given. ``options``: ``explain``'s (``score``, ``batch_size``,
+    ``attribute_to``, ``class_names``)."""
+    from ..engine import check_batch_size, check_inputs
+    from ..parts import read, structured
+    from ..request import resolve_request
+    from ..targets import is_target
+    from .explained import Given
+
+    if callable(targets) and not isinstance(targets, str) and not is_target(targets):
+        return targets
+    batch_size = check_batch_size(options.get("batch_size", 32))
+    attribute_to = options.get("attribute_to")
+    if structured(model, inputs, attribute_to):
+        parts = read(model, inputs, attribute_to, batch_size=batch_size)
+        first, at = parts.points[0], parts.held
+    else:
+        first, at = check_inputs(model, inputs), None
+    score, class_names = options.get("score", "logits"), options.get("class_names")
+    resolved = resolve_request(model, first, targets, score, batch_size, class_names, at=at)[0]
+    return Given(resolved) if resolved.target is not None else resolved.columns
 
 
 def clone_with_weights(model: keras.Model) -> keras.Model:
