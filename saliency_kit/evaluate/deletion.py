@@ -10,6 +10,7 @@ import numpy as np
 from scipy import ndimage
 
 from . import similarity as metrics
+from .scoring import forward
 
 if TYPE_CHECKING:
     import keras
@@ -42,23 +43,29 @@ def deletion_insertion(
       per channel with ``blur_sigma``; score should rise fast: high AUC is good).
 
     The same two curves with a random pixel order (seeded, one order per input) are the baseline a
-    map must beat. Every perturbed image is scored through the engine's batched
-    ``forward_scores``: ``score="output"`` (default) scores the model's output as it is, i.e. the
-    softmax probability of the target class for a classifier ending in softmax, as RISE does;
-    ``score="logits"`` scores the values before the softmax.
+    map must beat. Every perturbed image is scored through the engine's batched forward pass
+    (with its input's target payload and other model inputs): ``score="output"`` (default) scores
+    the model's output as it is, i.e. the softmax probability of the target class for a classifier
+    ending in softmax, as RISE does; ``score="logits"`` scores the values before the softmax.
 
     Args:
         model: the model that was explained.
         inputs: ``[B, H, W, C]`` model inputs the explanation was computed on (``[B, C, H, W]``
-            for a channels-first model: pixels are still removed across all channels).
-        explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``.
+            for a channels-first model: pixels are still removed across all channels). For a
+            model with several inputs, one array per input (a list, tuple or dict, as given to
+            ``explain``): the explanation must explain one image input of them
+            (``attribute_to=`` its name), whose pixels are removed, the other inputs held at each
+            input's own values. Several explained inputs, token ids or a non-image input are
+            refused: the curves remove pixels of one image.
+        explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``
+            (of several inputs: its maps of the explained image).
         targets: the target object the explanation was made for (``saliency_kit.targets.region``,
             ``box``, ``output``, ``unit``): every perturbed copy is scored with its input's target
             (a region's predicted mask stays the one of the clean input). ``None`` (class targets):
             the explanation's classes.
         steps: evaluations per curve minus one (the curve has ``steps + 1`` points, 0 % to 100 %).
         baseline: ``"zeros"``, ``"blur"`` (the blurred image), a scalar, or an array broadcastable
-            to ``inputs`` (e.g. one ``[H, W, C]`` image).
+            to the images (e.g. one ``[H, W, C]`` image).
         blur_sigma: σ in pixels of the insertion start image.
         score, batch_size: passed to ``forward_scores``.
         seed: seed of the random order and of the tie-breaking.
@@ -72,13 +79,20 @@ def deletion_insertion(
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
     from ..engine import channel_axis, forward_scores, target_scores
+    from ..parts import structured
 
-    given = np.asarray(inputs, dtype=np.float32)
-    maps = np.asarray(explanation.maps)
-    tgt = np.asarray(explanation.targets)
-    if given.ndim != 4:
-        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
-    channels_first = channel_axis(model, given) == 0  # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
+    scored = None
+    if structured(model, inputs, list(getattr(explanation, "parts", None) or []) or None):
+        scored = _one_image(model, inputs, explanation, targets, score, batch_size)
+        given, maps, tgt = scored.x.astype(np.float32), scored.pixels, scored.targets
+        channels_first = scored.channel_axis == 0
+    else:
+        given = np.asarray(inputs, dtype=np.float32)
+        maps = np.asarray(explanation.maps)
+        tgt = np.asarray(explanation.targets)
+        if given.ndim != 4:
+            raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
+        channels_first = channel_axis(model, given) == 0  # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
     x = np.moveaxis(given, 1, -1) if channels_first else given
     batch, height, width, _ = x.shape
     if maps.ndim != 4 or maps.shape[0] != batch or maps.shape[2:] != (height, width):
@@ -98,7 +112,7 @@ def deletion_insertion(
     n_targets = maps.shape[1]
     n_pixels = height * width
     selection = None
-    if targets is not None:
+    if targets is not None and scored is None:
         from ..api import resolve_selection
 
         selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
@@ -143,7 +157,10 @@ def deletion_insertion(
         stacked = np.concatenate(images).astype(x.dtype, copy=False)
         if channels_first:
             stacked = np.ascontiguousarray(np.moveaxis(stacked, -1, 1))
-        if selection is None:
+        if scored is not None:  # each row with its input's other model inputs and target payload
+            sources = np.repeat([b for _, b, _ in positions], steps + 1)
+            scores = forward(scored, stacked, sources)
+        elif selection is None:
             row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
             scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
         else:
@@ -160,6 +177,31 @@ def deletion_insertion(
     for name in _CURVES:
         result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
     return result
+
+
+def _one_image(model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int) -> Any:
+    """The explained image of a model with several inputs (or inputs given as a structure), as a
+    :class:`~.explained.Scored` (its ``x`` the image ``[B, H, W, C]``, ``pixels`` the explanation's
+    maps of it, ``score`` this metric's): ``ValueError`` for several explained parts or one that
+    is not an image input."""
+    import dataclasses
+
+    from ._common import several_parts_error
+    from .explained import prepare
+
+    given = "top1" if targets is None else targets  # class targets: the explanation's own
+    scored = prepare(model, inputs, explanation, given, score=score, batch_size=batch_size, perturbs=True)
+    if scored.packed:
+        raise several_parts_error("deletion_insertion", scored.names)
+    if scored.channel_axis is None:
+        (part,) = scored.parts.parts
+        raise ValueError(
+            "deletion_insertion removes image pixels: it needs one explained image input [B, H, W, C]; the "
+            f"explanation explains {part.name!r} ({'token ids in embedding space' if part.embedding else 'an input'}) "
+            f"of shape {list(scored.x.shape)}: explain an image input of the model (attribute_to= its name); "
+            f"received attribute_to={scored.names!r}."
+        )
+    return dataclasses.replace(scored, score=score)
 
 
 _CURVES = ("deletion_curve", "insertion_curve", "random_deletion_curve", "random_insertion_curve")

@@ -1,5 +1,6 @@
-"""The randomisation test on models with several inputs, on token ids and with target objects, each
-checked against an independent twin or by hand.
+"""The randomisation test and the deletion curves on models with several inputs, on token ids and
+with target objects, each checked against an independent twin or by hand (the test file of the
+other model-based metrics is ``test_metric_inputs.py``).
 
 - the image of an image + metadata model: per row, a model of the image alone with that row's
   metadata baked in as a constant, built from the same layer objects (so the re-initialised layers
@@ -21,6 +22,7 @@ from skimage.metrics import structural_similarity
 import saliency_kit as sk
 from saliency_kit import evaluate
 from saliency_kit.evaluate import clone_with_weights, reinitialize, weighted_layers
+from saliency_kit.explanation import Explanation
 
 B = 3
 RNG = np.random.default_rng(33)
@@ -326,3 +328,50 @@ def test_compare_randomises_the_parts_the_method_explained(image_meta):
         return steps[0]["per_input"][b, 0]
 
     _same(rows[0]["per_input"], _rows_of_twins(twins, x[0], twin_ratio))
+
+
+# ------------------------------------------------------------------------------ deletion / insertion
+def test_deletion_of_one_image_of_several_as_a_twin_with_the_metadata_baked_in(image_meta):
+    model, x, twins = image_meta
+    expl = sk.explain(model, x, "gradient", "top2", attribute_to="image")
+    options = {"steps": 4, "score": "logits", "blur_sigma": 1.0}
+    got = evaluate.deletion_insertion(model, x, expl, **options)
+    assert got["deletion_curve"].shape == (B, 2, 5)
+    as_dict = evaluate.deletion_insertion(model, {"meta": x[1], "image": x[0]}, expl, batch_size=2, **options)
+
+    def twin_curves(twin, image, b):
+        rows = Explanation(
+            attributions=np.repeat(expl.attributions[0][b : b + 1], B, axis=0),
+            maps=np.repeat(expl.map_of("image")[b : b + 1], B, axis=0),
+            targets=np.repeat(expl.targets[b : b + 1], B, axis=0),
+            scores=None,
+            method="gradient",
+        )
+        curves = evaluate.deletion_insertion(twin, image, rows, **options)
+        return {name: value[b] for name, value in curves.items() if name != "fractions"}
+
+    rows = _rows_of_twins(twins, x[0], twin_curves)
+    for name in rows[0]:
+        _same(got[name], np.stack([row[name] for row in rows]))
+        _same(as_dict[name], got[name])
+    # a unit target: every perturbed image scored with its input's metadata and the unit's payload
+    unit = sk.targets.unit("conv", 1)
+    by_unit = evaluate.deletion_insertion(
+        model, x, sk.explain(model, x, "gradient", unit, attribute_to="image"), targets=unit, **options
+    )
+    twin_expl = sk.explain(twins[0], x[0], "gradient", unit)
+    by_twin = evaluate.deletion_insertion(twins[0], x[0], twin_expl, targets=unit, **options)
+    _same(by_unit["deletion_curve"], by_twin["deletion_curve"])  # the unit does not read the metadata
+
+
+def test_deletion_refuses_several_parts_and_non_images(image_meta, tokens):
+    model, x, _ = image_meta
+    with pytest.raises(ValueError, match=r"several inputs \['image', 'meta'\].*attribute_to='image'"):
+        evaluate.deletion_insertion(model, x, sk.explain(model, x, "gradient"), steps=2)
+    with pytest.raises(ValueError, match=r"removes image pixels.*'meta'.*attribute_to="):
+        evaluate.deletion_insertion(model, x, sk.explain(model, x, "gradient", attribute_to="meta"), steps=2)
+    with pytest.raises(ValueError, match=r"inner layer.*attribute_to="):
+        evaluate.deletion_insertion(model, x, sk.explain(model, x, "gradient", attribute_to="conv"), steps=2)
+    token_model, ids = tokens
+    with pytest.raises(ValueError, match=r"'token_ids' \(token ids in embedding space\).*attribute_to="):
+        evaluate.deletion_insertion(token_model, ids, sk.explain(token_model, ids, "gradient"), steps=2)
