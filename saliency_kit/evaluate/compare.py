@@ -16,7 +16,7 @@ import numpy as np
 
 from . import axiomatic, complexity, deletion, faithfulness, localisation, perturbation, randomisation, robustness
 from ._common import RANDOM, part_axes, seed_noise, to_pixels
-from .explained import prepare
+from .explained import prepare, rerun_options
 
 if TYPE_CHECKING:
     import keras
@@ -139,15 +139,12 @@ def _randomization(
     batch_size: int = 32,
     **options: Any,
 ) -> np.ndarray:
-    from ..methods import get as get_method
-
     method = expl.method
     if method == RANDOM:  # a random map does not depend on the weights: the same map, entropy ratio 1
         return np.ones(expl.targets.shape)
     # the method as explained: its options, its score and the parts explained; a noisy method's seed
     # is randomization_test's own (the one compare seeds every method with)
-    accepted = get_method(method).accepted(expl.options)
-    explained = {key: value for key, value in expl.options.items() if key in accepted and key != "seed"}
+    explained = {key: value for key, value in rerun_options(expl).items() if key != "seed"}
     explained["score"] = expl.options.get("score", "logits")
     if expl.parts:
         explained["attribute_to"] = list(expl.parts)

@@ -39,7 +39,7 @@ from .draws import random_attributions
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["Scored", "Given", "prepare"]
+__all__ = ["Scored", "Given", "prepare", "rerun_options"]
 
 
 @dataclass
@@ -280,7 +280,7 @@ def prepare(
     method: Any = None
     options: dict = {}
     if expl is not None:
-        method, options = expl.method, {k: v for k, v in expl.options.items() if k != "score"}
+        method, options = expl.method, rerun_options(expl)
         score = expl.options.get("score", score)
         _check_explained_targets(expl, selection, targets)
     elif isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
@@ -383,6 +383,21 @@ def prepare(
             f"{resolved.shape[1]}; received targets {targets!r}."
         )
     return Scored(elements=elements, pixels=to_pixels(elements, channel_axis), targets=resolved, **common)
+
+
+def rerun_options(expl: Any) -> dict:
+    """The options that run ``expl``'s method again as it was run: what it recorded that the method
+    takes (an extended method's included), without ``score`` (given apart) and without what it
+    recorded of its own (occlusion's ``windows``, a count of the windows it made). A method not
+    registered here (the seeded ``random`` map, a plugin not loaded) keeps what it recorded."""
+    from ..methods import get as get_method
+
+    given = {key: value for key, value in expl.options.items() if key != "score"}
+    try:
+        accepted = get_method(expl.method).accepted(expl.options)
+    except (TypeError, ValueError):
+        return given
+    return {key: value for key, value in given.items() if key in accepted}
 
 
 def _listed(attribute_to: Any) -> list:

@@ -101,6 +101,21 @@ def test_an_explanation_is_scored_as_it_is(model, x):
     )
 
 
+def test_an_explanation_is_re_run_with_the_options_it_was_made_with(model, x):
+    """A robustness metric re-runs an Explanation's method as it was run: occlusion's window,
+    stride and value, not what it recorded of its own (the count of its windows)."""
+    import saliency_kit as sk
+
+    options = {"window": (4, 4, 3), "stride": (2, 2, 3), "value": 0.5}
+    expl = sk.explain(model, x, "occlusion", "top1", **options)
+    assert "windows" in expl.options
+    given = evaluate.max_sensitivity(model, x, expl, nr_samples=3)
+    named = evaluate.max_sensitivity(model, x, "occlusion", expl.targets, nr_samples=3, **options)
+    np.testing.assert_allclose(given, named, rtol=1e-6)
+    default = evaluate.max_sensitivity(model, x, "occlusion", expl.targets, nr_samples=3)
+    assert not np.allclose(given, default)  # the options matter here: dropping them would show
+
+
 # ------------------------------------------------------------------------------ closed forms
 def test_sparseness_of_one_hot_is_maximal_and_of_a_constant_map_zero():
     n = 64
