@@ -36,6 +36,8 @@ __all__ = [
     "inbound_nodes",
     "outbound_nodes",
     "nodes_by_depth",
+    "keras_mask",
+    "node_arguments",
 ]
 
 #: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
@@ -129,6 +131,12 @@ def node_tensors(node: Any) -> list:
     return [t for t in tree.flatten((arguments.args, arguments.kwargs)) if isinstance(t, keras.KerasTensor)]
 
 
+def node_arguments(node: Any) -> tuple:
+    """``(args, kwargs)`` of one call (a graph node), symbolic tensors in place. Private:
+    ``Node.arguments``."""
+    return tuple(node.arguments.args), dict(node.arguments.kwargs)
+
+
 def graph_calls(graph: Any) -> list:
     """``[(operation, its input tensors)]``: every call in a functional graph (from
     :func:`functional_graph`) and no other graph's (a layer shared with another model has calls
@@ -210,3 +218,9 @@ def nodes_by_depth(graph: Any) -> dict:
     """``{depth: [node]}`` of a functional graph (from :func:`functional_graph`), depth 0 at the
     outputs. Private: ``Functional._nodes_by_depth``."""
     return graph._nodes_by_depth
+
+
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask a layer attached to ``tensor`` (what ``MultiHeadAttention`` reads from its
+    query), or ``None``. Private: the ``_keras_mask`` attribute Keras' TensorFlow backend sets."""
+    return getattr(tensor, "_keras_mask", None)

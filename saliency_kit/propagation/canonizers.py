@@ -21,8 +21,18 @@ copy, never on the user's model:
 - **What no explained value reaches** (an integer mask, its cast and reshapes, token ids before
   their ``Embedding``) carries no relevance and needs no rule: it is left as it is.
 
-Anything else that mixes values (attention, ``LayerNormalization``, a custom layer, an activation
-outside the ReLU family) has no rule: :func:`classify` refuses it, naming it.
+- **Transformers.** ``LayerNormalization`` and ``MultiHeadAttention`` have rules of their own
+  (:mod:`~saliency_kit.propagation.transformer`); an element-wise activation outside the ReLU
+  family (GELU, tanh, ...) is treated as the ReLU family is (:mod:`~saliency_kit.propagation.elementwise`);
+  a custom layer (KerasHub's ``TransformerEncoder``, ``PositionEmbedding``) gets the rules on its
+  sublayers and its call checked (:mod:`~saliency_kit.propagation.custom`).
+- **Sums reading an explained value.** An ``Add``/``Subtract`` that reads an explained value
+  directly is a ``"sum"``: where LRP's input gradient must be the relevance, each such addend's
+  gradient is turned into its relevance there, so what is added to it (a position embedding)
+  keeps its own share, as a bias does.
+
+Anything else that mixes values (a softmax inside the model, a Keras layer no rule covers) has no
+rule: :func:`classify` refuses it, naming it.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import tensorflow as tf
 from ..model import keras_private
 from ..rules.relu import relu_family_of_activation as relu_family_of
 from ..rules.relu import relu_family_of_function
+from .elementwise import activation_family
 
 __all__ = [
     "LayerFacts",
@@ -45,10 +56,12 @@ __all__ = [
     "relu_family_of",
     "activation_name",
     "is_linear_activation",
+    "refuse",
 ]
 
 LINEAR = (
     keras.layers.Dense,
+    keras.layers.EinsumDense,
     keras.layers.Conv1D,
     keras.layers.Conv2D,
     keras.layers.Conv3D,
@@ -104,7 +117,11 @@ ROUTING = (
     keras.layers.Subtract,
 )
 # keras.ops on KerasTensors that add, subtract, cast or move values (by their operation's class).
-ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "Transpose")
+ROUTING_OPS = ("Add", "Subtract", "Cast", "ExpandDims", "Squeeze", "Reshape", "Transpose", "GetItem")
+# Sums: routing, except where they read an explained value directly, where LRP turns the
+# gradient into relevance per addend (so a constant added there, a position embedding, keeps its share).
+SUMS = (keras.layers.Add, keras.layers.Subtract)
+SUM_OPS = ("Add", "Subtract")
 # Element-wise, per-unit maps whose relevance passes unchanged (Zennit: Pass for BatchNorm).
 ELEMENTWISE_AFFINE = (keras.layers.BatchNormalization, keras.layers.Rescaling, keras.layers.Normalization)
 SQUASHERS = ("softmax", "sigmoid")
@@ -118,7 +135,18 @@ KEEPS_SIGN = (
     + AVERAGE_POOLING
 )
 # Kinds with a rule of their own: the ones that turn gradient into relevance when they read the input.
-FIRST_KINDS = ("linear", "average_pooling", "affine", "relu", "product")
+FIRST_KINDS = (
+    "linear",
+    "average_pooling",
+    "affine",
+    "relu",
+    "elementwise",
+    "product",
+    "layer_norm",
+    "attention",
+    "custom",
+    "sum",
+)
 
 
 def activation_name(fn) -> str:
@@ -136,12 +164,19 @@ class LayerFacts:
 
     path: str
     op: Any  # a Keras layer, or an operation of a functional graph
-    kind: str  # "linear", "average_pooling", "relu", "affine", "routing", "max_pooling", "product", "model"
+    # "linear", "average_pooling", "relu", "elementwise", "affine", "routing", "max_pooling",
+    # "product", "layer_norm", "attention", "custom", "sum", "model"
+    kind: str
     first: bool = False  # reads the model input (through routing and element-wise layers only)
     merged_into: LayerFacts | None = None  # for a BatchNormalization merged into the layer before it
     absorbs: LayerFacts | None = None  # for a linear layer: the BatchNormalization merged into it
     final: bool = False  # produces the model's output
     nonnegative_input: bool = False  # every value it reads is >= 0 by construction (after a ReLU)
+    # per call: which of its symbolic arguments (flattened, ``keras_private.node_tensors`` order)
+    # carry explained values ("custom"), or read the model input directly ("sum")
+    live_arguments: list = dataclasses.field(default_factory=list)
+    input_arguments: list = dataclasses.field(default_factory=list)
+    calls: list = dataclasses.field(default_factory=list)  # per call: (args, kwargs), symbolic
 
 
 def classify(op, path: str, *, final: bool = False) -> str:
@@ -152,14 +187,14 @@ def classify(op, path: str, *, final: bool = False) -> str:
         activation = getattr(op, "activation", None)
         if not (
             is_linear_activation(activation)
-            or relu_family_of_function(activation) is not None
+            or activation_family(activation) is not None
             or (final and activation_name(activation) in SQUASHERS)
         ):
             _refuse(
                 op,
                 path,
                 f"its activation {activation_name(activation)!r} has no LRP/DeepLIFT rule "
-                "here (only the ReLU family, or a final softmax/sigmoid)",
+                "here (only element-wise activations, or a final softmax/sigmoid)",
             )
         return "linear"
     if isinstance(op, AVERAGE_POOLING):
@@ -170,6 +205,11 @@ def classify(op, path: str, *, final: bool = False) -> str:
         return "routing"
     if isinstance(op, ELEMENTWISE_AFFINE):
         return "affine"
+    if isinstance(op, keras.layers.LayerNormalization):
+        return "layer_norm"
+    if isinstance(op, keras.layers.MultiHeadAttention):
+        _check_attention(op, path)
+        return "attention"
     if relu_family_of(op) is not None:
         return "relu"
     if isinstance(op, keras.layers.Activation):
@@ -178,23 +218,57 @@ def classify(op, path: str, *, final: bool = False) -> str:
             return "routing"
         if final and name in SQUASHERS:
             return "squash"
+        if activation_family(op.activation) is not None:
+            return "elementwise"
         _refuse(
             op,
             path,
-            f"its activation {name!r} has no LRP/DeepLIFT rule here (only the ReLU family, or a final softmax/sigmoid)",
+            f"its activation {name!r} has no LRP/DeepLIFT rule here (only element-wise activations, "
+            "or a final softmax/sigmoid)",
         )
     if final and type(op).__name__ in ("Softmax", "Sigmoid"):
         return "squash"
     if type(op).__name__ in ROUTING_OPS:
         return "routing"
+    if isinstance(op, keras.layers.Layer) and (
+        isinstance(op, keras.layers.Lambda) or not type(op).__module__.startswith(("keras.src.layers.", "keras.layers"))
+    ):
+        return "custom"  # its call is traced and checked when the copy is made (propagation.custom)
     _refuse(op, path, "no LRP/DeepLIFT rule covers this kind of layer")
+
+
+def _check_attention(op, path: str) -> None:
+    """Refuse a ``MultiHeadAttention`` whose computation the attention rules do not mirror."""
+    base = keras.layers.MultiHeadAttention
+    overridden = [
+        name
+        for name in ("call", "_compute_attention", "_masked_softmax")
+        if getattr(type(op), name) is not getattr(base, name)
+    ]
+    if overridden:
+        _refuse(
+            op,
+            path,
+            f"it overrides MultiHeadAttention's {', '.join(overridden)}, which the attention rules "
+            "(softmax of scaled dot products, then a weighted sum of the values) would not mirror",
+        )
+    if getattr(op, "_use_gate", False):
+        _refuse(op, path, "its gated attention output (a product with a gate computed from the query) has no rule here")
+
+
+def refuse(op: object, path: str, why: str) -> NoReturn:
+    """``ValueError``: layer ``path`` cannot be rewritten for LRP/DeepLIFT, ``why``, what is
+    supported and what to do instead."""
+    _refuse(op, path, why)
 
 
 def _refuse(op: object, path: str, why: str) -> NoReturn:
     raise ValueError(
         f"cannot rewrite layer {path!r} ({type(op).__name__}) for LRP/DeepLIFT: {why}. Supported: "
-        "Dense, Conv1D/2D/3D, DepthwiseConv, SeparableConv, pooling, BatchNormalization, ReLU-family "
-        "activations, Add/Subtract/Concatenate, Multiply of two branches, upsampling and reshaping layers. "
+        "Dense, EinsumDense, Conv1D/2D/3D, DepthwiseConv, SeparableConv, pooling, BatchNormalization, "
+        "LayerNormalization, MultiHeadAttention, element-wise activations (ReLU family, GELU, tanh, "
+        "sigmoid, ...), Add/Subtract/Concatenate, Multiply of two branches, upsampling and reshaping "
+        "layers, and custom layers whose call combines these with linear operations. "
         "Explain this model with a gradient method (e.g. method='integrated_gradients'), or give the "
         f"layer a rule with a Composite only if it is one of those kinds; received {type(op).__name__} at {path!r}."
     )
@@ -238,6 +312,10 @@ def _product_kind(op, path: str, live: list) -> str | None:
             "branches alone, or one and constants)",
         )
     return "product"
+
+
+def _is_sum(op) -> bool:
+    return isinstance(op, SUMS) or (not isinstance(op, keras.layers.Layer) and type(op).__name__ in SUM_OPS)
 
 
 def _output_nonnegative(op, kind: str, inputs_nonnegative: bool) -> bool:
@@ -289,21 +367,38 @@ def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: 
             elif not isinstance(op, keras.layers.InputLayer):
                 continue  # depends on no explained value: no relevance passes here
             inputs_nonnegative = bool(node.input_tensors) and all(id(t) in nonnegative for t in node.input_tensors)
+            arguments = keras_private.node_tensors(node)
+            live_arguments = [id(t) in live for t in arguments]
+            input_arguments = [id(t) in reaching for t in arguments]
             if id(op) in by_op:  # a shared layer: one rule, several calls
                 fact = by_op[id(op)]
                 fact.first = fact.first or (from_input and fact.kind in FIRST_KINDS)
                 fact.nonnegative_input = fact.nonnegative_input and inputs_nonnegative
+                fact.live_arguments.append(live_arguments)
+                fact.input_arguments.append(input_arguments)
+                fact.calls.append(keras_private.node_arguments(node))
                 if _output_nonnegative(op, fact.kind, inputs_nonnegative):
                     nonnegative.update(id(t) for t in node.output_tensors)
                 continue
             final = id(op) in output_ops and not prefix
             kind = _product_kind(op, path, inputs_live) or classify(op, path, final=final)
-            fact = LayerFacts(path, op, kind, final=final, nonnegative_input=inputs_nonnegative)
+            if kind == "routing" and from_input and _is_sum(op):
+                kind = "sum"  # a sum reading an explained value directly: its addends' relevance (LRP)
+            fact = LayerFacts(
+                path,
+                op,
+                kind,
+                final=final,
+                nonnegative_input=inputs_nonnegative,
+                live_arguments=[live_arguments],
+                input_arguments=[input_arguments],
+                calls=[keras_private.node_arguments(node)],
+            )
             if _output_nonnegative(op, kind, inputs_nonnegative):
                 nonnegative.update(id(t) for t in node.output_tensors)
             if kind in FIRST_KINDS:
                 fact.first = from_input
-            if kind in ("routing", "affine", "relu") and from_input:
+            if kind in ("routing", "affine", "relu", "elementwise") and from_input:
                 reaching.update(id(t) for t in node.output_tensors)
             if kind == "affine" and isinstance(op, keras.layers.BatchNormalization):
                 parents = [keras_private.producer(t) for t in node.input_tensors]

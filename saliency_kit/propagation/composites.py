@@ -12,7 +12,7 @@ key matches is refused.
 
 The named composites are Zennit's (``composite="epsilon_plus_flat"`` etc. in ``sk.explain``)::
 
-    epsilon_plus               Dense: ε      Conv: z⁺
+    epsilon_plus               Dense: ε      Conv: z⁺     (Dense: Dense and EinsumDense)
     epsilon_plus_flat          Dense: ε      Conv: z⁺     first layer: flat
     epsilon_gamma_box          Dense: ε      Conv: γ      first conv: ZBox(low, high)
     epsilon_alpha2_beta1       Dense: ε      Conv: α2β1
@@ -65,7 +65,7 @@ def _keras_kinds():
     """Layer classes the named composites speak of (imported late: keras is heavy)."""
     import keras
 
-    dense = (keras.layers.Dense,)
+    dense = (keras.layers.Dense, keras.layers.EinsumDense)
     convolution = (
         keras.layers.Conv1D,
         keras.layers.Conv2D,

@@ -3,7 +3,7 @@
 * :class:`LinearPart` / :func:`linear_parts`: a supported layer as linear maps
   ``z = apply(x, kernels, bias)`` with its current parameters (two for a separable convolution;
   a merged BatchNormalization folded into the last one), so one rule serves ``Dense``,
-  ``Conv1D/2D/3D``, ``DepthwiseConv``, ``SeparableConv`` and average pooling.
+  ``EinsumDense``, ``Conv1D/2D/3D``, ``DepthwiseConv``, ``SeparableConv`` and average pooling.
 * :class:`LinearRule` and :class:`Branch`: Zennit's ``BasicHook``. A rule (in :mod:`.rules`) is a
   list of branches; :meth:`LinearRule.backward` does the rest.
 
@@ -90,6 +90,15 @@ def linear_parts(layer, absorbed_bn=None) -> list[LinearPart]:
                 bias,
             )
         ]
+    elif isinstance(layer, keras.layers.EinsumDense):
+        _refuse_modified_einsum(layer)
+
+        def einsum(x, k, b):
+            z = tf.einsum(layer.equation, x, k["kernel"])
+            return z if b is None else z + b
+
+        einsum_bias = value(layer.bias) if layer.bias is not None else None
+        parts = [LinearPart(einsum, {"kernel": value(layer.kernel)}, einsum_bias)]
     elif isinstance(layer, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):
         parts = _separable_parts(layer, value, bias)
     elif isinstance(layer, (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)):
@@ -123,6 +132,16 @@ def linear_parts(layer, absorbed_bn=None) -> list[LinearPart]:
     if absorbed_bn is not None:
         parts[-1] = _merge(parts[-1], layer, absorbed_bn, dtype)
     return parts
+
+
+def _refuse_modified_einsum(layer) -> None:
+    if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False):
+        raise ValueError(
+            f"layer {layer.name!r} (EinsumDense) is quantized or has LoRA weights; the LRP rules read a "
+            "plain kernel. Explain the model before quantizing it, or merge the LoRA weights; received "
+            f"quantization_mode={getattr(layer, 'quantization_mode', None)!r}, "
+            f"lora_enabled={getattr(layer, 'lora_enabled', False)!r}."
+        )
 
 
 def _separable_parts(layer, value, bias):

@@ -13,8 +13,14 @@ their gates reading the baseline's values back: the baseline costs one row forwa
   Concatenate, padding, reshaping): the plain gradient, which for a linear map is its multiplier.
 - A product of two branches: the multipliers ``(b + b₀)/2`` and ``(a + a₀)/2``, the exact split
   of ``Δ(a ⊙ b)`` (:mod:`~saliency_kit.propagation.products`).
-- Every ReLU-family activation: the Rescale rule ``m = (f(x) − f(x₀)) / (x − x₀)``, the plain
-  derivative where ``|x − x₀| ≤ 1e-7`` (:func:`~saliency_kit.propagation.gates.rescale_gate`).
+- Every element-wise activation (the ReLU family, GELU, tanh, sigmoid, ...): the Rescale rule
+  ``m = (f(x) − f(x₀)) / (x − x₀)``, the plain derivative where ``|x − x₀| ≤ 1e-7``
+  (:func:`~saliency_kit.propagation.gates.rescale_gate`).
+- Layer normalisation and multi-head attention (:mod:`~saliency_kit.propagation.transformer`):
+  the bilinear products ``Q·Kᵀ`` and ``P·V`` by the exact split above, softmax and layer norm by
+  the midpoint Jacobian rescaled per output (:func:`~saliency_kit.propagation.gates.midpoint_gate`),
+  which keeps summation to delta exact; custom layers built of these and linear operations
+  (:mod:`~saliency_kit.propagation.custom`).
 - Max pooling: Captum's rule, which keeps summation to delta: the output difference
   ``y − y₀`` is split into ``max(y, y₀) − y₀`` (sent to the winner in ``x``) and ``y − max(y, y₀)``
   (sent to the winner in ``x₀``), and each input's share is divided by its ``x − x₀``
@@ -25,12 +31,15 @@ from __future__ import annotations
 
 import keras
 
-from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import linear_parts
+from .custom import build_like, custom_layer
+from .elementwise import activation_family
 from .gates import maxpool_gate, rescale_gate
+from .lrp import placed_rules
 from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
+from .transformer import AttentionLayer, LayerNormLayer
 
 __all__ = ["DeepLiftLayer", "DeepLiftRewrite", "rewrite_deeplift"]
 
@@ -80,39 +89,79 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
 
     ``rewritten_layers``: ``{layer path: rule}`` (``"rescale"``, ``"maxpool"``). A final
     softmax/sigmoid fused into the last layer becomes a separate ``Activation``. ``ValueError``
-    naming a layer without a DeepLIFT rule here (attention, normalisation over features, ...).
+    naming a layer without a DeepLIFT rule here (a softmax inside the model, a custom layer whose
+    call is not linear outside its sublayers, ...).
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"rewrite_deeplift expects a keras.Model; received {type(model).__name__}.")
     facts = canonizers.model_facts(model)
     plan = {}
     for fact in facts:
-        op = fact.op
-        if fact.kind == "max_pooling":
-            plan[id(op)] = (fact, "maxpool")
-        elif fact.kind == "relu":
-            plan[id(op)] = (fact, "rescale")
-        elif fact.kind == "product":
-            plan[id(op)] = (fact, "product")
-        elif fact.kind == "linear" and not canonizers.is_linear_activation(getattr(op, "activation", None)):
-            plan[id(op)] = (fact, "rescale" if relu_family_of_function(op.activation) else "squash apart")
+        rule = _rule_of(fact)
+        if rule is not None:
+            plan[id(fact.op)] = (fact, rule)
 
     def wrap(fact, rule):
-        op = fact.op
-        if fact.kind == "product":
-            return ProductLayer("deeplift", name=op.name)
-        if fact.kind == "max_pooling":
-            return DeepLiftLayer(clone_layer(op), "max_pooling")
-        if fact.kind == "relu":
-            family = canonizers.relu_family_of(op)
-            inner = (
-                clone_layer(op)
-                if isinstance(op, keras.layers.Layer)
-                else keras.layers.Activation("linear", name=op.name)
-            )
-            return DeepLiftLayer(inner, "relu", family)
-        return DeepLiftLayer(clone_layer(op), "linear", relu_family_of_function(op.activation))
+        return _wrap(fact)
 
     new_model = rewrite_planned(model, facts, plan, wrap, what="DeepLIFT rewrite")
     new_model.rewritten_layers = {fact.path: rule for fact, rule in plan.values()}
+    new_model.rewritten_layers.update(placed_rules(new_model))
     return new_model
+
+
+def _rule_of(fact) -> str | None:
+    """The DeepLIFT rule of ``fact``'s layer, or ``None`` (its gradient is its multiplier)."""
+    op = fact.op
+    if fact.kind == "max_pooling":
+        return "maxpool"
+    if fact.kind in ("relu", "elementwise"):
+        return "rescale"
+    if fact.kind == "product":
+        return "product"
+    if fact.kind == "layer_norm":
+        return "midpoint"
+    if fact.kind in ("attention", "custom"):
+        return fact.kind
+    if fact.kind == "linear" and not canonizers.is_linear_activation(getattr(op, "activation", None)):
+        return "rescale" if _fused_family(fact) is not None else "squash apart"
+    return None
+
+
+def _fused_family(fact):
+    activation = getattr(fact.op, "activation", None)
+    if fact.final and canonizers.activation_name(activation) in canonizers.SQUASHERS:
+        return None
+    return activation_family(activation)
+
+
+def _wrap(fact, inner=None):
+    """The layer put in place of ``fact``'s (``inner``: the existing layer to run, inside a
+    custom layer's clone; else a clone of it)."""
+    op = fact.op
+    if fact.kind == "product":
+        return ProductLayer("deeplift", name=op.name)
+    if fact.kind == "custom":
+        return custom_layer(fact, _wrap_sublayer)
+    if fact.kind in ("relu", "elementwise") and not isinstance(op, keras.layers.Layer):
+        family = canonizers.relu_family_of(op)
+        return DeepLiftLayer(keras.layers.Activation("linear", name=op.name), "relu", family)
+    inner = inner if inner is not None else clone_layer(op)
+    if fact.kind == "layer_norm":
+        return LayerNormLayer(inner, "deeplift")
+    if fact.kind == "attention":
+        build_like(inner, fact)
+        return AttentionLayer(inner, "deeplift")
+    if fact.kind == "max_pooling":
+        return DeepLiftLayer(inner, "max_pooling")
+    if fact.kind in ("relu", "elementwise"):
+        family = canonizers.relu_family_of(op) or activation_family(getattr(op, "activation", None))
+        return DeepLiftLayer(inner, "relu", family)
+    return DeepLiftLayer(inner, "linear", _fused_family(fact))
+
+
+def _wrap_sublayer(fact):
+    """A sublayer of a custom layer with its rule, around the sublayer itself (or ``None``)."""
+    if _rule_of(fact) in (None, "product", "squash apart"):
+        return None
+    return _wrap(fact, inner=fact.op)

@@ -1,9 +1,11 @@
 """The gates: ``custom_gradient`` functions that leave a forward value unchanged and replace its
 gradient by a propagation rule's.
 
-* LRP: :func:`rule_gate` (a linear part with a :class:`~saliency_kit.propagation.core.LinearRule`)
-  and :func:`pass_gate` (an element-wise activation with ``Pass``).
-* DeepLIFT: :func:`rescale_gate` and :func:`maxpool_gate`, whose rows are inputs and references
+* LRP: :func:`rule_gate` (a linear part with a :class:`~saliency_kit.propagation.core.LinearRule`),
+  :func:`pass_gate` (an element-wise activation with ``Pass``) and :func:`relevance_gate` (where
+  an explained value is read: the gradient turned into relevance, ``x ⊙ dx``).
+* DeepLIFT: :func:`rescale_gate`, :func:`maxpool_gate` and :func:`midpoint_gate` (a map that mixes
+  its inputs: softmax, layer normalisation), whose rows are inputs and references
   interleaved in pairs (:func:`halves` and :func:`interleave` read and write that layout), or,
   within a :class:`SharedReference`, the inputs alone, read against one reference row that ran
   through the model before them.
@@ -26,7 +28,9 @@ __all__ = [
     "interleave",
     "SharedReference",
     "maxpool_gate",
+    "midpoint_gate",
     "pass_gate",
+    "relevance_gate",
     "rescale_gate",
     "rule_gate",
     "shared_reference",
@@ -69,6 +73,14 @@ def pass_gate(rule, x, y, to_relevance: bool, family=None):
         return tf.identity(y), backward
 
     return gate(x, y)
+
+
+@tf.custom_gradient
+def relevance_gate(x):
+    """``x`` unchanged; backward ``x ⊙ dx``: the relevance of ``x`` from its gradient-form
+    cotangent (where an LRP copy reads an explained value, so that its input gradient *is* the
+    relevance)."""
+    return tf.identity(x), lambda dx: x * dx
 
 
 _REFERENCE: contextvars.ContextVar[SharedReference | None] = contextvars.ContextVar(
@@ -273,3 +285,65 @@ def _pooled(pool, x, x0, y, y0, dy):
     return tf.where(
         tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
     )
+
+
+def midpoint_gate(function, x, site=None):
+    """``y = function(x)`` (a map that mixes its inputs, same rows in and out); backward:
+    DeepLIFT's multipliers by the midpoint Jacobian rescaled per output,
+
+        ``m_x = J_midᵀ (m_y ⊙ Δy / (J_mid Δx))``, ``J_mid`` the Jacobian of ``function`` at
+        ``(x + x₀)/2``, ``Δx = x − x₀``, ``Δy = y − y₀``,
+
+    so that ``Σ Δx ⊙ m_x = Σ Δy ⊙ m_y`` exactly (summation to delta through the map); the plain
+    ``J_midᵀ m_y`` for an output where ``|J_mid Δx| ≤ 1e-7``. For an element-wise map this is
+    Rescale, ``Δy / Δx``; for a linear one, its gradient. Rows as for :func:`rescale_gate`
+    (``site``: the calling layer, within a :class:`SharedReference`).
+    """
+    shared = shared_reference()
+    if shared is not None:
+        if not shared.replaying:
+            y = function(x)
+            shared.exchange(site, x, y)
+            return y
+        x0, y0 = shared.exchange(site, x, None)
+
+        @tf.custom_gradient
+        def against_reference(x):
+            y = function(x)
+            return y, lambda dy: _midpoint_multipliers(function, x, x0, y, y0, dy)
+
+        return against_reference(x)
+
+    @tf.custom_gradient
+    def gate(x):
+        y = function(x)
+
+        def backward(dy):
+            # in the full layout (each reference beside its input, the input rows' cotangent, zero
+            # in the reference rows, whose Δx is zero): ``function`` may read tensors of all rows (a mask)
+            _, x0 = halves(x)
+            _, y0 = halves(y)
+            dy1, _ = halves(dy)
+            return _midpoint_multipliers(
+                function, x, interleave(x0, x0), y, interleave(y0, y0), interleave(dy1, tf.zeros_like(dy1))
+            )
+
+        return y, backward
+
+    return gate(x)
+
+
+def _midpoint_multipliers(function, x, x0, y, y0, dy):
+    """``J_midᵀ (dy ⊙ Δy / (J_mid Δx))`` (see :func:`midpoint_gate`); ``x₀``, ``y₀``: one row or
+    one per row. One forward-mode product (``J_mid Δx``) and one reverse-mode product."""
+    delta_x = x - x0
+    midpoint = x0 + delta_x / 2
+    with tf.GradientTape() as tape:
+        tape.watch(midpoint)
+        with tf.autodiff.ForwardAccumulator(midpoint, delta_x) as forward:
+            out = function(midpoint)
+        linear = forward.jvp(out, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    apart = tf.abs(linear) > DELTA_EPSILON
+    ratio = (y - y0) / tf.where(apart, linear, tf.ones((), linear.dtype))
+    cotangent = tf.where(apart, dy * ratio, dy)
+    return tape.gradient(out, midpoint, output_gradients=tf.stop_gradient(cotangent))

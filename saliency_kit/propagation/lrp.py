@@ -9,7 +9,11 @@ proportional to ``x``); an activation with :class:`~saliency_kit.propagation.rul
 ``dx = dy · f(x) / x``. Layers that only move, copy or add values (padding, reshaping,
 ``Concatenate``, ``Add``, ``Subtract``, max pooling) keep their plain gradient, which in this form
 *is* the relevance rule (see :mod:`saliency_kit.propagation.canonizers`); a product of two
-branches splits its relevance equally (:mod:`saliency_kit.propagation.products`).
+branches splits its relevance equally (:mod:`saliency_kit.propagation.products`). Layer
+normalisation and attention follow the conservative propagation of Ali et al. 2022
+(:mod:`saliency_kit.propagation.transformer`); element-wise activations outside the ReLU family
+(GELU, tanh) pass relevance unchanged; custom layers get the rules on their sublayers
+(:mod:`saliency_kit.propagation.custom`).
 
 Flat, WSquare and ZBox give relevance that is not proportional to the input; where an input is
 exactly 0 its relevance cannot be written as ``x · gradient``. ``rewrite_lrp(..., input_relevance=True)``
@@ -22,24 +26,27 @@ import keras
 import tensorflow as tf
 
 from ..model import keras_private
-from ..rules.relu import relu_family_of_function
 from . import canonizers
 from .core import LinearRule, linear_parts
-from .gates import pass_gate, rule_gate
+from .custom import build_like, custom_layer
+from .elementwise import activation_family
+from .gates import pass_gate, relevance_gate, rule_gate
 from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 from .rules import Epsilon, Pass
+from .transformer import AttentionLayer, LayerNormLayer
 
-__all__ = ["PassLayer", "RuleLayer", "rewrite_lrp"]
+__all__ = ["PassLayer", "RuleLayer", "SumLayer", "rewrite_lrp"]
 
 
 class RuleLayer(WrapperLayer):
     """A linear layer with an LRP rule on its backward pass, its fused activation split off with
     :class:`~saliency_kit.propagation.rules.Pass`, and possibly a BatchNorm merged in."""
 
-    def __init__(self, inner, rule: LinearRule, **kwargs):
+    def __init__(self, inner, rule: LinearRule, family=None, **kwargs):
         super().__init__(inner, **kwargs)
         self.rule = rule
+        self.family = family  # its fused element-wise activation (Pass), or None
         self.to_relevance = False
         self.nonnegative_input = False  # its input comes from a ReLU: x⁺ = x (set after copying)
         self.absorbed = lambda: None  # the merged BatchNormalization's wrapper, set after copying
@@ -51,10 +58,8 @@ class RuleLayer(WrapperLayer):
         for i, part in enumerate(parts):
             z = part.apply(out, part.kernels, part.bias)
             out = rule_gate(self.rule, part, out, z, self.to_relevance and i == 0, self.nonnegative_input and i == 0)
-        activation = getattr(self.inner, "activation", None)
-        family = relu_family_of_function(activation) if activation is not None else None
-        if family is not None:
-            out = pass_gate(Pass(), out, family.forward(out), False, family)
+        if self.family is not None:
+            out = pass_gate(Pass(), out, self.family.forward(out), False, self.family)
         return out
 
 
@@ -104,34 +109,18 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
             f"received {type(composite).__name__}."
         )
     facts = canonizers.model_facts(model)
-    plan: dict[int, tuple[canonizers.LayerFacts, LinearRule | Pass | str]] = {}  # id(original op) -> (fact, rule)
+    plan: dict[int, tuple[canonizers.LayerFacts, object]] = {}  # id(original op) -> (fact, rule)
     for fact in facts:
-        if fact.kind in ("linear", "average_pooling"):
-            rule = composite.rule_for(fact.op, fact.path, fact.first)
-            if rule is None and fact.kind == "average_pooling":
-                rule = Epsilon(composite.pooling_stabilizer)
-            if not isinstance(rule, LinearRule):
-                raise ValueError(
-                    f"the composite gives layer {fact.path!r} ({type(fact.op).__name__}) no rule for linear "
-                    f"layers; add an entry for it (its class, name or 'first'); received {rule!r}."
-                )
+        rule = _rule_of(fact, composite, first=fact.first)
+        if fact.kind == "sum" and not (input_relevance and fact.first):
+            rule = None  # a sum's plain gradient is its rule; only where it reads the input is it turned
+        if rule is not None:
             plan[id(fact.op)] = (fact, rule)
-        elif fact.kind in ("relu", "affine"):
-            plan[id(fact.op)] = (fact, Pass())
-        elif fact.kind == "product":
-            plan[id(fact.op)] = (fact, "product")
     if not plan:
         raise ValueError(f"model {model.name!r} has no layer for an LRP rule; received {len(facts)} layers.")
 
     def wrap(fact, rule):
-        if fact.kind == "product":
-            return ProductLayer("lrp", name=fact.op.name)
-        if isinstance(rule, LinearRule):
-            return RuleLayer(clone_layer(fact.op), rule)
-        if fact.kind == "relu" and not isinstance(fact.op, keras.layers.Layer):
-            family = canonizers.relu_family_of(fact.op)
-            return PassLayer(keras.layers.Activation(lambda x: family.forward(x), name=fact.op.name))
-        return PassLayer(clone_layer(fact.op))
+        return _wrap(fact, rule, composite)
 
     def link(wrappers):
         """Canonizers that link layers of the copy: merged BatchNorms, the first layers' relevance."""
@@ -151,5 +140,113 @@ def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False)
         for fact in facts
         if id(fact.op) in plan
     }
+    new_model.rewritten_layers.update(placed_rules(new_model))
     new_model.composite = composite
     return new_model
+
+
+def _rule_of(fact, composite, first: bool = False):
+    """The rule ``fact``'s layer gets (a ``LinearRule``, ``Pass``, or the name of a layer rule:
+    ``"product"``, ``"layer_norm"``, ``"attention"``, ``"custom"``, ``"sum"``), or ``None``."""
+    if fact.kind in ("linear", "average_pooling"):
+        rule = composite.rule_for(fact.op, fact.path, first)
+        if rule is None and fact.kind == "average_pooling":
+            rule = Epsilon(composite.pooling_stabilizer)
+        if not isinstance(rule, LinearRule):
+            raise ValueError(
+                f"the composite gives layer {fact.path!r} ({type(fact.op).__name__}) no rule for linear "
+                f"layers; add an entry for it (its class, name or 'first'); received {rule!r}."
+            )
+        return rule
+    if fact.kind in ("relu", "affine", "elementwise"):
+        return Pass()
+    if fact.kind in ("product", "layer_norm", "attention", "custom", "sum"):
+        return fact.kind
+    return None
+
+
+def _wrap(fact, rule, composite, inner=None):
+    """The layer put in place of ``fact``'s (``inner``: the existing layer to run, inside a
+    custom layer's clone; else a clone of it)."""
+    op = fact.op
+    if fact.kind == "product":
+        return ProductLayer("lrp", name=op.name)
+    if fact.kind == "sum":
+        return SumLayer(op if not isinstance(op, keras.layers.Layer) else clone_layer(op), fact.input_arguments[0])
+    if fact.kind == "custom":
+        return custom_layer(fact, lambda sub: _wrap_sublayer(sub, composite))
+    inner = inner if inner is not None else clone_layer(op)
+    if fact.kind == "layer_norm":
+        return LayerNormLayer(inner, "lrp")
+    if fact.kind == "attention":
+        build_like(inner, fact)
+        return AttentionLayer(inner, "lrp", _projection_rules(fact.path, composite))
+    if isinstance(rule, LinearRule):
+        return RuleLayer(inner, rule, family=_fused_family(fact))
+    if fact.kind == "relu" and not isinstance(op, keras.layers.Layer):
+        family = canonizers.relu_family_of(op)
+        return PassLayer(keras.layers.Activation(lambda x: family.forward(x), name=op.name))
+    return PassLayer(inner)
+
+
+def _wrap_sublayer(fact, composite):
+    """A sublayer of a custom layer with its rule, around the sublayer itself (or ``None``)."""
+    rule = _rule_of(fact, composite)
+    if rule is None or fact.kind in ("product", "sum"):
+        return None
+    return _wrap(fact, rule, composite, inner=fact.op)
+
+
+def _projection_rules(path: str, composite):
+    """``projection(einsum_dense, role)`` for an attention: the value and output projections with
+    the composite's rule (never a first layer's: the value projection's relevance, where it
+    reads the input, is its gradient times its input); the query and key projections, which
+    receive no gradient (the probabilities are constant), as they are."""
+
+    def projection(layer, role):
+        if role in ("query", "key"):
+            return None
+        fact = canonizers.LayerFacts(f"{path}/{layer.name}", layer, "linear")
+        return RuleLayer(layer, _rule_of(fact, composite), family=_fused_family(fact))
+
+    return projection
+
+
+def _fused_family(fact):
+    """The element-wise activation fused into a linear layer that its wrapper applies (with
+    ``Pass``), or ``None`` (linear, or a final softmax/sigmoid split apart)."""
+    activation = getattr(fact.op, "activation", None)
+    if fact.final and canonizers.activation_name(activation) in canonizers.SQUASHERS:
+        return None
+    return activation_family(activation)
+
+
+def placed_rules(model) -> dict:
+    """``{path: rule}`` of the rule-carrying layers placed inside custom layers of a copy."""
+    found = {}
+    for layer in keras_private.all_sublayers(model):
+        for path, wrapper in getattr(layer, "placed", ()):
+            found[path] = getattr(wrapper, "rule", None) or type(wrapper).__name__
+    return found
+
+
+class SumLayer(keras.layers.Layer):
+    """A sum (``Add``, ``Subtract``, ``+``, ``-``) that reads explained values directly: each such
+    addend's input gradient is its relevance, ``a ⊙ ∂s/∂a`` (``relevance``: which flattened
+    tensor arguments), so what is added to it (a position embedding) keeps its own share."""
+
+    def __init__(self, op, relevance, **kwargs):
+        super().__init__(name=op.name, **kwargs)
+        self.op = op
+        self.relevance = list(relevance)
+        self.to_relevance = False
+
+    def call(self, *args, **kwargs):
+        flat = keras.tree.flatten((args, kwargs))
+        if self.to_relevance:
+            flat = [relevance_gate(t) if gated else t for t, gated in zip(flat, self.relevance)]
+        args, kwargs = keras.tree.pack_sequence_as((args, kwargs), flat)
+        return self.op(*args, **kwargs)
+
+    def compute_output_spec(self, *args, **kwargs):
+        return self.op.compute_output_spec(*args, **kwargs)

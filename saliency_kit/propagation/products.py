@@ -15,6 +15,11 @@ twice the total.
   ``R_a = R_b = R_y / 2``, so relevance is conserved. With ``to_relevance`` (the product reads
   the model inputs) the gradient returned *is* the relevance.
 
+The same split holds for any bilinear map ``y = f(a, b)`` (an attention's scores ``Q·Kᵀ``, its
+probabilities times the values): :func:`bilinear_gate` gives DeepLIFT's multipliers
+``∂f(a, (b + b₀)/2)/∂a`` and ``∂f((a + a₀)/2, b)/∂b``, as ``f(a, b) − f(a₀, b₀) =
+f(Δa, (b + b₀)/2) + f((a + a₀)/2, Δb)``.
+
 A product with one factor that depends on no explained value (a mask, a gate computed from ids)
 is linear in the other and keeps its plain gradient; :func:`~saliency_kit.propagation.canonizers.model_facts`
 decides which.
@@ -27,7 +32,7 @@ import tensorflow as tf
 
 from .gates import halves, interleave, shared_reference
 
-__all__ = ["ProductLayer", "product_gate"]
+__all__ = ["ProductLayer", "bilinear_gate", "product_gate"]
 
 
 def product_gate(a, b, rule: str, to_relevance: bool = False, site=None):
@@ -63,6 +68,39 @@ def product_gate(a, b, rule: str, to_relevance: bool = False, site=None):
             return (a * da, b * db) if to_relevance else (da, db)
 
         return y, backward
+
+    return gate(a, b)
+
+
+def bilinear_gate(function, a, b, site=None):
+    """``function(a, b)`` (bilinear, rows along the first axis of both) unchanged; backward:
+    DeepLIFT's exact split of its difference (see the module docstring), rows interleaved or,
+    within a :class:`~saliency_kit.propagation.gates.SharedReference`, read against the reference
+    (``site``: the calling layer)."""
+    shared = shared_reference()
+    reference = shared.exchange(site, a, b) if shared is not None else None
+    if shared is not None and reference is None:  # the shared reference's own pass
+        return function(a, b)
+
+    def midpoint(t, t0=None):  # (t + t₀)/2 in the input rows; 0 in interleaved baseline rows
+        if t0 is not None:
+            return t + (t0 - t) / 2
+        t1, t0 = halves(t)
+        return interleave(t1 + (t0 - t1) / 2, tf.zeros_like(t1))
+
+    @tf.custom_gradient
+    def gate(a, b):
+        def backward(dy):
+            if reference is not None:
+                a_mid, b_mid = midpoint(a, reference[0]), midpoint(b, reference[1])
+            else:
+                a_mid, b_mid = midpoint(a), midpoint(b)
+            with tf.GradientTape() as tape:
+                tape.watch([a, b])
+                split = function(a, tf.stop_gradient(b_mid)) + function(tf.stop_gradient(a_mid), b)
+            return tape.gradient(split, [a, b], output_gradients=dy)
+
+        return function(a, b), backward
 
     return gate(a, b)
 

@@ -2,7 +2,8 @@
 rewrites share.
 
 * :class:`WrapperLayer`: a layer of the copy that runs a clone of the original layer (made by
-  :func:`clone_layer`) with a rule on its backward pass.
+  :func:`clone_layer`) with a rule on its backward pass; its operations are :func:`covered` (a
+  custom layer's check, :mod:`.custom`, leaves them to the rule).
 * :func:`rewrite_planned`: copy a model with every planned layer replaced by its wrapper, split a
   final fused softmax/sigmoid apart (:func:`squash_apart`), and check that the copy computes what
   the model computes.
@@ -10,15 +11,43 @@ rewrites share.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 
 import keras
+import tensorflow as tf
 
 from ..model.copy import check_copy, copy_model
-from ..rules.relu import relu_family_of_function
 from . import canonizers
 
-__all__ = ["WrapperLayer", "clone_layer", "rewrite_planned", "squash_apart"]
+__all__ = ["WrapperLayer", "clone_layer", "covered", "covered_scopes", "rewrite_planned", "squash_apart"]
+
+_SCOPES: contextvars.ContextVar[list | None] = contextvars.ContextVar("saliency_kit_covered_scopes", default=None)
+
+
+@contextlib.contextmanager
+def covered_scopes(scopes: list) -> Iterator[None]:
+    """Within: every :func:`covered` block appends its TensorFlow name scope to ``scopes`` (while
+    a custom layer's call is traced for its check, :mod:`.custom`)."""
+    token = _SCOPES.set(scopes)
+    try:
+        yield
+    finally:
+        _SCOPES.reset(token)
+
+
+@contextlib.contextmanager
+def covered() -> Iterator[None]:
+    """Within a rule-carrying layer's call: its operations are covered by its rule; while
+    :func:`covered_scopes` records, in a name scope of their own, recorded."""
+    scopes = _SCOPES.get()
+    if scopes is None:
+        yield
+        return
+    with tf.name_scope("covered_by_rule") as scope:
+        scopes.append(scope)
+        yield
 
 
 def clone_layer(op):
@@ -33,6 +62,10 @@ class WrapperLayer(keras.layers.Layer):
     def __init__(self, inner, **kwargs):
         super().__init__(name=inner.name, dtype=inner.dtype_policy, **kwargs)
         self.inner = inner
+
+    def __call__(self, *args, **kwargs):
+        with covered():  # its operations are covered by its rule (a custom layer's check)
+            return super().__call__(*args, **kwargs)
 
     def build(self, input_shape):
         if not self.inner.built:
@@ -51,8 +84,7 @@ def squash_apart(new_model, facts: list):
         for f in facts
         if f.final
         and f.kind == "linear"
-        and not canonizers.is_linear_activation(getattr(f.op, "activation", None))
-        and relu_family_of_function(f.op.activation) is None
+        and canonizers.activation_name(getattr(f.op, "activation", None)) in canonizers.SQUASHERS
     ]
     if not final:
         return new_model

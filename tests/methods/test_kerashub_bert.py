@@ -1,9 +1,13 @@
 """A KerasHub BERT classifier (multi-input: token ids, padding mask, segment ids): token ids are
 explained in the token embedding's output space, the mask and segment ids are held.
 
-Checked against references built outside saliency_kit: integrated gradients by hand with
-``tf.GradientTape`` through a twin of the classifier that starts from the token embeddings (the
-backbone's own layers called one by one), and occlusion against replacing a token id and
+Checked against references built outside saliency_kit: the gradient, integrated gradients,
+SmoothGrad and expected gradients by hand with ``tf.GradientTape`` through a twin of the
+classifier that starts from the token embeddings (the backbone's own layers called one by one;
+SmoothGrad's noise and expected gradients' draws reproduced from their documented keys), LRP
+against gradient × input of a twin written from the weights with ``tf.stop_gradient`` on what
+the conservative rules hold constant, DeepLIFT against its rules computed by hand in NumPy
+(``tests/propagation/transformer_reference.py``), and occlusion against replacing a token id and
 running the classifier itself."""
 
 import keras
@@ -11,6 +15,8 @@ import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
+from method_support import normal_draws, uniform_draws
+from propagation import transformer_reference as reference
 
 import saliency_kit as sk
 
@@ -18,23 +24,19 @@ B, T, HIDDEN, VOCAB = 3, 10, 8, 50
 LENGTHS = (10, 7, 4)  # rows 1 and 2 end in padding
 STEPS = 64
 EG_BASELINES = 4
-GRADIENT_METHODS = {
+METHODS = {
     "gradient": {},
     "gradient_x_input": {},
     "integrated_gradients": {"steps": STEPS},
     "smoothgrad": {"samples": 4, "seed": 0},
     "expected_gradients": {"samples": 8, "seed": 0},  # baselines: token ids, added in the fixture
+    "deeplift": {},
+    "lrp": {},
     "occlusion": {},
 }
-REWRITING_METHODS = ("deeplift", "lrp")
 
 
-@pytest.fixture(scope="module")
-def bert():
-    """The classifier with random weights, its inputs and its weights before any explanation.
-
-    KerasHub initialises kernels and embedding tables with std 0.02, which leaves every logit
-    below 0.01; they are scaled to std 0.5 so the logits (and attributions) are of order one."""
+def make_classifier():
     keras.utils.set_random_seed(0)
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=VOCAB,
@@ -45,7 +47,16 @@ def bert():
         max_sequence_length=12,
         dropout=0.0,
     )
-    clf = keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None, dropout=0.0)
+    return keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    """The classifier with random weights, its inputs and its weights before any explanation.
+
+    KerasHub initialises kernels and embedding tables with std 0.02, which leaves every logit
+    below 0.01; they are scaled to std 0.5 so the logits (and attributions) are of order one."""
+    clf = make_classifier()
     clf.set_weights([w * 25.0 if w.ndim >= 2 else w for w in clf.get_weights()])
     rng = np.random.default_rng(0)
     mask = (np.arange(T)[None, :] < np.array(LENGTHS)[:, None]).astype("int32")
@@ -61,7 +72,7 @@ def explained(bert):
     """Every method that runs on this model, explained once (top-1 class of each row)."""
     clf, x, baseline_ids, _ = bert
     out = {}
-    for method, options in GRADIENT_METHODS.items():
+    for method, options in METHODS.items():
         if method == "expected_gradients":
             options = {**options, "baselines": baseline_ids}
         out[method] = sk.explain(clf, x, method, "top1", **options)
@@ -108,7 +119,7 @@ def test_the_twin_reproduces_the_classifier(bert):
     )
 
 
-@pytest.mark.parametrize("method", GRADIENT_METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_each_method_explains_only_the_token_ids_in_embedding_space(explained, method):
     e = explained[method]
     assert isinstance(e.attributions, dict) and isinstance(e.maps, dict)
@@ -118,17 +129,7 @@ def test_each_method_explains_only_the_token_ids_in_embedding_space(explained, m
     assert e.maps["token_ids"].shape == (B, 1, T)
     assert e.targets.shape == (B, 1)
     assert np.all(np.isfinite(e.attributions["token_ids"])) and np.any(e.attributions["token_ids"] != 0)
-    assert (e.completeness_gap is not None) == (method == "integrated_gradients")
-
-
-@pytest.mark.parametrize("method", REWRITING_METHODS)
-def test_lrp_and_deeplift_refuse_the_transformer_with_a_clear_error(bert, method):
-    """No LRP/DeepLIFT rule covers the backbone's position embedding, layer normalisation or
-    attention: the refusal names the first such layer and points to the gradient methods."""
-    clf, x, _, _ = bert
-    layer = rf"'{clf.backbone.name}/\w+' \(\w+\)"
-    with pytest.raises(ValueError, match=rf"cannot rewrite layer {layer} for LRP/DeepLIFT.*gradient method"):
-        sk.explain(clf, x, method, "top1")
+    assert (e.completeness_gap is not None) == (method in ("integrated_gradients", "deeplift"))
 
 
 def test_gradient_and_gradient_x_input_match_the_twin(bert, explained):
@@ -194,7 +195,7 @@ def test_occlusion_is_the_score_drop_of_replacing_each_token_with_token_0(bert, 
 def test_expected_gradients_embeds_token_id_baselines(bert, explained):
     """Baselines given as token ids ``[N, T]`` are the same as their embeddings ``[N, T, HIDDEN]``."""
     clf, x, baseline_ids, _ = bert
-    options = {**GRADIENT_METHODS["expected_gradients"], "baselines": embed(clf, baseline_ids)}
+    options = {**METHODS["expected_gradients"], "baselines": embed(clf, baseline_ids)}
     e = sk.explain(clf, x, "expected_gradients", explained["expected_gradients"].targets, **options)
     np.testing.assert_allclose(
         e.attributions["token_ids"], explained["expected_gradients"].attributions["token_ids"], atol=1e-6
@@ -205,7 +206,7 @@ def test_expected_gradients_embeds_token_id_baselines(bert, explained):
 def test_rows_one_at_a_time_and_batch_sizes_give_the_batch_result(bert, explained, method):
     clf, x, _, _ = bert
     e = explained[method]
-    options = GRADIENT_METHODS[method]
+    options = METHODS[method]
     for b in range(B):
         row = {name: value[b : b + 1] for name, value in x.items()}
         alone = sk.explain(clf, row, method, e.targets[b : b + 1], **options)
@@ -218,10 +219,145 @@ def test_rows_one_at_a_time_and_batch_sizes_give_the_batch_result(bert, explaine
 
 def test_explaining_leaves_the_weights_unchanged(bert, explained):
     clf, x, _, before = bert
-    for method in REWRITING_METHODS:
-        with pytest.raises(ValueError):
-            sk.explain(clf, x, method, "top1")
+    assert {"deeplift", "lrp"} <= set(explained)  # the rewriting methods ran on it, and the rest
     after = clf.get_weights()
     assert len(after) == len(before)
     for old, new in zip(before, after):
         np.testing.assert_array_equal(new, old)
+
+
+# ---------------------------------------------------------------- the sampling methods, draws reproduced
+
+
+def spread_noise(embedded, b, samples, noise=0.15, seed=0):
+    """SmoothGrad's noisy copies of row ``b``: ``σ = noise · (max − min)`` of the row, the normal
+    draws of key ``b`` from the stateless generator (``tests/method_support.py``)."""
+    sigma = noise * (embedded[b].max() - embedded[b].min())
+    return embedded[b] + sigma * normal_draws(seed, b, samples, range(samples), (T, HIDDEN))
+
+
+def test_smoothgrad_matches_the_twin_at_the_reproduced_noisy_copies(bert, explained):
+    clf, x, _, _ = bert
+    e = explained["smoothgrad"]
+    samples = METHODS["smoothgrad"]["samples"]
+    embedded = embed(clf, x["token_ids"])
+    copies = np.stack([spread_noise(embedded, b, samples) for b in range(B)], axis=1)  # [S, B, T, H]
+    reference_map = twin_gradients(clf, x, copies.astype("float32"), e.targets[:, 0]).mean(axis=0)
+    assert np.abs(reference_map).max() > 0.05
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0], reference_map, atol=1e-5)
+    # the noise matters: the plain gradient is another map
+    assert np.abs(explained["gradient"].attributions["token_ids"][:, 0] - reference_map).max() > 1e-3
+
+
+def test_expected_gradients_matches_the_twin_at_the_reproduced_draws(bert, explained):
+    """Draw ``s`` of row ``b``: baseline ``⌊u₀ · N⌋`` and path point ``α = u₁``, ``u`` the uniform
+    draws of key ``b``; the attributions are the mean of ``(x − x′) ⊙ ∂s/∂x`` at those points."""
+    clf, x, baseline_ids, _ = bert
+    e = explained["expected_gradients"]
+    samples, seed = METHODS["expected_gradients"]["samples"], METHODS["expected_gradients"]["seed"]
+    embedded, baselines = embed(clf, x["token_ids"]), embed(clf, baseline_ids)
+    deltas, points = [], []
+    for b in range(B):
+        u = uniform_draws(seed, b, samples, range(samples), [2], "float64")
+        which, alpha = np.minimum(np.floor(u[:, 0] * EG_BASELINES).astype(int), EG_BASELINES - 1), u[:, 1]
+        delta = embedded[b] - baselines[which]  # [S, T, H]
+        deltas.append(delta)
+        points.append(baselines[which] + alpha[:, None, None] * delta)
+    points, deltas = np.stack(points, axis=1), np.stack(deltas, axis=1)  # [S, B, T, H]
+    grads = twin_gradients(clf, x, points.astype("float32"), e.targets[:, 0])
+    expected = (deltas * grads).mean(axis=0)
+    assert np.abs(expected).max() > 0.05
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0], expected, atol=1e-5)
+
+
+# ---------------------------------------------------------------- LRP and DeepLIFT
+
+
+def parts(clf, x):
+    """``(token embeddings [B, T, H], position + segment embeddings [B, T, H])``: what the
+    backbone adds before its first layer norm."""
+    backbone = clf.backbone
+    positions = np.asarray(backbone.position_embedding.position_embeddings)[:T]
+    return embed(clf, x["token_ids"]), positions + np.asarray(backbone.segment_embedding(x["segment_ids"]))
+
+
+def test_the_hand_written_reference_reproduces_the_classifier(bert):
+    clf, x, _, _ = bert
+    params = reference.bert_params(clf)
+    tokens, added = parts(clf, x)
+    logits = np.stack([reference.forward(params, (tokens + added)[b], x["padding_mask"][b])[0] for b in range(B)])
+    np.testing.assert_allclose(logits, np.asarray(clf(x)), atol=1e-5)
+
+
+def stopped_twin_relevance(clf, x, targets):
+    """Gradient × input, at the token embeddings, of the twin with the attention probabilities,
+    layer norms' ``1/σ`` and the activations' ``f(z)/z`` stopped (``transformer_reference``)."""
+    tokens, added = parts(clf, x)
+    point = tf.constant(tokens)
+    with tf.GradientTape() as tape:
+        tape.watch(point)
+        logits = reference.stopped_logits(reference.bert_params(clf), point + added, x["padding_mask"])
+        score = tf.reduce_sum(tf.gather(logits, targets, axis=1, batch_dims=1))
+    return tokens * tape.gradient(score, point).numpy(), logits.numpy()
+
+
+def test_lrp_is_gradient_times_input_of_the_stop_gradient_twin(bert, explained):
+    """LRP-0 (ε = 1e-9) is the twin's gradient × input, biases or not (they absorb their share in
+    both); so is, up to ε's absorption (about 1e-5 relative), the default composite, which gives
+    the dense layers ε = 1e-6 (no convolution, no first dense layer here: the first layer reads
+    the embeddings through a sum). The position and segment embeddings, added to the tokens',
+    keep their share."""
+    clf, x, _, _ = bert
+    e = explained["lrp"]
+    relevance, logits = stopped_twin_relevance(clf, x, e.targets[:, 0])
+    np.testing.assert_allclose(logits, np.asarray(clf(x)), atol=1e-5)  # the twin computes the classifier
+    scale = np.abs(relevance).max()
+    assert scale > 0.1
+    exact = sk.explain(clf, x, "lrp", e.targets, composite="epsilon", epsilon=1e-9)
+    np.testing.assert_allclose(exact.attributions["token_ids"][:, 0], relevance, atol=2e-6 * scale)
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0], relevance, atol=5e-5 * scale)
+    # not the plain gradient × input: the stopped quantities matter
+    assert np.abs(explained["gradient_x_input"].attributions["token_ids"][:, 0] - relevance).max() > 0.01 * scale
+
+
+def test_lrp_conserves_the_logit_when_nothing_absorbs(bert):
+    """Biases, layer norms' β, the position and segment embeddings at zero, ε tiny: the
+    relevance of the token embeddings sums to the logit (conservation)."""
+    clf, x, _, _ = bert
+    conserving = make_classifier()
+    absorbing = ("bias", "beta", "position_embedding", "segment_embedding")
+    conserving.set_weights(
+        [
+            np.zeros_like(w) if any(name in v.path for name in absorbing) else w
+            for v, w in zip(clf.weights, clf.get_weights())
+        ]
+    )
+    e = sk.explain(conserving, x, "lrp", "top1", composite="epsilon", epsilon=1e-9)
+    logits = np.asarray(conserving(x))[np.arange(B), e.targets[:, 0]]
+    assert np.abs(logits).min() > 0.05
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0].sum(axis=(1, 2)), logits, rtol=1e-4)
+    np.testing.assert_allclose(e.scores[:, 0], logits, rtol=1e-5)
+
+
+def test_deeplift_matches_its_rules_by_hand_and_sums_to_the_delta(bert, explained):
+    """Baseline: token 0's embedding at every position (the mask and segments held). Every rule
+    (Rescale for GELU and tanh, the bilinear split in attention, the rescaled midpoint Jacobian of
+    softmax and layer norm) recomputed in NumPy, float64."""
+    clf, x, _, _ = bert
+    e = explained["deeplift"]
+    params = reference.bert_params(clf)
+    tokens, added = parts(clf, x)
+    baseline = embed(clf, np.zeros_like(x["token_ids"]))
+    for b in range(B):
+        multipliers = reference.deeplift(
+            params, (tokens + added)[b], (baseline + added)[b], x["padding_mask"][b], e.targets[b, 0]
+        )
+        expected = (tokens[b] - baseline[b]) * multipliers
+        scale = np.abs(expected).max()
+        assert scale > 0.1
+        np.testing.assert_allclose(e.attributions["token_ids"][b, 0], expected, atol=5e-4 * scale)
+    baseline_logits = np.asarray(clf({**x, "token_ids": np.zeros_like(x["token_ids"])}))
+    delta = e.scores[:, 0] - baseline_logits[np.arange(B), e.targets[:, 0]]
+    assert np.abs(delta).min() > 0.01
+    np.testing.assert_allclose(e.attributions["token_ids"][:, 0].sum(axis=(1, 2)), delta, rtol=1e-4)
+    assert np.abs(e.completeness_gap).max() <= 1e-4 * np.abs(delta).max()
