@@ -36,7 +36,7 @@ from .rewriting import WrapperLayer, clone_layer, rewrite_planned
 from .rules import Epsilon, Pass
 from .transformer import AttentionLayer, LayerNormLayer
 
-__all__ = ["PassLayer", "RuleLayer", "SumLayer", "rewrite_lrp"]
+__all__ = ["PassLayer", "RuleLayer", "SumLayer", "placed_rules", "rewrite_lrp"]
 
 
 class RuleLayer(WrapperLayer):
