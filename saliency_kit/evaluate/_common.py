@@ -22,7 +22,6 @@ import numpy as np
 if TYPE_CHECKING:
     import keras
 
-    from .explained import Scored
 
 __all__ = [
     "RANDOM",
@@ -35,15 +34,10 @@ __all__ = [
     "to_pixels",
     "check_int",
     "check_float",
-    "spatial_shape",
-    "spatial_to_elements",
     "preprocess",
-    "flat_elements",
     "is_random_baseline",
     "seed_noise",
     "maps_only",
-    "pixel_maps",
-    "image_channel_axis",
     "several_parts_error",
 ]
 
@@ -84,13 +78,6 @@ def preprocess(a: np.ndarray, *, normalise: bool, absolute: bool) -> np.ndarray:
     if normalise:
         a = normalise_by_max(a)
     return np.abs(a) if absolute else a
-
-
-def flat_elements(scored: Scored, *, normalise: bool, absolute: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(a, x)``: the maps :func:`preprocess`-ed and flattened, float64 ``[B, K, E]``, and the
-    inputs flattened, float64 ``[B, E]`` (``E`` elements each, in the same order)."""
-    a = preprocess(scored.elements, normalise=normalise, absolute=absolute)
-    return a.reshape(*a.shape[:2], -1), scored.x.reshape(len(scored.x), -1).astype(np.float64)
 
 
 def baseline_values(
@@ -233,50 +220,6 @@ def maps_only(maps: np.ndarray, name: str) -> np.ndarray:
     return values
 
 
-def pixel_maps(
-    name: str,
-    model: keras.Model,
-    inputs: Any,
-    explanation_or_method: Any,
-    targets: Any,
-    maps: np.ndarray | None,
-    *,
-    seed: int,
-    batch_size: int,
-    method_options: Any,
-    image: bool = False,
-) -> np.ndarray:
-    """The ``[B, K, ...]`` pixel maps a model-free metric scores: ``maps`` when given, an
-    Explanation's own maps (of its one part), else the pixel view of whatever :func:`prepare` makes
-    of the other arguments (several parts: their attributions flattened side by side, refused when
-    ``image``, for a metric that needs one image's axes)."""
-    if maps is not None:
-        if model is not None or inputs is not None:
-            raise ValueError(f"{name}: give either maps= or (model, inputs, explanation); received both.")
-        values = maps_only(maps, name)
-        return values[:, None] if values.ndim == 3 else values
-    if model is None or inputs is None:
-        raise ValueError(f"{name} needs (model, inputs, explanation_or_method) or maps=; received neither.")
-    from ..explanation import Explanation
-
-    if isinstance(explanation_or_method, Explanation):
-        named = list(explanation_or_method.parts or [])
-        if not named:
-            return np.asarray(explanation_or_method.maps, dtype=np.float64)
-        if len(named) == 1:
-            return np.asarray(explanation_or_method.map_of(named[0]), dtype=np.float64)
-        if image:
-            raise several_parts_error(name, named)
-    from .explained import prepare
-
-    scored = prepare(
-        model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, method_options=method_options
-    )
-    if image and scored.packed:
-        raise several_parts_error(name, scored.names)
-    return scored.pixels
-
-
 def several_parts_error(metric: str, names: list) -> ValueError:
     """The error of a metric that needs one image's axes, given several explained inputs."""
     return ValueError(
@@ -284,30 +227,3 @@ def several_parts_error(metric: str, names: list) -> ValueError:
         f"by side): choose the one to score with attribute_to= (e.g. attribute_to={names[0]!r}); received "
         f"{len(names)} explained inputs."
     )
-
-
-def image_channel_axis(scored: Scored, metric: str = "this metric") -> int:
-    """The channel axis of one image input (``ValueError`` for other inputs)."""
-    if scored.packed:
-        raise several_parts_error(metric, scored.names)
-    if scored.channel_axis is None:
-        what = f"the explained part {scored.names[0]!r}" if scored.names else "inputs"
-        raise ValueError(
-            f"{metric} perturbs image regions: it needs image inputs [B, H, W, C] (or channels "
-            f"first); received {what} of shape {scored.x.shape}."
-        )
-    return scored.channel_axis
-
-
-def spatial_shape(scored: Scored, metric: str = "this metric") -> tuple[int, int]:
-    """``(H, W)`` of image inputs (``ValueError`` for other inputs)."""
-    shape = list(scored.x.shape[1:])
-    del shape[image_channel_axis(scored, metric)]
-    height, width = shape
-    return height, width
-
-
-def spatial_to_elements(mask: np.ndarray, scored: Scored) -> np.ndarray:
-    """A ``[..., H, W]`` pixel mask or map broadcast over the channels of one input: ``[..., *input]``."""
-    axis = mask.ndim - 2 + (image_channel_axis(scored) % 3)
-    return np.broadcast_to(np.expand_dims(mask, axis), (*mask.shape[:-2], *scored.x.shape[1:]))

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import baseline_values, check_float, check_int, flat_elements
+from ._common import baseline_values, check_float, check_int
 from .draws import rng
 from .explained import prepare
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
+from .views import flat_elements
 
 if TYPE_CHECKING:
     import keras

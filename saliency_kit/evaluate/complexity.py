@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import check_float, pixel_maps, preprocess
+from ._common import check_float, preprocess
+from .views import pixel_maps
 
 if TYPE_CHECKING:
     import keras

@@ -35,6 +35,7 @@ import numpy as np
 from ..targets.base import Target
 from ._common import RANDOM, element_view, part_axes, part_elements, part_values, seed_noise, to_pixels
 from .draws import random_attributions
+from .selected import with_columns
 
 if TYPE_CHECKING:
     import keras
@@ -147,8 +148,6 @@ class Scored:
             return self.score_fn
         if self.selection is None:
             return columns
-        from .scoring import with_columns
-
         taken = self.selection.take(sources)
         if not np.array_equal(columns, taken.columns):
             taken = with_columns(taken, columns, "this metric")

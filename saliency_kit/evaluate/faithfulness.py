@@ -33,20 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import (
-    baseline_values,
-    check_float,
-    check_int,
-    flat_elements,
-    is_random_baseline,
-    preprocess,
-    spatial_shape,
-    spatial_to_elements,
-)
+from ._common import baseline_values, check_float, check_int, is_random_baseline, preprocess
 from .draws import rng
 from .explained import prepare
 from .scoring import Job, forward, padded_replacer, padded_steps, prebuilt, score_jobs
 from .similarity import pearson, spearman_rows
+from .views import flat_elements, spatial_shape, spatial_to_elements
 
 if TYPE_CHECKING:
     import keras

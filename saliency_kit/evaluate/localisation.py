@@ -29,7 +29,8 @@ import numpy as np
 from scipy import stats
 
 from . import similarity as metrics
-from ._common import check_int, pixel_maps, preprocess
+from ._common import check_int, preprocess
+from .views import pixel_maps
 
 if TYPE_CHECKING:
     import keras

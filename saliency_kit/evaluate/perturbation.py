@@ -28,20 +28,12 @@ import numpy as np
 from scipy.sparse import csc_matrix, lil_matrix
 from scipy.sparse.linalg import spsolve
 
-from ._common import (
-    baseline_values,
-    check_float,
-    check_int,
-    flat_elements,
-    image_channel_axis,
-    preprocess,
-    spatial_shape,
-    spatial_to_elements,
-)
+from ._common import baseline_values, check_float, check_int, preprocess
 from .draws import rng
 from .explained import prepare
 from .faithfulness import cumulative_rows, image_blocks
 from .scoring import Job, forward, prebuilt, predicted, score_jobs
+from .views import flat_elements, image_channel_axis, spatial_shape, spatial_to_elements
 
 if TYPE_CHECKING:
     import keras

@@ -282,7 +282,7 @@ def random_logit(
     region's other class over the same mask, a box's other class, another component of a head,
     another unit of a layer (``num_classes`` defaults to how many there are).
     """
-    from .scoring import class_count
+    from .selected import class_count
 
     scored = prepare(
         model,

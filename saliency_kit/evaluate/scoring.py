@@ -8,7 +8,7 @@ through the engine's batched forward pass in pieces of about :data:`MAX_BATCH_BY
 
 Class targets of a model's one input run through :func:`saliency_kit.engine.forward_scores` (or
 ``all_scores``). A target object (:mod:`saliency_kit.targets`) scores each row with its source's
-payload (:func:`select`: a region's mask, a box; a ``"predicted"`` region keeps the clean input's
+payload (:func:`.selected.select`: a region's mask, a box; a ``"predicted"`` region keeps the clean input's
 mask), and with several model inputs each row carries its source's values of the inputs not
 explained: both run through the engine's compiled kernel (:func:`saliency_kit.engine.run`). Every
 call is whole chunks of ``batch_size`` rows, so results do not depend on how the rows are grouped.
@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .selected import class_count, select, with_columns
+
 if TYPE_CHECKING:
-    from ..targets import Resolved
     from .explained import Scored
 
 __all__ = [
@@ -37,9 +38,6 @@ __all__ = [
     "score_jobs",
     "padded_replacer",
     "padded_steps",
-    "select",
-    "with_columns",
-    "class_count",
 ]
 
 #: The perturbed copies of several inputs are built and scored together up to about this many bytes.
@@ -198,87 +196,6 @@ def _at_least_one_chunk(rows: np.ndarray, batch_size: int) -> np.ndarray:
     otherwise compile a kernel of their own, which on a large network costs more than the padding)."""
     short = batch_size - len(rows)
     return np.concatenate([rows, np.repeat(rows[-1:], short, axis=0)]) if short > 0 and len(rows) else rows
-
-
-# ------------------------------------------------------------------------------ target objects
-def select(selection: Resolved, sources: np.ndarray, index: np.ndarray) -> Resolved:
-    """The target of rows that are copies of the inputs ``sources`` (int ``[N]``), with their
-    columns ``index`` (int ``[N, W]`` positions among the ``K``): every per-input payload leaf
-    taken at the rows, every per-column leaf also at the columns."""
-    import tensorflow as tf
-
-    from ..targets import PerInput, Resolved
-
-    sources = np.asarray(sources, dtype=np.int64)
-    rows = np.arange(len(sources))[:, None]
-
-    def leaf(value: Any) -> Any:
-        if isinstance(value, PerInput):
-            return PerInput(value.array[sources])
-        return np.asarray(value)[sources[:, None], index]
-
-    payload = None if selection.payload is None else tf.nest.map_structure(leaf, selection.payload)
-    columns = np.asarray(selection.columns)[sources][rows, index]
-    return Resolved(columns, payload, [], selection.target)
-
-
-def with_columns(selection: Resolved, columns: np.ndarray, metric: str) -> Resolved:
-    """``selection`` with other classes in its columns (int, its shape): the same target read at
-    another class (a region's other class over the same mask, a box's other class, another
-    component of a head, another unit of a layer). ``ValueError`` for a target whose payload does
-    not say its class (a list of targets, a kind of your own with a payload)."""
-    from ..targets import Resolved
-
-    columns = np.asarray(columns, dtype=np.int64)
-    payload = selection.payload
-    if payload is None:
-        return Resolved(columns, None, [], selection.target)
-    if (
-        isinstance(payload, dict)
-        and "classes" in payload
-        and np.array_equal(np.asarray(payload["classes"]), np.asarray(selection.columns))
-    ):
-        return Resolved(columns, {**payload, "classes": columns}, [], selection.target)
-    raise ValueError(
-        f"{metric} reads other classes of the target, and a {getattr(selection.target, 'kind', 'target')!r} target's "
-        "payload does not say which class each column is; give one target object (region, box, output or "
-        f"unit) or class targets; received {selection.target!r}."
-    )
-
-
-def class_count(model: Any, selection: Resolved | None, metric: str, hint: str = "") -> int:
-    """How many classes the columns index: the model's score vector (class targets), a region's
-    classes, a box's detector classes, a head's components, a layer's units (channels) or
-    elements. ``ValueError`` for other targets (``hint`` says what else the caller takes)."""
-    from ..model.scores import output_shapes, output_structure, score_columns
-    from ..targets import Box, Output, Region, Unit
-
-    target = None if selection is None else selection.target
-    if target is None:
-        count = score_columns(model, None)
-        if count is None:
-            raise ValueError(f"{metric} needs a model whose output is [B, C]; received one whose output is not.")
-        return int(count)
-    if isinstance(target, Region):
-        return int(output_shapes(model)[0][-1])
-    if isinstance(target, Box):  # a detector's classes: [B, N, 4 + 1 + C] or {"classification": [B, N, C]}
-        structure = output_structure(model)
-        return int(structure["classification"][-1]) if target.form == "dict" else int(structure[-1]) - 5
-    if isinstance(target, Output):  # the head's components (the key of a head among several)
-        structure = output_structure(model)
-        shape = structure[target.key] if isinstance(target.key, (int, str)) else structure
-        return int(np.prod(shape[1:])) if len(shape) > 1 else 1
-    if isinstance(target, Unit):
-        from ..model.layers import layer_at
-
-        shape = tuple(layer_at(model, str(target.path)).output.shape)
-        if target.channels:
-            return int(shape[target.channel_axis])
-        return int(np.prod(shape[1:]))
-    raise ValueError(
-        f"{metric} reads the other classes of each target, which a {target.kind!r} target does not have: "
-        f"give class targets or a region, box, output or unit target{hint}; received {target!r}."
-    )
 
 
 def input_groups(count: int, rows_per_input: int, row_bytes: int, max_bytes: int = MAX_BATCH_BYTES) -> Iterator[range]:
