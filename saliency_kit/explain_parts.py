@@ -19,9 +19,8 @@ import numpy as np
 
 from . import engine, methods
 from . import targets as targets_module
-from .engine.space import Space
 from .explanation import Explanation
-from .parts import part_options, read, structure
+from .parts import part_options, read, run_rows, structure
 from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
 
 if TYPE_CHECKING:
@@ -60,9 +59,7 @@ def explain_parts(
     conductance = chosen.layered  # a path in input space, attributions in a layer's
     if conductance:
         given["layer"] = _conductance_layer(model, attribute_to, given)
-        parts = read(model, inputs, None, batch_size=batch_size)
-    else:
-        parts = read(model, inputs, attribute_to, batch_size=batch_size)
+    parts = read(model, inputs, None if conductance else attribute_to, batch_size=batch_size, embedded=False)
     if points is not None:
         parts.points = _given_points(parts, points)
     layers = [p.name for p in parts.parts if p.input is None]
@@ -73,7 +70,8 @@ def explain_parts(
         )
     keys = check_input_keys(input_keys, parts.count)
     names = targets_module.class_names_of(class_names)
-    selection, score_vectors = resolve_request(model, parts.points[0], targets, score, batch_size, names, at=parts.held)
+    first = parts.points[0] if parts.points[0] is not None else parts.held[parts.parts[0].input]  # ids
+    selection, score_vectors = resolve_request(model, first, targets, score, batch_size, names, at=parts.held)
     score_fn = targets if callable(targets) and not isinstance(targets, str) and not selection.target else None
     runs = [[p] for p in parts.parts] if chosen.spatial else [list(parts.parts)]
     results: dict = {}
@@ -82,10 +80,10 @@ def explain_parts(
     recorded: dict = {}
     skipped = []
     for run in runs:
-        space = Space(tuple(run), len(parts.names))
-        x = space.pack([parts.points[parts.parts.index(p)] for p in run])
-        channel_axis = _channel_axis(model, run, x, channels_axis)
-        values = part_options(
+        space, rows, x = run_rows(model, parts, run)  # x: the points, or their shape alone
+        layer_axis = engine.layer_channel_axis(model, x)
+        channel_axis = _channel_axis(run, x, channels_axis, layer_axis)
+        values, space = part_options(
             model,
             parts,
             run,
@@ -108,7 +106,7 @@ def explain_parts(
         out = engine.run(
             chosen.compute,
             model,
-            x,
+            rows,
             selection.columns,
             values,
             score=score,
@@ -118,14 +116,15 @@ def explain_parts(
             channel_axis=channel_axis,
             keys=keys,
             score_vectors=score_vectors,
-            layer_axis=engine.layer_channel_axis(model, x),
+            layer_axis=layer_axis,
             target=selection.target,
             payload=selection.payload,
             space=space,
             held=parts.held,
             with_scores=with_scores,
         )
-        recorded = values
+        tokens = {name: token for name, token in space.fills if name not in given}
+        recorded = {**values, **tokens}  # baseline_token embedded in the kernel: recorded as that id
         attributions = out.pop("attributions")
         if conductance:
             results[values["layer"]] = attributions
@@ -197,14 +196,14 @@ def _conductance_layer(model: keras.Model, attribute_to: Any, given: dict) -> st
     return find_layer(model, layer)
 
 
-def _channel_axis(model: keras.Model, run: list, x: np.ndarray, given: int | None) -> int:
-    """The channel axis of one row of ``x``: an image, sequence or volume input's (given, or from
-    its spatial layers' data format); ``-1`` for packed parts, layers and embeddings."""
+def _channel_axis(run: list, x: np.ndarray, given: int | None, layer_axis: int) -> int:
+    """The channel axis of one row of ``x``: an image, sequence or volume input's (given, or
+    ``layer_axis``, its spatial layers' data format); ``-1`` for packed parts and layers."""
     if len(run) > 1 or run[0].input is None or x.ndim < 3:
         return -1
     if given is not None:
         return engine.check_channels_axis(given, x.ndim)
-    return engine.layer_channel_axis(model, x)
+    return layer_axis
 
 
 def _check_reached(model: keras.Model, run: list, values: dict, conductance: bool) -> None:

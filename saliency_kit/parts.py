@@ -3,9 +3,11 @@ tuple or dict), token ids explained at their ``Embedding``'s output, an inner la
 (``attribute_to=``).
 
 :func:`read` checks the inputs against the model and decides the *parts* explained
-(:class:`~saliency_kit.engine.space.Part`); :func:`part_options` gives each run its per-input
-options (baselines, occlusion values) in the run's space; :func:`structure` puts per-part results
-back in the shape the inputs came in. :func:`saliency_kit.explain` drives them.
+(:class:`~saliency_kit.engine.space.Part`); :func:`run_rows` gives a run of them the rows the
+engine runs on (a token part alone: its ids, embedded inside the kernel); :func:`part_options`
+gives each run its per-input options (baselines, occlusion values) in the run's space;
+:func:`structure` puts per-part results back in the shape the inputs came in.
+:func:`saliency_kit.explain` drives them.
 
 Integer inputs feeding an ``Embedding`` are explained in embedding space, except those whose
 name marks them as segment, position or type ids, or masks (``segment_ids``, ``token_type_ids``,
@@ -16,6 +18,8 @@ otherwise.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +30,7 @@ from .engine.space import Part, Space
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["Parts", "structured", "read", "part_options", "structure", "HELD_BY_NAME"]
+__all__ = ["Parts", "structured", "read", "run_rows", "part_options", "structure", "HELD_BY_NAME"]
 
 #: Integer inputs whose name contains one of these are held by default, not explained.
 HELD_BY_NAME = ("segment", "position", "type", "mask")
@@ -42,8 +46,9 @@ class Parts:
     ``names``: every model input's name (graph order); ``held``: every model input ``[B, ...]``
     (graph order, the model's dtypes); ``kind``: how the inputs came (``"dict"``, ``"list"``,
     ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
-    ``[B, *part.shape]``; ``layer_only``: ``attribute_to`` named one inner layer; ``tables``:
-    ``{embedding path: its table (the variable, read row by row), or None}`` of the token parts."""
+    ``[B, *part.shape]`` (``None`` for a token part left to the kernel, see :func:`read`);
+    ``layer_only``: ``attribute_to`` named one inner layer; ``embeddings``: ``{embedding path:
+    the layer}`` of the token parts."""
 
     names: list
     held: list
@@ -51,7 +56,7 @@ class Parts:
     parts: list
     points: list
     layer_only: bool = False
-    tables: dict = field(default_factory=dict)
+    embeddings: dict = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -63,13 +68,18 @@ def structured(model: keras.Model, inputs: Any, attribute_to: Any) -> bool:
     model with several inputs, or one integer input."""
     if attribute_to is not None or isinstance(inputs, (dict, list, tuple)) and not _array_like(inputs):
         return True
-    from .model.model_inputs import model_inputs
-
     try:
-        infos = model_inputs(model)
+        infos = _inputs(model)
     except (TypeError, ValueError):
         return False  # explain's own checks say what is wrong
     return len(infos) > 1 or infos[0].integer
+
+
+def _inputs(model: keras.Model) -> tuple:
+    """:func:`~saliency_kit.model.model_inputs.model_inputs` of ``model``."""
+    from .model.model_inputs import model_inputs
+
+    return tuple(model_inputs(model))
 
 
 def _array_like(value: Any) -> bool:
@@ -84,7 +94,7 @@ def _array_like(value: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------ reading
-def _arrange(infos: list, inputs: Any) -> tuple[list, str]:
+def _arrange(infos: Sequence, inputs: Any) -> tuple[list, str]:
     names = [info.name for info in infos]
     if isinstance(inputs, dict):
         unknown = sorted(set(map(str, inputs)) - set(names))
@@ -109,14 +119,18 @@ def _arrange(infos: list, inputs: Any) -> tuple[list, str]:
     return [inputs], "array"
 
 
-def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_size: int = 32) -> Parts:
+def read(
+    model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_size: int = 32, embedded: bool = True
+) -> Parts:
     """The checked inputs of ``model`` and the parts ``attribute_to`` (default: see the module)
     asks to explain, with their values (an inner layer's by one batched forward pass, an
-    embedding's by its lookup)."""
+    embedding's by its lookup). ``embedded=False``: token parts' values are left ``None`` (their
+    ids checked against the vocabulary): :func:`run_rows` gives a run's rows."""
     from . import engine
-    from .model.model_inputs import embedding_table, lookup, model_inputs
+    from .model.layers import layer_at
+    from .model.model_inputs import check_ids, embedded_spec, lookup
 
-    infos = model_inputs(model)
+    infos = _inputs(model)
     given, kind = _arrange(infos, inputs)
     held = [
         engine.check_array(value, info.shape, info.dtype, model.name, f"input {info.name!r}")
@@ -129,40 +143,54 @@ def read(model: keras.Model, inputs: Any, attribute_to: Any = None, *, batch_siz
     chosen, layer_only = _choose(model, infos, attribute_to)
     paths = tuple(path for _, path, embedding in chosen if path is not None and not embedding)
     values = engine.activations(model, held, paths, batch_size=batch_size) if paths else {}
-    tables = {path: embedding_table(model, path) for _, path, embedding in chosen if embedding}
+    embeddings = {path: layer_at(model, path) for _, path, embedding in chosen if embedding}
+    parts: list = []
+    points: list = []
     for index, path, embedding in chosen:
-        if embedding:
-            values[path] = lookup(model, path, held[index], tables[path])
-    parts, points = [], []
-    for index, path, embedding in chosen:
-        array = held[index] if path is None else values[path]
         name = names[index] if index is not None else path
+        if embedding and not embedded:
+            check_ids(embeddings[path], path, held[index])
+            shape, dtype = embedded_spec(embeddings[path], held[index].shape[1:])
+            parts.append(Part(name, index, path, shape, dtype, embedding))
+            points.append(None)
+            continue
+        if embedding:
+            values[path] = lookup(embeddings[path], path, held[index])
+        array = held[index] if path is None else values[path]
         parts.append(Part(name, index, path, tuple(array.shape[1:]), array.dtype.name, embedding))
         points.append(array)
-    return Parts(names, held, kind, parts, points, layer_only, tables)
+    return Parts(names, held, kind, parts, points, layer_only, embeddings)
 
 
-def _choose(model: keras.Model, infos: list, attribute_to: Any) -> tuple[list, bool]:
+def run_rows(model: keras.Model, parts: Parts, run: list) -> tuple[Space, np.ndarray, np.ndarray]:
+    """``(space, rows, points)`` of one run (some of ``parts.parts``): its space, the engine's rows
+    and an array of the points' shape and dtype (what options and axes are checked against).
+
+    One token part whose values were not read (:func:`read` with ``embedded=False``) runs on its
+    ids, which the kernel embeds (:attr:`Space.lookup`): ``points`` are then zeros of the
+    embedding rows' shape (read-only; their values are never the points). Token parts packed
+    with others are embedded here, each once."""
+    from .model.model_inputs import lookup
+
+    indices = [parts.parts.index(part) for part in run]
+    if len(run) == 1 and parts.points[indices[0]] is None:
+        part = run[0]
+        points = np.broadcast_to(np.zeros((), part.dtype), (parts.count, *part.shape))
+        return Space(tuple(run), len(parts.names), lookup=True), parts.held[part.input], points
+    for i in indices:
+        part = parts.parts[i]
+        if parts.points[i] is None:
+            parts.points[i] = lookup(parts.embeddings[part.layer], part.layer, parts.held[part.input])
+    space = Space(tuple(run), len(parts.names))
+    x = space.pack([parts.points[i] for i in indices])
+    return space, x, x
+
+
+def _choose(model: keras.Model, infos: Sequence, attribute_to: Any) -> tuple[list, bool]:
     """``([(input index or None, layer path or None, embedding?)], layer_only)``."""
-    from .model.model_inputs import embedding_of
-
-    names = [info.name for info in infos]
-    chosen: list[tuple[int | None, str | None, bool]] = []
     if attribute_to is None:
-        for i, info in enumerate(infos):
-            if not info.integer:
-                chosen.append((i, None, False))
-                continue
-            path = embedding_of(model, i)
-            if path is not None and not any(word in info.name.lower() for word in HELD_BY_NAME):
-                chosen.append((i, path, True))
-        if not chosen:
-            raise ValueError(
-                f"nothing to explain in model {model.name!r}: its inputs {names} are integers that feed no "
-                "Embedding; name a layer to explain with attribute_to=; received inputs of dtypes "
-                f"{[info.dtype for info in infos]}."
-            )
-        return chosen, False
+        return list(_default_parts(model, infos)), False
+    chosen: list[tuple[int | None, str | None, bool]] = []
     items = list(attribute_to) if isinstance(attribute_to, (list, tuple)) else [attribute_to]
     if not items:
         raise ValueError("attribute_to must name at least one input or layer; received an empty list.")
@@ -176,7 +204,28 @@ def _choose(model: keras.Model, infos: list, attribute_to: Any) -> tuple[list, b
     return chosen, layers == 1 and len(chosen) == 1
 
 
-def _one(model: keras.Model, infos: list, item: Any) -> tuple:
+def _default_parts(model: keras.Model, infos: Any) -> tuple:
+    """What a request explains by default (see the module), as :func:`_choose` gives it."""
+    from .model.model_inputs import embedding_of
+
+    chosen: list[tuple[int, str | None, bool]] = []
+    for i, info in enumerate(infos):
+        if not info.integer:
+            chosen.append((i, None, False))
+            continue
+        path = embedding_of(model, i)
+        if path is not None and not any(word in info.name.lower() for word in HELD_BY_NAME):
+            chosen.append((i, path, True))
+    if not chosen:
+        raise ValueError(
+            f"nothing to explain in model {model.name!r}: its inputs {[info.name for info in infos]} are integers "
+            "that feed no Embedding; name a layer to explain with attribute_to=; received inputs of dtypes "
+            f"{[info.dtype for info in infos]}."
+        )
+    return tuple(chosen)
+
+
+def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
     from .model.layers import find_layer
     from .model.model_inputs import calls_of, embedding_of
 
@@ -232,7 +281,11 @@ def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.n
     ids = np.asarray(tokens)
     if ids.ndim < reference.ndim:
         ids = np.broadcast_to(ids, (1, *reference.shape[1:]))
-    return np.asarray(lookup(model, part.layer, ids.astype(reference.dtype), parts.tables.get(part.layer)))
+    return np.asarray(lookup(parts.embeddings[part.layer], part.layer, ids.astype(reference.dtype)))
+
+
+def _integer(value: Any) -> bool:
+    return np.issubdtype(np.asarray(value).dtype, np.integer)
 
 
 def part_options(
@@ -244,12 +297,20 @@ def part_options(
     *,
     baseline_token: int,
     defaults: dict,
-) -> dict:
-    """The options of one run (the parts ``run`` of ``space``): a per-input option given in the
-    inputs' structure takes each part's entry; packed runs get one array per option; token parts
-    get their baseline (``baseline``, occlusion's ``value``) as the embedding of ``baseline_token``
-    unless given, and baselines given as token ids are embedded."""
+) -> tuple[dict, Space]:
+    """``(options, space)`` of one run (the parts ``run`` of ``space``): a per-input option given
+    in the inputs' structure takes each part's entry; packed runs get one array per option; token
+    parts get their baseline (``baseline``, occlusion's ``value``) as the embedding of
+    ``baseline_token`` unless given, and baselines given as token ids are embedded.
+
+    In a space of token ids (:attr:`Space.lookup`) a baseline of one token id at every position
+    (``baseline_token``, or one id given) is embedded inside the kernel, not here: the option
+    holds zeros of the part's shape, and the space returned names it with its token
+    (:attr:`Space.fills`)."""
+    from .model.model_inputs import check_ids
+
     out = dict(options)
+    fills: list = []
     for name in PER_INPUT_OPTIONS:
         given = name in out
         if not given and (name not in defaults or not any(part.embedding for part in run)):
@@ -263,9 +324,16 @@ def part_options(
                 pieces = []
                 break
             explicit = entries is not None and part.name in entries or entries is None and given
-            if part.embedding and name in ("baseline", "value") and not explicit:
-                piece = _embedded(model, parts, part, baseline_token)[0]
-            elif part.embedding and name != "noise" and np.issubdtype(np.asarray(piece).dtype, np.integer):
+            token = None
+            if part.embedding and name in ("baseline", "value"):
+                token = baseline_token if not explicit else piece if np.ndim(piece) == 0 and _integer(piece) else None
+            if token is not None and space.lookup:
+                check_ids(parts.embeddings[part.layer], part.layer, np.asarray([token]))
+                fills.append((name, int(token)))
+                piece = np.zeros(part.shape, part.dtype)
+            elif token is not None:
+                piece = _embedded(model, parts, part, token)[0]
+            elif part.embedding and name != "noise" and _integer(piece):
                 embedded = _embedded(model, parts, part, piece)
                 piece = embedded if name == "baselines" else embedded[0]
             pieces.append(piece)
@@ -284,7 +352,7 @@ def part_options(
             out[name] = space.pack(rows)[0]  # one row: a baseline broadcast to every input
     if any(part.embedding for part in run) and "window" in defaults and "window" not in options:
         out["window"] = 1  # occlusion: one token at a time
-    return out
+    return out, dataclasses.replace(space, fills=tuple(fills)) if fills else space
 
 
 # ------------------------------------------------------------------------------------ results

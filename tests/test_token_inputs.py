@@ -106,6 +106,79 @@ def test_occlusion_replaces_one_token_at_a_time_by_the_padding_id(text):
         np.testing.assert_allclose(e.maps["token_ids"][:, 0, t], drop, atol=1e-5)
 
 
+def test_a_table_assigned_between_calls_is_read_afresh_by_the_same_kernel(text):
+    """The token rows and the baseline token's row are read from the embedding's current weights
+    at every call: after ``assign``, integrated gradients and occlusion match the twin fed the new
+    embeddings, from the kernels compiled for the old weights (no new trace)."""
+    model, twin, embedding, x = text
+    old = embedding.embeddings.numpy()
+    try:
+        before = sk.explain(model, x, "integrated_gradients", targets=1, steps=8)
+        sk.explain(model, x, "occlusion", targets=0)
+        traces = sk.engine.trace_count()
+        embedding.embeddings.assign(np.random.default_rng(7).normal(size=old.shape).astype("float32"))
+        after = sk.explain(model, x, "integrated_gradients", targets=1, steps=8)
+        occluded = sk.explain(model, x, "occlusion", targets=0)
+        assert sk.engine.trace_count() == traces  # the same kernels, reading the new table
+        new = embedding.embeddings.numpy()
+        emb, e0 = new[x["token_ids"]], np.broadcast_to(new[0], (4, T, D))
+        want = _twin_ig(twin, emb, e0, x["padding_mask"], 1, 8)
+        np.testing.assert_allclose(after.attributions["token_ids"][:, 0], want, atol=1e-5)
+        assert np.abs(before.attributions["token_ids"] - after.attributions["token_ids"]).max() > 1e-2
+        clean = twin([emb, x["padding_mask"]]).numpy()[:, 0]
+        for t in range(T):  # the score drop with token t's row replaced by token 0's new row
+            replaced = emb.copy()
+            replaced[:, t] = new[0]
+            drop = clean - twin([replaced, x["padding_mask"]]).numpy()[:, 0]
+            np.testing.assert_allclose(occluded.maps["token_ids"][:, 0, t], drop, atol=1e-5)
+    finally:
+        embedding.embeddings.assign(old)
+
+
+def test_a_baseline_given_as_one_token_id_is_that_tokens_embedding_and_recorded_as_the_id(text):
+    model, twin, embedding, x = text
+    given = sk.explain(model, x, "integrated_gradients", targets=2, steps=10, baseline={"token_ids": 5})
+    default = sk.explain(model, x, "integrated_gradients", targets=2, steps=10, baseline_token=5)
+    emb = embedding(x["token_ids"]).numpy()
+    e5 = np.broadcast_to(embedding(np.full((1, T), 5, "int32")).numpy(), emb.shape)
+    want = _twin_ig(twin, emb, e5, x["padding_mask"], 2, 10)
+    np.testing.assert_allclose(given.attributions["token_ids"][:, 0], want, atol=1e-5)
+    np.testing.assert_allclose(default.attributions["token_ids"][:, 0], want, atol=1e-5)
+    assert default.options["baseline"] == 5 and given.options["baseline"] == {"token_ids": 5}
+    with pytest.raises(ValueError, match=rf"must lie in \[0, {V}\), its vocabulary; received {V}"):
+        sk.explain(model, x, "integrated_gradients", targets=2, baseline={"token_ids": V})
+
+
+def test_token_ids_explained_together_with_a_float_input_match_a_twin():
+    """Token ids and a float input packed in one integrated-gradients path (the baseline: token
+    0's embedding and 0.5) against the same path written out on a twin fed the embeddings."""
+    tokens, features = keras.Input((T,), dtype="int32", name="token_ids"), keras.Input((3,), name="features")
+    embedding = keras.layers.Embedding(V, D, name="emb")
+    hidden, side, head = keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(4), keras.layers.Dense(2)
+    pool, join = keras.layers.GlobalAveragePooling1D(), keras.layers.Concatenate()
+    model = keras.Model([tokens, features], head(join([pool(hidden(embedding(tokens))), side(features)])))
+    embedded = keras.Input((T, D))
+    twin = keras.Model([embedded, features], head(join([pool(hidden(embedded)), side(features)])))
+    ids, f = RNG.integers(1, V, (3, T)).astype("int32"), RNG.normal(size=(3, 3)).astype("float32")
+    e = sk.explain(model, [ids, f], "integrated_gradients", targets=1, steps=16, baseline=[0, 0.5])
+    assert e.parts == {"token_ids": "embedding", "features": "input"}
+    emb = embedding(ids).numpy()
+    e0, f0 = np.broadcast_to(embedding.embeddings.numpy()[0], emb.shape), np.full_like(f, 0.5)
+    weights = np.full(16, 1 / 15)
+    weights[[0, -1]] /= 2
+    total_e, total_f = np.zeros_like(emb), np.zeros_like(f)
+    for alpha, w in zip(np.linspace(0, 1, 16), weights):
+        points = [tf.constant((e0 + alpha * (emb - e0)).astype("float32")), tf.constant(f0 + alpha * (f - f0))]
+        with tf.GradientTape() as tape:
+            tape.watch(points)
+            score = twin(points)[:, 1]
+        g_e, g_f = tape.gradient(score, points)
+        total_e += w * g_e.numpy()
+        total_f += w * g_f.numpy()
+    np.testing.assert_allclose(e.attributions[0][:, 0], (emb - e0) * total_e, atol=1e-5)
+    np.testing.assert_allclose(e.attributions[1][:, 0], (f - f0) * total_f, atol=1e-5)
+
+
 def _twin_gradients(twin, points, mask, cls):
     """``∂s_cls/∂e`` of the twin at embeddings ``points [N, T, D]`` with ``mask [N, T]``."""
     point = tf.constant(np.asarray(points, "float32"))

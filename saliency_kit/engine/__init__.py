@@ -139,7 +139,9 @@ def run(
             method's kernel does not get them free; else one batched forward pass computes them.
         space, held: for a request that is not one model input (several inputs, an embedding, an
             inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
-            in, and every model input ``[B, ...]`` (graph order) the rows carry with them.
+            in (with :attr:`~saliency_kit.engine.space.Space.lookup`, ``inputs`` are token ids
+            ``[B, T]`` the kernel embeds: ``ctx.inputs`` and the results are in embedding space),
+            and every model input ``[B, ...]`` (graph order) the rows carry with them.
         with_scores: ``False``: no ``"scores"`` in the results, and no forward pass of their own
             for a method whose kernel does not compute them on the way.
 

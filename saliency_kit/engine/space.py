@@ -45,10 +45,26 @@ class Part:
 
 @dataclass(frozen=True)
 class Space:
-    """The parts a request explains, and how the model's inputs are laid out."""
+    """The parts a request explains, and how the model's inputs are laid out.
+
+    ``lookup``: the one part is an embedding's output (token ids) and the engine's rows are its
+    token ids ``[B, *part.shape[:-1]]``, embedded inside the kernel by its layer; otherwise
+    the rows are the points themselves. ``fills``: ``((option name, token id), ...)``, array
+    options (a baseline) that hold one token at every position, embedded inside the kernel too
+    (:meth:`fill`; the host passes zeros of their shape)."""
 
     parts: tuple
     num_inputs: int
+    lookup: bool = False
+    fills: tuple = ()
+
+    def __post_init__(self) -> None:
+        if (self.lookup or self.fills) and (len(self.parts) != 1 or not self.parts[0].embedding or not self.lookup):
+            raise ValueError(
+                "a space whose rows are token ids holds one embedding part, and only such a space fills options "
+                f"with a token's embedding; received parts {[(p.name, p.embedding) for p in self.parts]}, "
+                f"lookup={self.lookup}, fills={self.fills}."
+            )
 
     @property
     def packed(self) -> bool:
@@ -83,7 +99,7 @@ class Space:
         return tuple(i for i in range(self.num_inputs) if i not in replaced)
 
     def key(self) -> tuple:
-        return (self.num_inputs, self.parts)
+        return (self.num_inputs, self.parts, self.lookup, self.fills)
 
     # -- NumPy ------------------------------------------------------------------------------------
     def pack(self, arrays: list) -> np.ndarray:
@@ -103,6 +119,20 @@ class Space:
         ]
 
     # -- inside a kernel -----------------------------------------------------------------------------
+    def fill(self, options: dict, embed: Any) -> dict:
+        """``options`` with each of :attr:`fills` replaced by the embedding of its token at every
+        position (``embed(ids [1, T]) -> [1, T, D]``, the part's layer), in the shape and dtype
+        the option has."""
+        from keras import ops
+
+        out = dict(options)
+        part = self.parts[0]
+        for name, token in self.fills:
+            embedded = embed(ops.full((1, *part.shape[:-1]), token, dtype="int32"))[0]
+            given = ops.convert_to_tensor(out[name])
+            out[name] = ops.broadcast_to(ops.cast(embedded, given.dtype), tuple(given.shape))
+        return out
+
     def place(self, points: Any, held: Any) -> Any:
         """``points [rows, *self.shape]`` and the held inputs (:attr:`held_inputs`, each
         ``[rows, ...]``) as what the model runs on: input parts take their input's place, layer

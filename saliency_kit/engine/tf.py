@@ -111,7 +111,8 @@ def build_kernel(
     leaves arrive as the tuple argument ``payload`` (``[n, group, ...]`` per column, ``[n, ...]``
     per input): new masks or boxes reuse the compiled kernel. With ``space`` (a
     :class:`~saliency_kit.engine.space.Space`), the payload is ``{"held": model inputs, "target":
-    the target's payload}`` and ``x`` are points of that space.
+    the target's payload}`` and ``x`` are the space's rows: its points, or token ids the kernel
+    embeds first (:attr:`~saliency_kit.engine.space.Space.lookup`).
     """
     n, group = layout.n, layout.group
     views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
@@ -127,6 +128,11 @@ def build_kernel(
             held, flags = tree["held"], per_input[len(tree["held"]) :]
             tree = tree.get("target")
         selection = Selection(targets, target[0], tree, flags, held, space)
+        values = dict(options)
+        values.update(zip(array_names, arrays))
+        if space is not None and space.lookup:  # token ids, and token baselines, embedded here
+            embed = _embedder(views().model, space.parts[0])
+            x, values = embed(x), space.fill(values, embed)
         ctx = Context(
             views,
             x,
@@ -141,8 +147,6 @@ def build_kernel(
             layer_axis=layer_axis,
             segments=space.segments if space is not None and space.packed else None,
         )
-        values = dict(options)
-        values.update(zip(array_names, arrays))
         if "seed" in values:
             values["seed"] = seed
         out = compute(ctx, **values)
@@ -161,6 +165,22 @@ def build_kernel(
         *array_specs,
     ]
     return translating(tf.function(kernel, input_signature=signature, autograph=False), doing)
+
+
+def _embedder(model: keras.Model, part: Any) -> Callable:
+    """``embed(ids [n, T]) -> [n, T, D]`` in the dtype of ``part`` (a token part): the rows of its
+    embedding layer's table, gathered from the variable (read at every call), or the layer
+    called when its call is more than a row lookup."""
+    from ..model.layers import layer_at
+    from ..model.model_inputs import embedding_table
+
+    layer = layer_at(model, part.layer)
+    table = embedding_table(layer)
+
+    def embed(ids: Any) -> tf.Tensor:
+        return tf.cast(layer(ids) if table is None else tf.gather(table, ids), part.dtype)
+
+    return embed
 
 
 def translating(compiled: Any, doing: str) -> Callable:

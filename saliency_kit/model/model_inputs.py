@@ -14,7 +14,17 @@ from . import keras_private
 from .copy import input_signature
 from .layers import find_layer, is_graph_model, layer_at
 
-__all__ = ["InputInfo", "model_inputs", "embedding_of", "embedding_table", "lookup", "inputs_reaching", "calls_of"]
+__all__ = [
+    "InputInfo",
+    "model_inputs",
+    "embedding_of",
+    "embedding_table",
+    "embedded_spec",
+    "check_ids",
+    "lookup",
+    "inputs_reaching",
+    "calls_of",
+]
 
 
 @dataclass(frozen=True)
@@ -50,25 +60,19 @@ def model_inputs(model: keras.Model) -> list[InputInfo]:
     return [InputInfo(name, tuple(shape), dtype) for name, (shape, dtype) in zip(names, signature)]
 
 
-def embedding_table(model: keras.Model, path: str) -> Any:
-    """The table ``[vocabulary, D]`` of the plain ``keras.layers.Embedding`` at ``path``: the
-    backend's variable itself, not a copy (a BERT-sized table is 94 MB, a copy 16 ms per
+def embedding_table(layer: Any) -> Any:
+    """The table ``[vocabulary, D]`` of ``layer`` when it is a plain ``keras.layers.Embedding``:
+    the backend's variable itself, not a copy (a BERT-sized table is 94 MB, a copy 16 ms per
     request); ``None`` for an embedding whose call is more than a row lookup (LoRA, quantised, a
     subclass)."""
-    layer = layer_at(model, path)
     if type(layer) is keras.layers.Embedding and not layer.lora_enabled and not layer.quantization_mode:
         return layer.embeddings.value
     return None
 
 
-def lookup(model: keras.Model, path: str, ids: Any, table: Any = None) -> Any:
-    """``[N, T, D]``: what the ``Embedding`` at ``path`` gives for token ids ``[N, T]``: the rows
-    of its ``table`` (:func:`embedding_table`; the same rows its call takes, read from the
-    variable alone, without an eager layer call per request) when there is one, else the layer
-    called."""
-    import tensorflow as tf
-
-    layer = layer_at(model, path)
+def check_ids(layer: Any, path: str, ids: Any) -> None:
+    """Token ids ``ids`` lie in the vocabulary of ``layer`` (the ``Embedding`` at ``path``), else a
+    ``ValueError`` naming the first outside it and where it is."""
     ids = np.asarray(ids)
     vocabulary = getattr(layer, "input_dim", None)
     if isinstance(vocabulary, int) and ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
@@ -77,6 +81,24 @@ def lookup(model: keras.Model, path: str, ids: Any, table: Any = None) -> Any:
             f"token ids for the Embedding {path!r} must lie in [0, {vocabulary}), its vocabulary; received "
             f"{ids[tuple(at)]} at position {at.tolist()}."
         )
+
+
+def embedded_spec(layer: Any, shape: tuple) -> tuple[tuple, str]:
+    """``(shape, dtype)`` of one row of what the ``Embedding`` ``layer`` gives for one row of token
+    ids of ``shape`` (``[T]`` -> ``[T, D]``), without running it."""
+    return tuple(layer.compute_output_shape((None, *shape)))[1:], keras.backend.standardize_dtype(layer.compute_dtype)
+
+
+def lookup(layer: Any, path: str, ids: Any) -> Any:
+    """``[N, T, D]``: what the ``Embedding`` ``layer`` (at ``path``) gives for token ids ``[N, T]``
+    (checked, :func:`check_ids`): the rows of its table (:func:`embedding_table`; the same rows
+    its call takes, read from the variable alone, without an eager layer call) when it has a
+    plain one, else the layer called."""
+    import tensorflow as tf
+
+    check_ids(layer, path, ids)
+    ids = np.asarray(ids)
+    table = embedding_table(layer)
     if table is not None:
         return tf.gather(table, ids).numpy().astype(layer.compute_dtype, copy=False)
     return keras.ops.convert_to_numpy(layer(ids))
