@@ -75,11 +75,21 @@ def structured(model: keras.Model, inputs: Any, attribute_to: Any) -> bool:
     return len(infos) > 1 or infos[0].integer
 
 
+def _structure(model: keras.Model, name: str, compute: Any) -> Any:
+    """``compute()``, once per functional model and fingerprint
+    (:func:`~saliency_kit.engine.views.structure_fact`: its inputs, and which ``Embedding`` reads
+    which, are fixed when it is built); every time for other models."""
+    from .engine.views import structure_fact
+    from .model.layers import is_graph_model
+
+    return structure_fact(model, name, compute) if is_graph_model(model) else compute()
+
+
 def _inputs(model: keras.Model) -> tuple:
-    """:func:`~saliency_kit.model.model_inputs.model_inputs` of ``model``."""
+    """:func:`~saliency_kit.model.model_inputs.model_inputs` of ``model`` (see :func:`_structure`)."""
     from .model.model_inputs import model_inputs
 
-    return tuple(model_inputs(model))
+    return _structure(model, "inputs", lambda: tuple(model_inputs(model)))
 
 
 def _array_like(value: Any) -> bool:
@@ -189,7 +199,7 @@ def run_rows(model: keras.Model, parts: Parts, run: list) -> tuple[Space, np.nda
 def _choose(model: keras.Model, infos: Sequence, attribute_to: Any) -> tuple[list, bool]:
     """``([(input index or None, layer path or None, embedding?)], layer_only)``."""
     if attribute_to is None:
-        return list(_default_parts(model, infos)), False
+        return list(_structure(model, "default parts", lambda: _default_parts(model, infos))), False
     chosen: list[tuple[int | None, str | None, bool]] = []
     items = list(attribute_to) if isinstance(attribute_to, (list, tuple)) else [attribute_to]
     if not items:

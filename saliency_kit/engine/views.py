@@ -3,8 +3,9 @@
 :func:`score_view` gives the ``ScoreView`` kernels evaluate, :func:`rewritten_model` the cached
 ``sk.rewrite(model, rule)`` (weights refreshed from the model on every call), :func:`fingerprint`
 the part of every cache key that sees a model edited between calls (computed once within
-:func:`one_call`), and :func:`views_of` the ``views(rule)`` a kernel is built with. Both caches
-are bounded and hold their models weakly (:mod:`.cache`).
+:func:`one_call`), :func:`structure_fact` facts about a model's structure kept with that key,
+and :func:`views_of` the ``views(rule)`` a kernel is built with. The caches are bounded and hold
+their models weakly (:mod:`.cache`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,20 @@ if TYPE_CHECKING:
 
     from ..model.scores import ScoreView
 
-__all__ = ["rule_key", "rewritten_model", "score_view", "fingerprint", "one_call", "views_of", "clear_views"]
+__all__ = [
+    "rule_key",
+    "rewritten_model",
+    "score_view",
+    "fingerprint",
+    "one_call",
+    "structure_fact",
+    "views_of",
+    "clear_views",
+]
 
 _views = ModelCache(KERNELS_PER_MODEL)
 _rewritten = ModelCache(8)
+_facts = ModelCache(KERNELS_PER_MODEL)
 #: ``[model, its fingerprint or None]`` while :func:`one_call` runs for that model.
 _pinned: contextvars.ContextVar[list | None] = contextvars.ContextVar("saliency_kit_pinned", default=None)
 
@@ -35,6 +46,7 @@ def clear_views() -> None:
     """Forget every score view and rewritten model."""
     _views.clear()
     _rewritten.clear()
+    _facts.clear()
 
 
 def rule_key(rule: Any) -> Any:
@@ -86,6 +98,14 @@ def one_call(model: keras.Model) -> Iterator[None]:
         yield
     finally:
         _pinned.reset(token)
+
+
+def structure_fact(model: keras.Model, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept per ``model`` (weakly) and :func:`fingerprint`: a fact about its
+    structure that cannot change while the fingerprint does not (a functional model's inputs,
+    which layer reads which), computed once instead of walking the model on every request. The
+    value must not hold the model; an error is raised again at every call, never kept."""
+    return _facts.get(model, (name, fingerprint(model)), compute)
 
 
 def fingerprint(model: keras.Model) -> tuple:

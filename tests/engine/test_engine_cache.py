@@ -47,3 +47,39 @@ def test_the_model_cache_is_a_bounded_lru_per_model():
 
     gc.collect()
     assert cache.count() == 0
+
+
+def test_structure_facts_are_kept_per_model_and_fingerprint_errors_never_and_the_model_is_not_held():
+    import gc
+    import weakref
+
+    import keras
+    import pytest
+
+    from saliency_kit.engine.views import structure_fact
+
+    inputs = keras.Input((3,))
+    dense = keras.layers.Dense(2, activation="relu")
+    model = keras.Model(inputs, dense(inputs))
+    computed: list = []
+
+    def fact():
+        computed.append(1)
+        return len(computed)
+
+    assert structure_fact(model, "fact", fact) == structure_fact(model, "fact", fact) == 1
+    dense.activation = keras.activations.linear  # an edit the fingerprint sees: computed afresh
+    assert structure_fact(model, "fact", fact) == 2 and structure_fact(model, "other", fact) == 3
+
+    def refused():
+        computed.append(1)
+        raise ValueError("no")
+
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no"):
+            structure_fact(model, "refused", refused)
+    assert len(computed) == 5  # an error is raised again, never kept
+    ref = weakref.ref(model)
+    del model, inputs, dense
+    gc.collect()
+    assert ref() is None
