@@ -259,8 +259,8 @@ def run(
 def _with_held(payload: Any, space: Any, held: Any) -> Any:
     """The payload a kernel gets: the target's, and in a space the held model inputs beside it
     (those no part replaces, :attr:`Space.held_inputs`; per input, so chunked and repeated with
-    the rows)."""
-    if space is None:
+    the rows). Nothing when the parts replace every input and the target has no payload."""
+    if space is None or not space.held_inputs and payload is None:
         return payload
     from ..targets.base import PerInput
 

@@ -123,7 +123,7 @@ def build_kernel(
         traced()
         del reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
-        held, flags = None, per_input
+        held, flags = (None if space is None else ()), per_input
         if space is not None and tree is not None:  # the held inputs ride beside the target's payload
             held, flags = tree["held"], per_input[len(tree["held"]) :]
             tree = tree.get("target")
