@@ -227,7 +227,8 @@ def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = 
     def explain(net, x, method, size, **options):
         def run():
             out = sk.explain(net, x, method, targets, batch_size=size, **options).attributions
-            return [a[:, 0] for a in out] if isinstance(out, list) else [out[:, 0]]
+            out = out if isinstance(out, list) else [out]
+            return [a[:, 0] for a in out if a is not None]  # None: an input attribute_to left out
 
         return run
 
@@ -236,6 +237,9 @@ def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = 
         "plain gradient": lambda: [g.numpy() for g in gradient(inputs, classes)],
         "sk gradient, two inputs": explain(model, [image, meta], "gradient", batch),
         "sk gradient, image only": explain(single, image, "gradient", batch),
+        "sk gradient, two inputs, image explained": explain(
+            model, [image, meta], "gradient", batch, attribute_to="image"
+        ),
     }
     integrated_runs = {
         "plain ig": lambda: [a.numpy() for a in integrated(inputs, zeros, classes)],
@@ -263,6 +267,13 @@ def bench_two_inputs(batch: int, steps: int, repeats: int, image_shape: tuple = 
             t["sk gradient, two inputs"] / t["sk gradient, image only"],
             TARGET,
             _same(r["sk gradient, two inputs"][:1], r["sk gradient, image only"]),
+        ),
+        (
+            "sk gradient of the image alone (attribute_to='image', metadata held) / image-only twin",
+            t["sk gradient, two inputs, image explained"],
+            t["sk gradient, two inputs, image explained"] / t["sk gradient, image only"],
+            TARGET,
+            _same(r["sk gradient, two inputs, image explained"], r["sk gradient, image only"]),
         ),
         (f"plain compiled TF IG, both inputs, {steps} steps in one batch", t["plain ig"], 1.0, None, None),
         (
