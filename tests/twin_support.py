@@ -69,3 +69,28 @@ def dense(layer, t):
     kernel, *bias = [tf.constant(w) for w in layer.get_weights()]
     t = tf.cast(t, kernel.dtype) @ kernel
     return t + bias[0] if bias else t
+
+
+def image_and_metadata(seed, rows, rng):
+    """``(model, x, twin)``: a model of an 8×8×3 image and 5 metadata values (``x``: ``rows`` of
+    each drawn from ``rng``), and ``twin(row)``, a model of the image alone with that metadata row
+    baked in as a constant read by the same layers (the two agree on every image)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    image, meta = keras.Input((8, 8, 3), name="image"), keras.Input((5,), name="meta")
+    conv = keras.layers.Conv2D(4, 3, activation="relu", name="conv")
+    pool = keras.layers.GlobalAveragePooling2D(name="pool")
+    meta_dense = keras.layers.Dense(4, activation="relu", name="meta_dense")
+    head = keras.layers.Dense(3, name="head")
+    model = keras.Model([image, meta], head(keras.layers.Concatenate()([pool(conv(image)), meta_dense(meta)])))
+    x = [rng.random((rows, 8, 8, 3)).astype("float32"), rng.normal(size=(rows, 5)).astype("float32")]
+
+    def twin(row):
+        alone = keras.Input((8, 8, 3))
+        constant = keras.layers.Lambda(
+            lambda t, row=row: keras.ops.broadcast_to(keras.ops.convert_to_tensor(row), (keras.ops.shape(t)[0], 5))
+        )(alone)
+        return keras.Model(alone, head(keras.layers.Concatenate()([pool(conv(alone)), meta_dense(constant)])))
+
+    return model, x, twin

@@ -12,6 +12,7 @@ faithfulness correlation) with the model's own predictions."""
 import keras
 import numpy as np
 import pytest
+from twin_support import image_and_metadata
 
 import saliency_kit as sk
 from saliency_kit import evaluate
@@ -75,21 +76,7 @@ def _same(got, want):
 def image_meta():
     """A model of an image and 5 metadata values, and per row a twin of the image alone with that
     row's metadata baked in (a constant the twin's own layers read)."""
-    keras.utils.set_random_seed(3)
-    image, meta = keras.Input((8, 8, 3), name="image"), keras.Input((5,), name="meta")
-    conv = keras.layers.Conv2D(4, 3, activation="relu", name="conv")
-    pool = keras.layers.GlobalAveragePooling2D(name="pool")
-    meta_dense = keras.layers.Dense(4, activation="relu", name="meta_dense")
-    head = keras.layers.Dense(3, name="head")
-    model = keras.Model([image, meta], head(keras.layers.Concatenate()([pool(conv(image)), meta_dense(meta)])))
-    x = [RNG.random((B, 8, 8, 3)).astype("float32"), RNG.normal(size=(B, 5)).astype("float32")]
-
-    def twin(row):
-        alone = keras.Input((8, 8, 3))
-        constant = keras.layers.Lambda(
-            lambda t, row=row: keras.ops.broadcast_to(keras.ops.convert_to_tensor(row), (keras.ops.shape(t)[0], 5))
-        )(alone)
-        return keras.Model(alone, head(keras.layers.Concatenate()([pool(conv(alone)), meta_dense(constant)])))
+    model, x, twin = image_and_metadata(3, B, RNG)
 
     return model, x, [twin(row) for row in x[1]]
 
