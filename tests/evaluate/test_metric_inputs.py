@@ -240,15 +240,6 @@ def images():
     return RNG.random((B, 8, 8, 3)).astype("float32")
 
 
-@pytest.fixture(scope="module")
-def segmenter():
-    """Per-pixel logits of 3 classes ``[B, 8, 8, 3]``."""
-    keras.utils.set_random_seed(4)
-    inputs = keras.Input((8, 8, 3))
-    hidden = keras.layers.Conv2D(6, 3, padding="same", activation="relu")(inputs)
-    return keras.Model(inputs, keras.layers.Conv2D(3, 1)(hidden))
-
-
 def region_twin(segmenter, mask):
     """A classifier whose logits ``[B, 3]`` are the segmenter's class logits averaged over ``mask``."""
     inside, count = mask.astype("float32")[None, :, :, None], float(max(mask.sum(), 1))

@@ -272,15 +272,7 @@ def test_compare_scores_the_deletion_and_insertion_curves(model, x):
 
 
 # ---------------------------------------------------------------------------- target objects
-@pytest.fixture(scope="module")
-def segmenter():
-    """A dense model: per-pixel logits of 3 classes ``[B, 8, 8, 3]``."""
-    keras.utils.set_random_seed(4)
-    inputs = keras.Input((8, 8, 3))
-    hidden = keras.layers.Conv2D(6, 3, padding="same", activation="relu")(inputs)
-    return keras.Model(inputs, keras.layers.Conv2D(3, 1)(hidden))
-
-
+# (the segmenter: conftest.py)
 def test_pointing_game_and_deletion_take_a_region_target(segmenter, x):
     import saliency_kit as sk
 

@@ -7,7 +7,6 @@ import base64
 import dataclasses
 import io
 import os
-from html.parser import HTMLParser
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -15,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 from PIL import Image
+from render.html_elements import Elements
 
 import saliency_kit as sk
 from saliency_kit.explanation import Explanation
@@ -31,36 +31,6 @@ def decoded(data) -> Image.Image:
     picture.load()
     assert picture.format == "PNG"
     return picture
-
-
-class Parsed(HTMLParser):
-    """Every element of a fragment (tag, attributes, text); ``img`` has no end tag."""
-
-    VOID = {"img"}
-
-    def __init__(self, fragment):
-        super().__init__(convert_charrefs=True)
-        self.elements, self.open = [], []
-        self.feed(fragment)
-        self.close()
-        assert not self.open, "every element is closed"
-
-    def handle_starttag(self, tag, attrs):
-        element = {"tag": tag, "attrs": dict(attrs), "text": ""}
-        self.elements.append(element)
-        if tag not in self.VOID:
-            self.open.append(element)
-
-    def handle_endtag(self, tag):
-        assert self.open and self.open[-1]["tag"] == tag, f"unbalanced </{tag}>"
-        self.open.pop()
-
-    def handle_data(self, data):
-        if self.open:
-            self.open[-1]["text"] += data
-
-    def of_class(self, name):
-        return [e for e in self.elements if e["attrs"].get("class") == name]
 
 
 def made(maps, attributions=None, method="gradient", parts=None):
@@ -131,7 +101,7 @@ def test_two_inputs_show_each_inputs_picture_under_its_name():
         top += header + picture.size[1]
 
     fragment = e._repr_html_()
-    parsed = Parsed(fragment)
+    parsed = Elements(fragment)
     assert "<script" not in fragment
     names = [n["text"] for n in parsed.of_class("saliency-part-name")]
     assert names == ["image (input)", f"{HOSTILE} (input)"]  # escaped, read back as text
@@ -181,7 +151,7 @@ def test_a_token_explanation_without_tokens_shows_its_positions(text_explanation
     e = text_explanation
     assert e.parts == {"token_ids": "embedding"} and e._repr_png_() is None  # HTML only
     fragment = e._repr_html_()
-    parsed = Parsed(fragment)
+    parsed = Elements(fragment)
     spans = parsed.of_class("saliency-token")
     assert [s["text"] for s in spans] == [str(t) for t in range(T)] * B  # each position, as its label
     values = e.map_of("token_ids")[:, 0].reshape(-1)
@@ -195,7 +165,7 @@ def test_a_token_explanation_with_tokens_shows_them_escaped(text_explanation):
     shown = text_explanation.with_tokens(tokens)
     assert shown._repr_png_() is None
     fragment = shown._repr_html_()
-    parsed = Parsed(fragment)
+    parsed = Elements(fragment)
     assert [s["text"] for s in parsed.of_class("saliency-token")] == tokens[0] * B
     assert "<script" not in fragment and "<b>" not in fragment and not parsed.of_class("saliency-tokens-note")
     assert {e["tag"] for e in parsed.elements} == {"div", "span"}
@@ -209,11 +179,11 @@ def test_tokens_beside_an_image_show_as_spans_and_the_image_as_its_picture():
         {"image": image, "text": tokens[..., None]},
         parts={"image": "input", "text": "embedding"},
     )
-    parsed = Parsed(e._repr_html_())
+    parsed = Elements(e._repr_html_())
     assert [n["text"] for n in parsed.of_class("saliency-part-name")] == ["image (input)", "text (embedding)"]
     assert len(parsed.of_class("saliency-part-image")) == 1 and len(parsed.of_class("saliency-token")) == B * T
     words = [[f"w<{t}>" for t in range(T)]] * B
-    worded = Parsed(e.with_tokens(words)._repr_html_())
+    worded = Elements(e.with_tokens(words)._repr_html_())
     assert [s["text"] for s in worded.of_class("saliency-token")] == words[0] * B
     png = decoded(e._repr_png_())  # for front ends without HTML: both parts, the tokens as strips
     strips = decoded(explanation_png(alone(e, tokens, tokens[..., None]))).size
@@ -229,4 +199,4 @@ def test_only_the_first_eight_inputs_are_drawn():
         method="gradient",
         parts={"token_ids": "embedding"},
     )
-    assert len(Parsed(many._repr_html_()).of_class("saliency-tokens-row")) == 8
+    assert len(Elements(many._repr_html_()).of_class("saliency-tokens-row")) == 8

@@ -3,13 +3,13 @@ back from what was drawn, and token HTML that no input text can add markup to.""
 
 import dataclasses
 import io
-from html.parser import HTMLParser
 
 import keras
 import matplotlib
 import numpy as np
 import pytest
 from PIL import Image
+from render.html_elements import Elements
 
 import saliency_kit as sk
 from saliency_kit.render import normalize, png_bytes
@@ -139,33 +139,8 @@ def test_volumes_are_refused_by_the_grid_and_shown_as_slices_in_notebooks(volume
 
 
 # -- tokens ----------------------------------------------------------------------------------------------
-class Elements(HTMLParser):
-    """Every element of an HTML fragment with its attributes and text."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.elements, self.open = [], []
-
-    def handle_starttag(self, tag, attrs):
-        element = {"tag": tag, "attrs": dict(attrs), "text": ""}
-        self.elements.append(element)
-        self.open.append(element)
-
-    def handle_endtag(self, tag):
-        assert self.open and self.open[-1]["tag"] == tag, f"unbalanced </{tag}>"
-        self.open.pop()
-
-    def handle_data(self, data):
-        if self.open:
-            self.open[-1]["text"] += data
-
-
 def parse(fragment: str) -> list[dict]:
-    parser = Elements()
-    parser.feed(fragment)
-    parser.close()
-    assert not parser.open, "every element is closed"
-    return parser.elements
+    return Elements(fragment).elements
 
 
 def token_explanation(values, method="gradient_x_input"):
