@@ -1,7 +1,8 @@
 """docs/architecture.md stays true: every file path and every dotted name it mentions resolves.
 
 Paths (anything in backticks ending in ``.py``, ``.toml``, ``.html``, ``.keras``, ``.md`` or ``/``)
-are relative to ``saliency_kit/`` unless they start with ``tests/``, ``scripts/`` or ``docs/``;
+are relative to ``saliency_kit/`` unless they start with ``tests/``, ``scripts/``, ``docs/`` or
+``pretrained_configs/`` (the model configs, at the repository's top level);
 ``NAME`` stands for any file (at least one must match) and ``*`` is a glob. Dotted names
 (``api.explain``, ``propagation.composites.register``, ``cli.main.COMMANDS``) are looked up from
 ``saliency_kit``: the longest importable module, then attributes.
@@ -49,7 +50,8 @@ def test_the_doc_names_paths_and_names():
 
 @pytest.mark.parametrize("path", _paths())
 def test_every_path_resolves(path):
-    base = ROOT if path.split("/")[0] in ("tests", "scripts", "docs", "saliency_kit") else ROOT / "saliency_kit"
+    top = ("tests", "scripts", "docs", "saliency_kit", "pretrained_configs")
+    base = ROOT if path.split("/")[0] in top else ROOT / "saliency_kit"
     pattern = path.replace("NAME", "*").rstrip("/")
     matches = [p for p in base.glob(pattern) if not p.name.startswith("__pycache__")]
     assert matches, f"docs/architecture.md names {path!r}, which does not exist under {base.relative_to(ROOT) or '.'}"

@@ -59,23 +59,3 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"
     assert not [line for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
-
-
-def test_every_subpackage_is_installed():
-    """A (non-editable) install takes the packages setuptools finds with pyproject's own rule: every
-    folder of the package with an ``__init__.py`` must be among them, the model configs included."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    from setuptools import find_packages
-
-    rule = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    installed = set(find_packages(where=str(ROOT), include=rule["include"]))
-    found = {
-        ".".join(p.parent.relative_to(ROOT).parts)
-        for p in (ROOT / "saliency_kit").rglob("__init__.py")
-        if "__pycache__" not in p.parts
-    }
-    assert "saliency_kit.pretrained_configs" in found
-    assert found <= installed, sorted(found - installed)

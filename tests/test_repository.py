@@ -26,7 +26,7 @@ OUTSIDE = re.compile(
 def _sources():
     for name in ("README.md", "Makefile", "pyproject.toml"):
         yield ROOT / name
-    for folder in ("saliency_kit", "tests", "scripts", "docs"):
+    for folder in ("saliency_kit", "pretrained_configs", "tests", "scripts", "docs"):
         for path in sorted((ROOT / folder).rglob("*")):
             if path.suffix in (".py", ".toml", ".html", ".md", ".txt") and path.is_file():
                 yield path
@@ -59,27 +59,55 @@ def test_no_module_is_longer_than_the_limit():
     assert not stale, f"under the limit now: remove them from WAITING_FOR_A_SPLIT: {stale}"
 
 
-def test_every_data_file_of_the_package_is_declared_package_data():
-    """A file the package reads at run time (the gallery page, model configs, class names, the
-    shipped model) must be in the wheel: matched by a ``package-data`` pattern of its package."""
-    import fnmatch
-
+def _setuptools() -> dict:
+    """pyproject's ``[tool.setuptools]`` table."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
 
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
-        "package-data"
-    ]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+
+
+def _package_folders() -> dict[str, pathlib.Path]:
+    """``{package: its folder in the repository}``: a dotted path, or pyproject's ``package-dir`` mapping."""
+    table = _setuptools()
+    mapped = table.get("package-dir", {})
+    return {name: ROOT / mapped.get(name, name.replace(".", "/")) for name in table["packages"]}
+
+
+def test_every_package_folder_is_installed():
+    """A (non-editable) install takes the packages pyproject lists: every folder of the package with an
+    ``__init__.py`` is listed, and the model configs come from the top-level ``pretrained_configs/``."""
+    folders = _package_folders()
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "saliency_kit").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found <= set(folders), f"add them to pyproject's packages: {sorted(found - set(folders))}"
+    assert folders["saliency_kit.pretrained_configs"] == ROOT / "pretrained_configs"
+    assert not (ROOT / "saliency_kit" / "pretrained_configs").exists(), "one copy of the configs, at the top level"
+    absent = [name for name, folder in folders.items() if not (folder / "__init__.py").is_file()]
+    assert not absent, f"listed in pyproject's packages with no folder: {absent}"
+
+
+def test_every_data_file_of_the_package_is_declared_package_data():
+    """A file the package reads at run time (the gallery page, model configs, class names, the
+    shipped model) must be in the wheel: matched by a ``package-data`` pattern of its package."""
+    import fnmatch
+
+    declared = _setuptools()["package-data"]
+    package_of = {folder: name for name, folder in _package_folders().items()}
     missing = []
-    for path in sorted((ROOT / "saliency_kit").rglob("*")):
-        if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
-            continue
-        package = ".".join(path.parent.relative_to(ROOT).parts)
-        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in declared.get(package, ())):
-            missing.append(str(path.relative_to(ROOT)))
+    for folder in package_of:
+        for path in sorted(folder.glob("*")):
+            if not path.is_file() or path.suffix in (".py", ".pyc"):
+                continue
+            if not any(fnmatch.fnmatch(path.name, pattern) for pattern in declared.get(package_of[folder], ())):
+                missing.append(str(path.relative_to(ROOT)))
     assert not missing, f"not declared in pyproject.toml's package-data: {missing}"
+    assert sorted(p.name for p in (ROOT / "pretrained_configs").glob("*.toml")), "no model config found"
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -7,10 +7,11 @@
     model, spec = sk.load_model("my_model.keras")        # sidecar my_model.keras.toml, if present
     model, spec = sk.load_model("configs/mynet.toml")    # a config file of your own
 
-A *named* model is a TOML config file. The built-in ones live in ``saliency_kit/pretrained_configs/``
-(the package ``saliency_kit.pretrained_configs``); directories listed in the environment variable
-``SALIENCY_KIT_CONFIGS`` (separated by ``os.pathsep``) are searched first, so a user config can add a
-name or replace a built-in one. Config keys (unknown keys are an error, so typos are caught):
+A *named* model is a TOML config file. The built-in ones live in the repository's top-level
+``pretrained_configs/`` (installed as the package ``saliency_kit.pretrained_configs``); directories
+listed in the environment variable ``SALIENCY_KIT_CONFIGS`` (separated by ``os.pathsep``) are searched
+first, so a user config can add a name or replace a built-in one. Config keys (unknown keys are an
+error, so typos are caught):
 
 ==================  ==============================================================================
 ``constructor``     a ``keras.applications`` function name, e.g. ``"ResNet50"`` (built with

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 __all__ = [
     "CONFIG_ENV",
@@ -170,14 +173,24 @@ class ModelSpec:
 
 
 # ------------------------------------------------------------------------------ config files
-def _config_dirs() -> list:
+def _config_dirs() -> list[Path | Traversable]:
     """User directories from ``$SALIENCY_KIT_CONFIGS`` first, then the packaged configs."""
     dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_ENV, "").split(os.pathsep) if p]
     return dirs + [_builtin_config_dir()]
 
 
-def _builtin_config_dir():
-    """The package ``saliency_kit.pretrained_configs``: the built-in configs."""
+#: The folder holding the ``saliency_kit`` package: a repository checkout when it also holds
+#: ``pyproject.toml`` (``site-packages`` never does).
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _builtin_config_dir() -> Traversable:
+    """The built-in configs: the repository's top-level ``pretrained_configs/`` when running from a
+    checkout (on ``PYTHONPATH`` or installed editable), else the installed package
+    ``saliency_kit.pretrained_configs`` (pyproject maps the folder to that package)."""
+    checkout = _SOURCE_ROOT / "pretrained_configs"
+    if (_SOURCE_ROOT / "pyproject.toml").is_file() and (checkout / "__init__.py").is_file():
+        return checkout
     return resources.files("saliency_kit.pretrained_configs")
 
 
