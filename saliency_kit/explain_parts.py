@@ -185,7 +185,7 @@ def _kind(part: Any) -> str:
 
 
 def _conductance_layer(model: keras.Model, attribute_to: Any, given: dict) -> str:
-    from .model.layers import find_layer
+    from .model.walker import find_layer
 
     layer = given.get("layer") if attribute_to is None else attribute_to
     if layer is None:

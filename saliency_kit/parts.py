@@ -80,7 +80,7 @@ def _structure(model: keras.Model, name: str, compute: Any) -> Any:
     (:func:`~saliency_kit.engine.views.structure_fact`: its inputs, and which ``Embedding`` reads
     which, are fixed when it is built); every time for other models."""
     from .engine.views import structure_fact
-    from .model.layers import is_graph_model
+    from .model.walker import is_graph_model
 
     return structure_fact(model, name, compute) if is_graph_model(model) else compute()
 
@@ -137,8 +137,8 @@ def read(
     embedding's by its lookup). ``embedded=False``: token parts' values are left ``None`` (their
     ids checked against the vocabulary): :func:`run_rows` gives a run's rows."""
     from . import engine
-    from .model.layers import layer_at
     from .model.model_inputs import check_ids, embedded_spec, lookup
+    from .model.walker import layer_at
 
     infos = _inputs(model)
     given, kind = _arrange(infos, inputs)
@@ -236,8 +236,8 @@ def _default_parts(model: keras.Model, infos: Any) -> tuple:
 
 
 def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
-    from .model.layers import find_layer
     from .model.model_inputs import calls_of, embedding_of
+    from .model.walker import find_layer
 
     names = [info.name for info in infos]
     index = None

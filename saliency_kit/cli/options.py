@@ -323,7 +323,7 @@ def preflight(model, spec, sample, plan, batch_size: int) -> None:
 
 def check_layer(model, name: str) -> None:
     """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
-    from ..model.layers import find_layer, layer_paths
+    from ..model.walker import find_layer, layer_paths
 
     try:
         find_layer(model, name)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from ..model.layers import is_recurrent
+from ..model.walker import is_recurrent
 from .tf_context import Context
 from .tf_gradients import Selection
 
@@ -171,8 +171,8 @@ def _embedder(model: keras.Model, part: Any) -> Callable:
     """``embed(ids [n, T]) -> [n, T, D]`` in the dtype of ``part`` (a token part): the rows of its
     embedding layer's table, gathered from the variable (read at every call), or the layer
     called when its call is more than a row lookup."""
-    from ..model.layers import layer_at
     from ..model.model_inputs import embedding_table
+    from ..model.walker import layer_at
 
     layer = layer_at(model, part.layer)
     table = embedding_table(layer)

@@ -91,7 +91,7 @@ def weighted_layers(model: keras.Model) -> list[tuple[str, object]]:
 
     Paths of layers in nested models are ``"outer/inner"``.
     """
-    from ..model.layers import weighted_layers as walk_weighted
+    from ..model.walker import weighted_layers as walk_weighted
 
     return walk_weighted(model)
 

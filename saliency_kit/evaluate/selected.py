@@ -83,7 +83,7 @@ def class_count(model: Any, selection: Resolved | None, metric: str, hint: str =
         shape = structure[target.key] if isinstance(target.key, (int, str)) else structure
         return int(np.prod(shape[1:])) if len(shape) > 1 else 1
     if isinstance(target, Unit):
-        from ..model.layers import layer_at
+        from ..model.walker import layer_at
 
         shape = tuple(layer_at(model, str(target.path)).output.shape)
         if target.channels:

@@ -99,7 +99,7 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
     """The layer's path, checked to have an output of the input's rank, and inputs that are
     sequences ``[B, T, F]``, images ``[B, H, W, C]`` or volumes ``[B, D, H, W, C]`` (channels
     first for channels-first models) — before any work."""
-    from ..model.layers import default_cam_layer, find_layer, layer_at, spatial_output_text
+    from ..model.walker import default_cam_layer, find_layer, layer_at, spatial_output_text
 
     rank = request.inputs.ndim
     if rank not in CAM_RANKS:
@@ -130,7 +130,7 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
 def check_cam_rank(ctx, activations, layer: str) -> None:
     """``ValueError`` unless a layer's ``activations`` have the rank of the inputs (``[n, t, c]``,
     ``[n, h, w, c]`` or ``[n, d, h, w, c]``)."""
-    from ..model.layers import spatial_output_text
+    from ..model.walker import spatial_output_text
 
     rank = len(ctx.inputs.shape)
     if len(activations.shape) != rank:

@@ -23,7 +23,7 @@ __all__ = ["conductance", "prepare"]
 
 
 def prepare(request, options: dict) -> dict:
-    from ..model.layers import find_layer
+    from ..model.walker import find_layer
 
     if options["layer"] is None:
         raise ValueError("conductance needs the layer to attribute to: attribute_to=LAYER; received none.")

@@ -1,6 +1,6 @@
 """Everything that looks into, copies or rewrites a user's Keras model.
 
-* :mod:`.layers` — the one layer walker (paths ``"outer/inner"``, owners, wrappers).
+* :mod:`.walker` — the one layer walker (paths ``"outer/inner"``, owners, wrappers).
 * :mod:`.keras_private` — every use of Keras-private API, each commented.
 * :mod:`.scores` — :class:`ScoreView`: logits behind a final softmax/sigmoid, taps on inner layers.
 * :mod:`.copy` — one checked copier (state beyond variables included).

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 from . import keras_private
-from .layers import is_graph_model
+from .walker import is_graph_model
 
 __all__ = [
     "copy_model",

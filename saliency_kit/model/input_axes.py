@@ -164,7 +164,7 @@ def may_move_axes(model: keras.Model) -> bool:
     the user's own (its ``call`` is not known)."""
     import keras
 
-    from .layers import is_graph_model, walk
+    from .walker import is_graph_model, walk
 
     for layer in [model, *(visit.layer for visit in walk(model))]:
         if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape, keras.layers.Lambda)):
@@ -187,7 +187,7 @@ def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
     import keras
 
     from . import keras_private
-    from .layers import is_graph_model
+    from .walker import is_graph_model
 
     graph = keras_private.functional_graph(model)
     if graph is None or len(graph.inputs) != 1:

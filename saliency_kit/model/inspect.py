@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from .copy import input_signature as copy_signature
-from .layers import walk
+from .walker import walk
 
 __all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
 

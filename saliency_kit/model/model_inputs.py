@@ -12,7 +12,7 @@ import numpy as np
 
 from . import keras_private
 from .copy import input_signature
-from .layers import find_layer, is_graph_model, layer_at
+from .walker import find_layer, is_graph_model, layer_at
 
 __all__ = [
     "InputInfo",

@@ -36,8 +36,8 @@ import tensorflow as tf
 from ..rules import ModifiedBackprop, ReluFamily, as_rule, relu_family_of_activation, relu_family_of_function
 from . import keras_private
 from .copy import check_copy, copy_model, layer_config, rebuild_layer
-from .layers import is_graph_model, walk
 from .override import OverrideReport, relu_rule, rule_activation
+from .walker import is_graph_model, walk
 
 __all__ = [
     "rewrite",

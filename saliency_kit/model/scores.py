@@ -36,9 +36,9 @@ import keras
 import numpy as np
 
 from . import keras_private
-from .layers import is_graph_model
 from .placed import Placed
 from .taps import Reach, Tap, not_reached, path_of, recording
+from .walker import is_graph_model
 
 __all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "output_shapes"]
 

@@ -7,7 +7,7 @@ One role per module (Zennit's layering):
 * :mod:`.gates` — the ``custom_gradient`` gates that put the rules on a backward pass (LRP's rule
   and pass gates, DeepLIFT's Rescale and max-pooling gates and their row layouts);
 * :mod:`.rewriting` — the pass that puts rule-carrying layers into a checked copy of the model;
-* :mod:`.rules` — the LRP rules for linear layers (``Epsilon``, ``Gamma``, ``ZPlus``,
+* :mod:`.lrp_rules` — the LRP rules for linear layers (``Epsilon``, ``Gamma``, ``ZPlus``,
   ``AlphaBeta``, ``Flat``, ``WSquare``, ``ZBox``) and ``Pass`` for activations;
 * :mod:`.composites` — which rule each layer gets (``Composite`` and the named composites, in a
   registry that imports no TensorFlow);

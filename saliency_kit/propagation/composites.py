@@ -91,7 +91,7 @@ class Composite:
     def __init__(self, rules, *, pooling_stabilizer: float = AVERAGE_POOLING_EPSILON):
         self.pooling_stabilizer = float(pooling_stabilizer)
         from .core import LinearRule
-        from .rules import Pass
+        from .lrp_rules import Pass
 
         items = list(rules.items()) if isinstance(rules, dict) else list(rules)
         for entry in items:
@@ -155,9 +155,9 @@ class EpsilonPlus(_Named):
     """ε for dense layers, z⁺ for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        from . import rules
+        from . import lrp_rules
 
-        super().__init__(rules.ZPlus(stabilizer), rules.Epsilon(epsilon), stabilizer=stabilizer)
+        super().__init__(lrp_rules.ZPlus(stabilizer), lrp_rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
 @register("epsilon_plus_flat")
@@ -165,9 +165,11 @@ class EpsilonPlusFlat(_Named):
     """ε for dense layers, z⁺ for convolutions, flat for the first linear layer."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        from . import rules
+        from . import lrp_rules
 
-        super().__init__(rules.ZPlus(stabilizer), rules.Epsilon(epsilon), rules.Flat(stabilizer), stabilizer)
+        super().__init__(
+            lrp_rules.ZPlus(stabilizer), lrp_rules.Epsilon(epsilon), lrp_rules.Flat(stabilizer), stabilizer
+        )
 
 
 @register("epsilon_gamma_box")
@@ -175,15 +177,15 @@ class EpsilonGammaBox(_Named):
     """ε for dense layers, γ for convolutions, ZBox(low, high) for the first convolution."""
 
     def __init__(self, low, high, epsilon: float = 1e-6, gamma: float = 0.25, stabilizer: float = 1e-6):
-        from . import rules
+        from . import lrp_rules
 
         dense, convolution = _keras_kinds()
         Composite.__init__(
             self,
             [
-                ("first", FirstOf(convolution, rules.ZBox(low, high, stabilizer))),
-                (convolution, rules.Gamma(gamma, stabilizer)),
-                (dense, rules.Epsilon(epsilon)),
+                ("first", FirstOf(convolution, lrp_rules.ZBox(low, high, stabilizer))),
+                (convolution, lrp_rules.Gamma(gamma, stabilizer)),
+                (dense, lrp_rules.Epsilon(epsilon)),
             ],
             pooling_stabilizer=stabilizer,
         )
@@ -205,9 +207,9 @@ class EpsilonAlpha2Beta1(_Named):
     """ε for dense layers, α2β1 for convolutions."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        from . import rules
+        from . import lrp_rules
 
-        super().__init__(rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon), stabilizer=stabilizer)
+        super().__init__(lrp_rules.AlphaBeta(2.0, 1.0, stabilizer), lrp_rules.Epsilon(epsilon), stabilizer=stabilizer)
 
 
 @register("epsilon_alpha2_beta1_flat")
@@ -215,10 +217,13 @@ class EpsilonAlpha2Beta1Flat(_Named):
     """ε for dense layers, α2β1 for convolutions, flat for the first linear layer."""
 
     def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
-        from . import rules
+        from . import lrp_rules
 
         super().__init__(
-            rules.AlphaBeta(2.0, 1.0, stabilizer), rules.Epsilon(epsilon), rules.Flat(stabilizer), stabilizer
+            lrp_rules.AlphaBeta(2.0, 1.0, stabilizer),
+            lrp_rules.Epsilon(epsilon),
+            lrp_rules.Flat(stabilizer),
+            stabilizer,
         )
 
 
@@ -235,7 +240,7 @@ def _one_rule(make_rule: Callable) -> Callable:
 @register("epsilon")
 @_one_rule
 def _epsilon(epsilon: float = 1e-6):
-    from .rules import Epsilon
+    from .lrp_rules import Epsilon
 
     return Epsilon(epsilon)
 
@@ -243,7 +248,7 @@ def _epsilon(epsilon: float = 1e-6):
 @register("gamma")
 @_one_rule
 def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6):
-    from .rules import Gamma
+    from .lrp_rules import Gamma
 
     return Gamma(gamma, stabilizer)
 
@@ -251,7 +256,7 @@ def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6):
 @register("alpha1_beta0")
 @_one_rule
 def _alpha1_beta0(stabilizer: float = 1e-6):
-    from .rules import AlphaBeta
+    from .lrp_rules import AlphaBeta
 
     return AlphaBeta(1.0, 0.0, stabilizer)
 

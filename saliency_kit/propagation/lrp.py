@@ -5,7 +5,7 @@ The copy carries relevance in *gradient form*: at every tensor ``a`` of the copy
 ``R_a = a ⊙ ∂s/∂a`` (``s`` the differentiated score). That holds at the top (``R = s``), and each
 rewritten layer keeps it: a linear layer's backward takes ``R_out = z ⊙ dz``, applies its rule
 and returns ``dx = R_in / x`` (computed without dividing for the rules whose relevance is
-proportional to ``x``); an activation with :class:`~saliency_kit.propagation.rules.Pass` returns
+proportional to ``x``); an activation with :class:`~saliency_kit.propagation.lrp_rules.Pass` returns
 ``dx = dy · f(x) / x``. Layers that only move, copy or add values (padding, reshaping,
 ``Concatenate``, ``Add``, ``Subtract``, max pooling) keep their plain gradient, which in this form
 *is* the relevance rule (see :mod:`saliency_kit.propagation.canonizers`); a product of two
@@ -31,9 +31,9 @@ from .core import LinearRule, linear_parts
 from .custom import build_like, custom_layer
 from .elementwise import activation_family
 from .gates import pass_gate, relevance_gate, rule_gate
+from .lrp_rules import Epsilon, Pass
 from .products import ProductLayer
 from .rewriting import WrapperLayer, clone_layer, rewrite_planned
-from .rules import Epsilon, Pass
 from .transformer import AttentionLayer, LayerNormLayer
 
 __all__ = ["PassLayer", "RuleLayer", "SumLayer", "placed_rules", "rewrite_lrp"]
@@ -41,7 +41,7 @@ __all__ = ["PassLayer", "RuleLayer", "SumLayer", "placed_rules", "rewrite_lrp"]
 
 class RuleLayer(WrapperLayer):
     """A linear layer with an LRP rule on its backward pass, its fused activation split off with
-    :class:`~saliency_kit.propagation.rules.Pass`, and possibly a BatchNorm merged in."""
+    :class:`~saliency_kit.propagation.lrp_rules.Pass`, and possibly a BatchNorm merged in."""
 
     def __init__(self, inner, rule: LinearRule, family=None, **kwargs):
         super().__init__(inner, **kwargs)

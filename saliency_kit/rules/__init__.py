@@ -41,7 +41,7 @@ __all__ = [
 
 _PROPAGATION = {
     "LinearRule": "core",
-    **dict.fromkeys(("AlphaBeta", "Epsilon", "Flat", "Gamma", "Pass", "WSquare", "ZBox", "ZPlus"), "rules"),
+    **dict.fromkeys(("AlphaBeta", "Epsilon", "Flat", "Gamma", "Pass", "WSquare", "ZBox", "ZPlus"), "lrp_rules"),
 }
 
 

@@ -16,7 +16,7 @@ def output_kind(model: keras.Model) -> str:
     ``"several"`` (several outputs) or ``"other"``."""
     import keras
 
-    from ..model.layers import is_graph_model
+    from ..model.walker import is_graph_model
 
     if is_graph_model(model):
         outputs = model.output

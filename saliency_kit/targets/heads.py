@@ -163,7 +163,7 @@ class Unit(Target):
         return f"unit({getattr(self.layer, 'name', self.layer)!r}, {self.index!r})"
 
     def resolve(self, request: TargetRequest) -> Resolved:
-        from ..model.layers import find_layer, layer_at
+        from ..model.walker import find_layer, layer_at
 
         path = find_layer(request.model, self.layer)
         found = layer_at(request.model, path)

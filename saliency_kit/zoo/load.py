@@ -50,7 +50,7 @@ def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
             raise ValueError(f"config {spec.source} needs 'constructor' or 'model_file'")
     spec = _complete(spec, model)
     _SPECS[model] = spec
-    from ..model.layers import configure_cam_layer
+    from ..model.walker import configure_cam_layer
 
     configure_cam_layer(model, spec.gradcam_layer)
     return model, spec
@@ -130,7 +130,7 @@ def _class_count(spec: ModelSpec, output_shape) -> int | None:
 
 def _last_4d_layer(model) -> str | None:
     """Path of the last layer (nested models included) whose output is 4-D, or ``None``."""
-    from ..model.layers import layer_paths, output_rank
+    from ..model.walker import layer_paths, output_rank
 
     found = [path for path, layer in layer_paths(model) if output_rank(layer) == 4]
     return found[-1] if found else None
@@ -138,7 +138,7 @@ def _last_4d_layer(model) -> str | None:
 
 def _get_layer(model, path: str, spec=None):
     """The layer at ``"outer/inner"`` (or a bare layer name); ValueError naming what exists."""
-    from ..model.layers import find_layer, layer_at
+    from ..model.walker import find_layer, layer_at
 
     try:
         return layer_at(model, find_layer(model, path))
@@ -147,7 +147,7 @@ def _get_layer(model, path: str, spec=None):
 
 
 # The spec of each model load_model returned, so that explaining that model uses its configured
-# class names and Grad-CAM layer (model.layers.configure_cam_layer records the latter). Weak keys: the model
+# class names and Grad-CAM layer (model.walker.configure_cam_layer records the latter). Weak keys: the model
 # is not kept alive
 # and not changed.
 _SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

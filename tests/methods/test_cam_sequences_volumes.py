@@ -14,7 +14,7 @@ from method_support import input_methods, small_options
 
 import saliency_kit as sk
 from saliency_kit import methods
-from saliency_kit.model.layers import default_cam_layer
+from saliency_kit.model.walker import default_cam_layer
 
 B = 3
 TARGETS = [[0, 2]] * B

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import saliency_kit as sk
 from saliency_kit.model.copy import copy_model
-from saliency_kit.model.layers import default_cam_layer, find_layer, is_recurrent, walk, weighted_layers
 from saliency_kit.model.scores import ScoreView
+from saliency_kit.model.walker import default_cam_layer, find_layer, is_recurrent, walk, weighted_layers
 
 RNG = np.random.default_rng(3)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from saliency_kit.propagation.rules import AlphaBeta, Epsilon, Flat, Gamma, WSquare, ZBox, ZPlus
+from saliency_kit.propagation.lrp_rules import AlphaBeta, Epsilon, Flat, Gamma, WSquare, ZBox, ZPlus
 
 #: ``(rule class, configuration, reference)``; ``reference(x, W, b, R, S, **configuration)`` is the
 #: input relevance of ``z = x @ W + b`` (``x [I]``, ``W [I, J]``) for output relevance ``R [J]``;

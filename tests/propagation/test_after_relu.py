@@ -14,7 +14,7 @@ from propagation.numpy_reference import RULES, conv_matrix, epsilon_rule
 
 from saliency_kit.propagation import canonizers, composites
 from saliency_kit.propagation.lrp import RuleLayer, rewrite_lrp
-from saliency_kit.propagation.rules import Epsilon
+from saliency_kit.propagation.lrp_rules import Epsilon
 from saliency_kit.rules.relu import ReluFamily
 
 #: The rules whose relevance is proportional to their input (ε, γ, z⁺, αβ): inside a network the

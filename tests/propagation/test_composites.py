@@ -14,7 +14,7 @@ from propagation.numpy_reference import epsilon_rule, flat_rule
 import saliency_kit as sk
 from saliency_kit.methods import get
 from saliency_kit.propagation import composites
-from saliency_kit.propagation.rules import Epsilon, Flat
+from saliency_kit.propagation.lrp_rules import Epsilon, Flat
 
 
 @composites.register("test_flat_then_epsilon")

@@ -12,7 +12,7 @@ from propagation.numpy_reference import RULES, conv_matrix, numpy_deeplift, zbox
 from saliency_kit.propagation import composites
 from saliency_kit.propagation.deeplift import rewrite_deeplift
 from saliency_kit.propagation.lrp import rewrite_lrp
-from saliency_kit.propagation.rules import AlphaBeta, Epsilon, Flat, Pass, ZBox, ZPlus
+from saliency_kit.propagation.lrp_rules import AlphaBeta, Epsilon, Flat, Pass, ZBox, ZPlus
 
 RNG = np.random.default_rng(7)
 
@@ -46,12 +46,12 @@ def rule_id(case):
 
 
 def test_every_rule_has_a_reference():
-    from saliency_kit.propagation import rules
+    from saliency_kit.propagation import lrp_rules
     from saliency_kit.propagation.core import LinearRule
 
     defined = {
         cls
-        for cls in vars(rules).values()
+        for cls in vars(lrp_rules).values()
         if isinstance(cls, type) and issubclass(cls, LinearRule) and cls is not LinearRule
     }
     assert defined == {rule_class for rule_class, _, _ in RULES}
