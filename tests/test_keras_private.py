@@ -179,3 +179,67 @@ def test_the_nested_graph_attributes_override_reads_are_listed(name):
     from saliency_kit.model import override
 
     assert name in override._NESTED_GRAPH_ATTRS and name in {n for n, _, _ in TF_PRIVATE}
+
+
+# -- Keras internals anywhere else ---------------------------------------------------------------
+def _keras_probes() -> list:
+    """Keras objects of every kind saliency_kit looks into: a built layer, a functional and a
+    sequential model, a symbolic tensor and its graph node, a Lambda, a built attention layer."""
+    inputs = keras.Input((3, 2))
+    attention = keras.layers.MultiHeadAttention(num_heads=1, key_dim=2)
+    functional = keras.Model(inputs, attention(inputs, inputs))
+    sequential = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    node = keras_private.inbound_nodes(attention)[0]
+    return [attention, functional, sequential, sequential.layers[0], inputs, node, keras.layers.Lambda(lambda t: t)]
+
+
+def _keras_internals_used(path: pathlib.Path, keras_names: set) -> list:
+    """``"line: name"`` for each Keras-private name ``path`` reads (``x._name``, ``"_name"``), each
+    mention of Keras' private package ``keras.src`` and each TensorFlow-private import."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        name = None
+        own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        if isinstance(node, ast.Attribute) and not own:
+            name = node.attr
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = "keras.src" if "keras.src" in node.value else node.value
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            name = next((m for m in modules if m.startswith(("keras.src", "tensorflow.python"))), None)
+        if name and (name in keras_names or name.startswith(("keras.src", "tensorflow.python"))):
+            found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_no_module_but_keras_private_reads_keras_internals():
+    """A private attribute of any Keras object saliency_kit looks into, read anywhere but
+    model/keras_private.py, ``keras.src`` named anywhere, or a TensorFlow-private module imported
+    anywhere but model/override.py, fails here, naming the module and the line."""
+    keras_names = {name for probe in _keras_probes() for name in dir(probe) if name.startswith("_")}
+    keras_names = {name for name in keras_names if not name.startswith("__")}
+    keras_names |= {attribute for _, attribute, _ in (*keras_private.REQUIRED, *keras_private.READ_IF_PRESENT)}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "keras_private.py":
+            continue
+        for hit in _keras_internals_used(path, keras_names):
+            if path.name == "override.py" and "tensorflow.python" in hit:
+                continue  # the TensorFlow-private list above
+            offenders.append(f"{path.relative_to(PACKAGE.parent)}:{hit}")
+    assert not offenders, "Keras internals read outside model/keras_private.py:\n" + "\n".join(offenders)
+
+
+def test_the_keras_internals_guard_sees_attributes_strings_and_imports(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(
+        "from tensorflow.python.framework import tensor_util\n"
+        "def f(layer):\n"
+        "    skip = ('_layers', '_tracker')\n"
+        "    return layer._masked_softmax, type(layer).__module__.startswith('keras.src.layers.'), self._own\n"
+    )
+    hits = _keras_internals_used(source, {"_layers", "_tracker", "_masked_softmax", "_own"})
+    assert sorted(hit.split(": ")[1] for hit in hits) == sorted(
+        ["tensorflow.python.framework", "_layers", "_tracker", "_masked_softmax", "keras.src"]
+    )

@@ -38,6 +38,17 @@ __all__ = [
     "nodes_by_depth",
     "keras_mask",
     "node_arguments",
+    "KERAS_LAYER_MODULES",
+    "is_shipped_layer",
+    "own_attributes",
+    "ATTENTION_STEPS",
+    "attention_overrides",
+    "attention_is_gated",
+    "attention_projections",
+    "attention_mask",
+    "attention_scale",
+    "attention_equations",
+    "attention_softmax",
 ]
 
 #: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
@@ -64,7 +75,34 @@ REQUIRED = (
     (keras.layers.Layer, "_outbound_nodes", "how many layers read a layer's output (LRP's BatchNorm merge)"),
     (keras.layers.Lambda, "_output_shape", "rebuild a Lambda around the same function (copy.py)"),
     (keras.layers.Layer, "_build_shapes_dict", "the input shape a subclassed model was built with"),
+    (keras.layers.Layer, "_layers", "Keras' tracking of a layer's sublayers, left alone by a rule's install"),
+    (keras.layers.Layer, "_tracker", "Keras' attribute tracker, left alone by a rule's install"),
+    *(
+        (keras.layers.MultiHeadAttention, name, "the attention rules run MultiHeadAttention's own steps")
+        for name in (
+            "_query_dense",
+            "_key_dense",
+            "_value_dense",
+            "_output_dense",
+            "_compute_attention_mask",
+            "_inverse_sqrt_key_dim",
+            "_dot_product_equation",
+            "_combine_equation",
+            "_masked_softmax",
+            "_compute_attention",
+        )
+    ),
 )
+
+#: Read when present (``getattr`` with a default): a Keras without it has no such feature.
+READ_IF_PRESENT = ((keras.layers.MultiHeadAttention, "_use_gate", "a gated attention output"),)
+
+#: The modules the layers Keras ships are defined in (``keras.layers`` re-exports them from
+#: ``keras.src``, Keras' private package).
+KERAS_LAYER_MODULES = ("keras.src.layers.", "keras.layers")
+
+#: The steps of ``MultiHeadAttention`` the attention rules mirror; a subclass overriding one is refused.
+ATTENTION_STEPS = ("call", "_compute_attention", "_masked_softmax")
 
 
 def missing() -> list[str]:
@@ -78,11 +116,16 @@ def missing() -> list[str]:
     )
     probes[keras.KerasTensor] = keras.Input((1,))
     probes[keras.layers.Layer] = keras.layers.Dense(1)
+    attention = keras.layers.MultiHeadAttention(num_heads=1, key_dim=2)
+    attention.build((1, 3, 2), (1, 3, 2))
+    probes[keras.layers.MultiHeadAttention] = attention
     gone = []
     for cls, attribute, purpose in REQUIRED:
         probe = probes.get(cls, cls)
         if not hasattr(probe, attribute):
             gone.append(f"{cls.__name__}.{attribute} ({purpose})")
+    if not is_shipped_layer(probes[keras.layers.Layer]):
+        gone.append(f"the layers' modules {KERAS_LAYER_MODULES} (tell Keras' own layers from a user's)")
     return gone
 
 
@@ -224,3 +267,61 @@ def keras_mask(tensor: Any) -> Any:
     """The Keras mask a layer attached to ``tensor`` (what ``MultiHeadAttention`` reads from its
     query), or ``None``. Private: the ``_keras_mask`` attribute Keras' TensorFlow backend sets."""
     return getattr(tensor, "_keras_mask", None)
+
+
+def is_shipped_layer(op: Any) -> bool:
+    """Whether ``op``'s class is defined by Keras (not a user's subclass). Private: Keras' module
+    layout, :data:`KERAS_LAYER_MODULES`."""
+    return type(op).__module__.startswith(KERAS_LAYER_MODULES)
+
+
+def own_attributes(layer: Any) -> list[tuple[str, Any]]:
+    """``[(name, value)]``: ``layer``'s instance attributes without Keras' tracking bookkeeping.
+    Private: ``Layer._layers``, ``Layer._tracker`` (and the ``_tracker*`` attributes)."""
+    items = vars(layer).items()
+    return [(name, value) for name, value in items if name != "_layers" and not name.startswith("_tracker")]
+
+
+def attention_overrides(op: Any) -> list[str]:
+    """The :data:`ATTENTION_STEPS` that ``op``'s class (a ``MultiHeadAttention``) overrides.
+    Private: ``MultiHeadAttention._compute_attention``, ``_masked_softmax``."""
+    base = keras.layers.MultiHeadAttention
+    return [name for name in ATTENTION_STEPS if getattr(type(op), name) is not getattr(base, name)]
+
+
+def attention_is_gated(op: Any) -> bool:
+    """Whether a ``MultiHeadAttention`` gates its output (a Keras without the feature: no).
+    Private: ``MultiHeadAttention._use_gate``."""
+    return bool(getattr(op, "_use_gate", False))
+
+
+def attention_projections(mha: Any) -> dict[str, Any]:
+    """``{"query", "key", "value", "output": EinsumDense}`` of a built ``MultiHeadAttention``.
+    Private: ``MultiHeadAttention._query_dense`` and its three siblings."""
+    return {"query": mha._query_dense, "key": mha._key_dense, "value": mha._value_dense, "output": mha._output_dense}
+
+
+def attention_mask(mha: Any, query: Any, value: Any, **masks: Any) -> Any:
+    """The attention mask ``[B, T, S]`` (or ``None``) ``mha`` computes from its masks
+    (``query_mask``, ``value_mask``, ``key_mask``, ``attention_mask``, ``use_causal_mask``).
+    Private: ``MultiHeadAttention._compute_attention_mask``."""
+    return mha._compute_attention_mask(query, value, **masks)
+
+
+def attention_scale(mha: Any) -> Any:
+    """The factor ``1 / sqrt(key_dim)`` a ``MultiHeadAttention`` scales its queries by. Private:
+    ``MultiHeadAttention._inverse_sqrt_key_dim``."""
+    return mha._inverse_sqrt_key_dim
+
+
+def attention_equations(mha: Any) -> tuple[str, str]:
+    """``(dot product, combine)``: the ``einsum`` equations of a built ``MultiHeadAttention``'s
+    scores (key, query) and of its weighted sum (probabilities, value). Private:
+    ``MultiHeadAttention._dot_product_equation``, ``_combine_equation``."""
+    return mha._dot_product_equation, mha._combine_equation
+
+
+def attention_softmax(mha: Any, scores: Any, mask: Any) -> Any:
+    """``mha``'s softmax of ``scores`` ``[B, N, T, S]`` under ``mask``. Private:
+    ``MultiHeadAttention._masked_softmax``."""
+    return mha._masked_softmax(scores, mask)

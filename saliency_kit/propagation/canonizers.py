@@ -231,7 +231,7 @@ def classify(op, path: str, *, final: bool = False) -> str:
     if type(op).__name__ in ROUTING_OPS:
         return "routing"
     if isinstance(op, keras.layers.Layer) and (
-        isinstance(op, keras.layers.Lambda) or not type(op).__module__.startswith(("keras.src.layers.", "keras.layers"))
+        isinstance(op, keras.layers.Lambda) or not keras_private.is_shipped_layer(op)
     ):
         return "custom"  # its call is traced and checked when the copy is made (propagation.custom)
     _refuse(op, path, "no LRP/DeepLIFT rule covers this kind of layer")
@@ -239,12 +239,7 @@ def classify(op, path: str, *, final: bool = False) -> str:
 
 def _check_attention(op, path: str) -> None:
     """Refuse a ``MultiHeadAttention`` whose computation the attention rules do not mirror."""
-    base = keras.layers.MultiHeadAttention
-    overridden = [
-        name
-        for name in ("call", "_compute_attention", "_masked_softmax")
-        if getattr(type(op), name) is not getattr(base, name)
-    ]
+    overridden = keras_private.attention_overrides(op)
     if overridden:
         _refuse(
             op,
@@ -252,7 +247,7 @@ def _check_attention(op, path: str) -> None:
             f"it overrides MultiHeadAttention's {', '.join(overridden)}, which the attention rules "
             "(softmax of scaled dot products, then a weighted sum of the values) would not mirror",
         )
-    if getattr(op, "_use_gate", False):
+    if keras_private.attention_is_gated(op):
         _refuse(op, path, "its gated attention output (a product with a gate computed from the query) has no rule here")
 
 

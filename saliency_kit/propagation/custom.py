@@ -25,7 +25,6 @@ from collections.abc import Callable
 
 import keras
 import tensorflow as tf
-from tensorflow.python.framework import tensor_util
 
 from ..model import keras_private
 from ..model.copy import rebuild_layer
@@ -162,7 +161,7 @@ def check_call(layer, path: str, args, kwargs, live: list) -> bool:
 
 
 def _constant_axes(op) -> tuple:
-    value = tensor_util.constant_value(op.inputs[1])
+    value = tf.get_static_value(op.inputs[1])
     if value is None:
         return (0,)  # unknown axes: taken as mixing rows
     rank = op.inputs[0].shape.rank
@@ -174,9 +173,7 @@ def install_rules(layer, path: str, wrap_sublayer: Callable) -> list:
     that ``wrap_sublayer(sublayer, path)`` gives a rule-carrying layer for; recurse into custom
     sublayers. Returns ``[(path, wrapper)]``. The replacements are not tracked by Keras."""
     placed: list = []
-    for name, value in list(vars(layer).items()):
-        if name in ("_layers", "_tracker") or name.startswith("_tracker"):
-            continue
+    for name, value in keras_private.own_attributes(layer):
         if isinstance(value, keras.layers.Layer) and not isinstance(value, WrapperLayer):
             replacement = _replacement(value, path, wrap_sublayer, placed)
             if replacement is not None:

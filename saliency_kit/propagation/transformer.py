@@ -101,8 +101,7 @@ class AttentionLayer(WrapperLayer):
         self.supports_masking = True
         if not inner.built:
             raise ValueError(f"AttentionLayer needs a built MultiHeadAttention; received {inner.name!r}, unbuilt.")
-        dense = {"query": inner._query_dense, "key": inner._key_dense, "value": inner._value_dense}
-        dense["output"] = inner._output_dense
+        dense = keras_private.attention_projections(inner)
         projections = {
             role: (projection(layer, role) if projection is not None else None) or layer
             for role, layer in dense.items()
@@ -128,7 +127,8 @@ class AttentionLayer(WrapperLayer):
         mha = self.inner
         if key is None:
             key = value
-        mask = mha._compute_attention_mask(
+        mask = keras_private.attention_mask(
+            mha,
             query,
             value,
             query_mask=keras_private.keras_mask(query),  # as MultiHeadAttention reads it
@@ -141,16 +141,17 @@ class AttentionLayer(WrapperLayer):
         q = projections["query"](query)
         k = projections["key"](key)
         v = projections["value"](relevance_gate(value) if self.to_relevance and self.method == "lrp" else value)
-        q = q * tf.cast(mha._inverse_sqrt_key_dim, q.dtype)
+        q = q * tf.cast(keras_private.attention_scale(mha), q.dtype)
+        dot_product, combination = keras_private.attention_equations(mha)
 
         def scores_of(k, q):
-            return tf.einsum(mha._dot_product_equation, k, q)
+            return tf.einsum(dot_product, k, q)
 
         def softmax(scores):
-            return mha._masked_softmax(scores, mask)
+            return keras_private.attention_softmax(mha, scores, mask)
 
         def combine(p, v):
-            return tf.einsum(mha._combine_equation, p, v)
+            return tf.einsum(combination, p, v)
 
         if self.method == "lrp":
             probabilities = tf.stop_gradient(softmax(scores_of(k, q)))
