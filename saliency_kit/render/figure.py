@@ -5,8 +5,10 @@ global state is never touched).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -162,11 +164,11 @@ def grid(
     row -- the input, then one panel per method; otherwise each method gets its own row of classes.
     A row holds at most ``max_columns`` panels and wraps after that; one-row blocks small enough
     are placed side by side (e.g. 4 inputs with one map each: two rows of up to three inputs);
-    blocks stacked one per line form columns, and their method names head the first line only. Each panel is
-    titled with its
-    method (bold) and below that the class name (from ``class_names``, else ``"class i"``) and the
-    score the map explains, ``score_name`` (e.g. ``"logit"``) saying what the score is; long
-    names are shortened so that titles never run into each other. ``row_labels`` name the inputs.
+    blocks stacked one per line form columns, and their method names head the first line only. Each
+    panel is titled with its method (bold) and below that the class name (from ``class_names``,
+    else ``"class i"``) and the score the map explains, ``score_name`` (e.g. ``"logit"``) saying
+    what the score is; long names are shortened so that titles never run into each other.
+    ``row_labels`` name the inputs.
 
     Panels: every image panel has the input's aspect ratio -- pixel-level maps are scaled to the
     image's size as shown, and the coarse CAM maps are laid over the image when ``overlay_cams``
@@ -182,24 +184,9 @@ def grid(
     from matplotlib.figure import Figure
 
     items = _explanations(explanation)
-    volumes = [np.shape(e.maps) for e in items if np.ndim(e.maps) == 5]
-    if volumes:
-        raise ValueError(
-            f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
-            f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}."
-        )
-    n_inputs = np.asarray(items[0].maps).shape[0]
-    if originals is not None and len(originals) != n_inputs:
-        raise ValueError(
-            f"grid() needs one original per explained input ({n_inputs}); received {len(originals)} originals."
-        )
-    if row_labels is not None and len(row_labels) != n_inputs:
-        raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
-    if int(max_columns) < 1:
-        raise ValueError(f"max_columns must be at least 1; received {max_columns!r}.")
-    if marks is not None and len(marks) != n_inputs:
-        raise ValueError(f"grid() needs one list of marks per input ({n_inputs}); received {len(marks)}.")
+    n_inputs = _check_grid(items, originals, row_labels, max_columns, marks)
     options = dict(sign=sign, clip_percentile=clip_percentile, cmap=cmap)
+    style = _PanelStyle(options, overlay_cams, alpha, feature_names, max_features)
     tabular = any(_is_tabular(e) for e in items)
     show_input = originals is not None and not tabular  # tabular values are written on the bars
     layout = _panel_rows(items, int(max_columns))
@@ -213,15 +200,7 @@ def grid(
     shown = None
     if originals is not None and _is_image(originals[0]):
         shown = [_display_image(o, max_side=max(64, int(panel_inches * dpi))) for o in originals]
-    aspect = 1.0
-    if tabular:
-        features = max(np.shape(e.attributions)[-1] for e in items if _is_tabular(e))
-        aspect = max(0.8, (0.14 * min(max_features, features) + 0.25) / panel_inches)
-    elif shown is not None:
-        aspect = float(np.clip(shown[0].shape[0] / shown[0].shape[1], 0.3, 3.0))
-    elif np.asarray(items[0].maps).ndim == 4:
-        height, width = np.asarray(items[0].maps).shape[2:]
-        aspect = float(np.clip(height / width, 0.3, 3.0))
+    aspect = _panel_aspect(items, shown, tabular, max_features, panel_inches)
     title_inches = 0.55  # a bold method header, then two lines: the class name and the score
     fig = Figure(
         figsize=(panel_inches * n_cols, (panel_inches * aspect + title_inches) * n_rows), dpi=dpi, layout="constrained"
@@ -236,18 +215,9 @@ def grid(
         first, left = (i // per_line) * len(layout), (i % per_line) * block_width
         headed = i == 0 or not headers_once
         if show_input:
-            ax = axes[first, left]
-            ax.set_axis_on()
-            if shown is not None:
-                ax.imshow(shown[i])
-            else:
-                _show_original(ax, originals[i])
-            _style(ax)
-            ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
-            if row_labels is not None or headed:
-                _column_header(
-                    ax, fit_text(str(row_labels[i]) if row_labels is not None else "Input", panel_inches, 8.5)
-                )
+            header = str(row_labels[i]) if row_labels is not None else "Input" if headed else None
+            image = None if shown is None else shown[i]
+            _draw_input_panel(axes[first, left], originals[i], image, header, panel_inches)
         elif row_labels is not None:
             axes[first, left].set_ylabel(fit_text(str(row_labels[i]), panel_inches * aspect, 8), fontsize=8)
         for r, row in enumerate(layout):
@@ -255,27 +225,9 @@ def grid(
                 ax = axes[first + r, left + c + int(show_input)]
                 ax.set_axis_on()
                 mark = marks[i][k] if marks is not None and k < len(marks[i]) else None
-                _draw_panel(
-                    ax,
-                    e,
-                    i,
-                    k,
-                    originals,
-                    shown,
-                    options,
-                    overlay_cams=overlay_cams,
-                    alpha=alpha,
-                    feature_names=feature_names,
-                    max_features=max_features,
-                    mark=mark,
-                )
-                target = int(np.asarray(e.targets)[i, k])
-                value = ""  # an explanation made with_scores=False has none
-                if getattr(e, "scores", None) is not None:
-                    score = float(np.asarray(e.scores)[i, k])
-                    value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
-                label = fit_text(_class_label(class_names, target), panel_inches, _TITLE_POINTS)
-                ax.set_title(f"{label}\n{value}", fontsize=_TITLE_POINTS, pad=3)
+                _draw_panel(ax, e, i, k, originals, shown, style, mark=mark)
+                title = _panel_title(e, i, k, class_names, score_name, panel_inches)
+                ax.set_title(title, fontsize=_TITLE_POINTS, pad=3)
                 if headed:
                     _column_header(ax, fit_text(method_title(e.method), panel_inches, 8.5))
                 if row_labels is not None and not show_input and c == 0 and r > 0:
@@ -285,8 +237,6 @@ def grid(
 
 def _first_inputs(e, n: int):
     """``e`` restricted to its first ``n`` inputs (the arrays a grid reads), for display."""
-    import dataclasses
-
     if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e) or isinstance(e, type):
         return e
     names = ("attributions", "maps", "targets", "scores")
@@ -397,19 +347,95 @@ def _column_header(ax, text: str) -> None:
     )
 
 
-def _draw_panel(ax, e, i, k, originals, shown, options, *, overlay_cams, alpha, feature_names, max_features, mark=None):
+@dataclasses.dataclass(frozen=True)
+class _PanelStyle:
+    """How a grid draws its map panels (the keywords of :func:`grid` of the same names)."""
+
+    options: dict[str, Any]  # the keywords of heatmap() and overlay(): sign, clip_percentile, cmap
+    overlay_cams: bool
+    alpha: float
+    feature_names: Sequence[str] | None
+    max_features: int
+
+
+def _check_grid(items: list, originals: Any, row_labels: Any, max_columns: int, marks: Any) -> int:
+    """The number of inputs the explanations ``items`` explain, after checking that the other
+    arguments of :func:`grid` hold one entry per input; ``ValueError`` otherwise."""
+    volumes = [np.shape(e.maps) for e in items if np.ndim(e.maps) == 5]
+    if volumes:
+        raise ValueError(
+            f"grid() draws image, sequence and tabular maps; volume maps [B, K, D, H, W] are drawn as "
+            f"slices by sk.render.volume(explanation, inputs); received maps of shape {volumes[0]}."
+        )
+    n_inputs = np.asarray(items[0].maps).shape[0]
+    if originals is not None and len(originals) != n_inputs:
+        raise ValueError(
+            f"grid() needs one original per explained input ({n_inputs}); received {len(originals)} originals."
+        )
+    if row_labels is not None and len(row_labels) != n_inputs:
+        raise ValueError(f"grid() needs one row label per input ({n_inputs}); received {len(row_labels)}.")
+    if int(max_columns) < 1:
+        raise ValueError(f"max_columns must be at least 1; received {max_columns!r}.")
+    if marks is not None and len(marks) != n_inputs:
+        raise ValueError(f"grid() needs one list of marks per input ({n_inputs}); received {len(marks)}.")
+    return int(n_inputs)
+
+
+def _panel_aspect(items: list, shown: list | None, tabular: bool, max_features: int, panel_inches: float) -> float:
+    """Height over width of a grid's panels: room for the bars of a tabular explanation, else the
+    shown images' aspect, else the maps' (``[B, K, H, W]``), else square."""
+    if tabular:
+        features = max(np.shape(e.attributions)[-1] for e in items if _is_tabular(e))
+        return max(0.8, (0.14 * min(max_features, features) + 0.25) / panel_inches)
+    if shown is not None:
+        return float(np.clip(shown[0].shape[0] / shown[0].shape[1], 0.3, 3.0))
+    if np.asarray(items[0].maps).ndim == 4:
+        height, width = np.asarray(items[0].maps).shape[2:]
+        return float(np.clip(height / width, 0.3, 3.0))
+    return 1.0
+
+
+def _draw_input_panel(ax: Any, original: Any, shown: np.ndarray | None, header: str | None, inches: float) -> None:
+    """A grid's input panel: the image as shown (``shown`` ``[h, w, 3]``), else the original drawn
+    by its kind; headed by ``header`` when given."""
+    ax.set_axis_on()
+    if shown is not None:
+        ax.imshow(shown)
+    else:
+        _show_original(ax, original)
+    _style(ax)
+    ax.set_title(" \n ", fontsize=_TITLE_POINTS, pad=3)  # keeps the header at the height of the others
+    if header is not None:
+        _column_header(ax, fit_text(header, inches, 8.5))
+
+
+def _panel_title(e: Any, i: int, k: int, class_names: Any, score_name: str | None, panel_inches: float) -> str:
+    """Two lines under a map panel: the class name of target ``[i, k]`` and the score the map
+    explains (none for an explanation made with ``with_scores=False``)."""
+    target = int(np.asarray(e.targets)[i, k])
+    value = ""
+    if getattr(e, "scores", None) is not None:
+        score = float(np.asarray(e.scores)[i, k])
+        value = f"{score_name} {score:.3g}" if score_name else f"{score:.3g}"
+    return f"{fit_text(_class_label(class_names, target), panel_inches, _TITLE_POINTS)}\n{value}"
+
+
+def _draw_panel(
+    ax: Any, e: Any, i: int, k: int, originals: Any, shown: list | None, style: _PanelStyle, mark: Mark | None = None
+) -> None:
     """One map of a grid: bars (tabular), a strip (sequence), an overlay (CAM) or a heatmap (an
     image panel with ``mark`` drawn on it)."""
+    options = style.options
     if _is_tabular(e):
         features = None if originals is None else originals[i]
-        _bars(ax, np.asarray(e.attributions)[i, k], features, feature_names, max_features=max_features)
+        _bars(ax, np.asarray(e.attributions)[i, k], features, style.feature_names, max_features=style.max_features)
         return
     map_ = np.asarray(e.maps[i, k])
     if map_.ndim == 1:  # a sequence strip
         ax.imshow(heatmap(map_, **options), aspect="auto", interpolation="nearest")
     elif shown is not None and map_.ndim == 2:
-        if method_display(e.method)[1] and overlay_cams:
-            ax.imshow(draw_mark(overlay(shown[i], map_, alpha=alpha, **options), mark))
+        if method_display(e.method)[1] and style.overlay_cams:
+            ax.imshow(draw_mark(overlay(shown[i], map_, alpha=style.alpha, **options), mark))
         else:  # scaled at its own resolution, then shown at the image's size and aspect
             unit = normalize(map_, sign=options["sign"], clip_percentile=options["clip_percentile"])
             picture = colorize(resize_unit(unit, shown[i].shape[:2]), options["cmap"], options["sign"])
