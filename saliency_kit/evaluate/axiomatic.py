@@ -21,6 +21,7 @@ import numpy as np
 from ._common import baseline_values, check_float, check_int
 from .draws import rng
 from .explained import prepare
+from .registry import metric
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
 from .views import flat_elements
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
+@metric("completeness", family="axiomatic", higher_is_better=False)
 def completeness(
     model: keras.Model,
     inputs: Any,
@@ -75,6 +77,7 @@ def completeness(
     return np.abs(a.sum(-1) - change)
 
 
+@metric("non_sensitivity", family="axiomatic", higher_is_better=False)
 def non_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -136,6 +139,7 @@ def non_sensitivity(
     return result
 
 
+@metric("input_invariance", family="axiomatic", higher_is_better=True)
 def input_invariance(
     model: keras.Model,
     inputs: Any,

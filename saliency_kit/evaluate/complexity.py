@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._common import check_float, preprocess
+from .registry import metric
 from .views import pixel_maps
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def _flat(
     return values.reshape(*values.shape[:2], -1)
 
 
+@metric("sparseness", family="complexity", higher_is_better=True)
 def sparseness(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -104,6 +106,7 @@ def sparseness(
     return (weights * a).sum(axis=-1) / (n * a.sum(axis=-1))
 
 
+@metric("complexity", family="complexity", higher_is_better=False)
 def complexity(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -138,6 +141,7 @@ def complexity(
     return -(p * np.log(p + 1e-12)).sum(axis=-1)
 
 
+@metric("effective_complexity", family="complexity", higher_is_better=False)
 def effective_complexity(
     model: keras.Model | None = None,
     inputs: Any = None,

@@ -36,6 +36,7 @@ import numpy as np
 from ._common import baseline_values, check_float, check_int, is_random_baseline, preprocess
 from .draws import rng
 from .explained import prepare
+from .registry import metric
 from .scoring import Job, forward, padded_replacer, padded_steps, prebuilt, score_jobs
 from .similarity import pearson, spearman_rows
 from .views import flat_elements, spatial_shape, spatial_to_elements
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 
+@metric("faithfulness_correlation", family="faithfulness", higher_is_better=True)
 def faithfulness_correlation(
     model: keras.Model,
     inputs: Any,
@@ -134,6 +136,7 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
     return [(r, c) for r in edges(height) for c in edges(width)]
 
 
+@metric("infidelity", family="faithfulness", higher_is_better=False)
 def infidelity(
     model: keras.Model,
     inputs: Any,
@@ -217,6 +220,7 @@ def cumulative_rows(flat_input: np.ndarray, masks: np.ndarray, values: np.ndarra
     return rows
 
 
+@metric("monotonicity_correlation", family="faithfulness", higher_is_better=True)
 def monotonicity_correlation(
     model: keras.Model,
     inputs: Any,

@@ -32,6 +32,7 @@ from ._common import baseline_values, check_float, check_int, preprocess
 from .draws import rng
 from .explained import prepare
 from .faithfulness import cumulative_rows, image_blocks
+from .registry import metric
 from .scoring import Job, forward, prebuilt, predicted, score_jobs
 from .views import flat_elements, image_channel_axis, spatial_shape, spatial_to_elements
 
@@ -88,6 +89,7 @@ _NEIGHBOURS = (
 )
 
 
+@metric("road", family="faithfulness", higher_is_better=False)
 def road(
     model: keras.Model,
     inputs: Any,
@@ -153,6 +155,7 @@ def road(
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 
 
+@metric("region_perturbation", family="faithfulness", higher_is_better=True)
 def region_perturbation(
     model: keras.Model,
     inputs: Any,
@@ -233,6 +236,7 @@ def region_perturbation(
     return {"curve": curve, "aopc": aopc, "score": aopc}
 
 
+@metric("pixel_flipping", family="faithfulness", higher_is_better=False)
 def pixel_flipping(
     model: keras.Model,
     inputs: Any,

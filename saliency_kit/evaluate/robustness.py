@@ -26,6 +26,7 @@ import numpy as np
 from ._common import check_float, check_int, preprocess
 from .draws import perturbed_keys, rng
 from .explained import Scored, prepare
+from .registry import metric
 from .scoring import input_groups, predicted
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ def _sensitivities(
     return result
 
 
+@metric("max_sensitivity", family="robustness", higher_is_better=False)
 def max_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -168,6 +170,7 @@ def max_sensitivity(
     return _nan_reduce(np.nanmax, values)
 
 
+@metric("avg_sensitivity", family="robustness", higher_is_better=False)
 def avg_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -213,6 +216,7 @@ def _nan_reduce(reduce: Callable[..., np.ndarray], values: np.ndarray) -> np.nda
     return out
 
 
+@metric("relative_input_stability", family="robustness", higher_is_better=False)
 def relative_input_stability(
     model: keras.Model,
     inputs: Any,
