@@ -134,7 +134,7 @@ def randomization_test(
         - ``spearman_abs``: Spearman rank correlation of the magnitude maps ``Σ_c |attribution|``,
           mean over inputs and targets;
         - ``spearman``: the same on the signed maps ``Σ_c attribution``;
-        - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.metrics.normalize_abs`
+        - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.evaluate.similarity.normalize_abs`
           (each divided by its 99th percentile, clipped to [0, 1]); with several explained parts,
           of each part whose maps are 2-D (an image's ``[H, W]``) on its own, averaged over those
           parts (the others have none: NaN when no explained part is an image);
