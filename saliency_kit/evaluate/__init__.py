@@ -18,6 +18,13 @@ docstring says which one is followed):
 - axiomatic (:mod:`.axiomatic`): ``completeness``, ``non_sensitivity``, ``input_invariance``;
 - :func:`compare`: every method × metric, with a seeded ``"random"`` method always in the table.
 
+Every metric is declared once where it is defined, ``@metric(name, family=..., higher_is_better=...,
+needs_masks=...)`` (:mod:`.registry`); :func:`metrics` lists them, and ``compare``, ``saliency
+evaluate --metric`` and README's table are made from that list (this package's metric names too);
+an installed distribution adds metrics through the entry-point group ``saliency_kit.metrics``.
+The options many metrics share (``normalise``, ``abs``, ``score``, ``softmax``,
+``perturb_baseline``) are read in one place, :class:`~.shared.Shared`.
+
 Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
 batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
 curve where the metric has one). An :class:`~saliency_kit.Explanation` is scored as it is; a method

@@ -395,7 +395,9 @@ def pointing_game_score(
 ) -> np.ndarray:
     """:func:`pointing_game` as a metric of the common signature: float ``[B, K]``, 1 where the
     map's maximum falls on the object, 0 where it misses (the maps as the other localisation
-    metrics read them, ``[B, K, H, W]``)."""
+    metrics read them, ``[B, K, H, W]``; bare ``maps`` as :func:`pointing_game` reads them)."""
+    if maps is not None and model is None and inputs is None:
+        return pointing_game(maps, masks, tolerance=tolerance).astype(np.float64)
     values = pixel_maps(
         "pointing_game",
         model,
