@@ -26,12 +26,15 @@ import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import options as opt
 from .options import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "add_parser",
@@ -151,7 +154,7 @@ def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=run)
 
 
-def _metrics(args, have_masks: bool) -> list[str]:
+def _metrics(args: argparse.Namespace, have_masks: bool) -> list[str]:
     from .options import did_you_mean
 
     chosen = list(dict.fromkeys(args.metric or [*DEFAULT_METRICS, *(DEFAULT_LOCALISATION if have_masks else ())]))
@@ -184,7 +187,7 @@ def _part_name(image: str) -> str:
     return hashlib.sha256(os.path.abspath(image).encode()).hexdigest()[:20] + ".json"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
     from ..batch import plan as planning
     from ..batch.progress import Progress
@@ -370,7 +373,7 @@ def write_table(out: str, table: dict, settings: dict) -> list[str]:
     return [*paths, png]
 
 
-def metrics_figure(table: dict):
+def metrics_figure(table: dict) -> Figure:
     """One panel per metric: methods ranked best first (by their mean), one dot per image, the mean
     as a bar; the ``random`` row drawn grey."""
     from matplotlib.figure import Figure
