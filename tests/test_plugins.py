@@ -116,3 +116,58 @@ def test_rendering_titles_the_plugin_by_its_declaration(plugin_env):
     done = subprocess.run([sys.executable, "-c", code], env=plugin_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "Gradient Power True"
+
+
+METRIC_PLUGIN = '''
+"""An outside metric: the mean |map| of each map (model-free; lower is better)."""
+import numpy as np
+
+from saliency_kit import evaluate
+
+
+@evaluate.metric("mean_magnitude", family="complexity", higher_is_better=False)
+def mean_magnitude(model=None, inputs=None, explanation_or_method="gradient", targets="top1", *, maps=None, **options):
+    values = np.abs(np.asarray(maps if maps is not None else explanation_or_method.maps, dtype=np.float64))
+    return values.reshape(*values.shape[:2], -1).mean(axis=-1)
+'''
+
+
+@pytest.fixture(scope="module")
+def metric_plugin_env(tmp_path_factory):
+    site = tmp_path_factory.mktemp("metric_site")
+    (site / "sk_plugin_metrics.py").write_text(METRIC_PLUGIN)
+    info = site / "sk_plugin_metrics-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sk-plugin-metrics\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[saliency_kit.metrics]\nmean_magnitude = sk_plugin_metrics\n")
+    return environment(PYTHONPATH=f"{ROOT}:{site}")
+
+
+def test_an_installed_metric_joins_the_registry_the_help_and_saliency_evaluate(metric_plugin_env, images, tmp_path):
+    listing = "from saliency_kit import evaluate; print(' '.join(m.name for m in evaluate.metrics()))"
+    done = subprocess.run([sys.executable, "-c", listing], env=metric_plugin_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "mean_magnitude"  # after the built-ins
+    code, out, err = run("evaluate", "--help", env=metric_plugin_env)
+    assert code == 0 and "mean_magnitude" in out, err
+    code, out, _ = run("evaluate", "--help")  # without the distribution on the path: not there
+    assert code == 0 and "mean_magnitude" not in out
+    model = save_tiny_model(tmp_path / "tiny.keras")
+    out_dir = tmp_path / "scored"
+    code, _, err = run(
+        "evaluate",
+        images / "a.png",
+        "--model",
+        model,
+        "--method",
+        "gradient",
+        "--metric",
+        "mean_magnitude",
+        "--out",
+        out_dir,
+        env=metric_plugin_env,
+    )
+    assert code == 0, own_lines(err, "evaluate") or err
+    rows = json.loads((out_dir / "metrics.json").read_text())["rows"]
+    assert {(r["method"], r["metric"]) for r in rows} == {("gradient", "mean_magnitude"), ("random", "mean_magnitude")}
+    assert all(r["mean"] > 0 and r["higher_is_better"] is False for r in rows)

@@ -19,18 +19,34 @@ get no localisation values.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import io
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import options as opt
 from .options import UsageError
 
-__all__ = ["add_parser", "mask_path", "load_mask", "run", "collect", "write_table", "metrics_figure"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "add_parser",
+    "metric_names",
+    "metrics_epilog",
+    "mask_path",
+    "load_mask",
+    "run",
+    "collect",
+    "write_table",
+    "metrics_figure",
+]
 
 #: Metrics scored when no --metric is given (fast on any model); localisation ones when masks exist.
 DEFAULT_METRICS = ("faithfulness_correlation", "region_perturbation", "max_sensitivity", "sparseness", "random_logit")
@@ -44,34 +60,6 @@ CLI_METRIC_OPTIONS = {
     "pixel_flipping": {"features_in_step": 64},
     "non_sensitivity": {"features_in_step": 64},
 }
-#: The names of ``saliency_kit.evaluate.METRICS``, here so that building the parser imports no SciPy.
-METRIC_NAMES = (
-    "faithfulness_correlation",
-    "infidelity",
-    "road",
-    "monotonicity_correlation",
-    "region_perturbation",
-    "pixel_flipping",
-    "deletion",
-    "insertion",
-    "max_sensitivity",
-    "avg_sensitivity",
-    "relative_input_stability",
-    "pointing_game",
-    "relevance_mass_accuracy",
-    "relevance_rank_accuracy",
-    "top_k_intersection",
-    "attribution_localisation",
-    "auc",
-    "sparseness",
-    "complexity",
-    "effective_complexity",
-    "random_logit",
-    "randomization",
-    "completeness",
-    "non_sensitivity",
-    "input_invariance",
-)
 PARTS = "metrics_parts"
 SETTINGS = "metrics_settings.json"
 
@@ -85,20 +73,60 @@ CAVEATS = (
 )
 
 
-def add_parser(subcommands, common) -> None:
+def metric_names() -> list[str]:
+    """The name of every declared metric (``saliency_kit.evaluate.metrics()``, plugins included).
+    Imports the metrics (NumPy and SciPy), so the parser asks for them only when they are needed:
+    to check ``--metric`` and to print ``--help``."""
+    from ..evaluate import registry
+
+    return registry.names()
+
+
+def metrics_epilog() -> str:
+    """The end of ``saliency evaluate --help``: every declared metric, by family and direction."""
+    from ..evaluate import metrics
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for declared in metrics():
+        masks = " (needs masks)" if declared.needs_masks else ""
+        groups.setdefault((declared.family, declared.direction), []).append(declared.name + masks)
+    listed = "; ".join(
+        f"{family}, {better} is better: {', '.join(names)}" for (family, better), names in groups.items()
+    )
+    return (
+        f"Metrics — {listed}. --seed N seeds every metric's draws, the random map and the noisy methods (default: 0)."
+    )
+
+
+class _HelpWithMetrics(argparse.Action):
+    """``-h``/``--help`` of ``saliency evaluate``: the help, ending with the declared metrics (read
+    only now, so that building the parser imports no metric)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        parser.epilog = metrics_epilog()
+        parser.print_help()
+        parser.exit()
+
+
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``evaluate`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
     parser = subcommands.add_parser(
         "evaluate",
         parents=[common],
+        add_help=False,
         help="which method should I trust? every method x metric on your images (CSV, JSON, chart)",
         description=(
             "Score every --method with every --metric on the images (a seeded random map is "
             "always added as a method), and write metrics.csv, metrics.json and metrics.png "
             "to --out. " + CAVEATS
         ),
-        epilog=f"Metrics: {', '.join(METRIC_NAMES)}. --seed N seeds every metric's draws, the random map and "
-        "the noisy methods (default: 0).",
     )
+    parser.add_argument("-h", "--help", action=_HelpWithMetrics, help="show this help message and exit")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     opt.add_model_options(parser)
     opt.add_method_options(parser)
@@ -126,16 +154,14 @@ def add_parser(subcommands, common) -> None:
     parser.set_defaults(handler=run)
 
 
-def _metrics(args, have_masks: bool) -> list[str]:
+def _metrics(args: argparse.Namespace, have_masks: bool) -> list[str]:
     from .options import did_you_mean
 
     chosen = list(dict.fromkeys(args.metric or [*DEFAULT_METRICS, *(DEFAULT_LOCALISATION if have_masks else ())]))
+    known = metric_names()
     for name in chosen:
-        if name not in METRIC_NAMES:
-            raise UsageError(
-                f"unknown metric {name!r}{did_you_mean(name, list(METRIC_NAMES))}; choose from: "
-                f"{', '.join(METRIC_NAMES)}"
-            )
+        if name not in known:
+            raise UsageError(f"unknown metric {name!r}{did_you_mean(name, known)}; choose from: {', '.join(known)}")
     return chosen
 
 
@@ -161,11 +187,11 @@ def _part_name(image: str) -> str:
     return hashlib.sha256(os.path.abspath(image).encode()).hexdigest()[:20] + ".json"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
     from ..batch import plan as planning
     from ..batch.progress import Progress
-    from ..evaluate import METRICS, compare
+    from ..evaluate import compare, registry
     from ..files import remove_partials, write_json
     from ..images import ImageLoadError, load_image
     from .explain import with_model_defaults
@@ -228,7 +254,7 @@ def run(args) -> int:
             preflighted = True
         mask_file = masks_found[path]
         mask = load_mask(mask_file, x.shape[:2])[None] if mask_file else None
-        chosen = [m for m in metrics if mask is not None or not METRICS[m].needs_masks]
+        chosen = [m for m in metrics if mask is not None or not registry.get(m).needs_masks]
         table = compare(
             model,
             x[None],
@@ -295,7 +321,7 @@ def collect(parts: str, images: list[str], methods: list[str], metrics: list[str
     higher_is_better}]}`` (``per_input`` in the order of ``images``; NaN where a metric has no value)."""
     import json
 
-    from ..evaluate import METRICS
+    from ..evaluate import registry
 
     per_image = []
     for image in images:
@@ -319,7 +345,7 @@ def collect(parts: str, images: list[str], methods: list[str], metrics: list[str
                     "mean": float(finite.mean()) if finite.size else float("nan"),
                     "std": float(finite.std()) if finite.size else float("nan"),
                     "per_input": [float(v) for v in values],
-                    "higher_is_better": METRICS[metric].higher_is_better,
+                    "higher_is_better": registry.get(metric).higher_is_better,
                 }
             )
     return {"images": [os.path.abspath(p) for p in images], "rows": rows}
@@ -347,7 +373,7 @@ def write_table(out: str, table: dict, settings: dict) -> list[str]:
     return [*paths, png]
 
 
-def metrics_figure(table: dict):
+def metrics_figure(table: dict) -> Figure:
     """One panel per metric: methods ranked best first (by their mean), one dot per image, the mean
     as a bar; the ``random`` row drawn grey."""
     from matplotlib.figure import Figure

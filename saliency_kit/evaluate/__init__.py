@@ -18,6 +18,13 @@ docstring says which one is followed):
 - axiomatic (:mod:`.axiomatic`): ``completeness``, ``non_sensitivity``, ``input_invariance``;
 - :func:`compare`: every method × metric, with a seeded ``"random"`` method always in the table.
 
+Every metric is declared once where it is defined, ``@metric(name, family=..., higher_is_better=...,
+needs_masks=...)`` (:mod:`.registry`); :func:`metrics` lists them, and ``compare``, ``saliency
+evaluate --metric`` and README's table are made from that list (this package's metric names too);
+an installed distribution adds metrics through the entry-point group ``saliency_kit.metrics``.
+The options many metrics share (``normalise``, ``abs``, ``score``, ``softmax``,
+``perturb_baseline``) are read in one place, :class:`~.shared.Shared`.
+
 Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
 batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
 curve where the metric has one). An :class:`~saliency_kit.Explanation` is scored as it is; a method
@@ -50,54 +57,35 @@ Compare methods on the same inputs and settings, and against the ``"random"`` ro
 
 from __future__ import annotations
 
-from .axiomatic import completeness, input_invariance, non_sensitivity
-from .compare import METRICS, compare
-from .complexity import complexity, effective_complexity, sparseness
+# the family modules declare their metrics when imported, in this order (each family's order in metrics())
+# isort: off
+from . import faithfulness, perturbation, deletion, robustness, localisation  # noqa: F401
+from . import complexity, randomisation, axiomatic  # noqa: F401
+
+# isort: on
+from .compare import compare
 from .deletion import deletion_insertion
-from .faithfulness import faithfulness_correlation, infidelity, monotonicity_correlation
-from .localisation import (
-    attribution_localisation,
-    auc,
-    pointing_game,
-    relevance_mass_accuracy,
-    relevance_rank_accuracy,
-    top_k_intersection,
-)
-from .perturbation import pixel_flipping, region_perturbation, road
-from .randomisation import compare_maps, comparison_maps, iter_randomization, random_logit, randomization_test
+from .localisation import pointing_game
+from .randomisation import compare_maps, comparison_maps, iter_randomization, randomization_test
+from .registry import Metric, builtins, metric, metrics
 from .reinitialise import clone_with_weights, reinitialize, weighted_layers
-from .robustness import avg_sensitivity, max_sensitivity, relative_input_stability
+
+#: The function of every built-in metric, by its Python name (``sk.evaluate.NAME``), from the registry.
+_DECLARED = {declared.function.__name__: declared.function for declared in builtins()}
+globals().update(_DECLARED)
 
 __all__ = [
-    "faithfulness_correlation",
-    "infidelity",
-    "road",
-    "monotonicity_correlation",
-    "region_perturbation",
-    "pixel_flipping",
+    *_DECLARED,
     "deletion_insertion",
-    "max_sensitivity",
-    "avg_sensitivity",
-    "relative_input_stability",
     "pointing_game",
-    "relevance_mass_accuracy",
-    "relevance_rank_accuracy",
-    "top_k_intersection",
-    "attribution_localisation",
-    "auc",
-    "sparseness",
-    "complexity",
-    "effective_complexity",
     "randomization_test",
     "iter_randomization",
     "compare_maps",
     "comparison_maps",
-    "random_logit",
-    "completeness",
-    "non_sensitivity",
-    "input_invariance",
     "compare",
-    "METRICS",
+    "metric",
+    "metrics",
+    "Metric",
     "clone_with_weights",
     "weighted_layers",
     "reinitialize",

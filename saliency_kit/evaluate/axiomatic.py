@@ -20,8 +20,9 @@ import numpy as np
 
 from ._common import baseline_values, check_float, check_int
 from .draws import rng
-from .explained import prepare
+from .registry import metric
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
+from .shared import Shared
 from .views import flat_elements
 
 if TYPE_CHECKING:
@@ -30,20 +31,16 @@ if TYPE_CHECKING:
 __all__ = ["completeness", "non_sensitivity", "input_invariance"]
 
 
+@metric("completeness", family="axiomatic", higher_is_better=False)
 def completeness(
     model: keras.Model,
     inputs: Any,
     explanation_or_method: Any = "gradient",
     targets: Any = "top1",
     *,
-    perturb_baseline: Any = "black",
-    normalise: bool = False,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
     is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
@@ -53,28 +50,34 @@ def completeness(
     Quantus 0.6.0 returns ``Σ a == f(x) − f(x̄)`` compared for exact float equality (so always
     False in practice) and normalises the attributions by default (which breaks the sum); here
     the gap itself is returned and the attributions are not normalised unless asked.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=False``, ``abs=False``, ``score="logits"``, ``softmax=False``.
     """
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=False,
+        abs=False,
+        score="logits",
+        softmax=False,
     )
-    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     baseline = np.stack(
-        [baseline_values(perturb_baseline, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
+        [
+            baseline_values(shared.perturb_baseline, row, row.size, rng(seed, "completeness", b))
+            for b, row in enumerate(flat)
+        ]
     ).reshape(scored.x.shape)
     sources = np.arange(len(flat))
     change = forward(scored, scored.x, sources) - forward(scored, baseline, sources)
     return np.abs(a.sum(-1) - change)
 
 
+@metric("non_sensitivity", family="axiomatic", higher_is_better=False)
 def non_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -83,14 +86,9 @@ def non_sensitivity(
     *,
     eps: float = 1e-5,
     features_in_step: int = 1,
-    perturb_baseline: Any = "black",
-    normalise: bool = True,
-    abs: bool = True,
-    score: str = "logits",
-    softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """How many steps of ``features_in_step`` elements violate non-sensitivity: float ``[B, K]``
     (0 is best). A step violates it when "its attribution is below ``eps``" (every element of it)
@@ -100,22 +98,24 @@ def non_sensitivity(
     Quantus 0.6.0 compares per element with ``features_in_step=1`` and fails with a shape error
     otherwise; here a step is one unit (the same as Quantus for one element per step).
     ``n_elements / features_in_step`` evaluations per input.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=True``, ``abs=True``, ``score="logits"``, ``softmax=True``.
     """
     eps = check_float("eps", eps)
     features_in_step = check_int("features_in_step", features_in_step)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=True,
+        abs=True,
+        score="logits",
+        softmax=True,
     )
-    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     clean = forward(scored, scored.x, np.arange(len(flat)))
@@ -124,7 +124,7 @@ def non_sensitivity(
     for b in range(len(flat)):
         generator = rng(seed, "non_sensitivity", b)
         values = np.stack(
-            [baseline_values(perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
+            [baseline_values(shared.perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
         )
         jobs.append(Job(steps, padded_replacer(flat[b], padded, values), b, np.arange(a.shape[1])))
     result = np.empty(a.shape[:2])
@@ -136,6 +136,7 @@ def non_sensitivity(
     return result
 
 
+@metric("input_invariance", family="axiomatic", higher_is_better=True)
 def input_invariance(
     model: keras.Model,
     inputs: Any,
@@ -144,10 +145,9 @@ def input_invariance(
     *,
     input_shift: float = -1.0,
     atol: float = 1e-4,
-    score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Whether the explanation of ``x + input_shift`` on the shifted model ``m'(z) = m(z − input_shift)``
     equals the explanation of ``x`` on ``m`` (every element within ``atol``): float ``[B, K]``, 1.0
@@ -159,20 +159,13 @@ def input_invariance(
     Token ids explained in embedding space cannot be shifted (``ValueError``). Quantus 0.6.0 leaves
     the first element of each input unshifted, so even the plain gradient fails there; here every
     element is shifted.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``score="logits"``.
     """
 
     input_shift, atol = check_float("input_shift", input_shift), check_float("atol", atol)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        seed=seed,
-        batch_size=batch_size,
-        score=score,
-        method_options=method_options,
-        perturbs=True,
-    )
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, score="logits")
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
     x_shifted = (scored.x.astype(np.float64) + input_shift).astype(scored.x.dtype)
     parts = scored.parts
     if parts is None:

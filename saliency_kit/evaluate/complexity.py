@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._common import check_float, preprocess
+from .registry import metric
+from .shared import Shared
 from .views import pixel_maps
 
 if TYPE_CHECKING:
@@ -36,12 +38,9 @@ def _flat(
     explanation_or_method: Any,
     targets: Any,
     maps: np.ndarray | None,
-    normalise: bool,
-    absolute: bool,
-    seed: int,
-    batch_size: int,
-    method_options: Any,
+    shared: Shared,
 ) -> np.ndarray:
+    """The pixel maps ``[B, K, F]`` a complexity metric scores, after Quantus' preprocessing."""
     values = pixel_maps(
         name,
         model,
@@ -49,14 +48,15 @@ def _flat(
         explanation_or_method,
         targets,
         maps,
-        seed=seed,
-        batch_size=batch_size,
-        method_options=method_options,
+        seed=shared.seed,
+        batch_size=shared.batch_size,
+        method_options=dict(shared.method_options),
     )
-    values = preprocess(values, normalise=normalise, absolute=absolute)
+    values = preprocess(values, normalise=shared.normalise, absolute=shared.absolute)
     return values.reshape(*values.shape[:2], -1)
 
 
+@metric("sparseness", family="complexity", higher_is_better=True)
 def sparseness(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -64,11 +64,9 @@ def sparseness(
     targets: Any = "top1",
     *,
     maps: np.ndarray | None = None,
-    normalise: bool = True,
-    abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Gini index of each map's magnitudes: float ``[B, K]`` in ``[0, 1)``; higher is sparser.
 
@@ -80,7 +78,8 @@ def sparseness(
         model, inputs, explanation_or_method, targets: what to explain, as for every metric
             (ignored when ``maps`` is given).
         maps: a bare ``[B, K, ...]`` or ``[B, ...]`` array of maps to score instead.
-        normalise, abs: Quantus' preprocessing (defaults as Quantus).
+        options: the shared ``normalise=True`` and ``abs=True`` (Quantus' preprocessing and
+            defaults, :class:`~saliency_kit.evaluate.shared.Shared`); the rest, the method's.
     """
     a = (
         _flat(
@@ -90,11 +89,7 @@ def sparseness(
             explanation_or_method,
             targets,
             maps,
-            normalise,
-            abs,
-            seed,
-            batch_size,
-            method_options,
+            Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=True),
         )
         + 1e-7
     )
@@ -104,6 +99,7 @@ def sparseness(
     return (weights * a).sum(axis=-1) / (n * a.sum(axis=-1))
 
 
+@metric("complexity", family="complexity", higher_is_better=False)
 def complexity(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -111,15 +107,14 @@ def complexity(
     targets: Any = "top1",
     *,
     maps: np.ndarray | None = None,
-    normalise: bool = True,
-    abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Entropy of each map's magnitude distribution ``p = a / Σ|a|``: float ``[B, K]``, in nats;
     lower is simpler (``−Σ p log(p + 1e-12)``, as Quantus). An all-zero map gives NaN (no
-    distribution)."""
+    distribution). Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``,
+    ``abs=True``."""
     a = _flat(
         "complexity",
         model,
@@ -127,17 +122,14 @@ def complexity(
         explanation_or_method,
         targets,
         maps,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
+        Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=True),
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         p = a / np.abs(a).sum(axis=-1, keepdims=True)
     return -(p * np.log(p + 1e-12)).sum(axis=-1)
 
 
+@metric("effective_complexity", family="complexity", higher_is_better=False)
 def effective_complexity(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -146,14 +138,13 @@ def effective_complexity(
     *,
     maps: np.ndarray | None = None,
     eps: float = 1e-5,
-    normalise: bool = True,
-    abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """How many values of each map exceed ``eps`` after the preprocessing: float ``[B, K]``
-    (counts); lower is simpler."""
+    (counts); lower is simpler. Shared options (:class:`~saliency_kit.evaluate.shared.Shared`):
+    ``normalise=True``, ``abs=True``."""
     eps = check_float("eps", eps)
     a = _flat(
         "effective_complexity",
@@ -162,10 +153,6 @@ def effective_complexity(
         explanation_or_method,
         targets,
         maps,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
+        Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=True),
     )
     return (a > eps).sum(axis=-1).astype(np.float64)

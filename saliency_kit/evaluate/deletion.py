@@ -10,12 +10,13 @@ import numpy as np
 from scipy import ndimage
 
 from . import similarity as metrics
+from .registry import metric
 from .scoring import forward
 
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["deletion_insertion"]
+__all__ = ["deletion_insertion", "deletion_auc", "insertion_auc"]
 
 
 def deletion_insertion(
@@ -231,3 +232,69 @@ def _baseline(baseline: Any, x: Any, blurred: Any) -> np.ndarray:
             f"baseline cannot be broadcast to the inputs' shape {x.shape}: give a scalar, one input's "
             f"shape or the inputs' shape; received shape {value.shape}."
         ) from None
+
+
+@metric("deletion", family="faithfulness", higher_is_better=False)
+def deletion_auc(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
+    """The area under the deletion curve of :func:`deletion_insertion`: float ``[B, K]``, lower is
+    better. ``options``: :func:`deletion_insertion`'s (``steps``, ``baseline``, ...), the method's
+    options when ``explanation_or_method`` names one."""
+    return _curves(model, inputs, explanation_or_method, targets, seed, batch_size, options)["deletion_auc"]
+
+
+@metric("insertion", family="faithfulness", higher_is_better=True)
+def insertion_auc(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
+    *,
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
+    """The area under the insertion curve of :func:`deletion_insertion`: float ``[B, K]``, higher is
+    better (options as :func:`deletion_auc`'s)."""
+    return _curves(model, inputs, explanation_or_method, targets, seed, batch_size, options)["insertion_auc"]
+
+
+_CURVE_OPTIONS = ("steps", "baseline", "blur_sigma", "score", "max_batch_bytes")
+
+
+def _curves(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    seed: int,
+    batch_size: int,
+    options: dict,
+) -> dict:
+    """:func:`deletion_insertion` of an Explanation (a method name is explained first, with the
+    options that are not the curves'); a target object is passed on, class targets are the
+    explanation's own."""
+    from ..targets import is_target
+    from ._common import seed_noise
+
+    curve_options = {key: options.pop(key) for key in _CURVE_OPTIONS if key in options}
+    explanation = explanation_or_method
+    if isinstance(explanation, str):
+        from ..api import explain
+
+        seed_noise(explanation, options, seed)
+        explanation = explain(model, inputs, explanation, targets, batch_size=batch_size, **options)
+    elif options:
+        raise TypeError(f"deletion_insertion has no option {sorted(options)[0]!r}; received {sorted(options)}.")
+    given = targets if is_target(targets) else None
+    return deletion_insertion(
+        model, inputs, explanation, targets=given, seed=seed, batch_size=batch_size, **curve_options
+    )

@@ -35,8 +35,9 @@ import numpy as np
 
 from ._common import baseline_values, check_float, check_int, is_random_baseline, preprocess
 from .draws import rng
-from .explained import prepare
+from .registry import metric
 from .scoring import Job, forward, padded_replacer, padded_steps, prebuilt, score_jobs
+from .shared import Shared
 from .similarity import pearson, spearman_rows
 from .views import flat_elements, spatial_shape, spatial_to_elements
 
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 
+@metric("faithfulness_correlation", family="faithfulness", higher_is_better=True)
 def faithfulness_correlation(
     model: keras.Model,
     inputs: Any,
@@ -60,14 +62,9 @@ def faithfulness_correlation(
     *,
     nr_runs: int = 100,
     subset_size: int = 224,
-    perturb_baseline: Any = "black",
-    normalise: bool = True,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Pearson correlation, over ``nr_runs`` random subsets ``S`` of ``subset_size`` input elements,
     between ``Σ_{i∈S} a_i`` and ``f(x) − f(x with S replaced by the baseline)``: float ``[B, K]``.
@@ -75,21 +72,23 @@ def faithfulness_correlation(
     Subsets are drawn per input (seeded) and shared by its targets. Quantus draws from the
     channels-first flattening of the input; here from the input's own layout (the same
     distribution: subsets of elements).
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=True``, ``abs=False``, ``score="logits"``, ``softmax=False``.
     """
     nr_runs, subset_size = check_int("nr_runs", nr_runs, 2), check_int("subset_size", subset_size)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=True,
+        abs=False,
+        score="logits",
+        softmax=False,
     )
-    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     if subset_size > flat.shape[1]:
         raise ValueError(
             f"subset_size must be at most the number of input elements ({flat.shape[1]}); received {subset_size}."
@@ -99,7 +98,9 @@ def faithfulness_correlation(
     for b in range(len(flat)):
         generator = rng(seed, "faithfulness_correlation", b)
         chosen = np.stack([generator.choice(flat.shape[1], subset_size, replace=False) for _ in range(nr_runs)])
-        values = np.stack([baseline_values(perturb_baseline, flat[b], subset_size, generator) for _ in range(nr_runs)])
+        values = np.stack(
+            [baseline_values(shared.perturb_baseline, flat[b], subset_size, generator) for _ in range(nr_runs)]
+        )
         subsets.append(chosen)
         jobs.append(Job(nr_runs, _replacer(flat[b], chosen, values), b, np.arange(a.shape[1])))
     lost = score_jobs(scored, jobs)
@@ -134,6 +135,7 @@ def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, 
     return [(r, c) for r in edges(height) for c in edges(width)]
 
 
+@metric("infidelity", family="faithfulness", higher_is_better=False)
 def infidelity(
     model: keras.Model,
     inputs: Any,
@@ -142,14 +144,9 @@ def infidelity(
     *,
     perturb_patch_sizes: Any = (4,),
     n_perturb_samples: int = 10,
-    perturb_baseline: Any = "black",
-    normalise: bool = False,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Mean over patch sizes of ``mean_j (Δf_j − Σ a·(x − x_j))²``: float ``[B, K]``; lower is better.
 
@@ -160,23 +157,26 @@ def infidelity(
     perturbations ``I`` instead: this is Quantus' deterministic variant. Where the image side is not
     a multiple of the patch, Quantus indexes the padded image in the unpadded one (wrong squares);
     here the squares of its padded grid are cut to the image. Image inputs only.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=False``, ``abs=False``, ``score="logits"``, ``softmax=False``.
     """
     n_perturb_samples = check_int("n_perturb_samples", n_perturb_samples)
     sizes = [check_int("perturb_patch_sizes", int(p)) for p in np.atleast_1d(perturb_patch_sizes)]
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=False,
+        abs=False,
+        score="logits",
+        softmax=False,
     )
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
     height, width = spatial_shape(scored, "infidelity")
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
+    a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
+    perturb_baseline = shared.perturb_baseline
     x = scored.x.astype(np.float64)
     clean = forward(scored, scored.x, np.arange(len(x)))
     repeats = n_perturb_samples if is_random_baseline(perturb_baseline) else 1
@@ -217,6 +217,7 @@ def cumulative_rows(flat_input: np.ndarray, masks: np.ndarray, values: np.ndarra
     return rows
 
 
+@metric("monotonicity_correlation", family="faithfulness", higher_is_better=True)
 def monotonicity_correlation(
     model: keras.Model,
     inputs: Any,
@@ -226,14 +227,9 @@ def monotonicity_correlation(
     nr_samples: int = 100,
     features_in_step: int = 1,
     eps: float = 1e-5,
-    perturb_baseline: Any = "uniform",
-    normalise: bool = True,
-    abs: bool = True,
-    score: str = "logits",
-    softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Spearman correlation between the attribution of each step of ``features_in_step`` elements
     (in increasing order of attribution) and the score variance its removal causes,
@@ -242,22 +238,25 @@ def monotonicity_correlation(
 
     The cost is ``n_elements / features_in_step × nr_samples`` evaluations per input and target:
     raise ``features_in_step`` for images.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="uniform"``,
+    ``normalise=True``, ``abs=True``, ``score="logits"``, ``softmax=True``.
     """
     nr_samples, features_in_step = check_int("nr_samples", nr_samples), check_int("features_in_step", features_in_step)
     eps = check_float("eps", eps)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="uniform",
+        normalise=True,
+        abs=True,
+        score="logits",
+        softmax=True,
     )
-    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    perturb_baseline = shared.perturb_baseline
+    a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     clean = forward(scored, scored.x, np.arange(len(flat)))

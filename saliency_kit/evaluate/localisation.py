@@ -30,6 +30,7 @@ from scipy import stats
 
 from . import similarity as metrics
 from ._common import check_int, preprocess
+from .registry import metric
 from .views import pixel_maps
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "pointing_game",
+    "pointing_game_score",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "top_k_intersection",
@@ -127,6 +129,7 @@ def _ranked_on_object(a: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.take_along_axis(np.broadcast_to(s, a.shape), order, axis=-1)
 
 
+@metric("relevance_mass_accuracy", family="localisation", higher_is_better=True, needs_masks=True)
 def relevance_mass_accuracy(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -163,6 +166,7 @@ def relevance_mass_accuracy(
     return result
 
 
+@metric("relevance_rank_accuracy", family="localisation", higher_is_better=True, needs_masks=True)
 def relevance_rank_accuracy(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -202,6 +206,7 @@ def relevance_rank_accuracy(
     return result
 
 
+@metric("top_k_intersection", family="localisation", higher_is_better=True, needs_masks=True)
 def top_k_intersection(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -245,6 +250,7 @@ def top_k_intersection(
     return result
 
 
+@metric("attribution_localisation", family="localisation", higher_is_better=True, needs_masks=True)
 def attribution_localisation(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -293,6 +299,7 @@ def attribution_localisation(
     return result
 
 
+@metric("auc", family="localisation", higher_is_better=True, needs_masks=True)
 def auc(
     model: keras.Model | None = None,
     inputs: Any = None,
@@ -370,3 +377,37 @@ def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.n
             region = shared if shared is not None else metrics.dilate(masks[b, k], tolerance)
             hits[b, k] = metrics.points_at(maps[b, k], region)
     return hits
+
+
+@metric("pointing_game", family="localisation", higher_is_better=True, needs_masks=True)
+def pointing_game_score(
+    model: keras.Model | None = None,
+    inputs: Any = None,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
+    *,
+    maps: np.ndarray | None = None,
+    masks: Any = None,
+    tolerance: float = 0,
+    seed: int = 0,
+    batch_size: int = 32,
+    **method_options: Any,
+) -> np.ndarray:
+    """:func:`pointing_game` as a metric of the common signature: float ``[B, K]``, 1 where the
+    map's maximum falls on the object, 0 where it misses (the maps as the other localisation
+    metrics read them, ``[B, K, H, W]``; bare ``maps`` as :func:`pointing_game` reads them)."""
+    if maps is not None and model is None and inputs is None:
+        return pointing_game(maps, masks, tolerance=tolerance).astype(np.float64)
+    values = pixel_maps(
+        "pointing_game",
+        model,
+        inputs,
+        explanation_or_method,
+        targets,
+        maps,
+        seed=seed,
+        batch_size=batch_size,
+        method_options=method_options,
+        image=True,
+    )
+    return pointing_game(values, masks, tolerance=tolerance).astype(np.float64)

@@ -30,9 +30,10 @@ from scipy.sparse.linalg import spsolve
 
 from ._common import baseline_values, check_float, check_int, preprocess
 from .draws import rng
-from .explained import prepare
 from .faithfulness import cumulative_rows, image_blocks
+from .registry import metric
 from .scoring import Job, forward, prebuilt, predicted, score_jobs
+from .shared import Shared
 from .views import flat_elements, image_channel_axis, spatial_shape, spatial_to_elements
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ _NEIGHBOURS = (
 )
 
 
+@metric("road", family="faithfulness", higher_is_better=False)
 def road(
     model: keras.Model,
     inputs: Any,
@@ -96,13 +98,9 @@ def road(
     *,
     percentages: Any = tuple(range(1, 100, 2)),
     noise: float = 0.01,
-    normalise: bool = True,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> dict:
     """ROAD, most relevant first: whether the model still predicts the target after the top ``p`` %
     pixels of the map are imputed (noisy linear imputation, all channels, ``noise`` the standard
@@ -115,23 +113,20 @@ def road(
     Quantus 0.6.0 ranks the channels-first elements but imputes pixels, so it fails on inputs with
     more than one channel; here pixels are ranked by the pixel map and imputed in every channel, as
     in Rong et al. The count at ``p`` % is ``int(H·W·p/100)`` (Quantus'). Image inputs only.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``,
+    ``abs=False``, ``score="logits"``, ``softmax=True``.
     """
     percentages = [check_float("percentages", p) for p in np.atleast_1d(percentages)]
     noise = check_float("noise", noise)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        seed=seed,
-        batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+    shared = Shared.read(
+        options, seed=seed, batch_size=batch_size, normalise=True, abs=False, score="logits", softmax=True
     )
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
     height, width = spatial_shape(scored, "road")
-    pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs).reshape(*scored.pixels.shape[:2], -1)
+    pixels = preprocess(scored.pixels, normalise=shared.normalise, absolute=shared.absolute).reshape(
+        *scored.pixels.shape[:2], -1
+    )
     axis = 1 + image_channel_axis(scored, "road") % 3
     channels_first = np.moveaxis(scored.x.astype(np.float64), axis, 1)
     curve = np.zeros((*pixels.shape[:2], len(percentages)))
@@ -153,6 +148,7 @@ def road(
     return {"percentages": np.asarray(percentages), "curve": curve, "score": curve.mean(axis=-1)}
 
 
+@metric("region_perturbation", family="faithfulness", higher_is_better=True)
 def region_perturbation(
     model: keras.Model,
     inputs: Any,
@@ -162,14 +158,9 @@ def region_perturbation(
     patch_size: int = 8,
     order: str = "morf",
     regions_evaluation: int = 100,
-    perturb_baseline: Any = "black",
-    normalise: bool = True,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> dict:
     """Samek et al.'s region perturbation: the squares of ``patch_size`` (Quantus' padded grid) are
     ranked by their summed map (``order="morf"`` most relevant first, ``"lerf"`` least, ``"random"``)
@@ -179,6 +170,9 @@ def region_perturbation(
         ``{"curve": [B, K, R]`` the score lost ``f(x) − f(x_j)`` after ``j`` regions, ``"aopc": [B, K]``
         its mean (the area over the perturbation curve), ``"score"``: the same as ``aopc``} (MoRF:
         higher is better). Image inputs only.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=True``, ``abs=False``, ``score="logits"``, ``softmax=True``.
     """
     patch_size, regions_evaluation = (
         check_int("patch_size", patch_size),
@@ -186,20 +180,19 @@ def region_perturbation(
     )
     if order not in ("morf", "lerf", "random"):
         raise ValueError(f"order must be 'morf', 'lerf' or 'random'; received {order!r}.")
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=True,
+        abs=False,
+        score="logits",
+        softmax=True,
     )
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
     height, width = spatial_shape(scored, "region_perturbation")
-    pixels = preprocess(scored.pixels, normalise=normalise, absolute=abs)
+    pixels = preprocess(scored.pixels, normalise=shared.normalise, absolute=shared.absolute)
     blocks = image_blocks(height, width, patch_size)
     masks = np.zeros((len(blocks), height, width), dtype=bool)
     for i, (r, c) in enumerate(blocks):
@@ -221,7 +214,7 @@ def region_perturbation(
                 else generator.permutation(len(blocks))
             )[:steps]
             values = np.stack(
-                [baseline_values(perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
+                [baseline_values(shared.perturb_baseline, x[b].ravel(), x[b].size, generator) for _ in range(steps)]
             )
             rows = cumulative_rows(x[b].ravel(), element_masks[ranking], values)
             jobs.append(Job(steps, prebuilt(rows), b, np.array([k])))
@@ -233,6 +226,7 @@ def region_perturbation(
     return {"curve": curve, "aopc": aopc, "score": aopc}
 
 
+@metric("pixel_flipping", family="faithfulness", higher_is_better=False)
 def pixel_flipping(
     model: keras.Model,
     inputs: Any,
@@ -240,14 +234,9 @@ def pixel_flipping(
     targets: Any = "top1",
     *,
     features_in_step: int = 1,
-    perturb_baseline: Any = "black",
-    normalise: bool = True,
-    abs: bool = False,
-    score: str = "logits",
-    softmax: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> dict:
     """Bach et al.'s pixel flipping: input elements replaced by the baseline ``features_in_step`` at a
     time in decreasing order of attribution, cumulatively, scoring the model after each step.
@@ -256,21 +245,23 @@ def pixel_flipping(
         ``{"curve": [B, K, S]`` the score after each step, ``"auc": [B, K]`` its area (trapezoid rule,
         unit spacing, as Quantus' ``return_auc_per_sample``), ``"score"``: the same as ``auc``} (lower
         is better). ``n_elements / features_in_step`` evaluations per input and target.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    ``normalise=True``, ``abs=False``, ``score="logits"``, ``softmax=True``.
     """
     features_in_step = check_int("features_in_step", features_in_step)
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
+    shared = Shared.read(
+        options,
         seed=seed,
         batch_size=batch_size,
-        score=score,
-        softmax=softmax,
-        method_options=method_options,
-        perturbs=True,
+        perturb_baseline="black",
+        normalise=True,
+        abs=False,
+        score="logits",
+        softmax=True,
     )
-    a, flat = flat_elements(scored, normalise=normalise, absolute=abs)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     jobs, keys = [], []
@@ -278,7 +269,7 @@ def pixel_flipping(
         generator = rng(seed, "pixel_flipping", b)
         for k in range(a.shape[1]):
             order = np.argsort(-a[b, k], kind="stable")
-            values = baseline_values(perturb_baseline, flat[b], n, generator)
+            values = baseline_values(shared.perturb_baseline, flat[b], n, generator)
             jobs.append(Job(steps, _flipper(flat[b], order, values, features_in_step), b, np.array([k])))
             keys.append((b, k))
     curve = np.zeros((*a.shape[:2], steps))

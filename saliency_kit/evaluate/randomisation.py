@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import similarity as metrics
-from ._common import check_int, preprocess, seed_noise
+from ._common import RANDOM, check_int, preprocess, seed_noise
 from .draws import rng
-from .explained import prepare
+from .explained import prepare, rerun_options
 from .mprt import discrete_entropy, mprt, parts_of
+from .registry import metric
 from .reinitialise import fixed_targets, randomized_copies
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "compare_maps",
     "comparison_maps",
     "random_logit",
+    "randomization_score",
     "discrete_entropy",
     "ssim_flat",
 ]
@@ -132,7 +134,7 @@ def randomization_test(
         - ``spearman_abs``: Spearman rank correlation of the magnitude maps ``Σ_c |attribution|``,
           mean over inputs and targets;
         - ``spearman``: the same on the signed maps ``Σ_c attribution``;
-        - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.metrics.normalize_abs`
+        - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.evaluate.similarity.normalize_abs`
           (each divided by its 99th percentile, clipped to [0, 1]); with several explained parts,
           of each part whose maps are 2-D (an image's ``[H, W]``) on its own, averaged over those
           parts (the others have none: NaN when no explained part is an image);
@@ -256,6 +258,7 @@ def _side_by_side(parts: list) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+@metric("random_logit", family="randomisation", higher_is_better=False)
 def random_logit(
     model: keras.Model,
     inputs: Any,
@@ -320,3 +323,37 @@ def ssim_flat(a: np.ndarray, b: np.ndarray) -> float:
 
     both = np.concatenate([a, b])
     return float(structural_similarity(a, b, data_range=float(np.abs(both.max() - both.min()))))
+
+
+@metric("randomization", family="randomisation", higher_is_better=True)
+def randomization_score(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
+    *,
+    mode: str = "efficient_mprt",
+    seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
+) -> np.ndarray:
+    """The last step of :func:`randomization_test` (``mode="efficient_mprt"``: the complexity ratio
+    of the fully randomised model's map to the original's) per input: float ``[B, K]``. An
+    Explanation is run again as it was made (its method, options, score and parts; a noisy method
+    with this ``seed``); the seeded ``"random"`` map, which does not depend on the weights, scores 1."""
+    from ..explanation import Explanation
+
+    method = explanation_or_method
+    if isinstance(method, Explanation):
+        if method.method == RANDOM:  # the same map whatever the weights: an entropy ratio of 1
+            return np.ones(np.shape(method.targets))
+        explained = {key: value for key, value in rerun_options(method).items() if key != "seed"}
+        explained["score"] = method.options.get("score", "logits")
+        if method.parts:
+            explained["attribute_to"] = list(method.parts)
+        options = {**explained, **options}
+        method = method.method
+    steps = randomization_test(
+        model, inputs, method, targets, mode=mode, seed=seed, **{"batch_size": batch_size, **options}
+    )
+    return np.asarray(steps[-1]["per_input"], dtype=np.float64)

@@ -25,8 +25,10 @@ import numpy as np
 
 from ._common import check_float, check_int, preprocess
 from .draws import perturbed_keys, rng
-from .explained import Scored, prepare
+from .explained import Scored
+from .registry import metric
 from .scoring import input_groups, predicted
+from .shared import Shared
 
 if TYPE_CHECKING:
     import keras
@@ -85,13 +87,8 @@ def _sensitivities(
     nr_samples: int,
     lower_bound: float,
     upper_bound: float | None,
-    normalise: bool,
-    absolute: bool,
     nan_when_changed: bool,
-    score: str,
-    seed: int,
-    batch_size: int,
-    method_options: Any,
+    shared: Shared,
 ) -> np.ndarray:
     """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and asked."""
     nr_samples = check_int("nr_samples", nr_samples)
@@ -101,22 +98,12 @@ def _sensitivities(
     )
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        seed=seed,
-        batch_size=batch_size,
-        score=score,
-        method_options=method_options,
-        perturbs=True,
-    )
-    a = preprocess(scored.elements, normalise=normalise, absolute=absolute)
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
     a = a.reshape(*a.shape[:2], -1)
     result = np.zeros((*a.shape[:2], nr_samples))
     for b, _, perturbed, changed in _perturbed_runs(
-        scored, nr_samples, low, high, name, normalise, absolute, nan_when_changed
+        scored, nr_samples, low, high, name, shared.normalise, shared.absolute, nan_when_changed
     ):
         difference = np.linalg.norm(a[b][None] - perturbed.reshape(nr_samples, a.shape[1], -1), axis=-1)  # [S, K]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -126,6 +113,7 @@ def _sensitivities(
     return result
 
 
+@metric("max_sensitivity", family="robustness", higher_is_better=False)
 def max_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -135,19 +123,21 @@ def max_sensitivity(
     nr_samples: int = 200,
     lower_bound: float = 0.2,
     upper_bound: float | None = None,
-    normalise: bool = False,
-    abs: bool = False,
     return_nan_when_prediction_changes: bool = False,
-    score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """``max_s ‖a(x) − a(x + ε_s)‖ / ‖a(x)‖`` over ``nr_samples`` noise draws ``ε_s ~ U(−lower_bound,
     lower_bound)`` per element (``U(lower_bound, upper_bound)`` when ``upper_bound`` is given): float
     ``[B, K]``; lower is better. Copies that change the predicted class are left out when
     ``return_nan_when_prediction_changes`` (NaN if all do). The explanation must be a method name
-    or an Explanation (the method is re-run on the copies)."""
+    or an Explanation (the method is re-run on the copies).
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
+    ``score="logits"``.
+    """
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
     values = _sensitivities(
         "max_sensitivity",
         model,
@@ -157,17 +147,13 @@ def max_sensitivity(
         nr_samples,
         lower_bound,
         upper_bound,
-        normalise,
-        abs,
         return_nan_when_prediction_changes,
-        score,
-        seed,
-        batch_size,
-        method_options,
+        shared,
     )
     return _nan_reduce(np.nanmax, values)
 
 
+@metric("avg_sensitivity", family="robustness", higher_is_better=False)
 def avg_sensitivity(
     model: keras.Model,
     inputs: Any,
@@ -177,15 +163,17 @@ def avg_sensitivity(
     nr_samples: int = 200,
     lower_bound: float = 0.2,
     upper_bound: float | None = None,
-    normalise: bool = False,
-    abs: bool = False,
     return_nan_when_prediction_changes: bool = False,
-    score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
-    """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better."""
+    """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
+    ``score="logits"``.
+    """
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
     values = _sensitivities(
         "avg_sensitivity",
         model,
@@ -195,13 +183,8 @@ def avg_sensitivity(
         nr_samples,
         lower_bound,
         upper_bound,
-        normalise,
-        abs,
         return_nan_when_prediction_changes,
-        score,
-        seed,
-        batch_size,
-        method_options,
+        shared,
     )
     return _nan_reduce(np.nanmean, values)
 
@@ -213,6 +196,7 @@ def _nan_reduce(reduce: Callable[..., np.ndarray], values: np.ndarray) -> np.nda
     return out
 
 
+@metric("relative_input_stability", family="robustness", higher_is_better=False)
 def relative_input_stability(
     model: keras.Model,
     inputs: Any,
@@ -223,13 +207,10 @@ def relative_input_stability(
     lower_bound: float = 0.02,
     upper_bound: float = 0.2,
     eps_min: float = 1e-6,
-    normalise: bool = False,
-    abs: bool = False,
     return_nan_when_prediction_changes: bool = True,
-    score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Agarwal et al.'s RIS: ``max_s ‖(a − a_s) / a‖ / max(‖(x − x_s) / x‖, eps_min)`` over copies
     ``x_s = x + U(lower_bound, upper_bound)`` (Quantus' noise), zeros in the divisors replaced by
@@ -238,28 +219,29 @@ def relative_input_stability(
     The paper takes the maximum over the copies that keep the prediction; Quantus 0.6.0 sets such a
     copy to NaN and takes a plain maximum, so one changed copy makes the whole score NaN. Here the
     copies that change the prediction are left out (NaN only if all do), as in the paper.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
+    ``score="logits"``.
     """
     nr_samples = check_int("nr_samples", nr_samples)
     low, high = check_float("lower_bound", lower_bound), check_float("upper_bound", upper_bound)
     eps_min = check_float("eps_min", eps_min, positive=True)
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        seed=seed,
-        batch_size=batch_size,
-        score=score,
-        method_options=method_options,
-        perturbs=True,
-    )
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
+    scored = shared.prepare(model, inputs, explanation_or_method, targets)
+    a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
     x = scored.x.astype(np.float64)
     result = np.zeros((*a.shape[:2], nr_samples))
     for b, copies, perturbed, changed in _perturbed_runs(
-        scored, nr_samples, low, high, "relative_input_stability", normalise, abs, return_nan_when_prediction_changes
+        scored,
+        nr_samples,
+        low,
+        high,
+        "relative_input_stability",
+        shared.normalise,
+        shared.absolute,
+        return_nan_when_prediction_changes,
     ):
         ab = a[b][None]
         numerator = np.linalg.norm(

@@ -1,4 +1,5 @@
-"""sk.evaluate and sk.metrics: hand-computed metrics, small hand-built models, and the shipped model.
+"""sk.evaluate and its similarity arithmetic (evaluate/similarity.py): hand-computed metrics, small
+hand-built models, and the shipped model.
 
 The shipped-model checks (their acceptance numbers) share module-scoped fixtures so the
 images, masks and explanations are computed once.
@@ -7,7 +8,7 @@ images, masks and explanations are computed once.
 import numpy as np
 import pytest
 
-from saliency_kit import metrics
+from saliency_kit.evaluate import similarity as metrics
 
 
 # ------------------------------------------------------------------------------------------

@@ -316,3 +316,21 @@ def test_quantus_randomisation_modes(model, x):
     )
     with pytest.raises(ValueError, match="mode must be one of"):
         evaluate.randomization_test(model, x[:2], "gradient", mode="shuffled")
+
+
+def test_the_declared_wrappers_take_the_common_signature(model, x, masks):
+    """deletion, insertion, pointing_game and randomization are metrics of the common signature:
+    a method name is explained, an Explanation scored as it is, bare maps taken where model-free."""
+    import saliency_kit as sk
+
+    expl = sk.explain(model, x, "gradient")
+    curves = evaluate.deletion_insertion(model, x, expl, steps=4)
+    np.testing.assert_allclose(evaluate.deletion_auc(model, x, "gradient", steps=4), curves["deletion_auc"])
+    np.testing.assert_allclose(evaluate.insertion_auc(model, x, expl, steps=4), curves["insertion_auc"])
+    hits = evaluate.pointing_game(expl, masks).astype(np.float64)
+    np.testing.assert_array_equal(evaluate.pointing_game_score(model, x, "gradient", masks=masks), hits)
+    np.testing.assert_array_equal(evaluate.pointing_game_score(maps=expl.maps, masks=masks), hits)
+    per_input = evaluate.randomization_test(model, x, "gradient", mode="efficient_mprt")[-1]["per_input"]
+    np.testing.assert_allclose(evaluate.randomization_score(model, x, expl), per_input)
+    with pytest.raises(TypeError, match="no option"):
+        evaluate.deletion_auc(model, x, expl, step=4)
