@@ -1,29 +1,20 @@
 """Which map can I trust? Metrics of explanations, and every method × metric compared.
 
-Families (definitions and defaults as Quantus 0.6.0; where Quantus departs from its paper the
-docstring says which one is followed):
-
-- faithfulness (:mod:`.faithfulness`, :mod:`.perturbation` and :mod:`.deletion`):
-  ``faithfulness_correlation``, ``infidelity``, ``road``, ``monotonicity_correlation``,
-  ``region_perturbation``, ``pixel_flipping``, ``deletion_insertion``;
-- robustness (:mod:`.robustness`): ``max_sensitivity``, ``avg_sensitivity``,
-  ``relative_input_stability``;
-- localisation (:mod:`.localisation`, object masks ``[B, H, W]``): ``pointing_game``,
-  ``relevance_mass_accuracy``, ``relevance_rank_accuracy``, ``top_k_intersection``,
-  ``attribution_localisation``, ``auc``;
-- complexity (:mod:`.complexity`): ``sparseness``, ``complexity``, ``effective_complexity``;
-- randomisation (:mod:`.randomisation`, the model copies in :mod:`.reinitialise`):
-  ``randomization_test`` (modes ``"cascading"``, ``"independent"``, ``"mprt"``, ``"smooth_mprt"``,
-  ``"efficient_mprt"``), ``random_logit``;
-- axiomatic (:mod:`.axiomatic`): ``completeness``, ``non_sensitivity``, ``input_invariance``;
-- :func:`compare`: every method × metric, with a seeded ``"random"`` method always in the table.
-
 Every metric is declared once where it is defined, ``@metric(name, family=..., higher_is_better=...,
-needs_masks=...)`` (:mod:`.registry`); :func:`metrics` lists them, and ``compare``, ``saliency
-evaluate --metric`` and README's table are made from that list (this package's metric names too);
-an installed distribution adds metrics through the entry-point group ``saliency_kit.metrics``.
-The options many metrics share (``normalise``, ``abs``, ``score``, ``softmax``,
-``perturb_baseline``) are read in one place, :class:`~.shared.Shared`.
+needs_masks=...)`` (:mod:`.registry`); :func:`metrics` lists them (name, family, direction, whether
+masks are needed), and ``compare``, ``saliency evaluate --metric``, README's metric table and this
+package's metric names are made from that list; an installed distribution adds metrics through the
+entry-point group ``saliency_kit.metrics``. Definitions and defaults are Quantus 0.6.0's (where
+Quantus departs from its paper the docstring says which one is followed). One module per family:
+faithfulness (:mod:`.faithfulness`, :mod:`.perturbation`, :mod:`.deletion`), robustness
+(:mod:`.robustness`), localisation (:mod:`.localisation`, object masks ``[B, H, W]``), complexity
+(:mod:`.complexity`), randomisation (:mod:`.randomisation` and :mod:`.mprt`, the model copies in
+:mod:`.reinitialise`), axiomatic (:mod:`.axiomatic`). Beside the metrics: :func:`deletion_insertion`
+(both curves), :func:`pointing_game` (bool ``[B, K]``), :func:`randomization_test` (modes
+``"cascading"``, ``"independent"``, ``"mprt"``, ``"smooth_mprt"``, ``"efficient_mprt"``), and
+:func:`compare`, every method × metric with a seeded ``"random"`` method always in the table. The
+options many metrics share (``normalise``, ``abs``, ``score``, ``softmax``, ``perturb_baseline``)
+are read in one place, :class:`~.shared.Shared`.
 
 Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
 batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
