@@ -15,12 +15,13 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
 from ..batch.outputs import FORMATS, SIGNS, Look
+
+if TYPE_CHECKING:
+    from ..targets import TargetSpec
 
 DEFAULT_MODEL = "shapes"
 DEFAULT_METHOD = "guided_backprop"
@@ -132,8 +133,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def model_spec(args):
-    """The model's spec from its config alone (no TensorFlow): ``None`` for a model file without a
-    sidecar config naming its classes. Problems -> :class:`UsageError`."""
+    """The model's spec from its config alone (no TensorFlow); for a model file, from its sidecar
+    config if any (without one, ``class_names`` and ``input_size`` are still ``None``: loading the
+    model completes them). Problems -> :class:`UsageError`."""
     from .. import zoo
 
     path = str(args.model)
@@ -336,11 +338,14 @@ def check_layer(model, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------- targets
-def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, debug: bool = False):
+def parse_targets(
+    texts: Sequence[str] | None, class_names: Sequence[str] | None, n_classes: int, *, debug: bool = False
+) -> TargetSpec:
     """--target values -> one target spec, each value read by the package's one target parser
     (:func:`saliency_kit.targets.parse_string`, as ``sk.explain`` reads a target string); bad
-    values are usage errors (the parser names the closest class names)."""
-    start_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
+    values are usage errors (the parser names the closest class names). Starts no TensorFlow:
+    ``saliency_kit.targets`` imports neither it nor Keras, so a misspelt class name is refused
+    at once. (``debug`` is accepted for the callers that pass it; nothing here logs.)"""
     from .. import targets
 
     specs = []
@@ -350,14 +355,6 @@ def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, d
         except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
     return targets.combine(specs)
-
-
-def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np.ndarray:
-    """The model's scores ``[B, C]`` for ``inputs``, from the engine's compiled forward pass:
-    ``score="logits"`` the values ``sk.explain`` ranks and explains, ``"output"`` the outputs."""
-    from .. import engine
-
-    return engine.all_scores(model, inputs, score=score, batch_size=batch_size)
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -423,7 +420,6 @@ __all__ = [
     "load_model_from_args",
     "method_plan",
     "parse_targets",
-    "model_scores",
     "looks",
     "did_you_mean",
     "message",

@@ -34,7 +34,7 @@ name or replace a built-in one. Config keys (unknown keys are an error, so typos
                     C classes
 ``score_threshold`` a detector's score a detection needs (default 0.5) and the IoU above which
 ``iou_threshold``   non-max suppression drops the weaker of two boxes of a class (default 0.45);
-                    see :func:`saliency_kit.detections.decode`
+                    see :func:`saliency_kit.targets.detections.decode`
 ``name``            defaults to the config file's stem
 ==================  ==============================================================================
 

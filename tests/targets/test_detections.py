@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from saliency_kit import detections
+from saliency_kit.targets import detections
 
 
 def proposal(box, objectness, logits):
