@@ -36,9 +36,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from saliency_kit.targets import detections  # noqa: E402
 from saliency_kit.data import scene_models, scenes  # noqa: E402
 from saliency_kit.data.shapes import CLASS_NAMES, IMAGE_SIZE, preprocess  # noqa: E402
+from saliency_kit.targets import detections  # noqa: E402
 
 TRAIN_SEED, VAL_SEED, TEST_SEED, EMPTY_SEED = 21, 22, 23, 26
 WEIGHT_SEED = 0

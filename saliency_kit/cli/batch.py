@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import Any
 
 from ..batch import gallery, outputs
 from ..batch import plan as planning
@@ -19,7 +21,7 @@ from .options import UsageError
 __all__ = ["add_parser", "settings", "run"]
 
 
-def add_parser(subcommands, common) -> None:
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
         "batch",
         parents=[common],
@@ -58,7 +60,9 @@ def _shard(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
 
 
-def settings(args, plan, looks, fingerprint) -> dict:
+def settings(
+    args: argparse.Namespace, plan: list[tuple[str, dict]], looks: dict[str, outputs.Look], fingerprint: Any
+) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
     return {
         "model": fingerprint,
@@ -70,7 +74,8 @@ def settings(args, plan, looks, fingerprint) -> dict:
     }
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``saliency batch``: returns the exit status."""
     ray_options.check(args)
     if not os.path.isdir(args.input_dir):
         raise UsageError(f"INPUT_DIR {args.input_dir!r} is not a folder")

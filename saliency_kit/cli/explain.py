@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "add_explain_options", "task_plan", "check_before_loading", "with_model_defaults", "run"]
 
 
-def add_parser(subcommands, common) -> None:
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
         "explain",
         parents=[common],
@@ -44,7 +44,7 @@ def add_parser(subcommands, common) -> None:
     parser.set_defaults(handler=run)
 
 
-def add_explain_options(parser) -> None:
+def add_explain_options(parser: argparse.ArgumentParser) -> None:
     """The options ``explain`` and ``batch`` share."""
     opt.add_model_options(parser)
     opt.add_method_options(parser)
@@ -98,7 +98,7 @@ def check_before_loading(args: argparse.Namespace) -> tuple[list[tuple[str, dict
     return plan, spec
 
 
-def with_model_defaults(plan, spec) -> list[tuple[str, dict]]:
+def with_model_defaults(plan: list[tuple[str, dict]], spec: ModelSpec) -> list[tuple[str, dict]]:
     """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take one."""
     from .. import methods
 
@@ -254,6 +254,8 @@ def _write_grid(
         alpha=args.alpha,
         row_labels=[os.path.basename(path)],
         score_name="logit" if classes else "score",
-        marks=None if classes else [[outputs.subject_mark(s, tuple(spec.input_size or original.shape[:2])) for s in rows[0].subjects]],
+        marks=None
+        if classes
+        else [[outputs.subject_mark(s, tuple(spec.input_size or original.shape[:2])) for s in rows[0].subjects]],
     )
     return render.save_png(figure, os.path.join(args.out, folder, "grid.png"))

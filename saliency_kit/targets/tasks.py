@@ -107,7 +107,7 @@ class AskError(ValueError):
 _T = TypeVar("_T")
 
 
-def given(value: _T | None, what: str, text: str) -> _T:
+def _given(value: _T | None, what: str, text: str) -> _T:
     """``value``, which a request of its kind always holds (``text`` names the request)."""
     if value is None:
         raise AskError("target", text, f"no {what} was given with it; received none.")
@@ -211,7 +211,7 @@ def _class_targets(
     from .. import engine  # see task_targets
 
     parts = tuple(
-        ("top", r.count) if r.kind == "top" else ("class", given(r.index, "class", r.text)) for r in plan.requests
+        ("top", r.count) if r.kind == "top" else ("class", _given(r.index, "class", r.text)) for r in plan.requests
     )
     classes = TargetSpec(parts)
     logits = outputs = None
@@ -284,7 +284,7 @@ def subjects_from_outputs(
     raise ValueError(f"subjects_from_outputs reads segmentation, detection or output tasks; received {plan.task!r}.")
 
 
-def found_once(found: list) -> Any:
+def _found_once(found: list) -> Any:
     """``add(subject)``: appends to ``found`` a subject not already there (same class and name)."""
     keys = {(s.index, s.name) for s in found}
 
@@ -308,7 +308,7 @@ def _output_subjects(plan: TaskPlan, values: np.ndarray) -> list[Subject]:
         elif request.kind == "top":
             chosen = [int(c) for c in np.argsort(-values, kind="stable")[: request.count]]
         else:
-            index = given(request.index, "component", request.text)
+            index = _given(request.index, "component", request.text)
             if index >= values.size:
                 raise AskError(
                     "target",
@@ -345,14 +345,14 @@ def _region_subjects(plan: TaskPlan, spec: Any, logits: np.ndarray) -> list[Subj
     names = [n.lower() for n in spec.class_names]
     ranked = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c] > 0 and names[c] != BACKGROUND]
     found: list[Subject] = []
-    add = found_once(found)
+    add = _found_once(found)
     for request in plan.requests or [Request("", "top", count=len(spec.class_names))]:
         if request.kind == "mask":
-            mask = _scaled_mask(given(request.mask, "mask", request.text), predicted.shape)
-            index = given(request.index, "class", request.text)
+            mask = _scaled_mask(_given(request.mask, "mask", request.text), predicted.shape)
+            index = _given(request.index, "class", request.text)
             add(_region(index, spec, mask, request.name or "mask", request.mask_file or "given"))
             continue
-        chosen = ranked[: request.count] if request.kind == "top" else [given(request.index, "class", request.text)]
+        chosen = ranked[: request.count] if request.kind == "top" else [_given(request.index, "class", request.text)]
         for c in chosen:
             if counts[c]:  # a class predicted nowhere has no region to explain
                 add(_region(c, spec, predicted == c, "region", "predicted"))
@@ -380,7 +380,7 @@ def _given_box(request: Request, spec: Any, size: tuple[int, int]) -> Subject:
     """A box given in the pixels of an image of ``size`` ``(height, width)``, scaled to the model's input."""
     input_h, input_w = spec.input_size
     height, width = size
-    x0, y0, x1, y1 = given(request.box, "box", request.text)
+    x0, y0, x1, y1 = _given(request.box, "box", request.text)
     if x1 > width or y1 > height:
         raise AskError(
             "target",
@@ -388,7 +388,7 @@ def _given_box(request: Request, spec: Any, size: tuple[int, int]) -> Subject:
             f"the box reaches beyond the image ({width}x{height} pixels); received x1={x1:g}, y1={y1:g}.",
         )
     scaled = (x0 * input_w / width, y0 * input_h / height, x1 * input_w / width, y1 * input_h / height)
-    index = given(request.index, "class", request.text)
+    index = _given(request.index, "class", request.text)
     name = request.name or _box_name((x0, y0, x1, y1))
     return Subject("box", index, spec.class_names[index], name, {"box": [round(v, 2) for v in scaled]}, box=scaled)
 
@@ -396,7 +396,7 @@ def _given_box(request: Request, spec: Any, size: tuple[int, int]) -> Subject:
 def _box_subjects(plan: TaskPlan, spec: Any, found: list, size: tuple[int, int]) -> list[Subject]:
     ranked = list(enumerate(found, start=1))
     picked: list[Subject] = []
-    add = found_once(picked)
+    add = _found_once(picked)
     for request in plan.requests or [Request("", "top", count=plan.boxes or len(found))]:
         if request.kind == "box":
             add(_given_box(request, spec, size))
@@ -428,7 +428,7 @@ def explain_targets(per_image: Sequence[Sequence[Subject]]) -> tuple[Any, int]:
         head = padded[0][0].record["output"]
         return output_target(int(head) if head.isdigit() else head, classes), k
     if kind == "region":
-        masks = [np.stack([given(row[j].mask, "mask", row[j].name) for row in padded]) for j in range(k)]
+        masks = [np.stack([_given(row[j].mask, "mask", row[j].name) for row in padded]) for j in range(k)]
         return [region_target(masks[j], [row[j].index for row in padded]) for j in range(k)], k
-    boxes = [[list(given(subject.box, "box", subject.name)) for subject in row] for row in padded]
+    boxes = [[list(_given(subject.box, "box", subject.name)) for subject in row] for row in padded]
     return box_target(boxes, classes), k

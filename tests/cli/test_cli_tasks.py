@@ -12,11 +12,11 @@ from cli_support import decodes, manifest_records, own_lines, run
 from PIL import Image
 
 from saliency_kit import render
-from saliency_kit.targets import detections
 from saliency_kit.batch import outputs
 from saliency_kit.cli.main import main
 from saliency_kit.data import scenes
 from saliency_kit.data.shapes import preprocess
+from saliency_kit.targets import detections
 
 CYAN = np.array(render.MARK_COLOUR)
 

@@ -10,9 +10,9 @@ import pytest
 
 import saliency_kit as sk
 from saliency_kit import zoo
-from saliency_kit.targets import detections
 from saliency_kit.data import scene_models, scenes
 from saliency_kit.data.shapes import CLASS_NAMES, preprocess
+from saliency_kit.targets import detections
 
 N = 200
 
