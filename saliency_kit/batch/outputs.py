@@ -162,7 +162,7 @@ class MethodMaps:
     """One method's results for one image: ``maps`` ``[K, H, W]``, ``targets`` ``[K]``, ``scores``
     ``[K]``, ``attributions`` ``[K, ...]`` (only when NPZ files are written), drawn with ``look``;
     ``subjects``: for a region or box target, what each column explains (``name`` for the file
-    name, ``record`` for the manifest, ``mask``/``box`` and ``mark(input_size)`` for the overlay)."""
+    name, ``fields()`` for the manifest, ``mask``/``box`` for the overlay: :func:`subject_mark`)."""
 
     method: str
     maps: np.ndarray
