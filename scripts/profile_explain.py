@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     startup.import_tensorflow = timed("import tensorflow + keras", startup.import_tensorflow)
     startup.import_tensorflow("--debug" in argv)  # quietly, before anything else imports it
     options.load_model_from_args = timed("load model", options.load_model_from_args)
-    options.model_scores = timed(lambda *a, score="logits", **k: f"forward pass ({score})", options.model_scores)
+    explain.task_targets = timed("forward pass + targets", explain.task_targets)
     import saliency_kit as sk
 
     sk.explain = timed(lambda model, x, method, *a, **k: f"explain {method} (first call: traces)", sk.explain)

@@ -15,7 +15,7 @@ shape's class. Loss: binary cross-entropy of the objectness logit on every cell,
 positives, the class cross-entropy and the L1 distance of the box edges in cells, all divided by
 the number of positives.
 
-Prints, on the held-out scenes after ``saliency_kit.detections.decode`` (default thresholds): box
+Prints, on the held-out scenes after ``saliency_kit.targets.detections.decode`` (default thresholds): box
 recall (a true box counts when a detection of its class overlaps it with IoU >= 0.5), precision,
 the mean IoU of the matched boxes, the file size and the training time.
 """
@@ -36,9 +36,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from saliency_kit import detections  # noqa: E402
 from saliency_kit.data import scene_models, scenes  # noqa: E402
 from saliency_kit.data.shapes import CLASS_NAMES, IMAGE_SIZE, preprocess  # noqa: E402
+from saliency_kit.targets import detections  # noqa: E402
 
 TRAIN_SEED, VAL_SEED, TEST_SEED, EMPTY_SEED = 21, 22, 23, 26
 WEIGHT_SEED = 0

@@ -58,6 +58,7 @@ __all__ = [
     "per_image",
     "recorded_keys",
     "safe_name",
+    "subject_mark",
     "write_image_outputs",
 ]
 
@@ -161,7 +162,7 @@ class MethodMaps:
     """One method's results for one image: ``maps`` ``[K, H, W]``, ``targets`` ``[K]``, ``scores``
     ``[K]``, ``attributions`` ``[K, ...]`` (only when NPZ files are written), drawn with ``look``;
     ``subjects``: for a region or box target, what each column explains (``name`` for the file
-    name, ``record`` for the manifest, ``mask``/``box`` and ``mark(input_size)`` for the overlay)."""
+    name, ``fields()`` for the manifest, ``mask``/``box`` for the overlay: :func:`subject_mark`)."""
 
     method: str
     maps: np.ndarray
@@ -264,8 +265,9 @@ def write_image_outputs(
                     data = png_bytes(render.heatmap(result.maps[k], **look.heatmap_options()))
                 elif kind == "overlay":
                     picture = render.overlay(original, result.maps[k], alpha=look.alpha, **look.heatmap_options())
-                    if subject is not None:
-                        picture = render.draw_mark(picture, subject.mark(frame))
+                    mark = subject_mark(subject, frame) if subject is not None else None
+                    if mark is not None:
+                        picture = render.draw_mark(picture, mark)
                     data = png_bytes(picture)
                 else:
                     extra = {} if result.attributions is None else {"attributions": np.asarray(result.attributions[k])}
@@ -290,7 +292,7 @@ def write_image_outputs(
                         score,
                         kind,
                         relative,
-                        dict(subject.record, target=subject.name) if subject is not None else {},
+                        subject.fields() if subject is not None else {},
                     )
                 )
     return written
@@ -431,3 +433,11 @@ def one_line(error: BaseException) -> str:
     """An exception's message on one line, at most 300 characters."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def subject_mark(subject, frame: Sequence[int]) -> render.Mark | None:
+    """The :class:`saliency_kit.render.Mark` drawn for ``subject`` (a region's outline, a box
+    and its class), in the pixels of ``frame`` ``(H, W)``; ``None`` for a class."""
+    if getattr(subject, "mask", None) is None and getattr(subject, "box", None) is None:
+        return None
+    return render.Mark(mask=subject.mask, box=subject.box, label=subject.label, frame=tuple(frame))

@@ -37,6 +37,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,16 @@ from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
 
-__all__ = ["Summary", "explain_batch", "finish_batch", "run", "targets_for", "write_batch", "explain_asked"]
+__all__ = [
+    "Summary",
+    "TaskAsker",
+    "explain_batch",
+    "finish_batch",
+    "run",
+    "targets_for",
+    "write_batch",
+    "explain_asked",
+]
 
 
 @dataclasses.dataclass
@@ -75,6 +85,25 @@ def targets_for(spec, model, batch_size: int) -> Callable:
         return targets.resolve(spec, num_inputs=len(inputs))
 
     return resolve
+
+
+class TaskAsker:
+    """``ask(inputs, sizes) -> (subjects per image, targets)`` for :func:`explain_asked`: each
+    batch's targets for a task plan (:func:`saliency_kit.targets.task_targets`: one forward pass
+    in the engine, only when the plan needs one), the images that ask nothing left out."""
+
+    asks_questions = True
+
+    def __init__(self, model: Any, plan: Any, spec: Any, batch_size: int):
+        self.model, self.plan, self.spec, self.batch_size = model, plan, spec, batch_size
+
+    def __call__(self, inputs: np.ndarray, sizes: Sequence[tuple[int, int]]) -> tuple[list, Any]:
+        from ..targets import task_targets
+
+        found = task_targets(
+            self.model, inputs, self.plan, self.spec, image_sizes=sizes, batch_size=self.batch_size, with_outputs=False
+        )
+        return found.subjects, found.targets
 
 
 def explain_batch(
@@ -106,10 +135,10 @@ def explain_asked(
     paths: Sequence[str],
     sizes: Sequence[tuple[int, int]],
 ) -> tuple[list, list]:
-    """For a segmentation model, a detector or an output head: ``ask(inputs, sizes)`` gives each
-    image's questions (regions, boxes; see :mod:`saliency_kit.cli.tasks`) and ``targets`` for
-    the images that ask something, which alone are explained. Returns ``(explanations, asked)``
-    with ``asked[row] = (row in the explanations or None, questions)``."""
+    """For any task: ``ask(inputs, sizes)`` (a :class:`TaskAsker`) gives each image's subjects
+    (classes, regions, boxes, components; :class:`saliency_kit.targets.Subject`) and ``targets``
+    for the images that ask something, which alone are explained. Returns ``(explanations,
+    asked)`` with ``asked[row] = (row in the explanations or None, subjects)``."""
     from ..api import explain
 
     per_row, targets = ask(inputs, sizes)
@@ -145,7 +174,8 @@ def run(
 
     ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns int ``[B, K]`` for a
     batch (one forward pass at most, shared by every method); or, when it has a true
-    ``asks_questions`` attribute, it is the ``ask`` of :func:`explain_asked` (regions, boxes). ``looks``:
+    ``asks_questions`` attribute (a :class:`TaskAsker`), it is the ``ask`` of
+    :func:`explain_asked` (classes, regions, boxes, components). ``looks``:
     method -> ``outputs.Look``.
     Unreadable files are recorded and skipped; lines already in the manifest are not written again.
 

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import Any
 
 from ..batch import gallery, outputs
 from ..batch import plan as planning
 from ..batch import run as pipeline
 from ..batch.discovery import parse_shard
+from ..targets.tasks import AskError
 from . import options as opt
 from . import ray_options
 from .explain import add_explain_options, check_before_loading, task_plan, with_model_defaults
@@ -18,7 +21,7 @@ from .options import UsageError
 __all__ = ["add_parser", "settings", "run"]
 
 
-def add_parser(subcommands, common) -> None:
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommands.add_parser(
         "batch",
         parents=[common],
@@ -57,7 +60,9 @@ def _shard(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--shard ")) from None
 
 
-def settings(args, plan, looks, fingerprint) -> dict:
+def settings(
+    args: argparse.Namespace, plan: list[tuple[str, dict]], looks: dict[str, outputs.Look], fingerprint: Any
+) -> dict:
     """What ``settings.json`` records: everything that changes the files a run writes."""
     return {
         "model": fingerprint,
@@ -69,7 +74,8 @@ def settings(args, plan, looks, fingerprint) -> dict:
     }
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``saliency batch``: returns the exit status."""
     ray_options.check(args)
     if not os.path.isdir(args.input_dir):
         raise UsageError(f"INPUT_DIR {args.input_dir!r} is not a folder")
@@ -99,38 +105,43 @@ def run(args) -> int:
 
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
-    tasks_plan = task_plan(args, spec, model)
-    if tasks_plan is None:
-        target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names), debug=args.debug)
-        targets_for = pipeline.targets_for(target_spec, model, args.batch_size)
-    elif args.ray is not None:
+    asked = task_plan(args, spec, model)
+    if args.ray is not None and asked.task != "classification":
         raise UsageError(
             f"--ray explains classifiers; model {spec.name!r} is a {spec.task} model (or --output "
             "was given): run saliency batch without --ray, or with --shard I/N on several machines."
         )
-    else:
-        from .tasks import Asker
-
-        targets_for = Asker(tasks_plan, spec, model, args.batch_size)
     methods = with_model_defaults(methods, spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     if args.ray is not None:
+        target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
         summary = ray_options.run(args, plan_, methods, target_spec, looks)
     else:
-        summary = pipeline.run(
+        summary = _run_here(
+            args, plan_, model, spec, methods, pipeline.TaskAsker(model, asked, spec, args.batch_size), looks
+        )
+    _report(summary, plan_.manifest.path)
+    return 1 if summary.failures else 0
+
+
+def _run_here(args, plan_, model, spec, methods, asker, looks) -> pipeline.Summary:
+    """The run on this machine (:func:`saliency_kit.batch.run.run`); a target that does not fit
+    an image is a usage error."""
+    try:
+        return pipeline.run(
             input_dir=args.input_dir,
             out_dir=args.out,
             plan=plan_,
             model=model,
             spec=spec,
             methods=methods,
-            targets_for=targets_for,
+            targets_for=asker,
             looks=looks,
             batch_size=args.batch_size,
             formats=outputs.FORMATS[args.format],
         )
-    _report(summary, plan_.manifest.path)
-    return 1 if summary.failures else 0
+    except AskError as error:
+        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
 
 
 def _sample(model, spec):

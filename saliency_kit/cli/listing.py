@@ -3,17 +3,20 @@ importing TensorFlow (the method declarations and model configs are plain data).
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 __all__ = ["add_parser", "list_models", "list_methods"]
 
 
-def add_parser(subcommands, common) -> None:
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     models = subcommands.add_parser("models", parents=[common], help="list the named models")
     models.set_defaults(handler=list_models)
     methods = subcommands.add_parser("methods", parents=[common], help="list the attribution methods")
     methods.set_defaults(handler=list_methods)
 
 
-def list_models(args) -> int:
+def list_models(args: argparse.Namespace) -> int:
     from .. import zoo
 
     names = [str(name) for name in zoo.list_models()]
@@ -27,7 +30,7 @@ def list_models(args) -> int:
     return 0
 
 
-def list_methods(args) -> int:
+def list_methods(args: argparse.Namespace) -> int:
     from .. import methods
 
     entries = methods.describe()

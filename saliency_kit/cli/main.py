@@ -27,6 +27,7 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import batch, evaluate, explain, listing, sanity
 from .options import UsageError, message
@@ -40,7 +41,7 @@ COMMANDS = (explain, batch, sanity, evaluate, listing)
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (``saliency explain: error: ...``), exit status 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse's hook
         print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(2)
 

@@ -15,12 +15,16 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
 from ..batch.outputs import FORMATS, SIGNS, Look
+
+if TYPE_CHECKING:
+    import keras
+
+    from ..targets import TargetSpec
+    from ..zoo import ModelSpec
 
 DEFAULT_MODEL = "shapes"
 DEFAULT_METHOD = "guided_backprop"
@@ -131,9 +135,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def model_spec(args):
-    """The model's spec from its config alone (no TensorFlow): ``None`` for a model file without a
-    sidecar config naming its classes. Problems -> :class:`UsageError`."""
+def model_spec(args: argparse.Namespace) -> ModelSpec:
+    """The model's spec from its config alone (no TensorFlow); for a model file, from its sidecar
+    config if any (without one, ``class_names`` and ``input_size`` are still ``None``: loading the
+    model completes them). Problems -> :class:`UsageError`."""
     from .. import zoo
 
     path = str(args.model)
@@ -157,9 +162,10 @@ def start_tensorflow(debug: bool) -> None:
         raise UsageError(message(error)) from error
 
 
-def load_model_from_args(args) -> tuple:
+def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     """``sk.load_model`` from the options of :func:`add_model_options`, TensorFlow started quietly
-    (:mod:`.startup`); problems -> :class:`UsageError`."""
+    (:mod:`.startup`): the model and its ``ModelSpec``, completed (its class names and input size
+    set); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
     from ..keras_backend import require_tensorflow
     from ..zoo import load_model
@@ -177,21 +183,24 @@ def load_model_from_args(args) -> tuple:
         raise UsageError(message(error)) from error
 
 
-def describe_model(args, model, spec) -> str:
+def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec) -> str:
     """The first line of a command's output: which model explains, and what its scores are."""
     where = f" ({args.model})" if str(args.model) != spec.name else ""
     weights = f", weights {args.weights}" if args.weights else ""
-    size = "x".join(map(str, spec.input_size))
-    return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names)} classes"
+    size = "x".join(map(str, spec.input_size or ()))
+    return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names or [])} classes"
 
 
-def model_notes(args, spec, model, image_sizes: Sequence[tuple[int, int]]) -> list[str]:
+def model_notes(
+    args: argparse.Namespace, spec: ModelSpec, model: keras.Model, image_sizes: Sequence[tuple[int, int]]
+) -> list[str]:
     """One-line notes about silent defaults that may not be what the user wants."""
     notes = []
-    if str(args.model) == DEFAULT_MODEL and any(tuple(size) != tuple(spec.input_size) for size in image_sizes):
+    input_size = tuple(spec.input_size or ())
+    if str(args.model) == DEFAULT_MODEL and any(tuple(size) != input_size for size in image_sizes):
         notes.append(
-            f"note: the default model '{DEFAULT_MODEL}' knows only {spec.input_size[0]}x"
-            f"{spec.input_size[1]} pictures of five shapes; --model picks a real network "
+            f"note: the default model '{DEFAULT_MODEL}' knows only {input_size[0]}x"
+            f"{input_size[1]} pictures of five shapes; --model picks a real network "
             f"(see 'saliency models')"
         )
     path = str(args.model)
@@ -200,7 +209,7 @@ def model_notes(args, spec, model, image_sizes: Sequence[tuple[int, int]]) -> li
     if (
         path.lower().endswith(zoo.MODEL_SUFFIXES)
         and not os.path.isfile(path + ".toml")
-        and len(spec.class_names) == 1000
+        and len(spec.class_names or []) == 1000
     ):
         notes.append(
             f"note: {os.path.basename(path)} has 1,000 outputs and no sidecar config, so its "
@@ -271,7 +280,7 @@ def _metavar(option) -> str | None:
     return {int: "N", float: "F", str: "TEXT"}[option.type]
 
 
-def method_plan(args) -> list[tuple[str, dict]]:
+def method_plan(args: argparse.Namespace) -> list[tuple[str, dict]]:
     """``[(method, options)]`` from --method and the option flags, each checked against the
     declarations. Unknown methods, flags no chosen method takes, and values of the wrong type
     or outside their choices are usage errors. No TensorFlow."""
@@ -305,11 +314,13 @@ def method_plan(args) -> list[tuple[str, dict]]:
     return plan
 
 
-def preflight(model, spec, sample, plan, batch_size: int) -> None:
+def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, dict]], batch_size: int) -> None:
     """Check each method's option values against the model and a sample input before any work,
     with the checks ``sk.explain`` makes first (:func:`saliency_kit.api.check`: the method's
     declared ``prepare`` included): a --layer the model lacks, a noise level below zero, a baseline
-    of the wrong shape. Problems are usage errors; anything raised later, while working, is not."""
+    of the wrong shape. ``spec``: the model's ``ModelSpec`` (its class names and Grad-CAM layer,
+    which ``check`` reads from it). Problems are usage errors; anything raised later, while working,
+    is not."""
     from ..api import check
 
     for name, options in plan:
@@ -321,7 +332,7 @@ def preflight(model, spec, sample, plan, batch_size: int) -> None:
             raise UsageError(f"{name}: {message(error)}") from error
 
 
-def check_layer(model, name: str) -> None:
+def check_layer(model: keras.Model, name: str) -> None:
     """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
     from ..model.walker import find_layer, layer_paths
 
@@ -336,11 +347,14 @@ def check_layer(model, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------- targets
-def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, debug: bool = False):
+def parse_targets(
+    texts: Sequence[str] | None, class_names: Sequence[str] | None, n_classes: int, *, debug: bool = False
+) -> TargetSpec:
     """--target values -> one target spec, each value read by the package's one target parser
     (:func:`saliency_kit.targets.parse_string`, as ``sk.explain`` reads a target string); bad
-    values are usage errors (the parser names the closest class names)."""
-    start_tensorflow(debug)  # saliency_kit.targets imports Keras (its ScoreView): start it quietly
+    values are usage errors (the parser names the closest class names). Starts no TensorFlow:
+    ``saliency_kit.targets`` imports neither it nor Keras, so a misspelt class name is refused
+    at once. (``debug`` is accepted for the callers that pass it; nothing here logs.)"""
     from .. import targets
 
     specs = []
@@ -350,14 +364,6 @@ def parse_targets(texts: Sequence[str] | None, class_names, n_classes: int, *, d
         except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
     return targets.combine(specs)
-
-
-def model_scores(model, inputs, batch_size: int, *, score: str = "logits") -> np.ndarray:
-    """The model's scores ``[B, C]`` for ``inputs``, from the engine's compiled forward pass:
-    ``score="logits"`` the values ``sk.explain`` ranks and explains, ``"output"`` the outputs."""
-    from .. import engine
-
-    return engine.all_scores(model, inputs, score=score, batch_size=batch_size)
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -403,7 +409,7 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def looks(args, plan) -> dict[str, Look]:
+def looks(args: argparse.Namespace, plan: list[tuple[str, dict]]) -> dict[str, Look]:
     """How each method's maps are drawn: the rendering flags, the sign defaulting to the method's
     declaration (signed methods diverging)."""
     result = {}
@@ -423,7 +429,6 @@ __all__ = [
     "load_model_from_args",
     "method_plan",
     "parse_targets",
-    "model_scores",
     "looks",
     "did_you_mean",
     "message",

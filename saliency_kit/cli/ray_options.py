@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from typing import TYPE_CHECKING, Any
 
 from ..batch import outputs, ray_job
 from ..batch import ray as ray_runner
 from .options import UsageError, positive_int
+
+if TYPE_CHECKING:
+    from ..targets import TargetSpec
 
 __all__ = ["add_options", "check", "run"]
 
@@ -60,7 +64,7 @@ def _gpus(text: str) -> float:
     return value
 
 
-def check(args) -> None:
+def check(args: argparse.Namespace) -> None:
     """Before any work: the Ray flags only with --ray, a valid ADDRESS, and Ray Data installed."""
     if args.ray is None:
         given = [
@@ -90,7 +94,13 @@ def check(args) -> None:
         raise UsageError(str(error)) from None
 
 
-def run(args, plan, methods, target_spec, looks):
+def run(
+    args: argparse.Namespace,
+    plan: Any,
+    methods: list[tuple[str, dict]],
+    target_spec: TargetSpec,
+    looks: dict[str, outputs.Look],
+) -> Any:
     """The Ray runner with the command's settings; a node that cannot see --out is a usage error."""
     try:
         return ray_runner.run(

@@ -11,8 +11,10 @@ similarities of every step, per method, as returned by ``sk.evaluate.randomizati
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +22,9 @@ from . import options as opt
 from .options import UsageError
 
 if TYPE_CHECKING:
+    import keras
+    from matplotlib.figure import Figure
+
     from ..explanation import Explanation
 
 __all__ = ["default_methods", "add_parser", "run", "check_methods", "sanity_figure"]
@@ -38,7 +43,7 @@ def default_methods() -> list[str]:
     return list(dict.fromkeys(name for name in (plain, opt.DEFAULT_METHOD, cam) if name))
 
 
-def add_parser(subcommands, common) -> None:
+def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``sanity`` subcommand to ``subcommands`` (an ``argparse`` sub-parser action)."""
     parser = subcommands.add_parser(
         "sanity",
@@ -76,7 +81,7 @@ def add_parser(subcommands, common) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
     from ..files import save_png, write_json
     from ..images import ImageLoadError, load_images
@@ -131,7 +136,16 @@ def run(args) -> int:
     return 0
 
 
-def check_methods(model, inputs, methods, targets="top1", *, mode="cascading", seed=0, **options) -> dict:
+def check_methods(
+    model: keras.Model,
+    inputs: np.ndarray,
+    methods: Sequence[str],
+    targets: Any = "top1",
+    *,
+    mode: str = "cascading",
+    seed: int = 0,
+    **options: Any,
+) -> dict:
     """Run the randomisation test for each method; keep the magnitude maps of the first input.
 
     Returns ``{method: {"maps": [S+1, H, W] (original first), "layers": [S] paths,
@@ -182,7 +196,9 @@ def _columns(n_steps: int) -> list[int]:
     return sorted({int(round(x)) for x in np.linspace(1, n_steps, MAX_STEP_COLUMNS)})
 
 
-def sanity_figure(image, result: dict, *, class_names=None, panel_inches: float = 1.25):
+def sanity_figure(
+    image: np.ndarray, result: dict, *, class_names: Sequence[str] | None = None, panel_inches: float = 1.25
+) -> Figure:
     """A :class:`matplotlib.figure.Figure`: one row per method of ``result`` (from
     :func:`check_methods`); the image, the original map, then the map after each step, titled
     with the layer just re-initialised and the Spearman rank correlation (absolute) with the original.

@@ -9,7 +9,7 @@ and learn from :mod:`saliency_kit.data.scenes` (``scripts/train_shapes_seg.py``,
 - :func:`build_detector`: a single-stage, anchor-free detector whose output is its raw heads before
   non-max suppression, ``[B, 64, 4 + 1 + 5]``: for each cell of an 8×8 grid one proposal
   ``(x0, y0, x1, y1)`` in input pixels, an objectness logit and five class logits.
-  :func:`saliency_kit.detections.decode` turns it into detections.
+  :func:`saliency_kit.targets.detections.decode` turns it into detections.
 
 :class:`CellBoxes` is the detector's one layer of its own (registered with Keras, so the saved
 model loads in safe mode once this module is imported; :func:`saliency_kit.load_model` does so).

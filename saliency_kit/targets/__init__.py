@@ -11,8 +11,18 @@ per-input payload through the engine's chunking (:mod:`.base`), and every method
 * :func:`unit` — the activation of an inner unit;
 * :class:`Target` — subclass it for a kind of your own.
 
-A list of target objects puts their columns side by side. Importing this package imports
-neither TensorFlow nor Keras.
+A list of target objects puts their columns side by side.
+
+Each image's targets for a model's task (the command line, ``saliency batch`` and Python alike,
+:mod:`.tasks`): :func:`task_targets` ``(model, inputs [B, H, W, C], TaskPlan, spec) ->
+TaskTargets`` runs the model once in the engine and gives each image's :class:`Subject` list
+(the classes of a classifier ``[B, C]``, the predicted or given regions of a segmentation model
+``[B, H', W', C]``, the detected or given boxes of a detector ``[B, N, 4 + 1 + C]``, the
+components of one head) and ``sk.explain``'s ``targets`` for the images that ask something.
+A detector's raw output becomes detections in :mod:`.detections` (``decode``: a threshold and
+non-max suppression; ``box_iou``, the one IoU).
+
+Importing this package imports neither TensorFlow nor Keras.
 """
 
 from __future__ import annotations
@@ -22,6 +32,16 @@ from .box import Box, box
 from .heads import Output, Unit, output, unit
 from .parse import TargetSpec, class_names_of, combine, parse, parse_string, resolve
 from .region import Region, region
+from .tasks import (
+    AskError,
+    Request,
+    Subject,
+    TaskPlan,
+    TaskTargets,
+    explain_targets,
+    subjects_from_outputs,
+    task_targets,
+)
 
 __all__ = [
     "Target",
@@ -46,4 +66,12 @@ __all__ = [
     "combine",
     "resolve",
     "class_names_of",
+    "task_targets",
+    "TaskPlan",
+    "Request",
+    "Subject",
+    "TaskTargets",
+    "AskError",
+    "subjects_from_outputs",
+    "explain_targets",
 ]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .base import Resolved, Target, TargetRequest
+from .detections import box_iou, fields, iou, split
 
 if TYPE_CHECKING:
     import keras
@@ -119,9 +120,8 @@ class Box(Target):
         B, K = boxes.shape[:2]
         given = self.classes
         if given is None:  # each box's class: that of its best-matching proposal at the clean input
-            outputs = request.clean_outputs(strip=False)
-            proposals, _, logits = _split_numpy(outputs, form)
-            best = np.argmax(_iou_numpy(boxes, proposals), axis=-1)  # [B, K]
+            proposals, _, logits = split(request.clean_outputs(strip=False))
+            best = np.argmax(box_iou(boxes, proposals), axis=-1)  # [B, K]
             return np.argmax(np.take_along_axis(logits, best[..., None], axis=1), axis=-1).astype(np.int64)
         if isinstance(given, str):
             from .parse import parse_string
@@ -157,13 +157,12 @@ class Box(Target):
         """``(proposals [n, N, 4], objectness [n, N], class logits [n, N, C])`` float32."""
         import tensorflow as tf
 
-        if self.form == "dict":
-            proposals = tf.cast(outputs["boxes"], tf.float32)
-            logits = tf.cast(outputs["classification"], tf.float32)
+        proposals, objectness, logits = fields(outputs)
+        proposals, logits = tf.cast(proposals, tf.float32), tf.cast(logits, tf.float32)
+        if objectness is None:  # the dict form
             return proposals, tf.ones_like(logits[..., 0]), logits
-        values = tf.cast(outputs, tf.float32)
-        objectness = tf.sigmoid(values[..., 4]) if self.objectness == "logit" else values[..., 4]
-        return values[..., :4], objectness, values[..., 5:]
+        objectness = tf.cast(objectness, tf.float32)
+        return proposals, tf.sigmoid(objectness) if self.objectness == "logit" else objectness, logits
 
     def _probabilities(self, logits: Any) -> Any:
         import tensorflow as tf
@@ -180,15 +179,15 @@ class Box(Target):
         proposals, objectness, logits = self._parts(outputs)
         targets = tf.cast(payload["boxes"], tf.float32)  # [n, K, 4]
         classes = tf.cast(payload["classes"], tf.int32)  # [n, K]
-        iou = _iou(targets, proposals)  # [n, K, N]
+        overlaps = iou(targets, proposals)  # [n, K, N]
         if self.mode == "drise":
             # [n, K, N]: each box's class probability at every proposal, summed against one-hot
             # classes (element-wise: a gather and a transpose, or a matrix product, add kernels
             # with a large fixed cost to each of the K backward passes)
             chosen = tf.one_hot(classes, tf.shape(logits)[-1], dtype=logits.dtype)  # [n, K, C]
             p = tf.reduce_sum(chosen[:, :, None, :] * self._probabilities(logits)[:, None], axis=-1)
-            return tf.reduce_max(iou * objectness[:, None, :] * p, axis=-1)
-        best = tf.argmax(iou, axis=-1, output_type=tf.int32)  # [n, K]
+            return tf.reduce_max(overlaps * objectness[:, None, :] * p, axis=-1)
+        best = tf.argmax(overlaps, axis=-1, output_type=tf.int32)  # [n, K]
         chosen = tf.gather(logits, best, axis=1, batch_dims=1)  # [n, K, C]
         if probability:
             chosen = self._probabilities(chosen)
@@ -199,39 +198,6 @@ class Box(Target):
 
     def probabilities(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=True)
-
-
-def _iou(a: Any, b: Any) -> Any:
-    """IoU of boxes ``a [n, K, 4]`` and ``b [n, N, 4]`` (``x0, y0, x1, y1``): ``[n, K, N]``."""
-    import tensorflow as tf
-
-    a, b = a[:, :, None], b[:, None]
-    width = tf.nn.relu(tf.minimum(a[..., 2], b[..., 2]) - tf.maximum(a[..., 0], b[..., 0]))
-    height = tf.nn.relu(tf.minimum(a[..., 3], b[..., 3]) - tf.maximum(a[..., 1], b[..., 1]))
-    inter = width * height
-
-    def area(box: Any) -> Any:
-        return tf.nn.relu(box[..., 2] - box[..., 0]) * tf.nn.relu(box[..., 3] - box[..., 1])
-
-    return tf.math.divide_no_nan(inter, area(a) + area(b) - inter)
-
-
-def _iou_numpy(a: Any, b: Any) -> np.ndarray:
-    a, b = a[:, :, None], b[:, None]
-    width = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
-    height = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
-    inter = width * height
-    area_a = np.clip(a[..., 2] - a[..., 0], 0, None) * np.clip(a[..., 3] - a[..., 1], 0, None)
-    area_b = np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
-    union = area_a + area_b - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
-def _split_numpy(outputs: Any, form: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    if form == "dict":
-        return np.asarray(outputs["boxes"]), None, np.asarray(outputs["classification"])
-    values = np.asarray(outputs)
-    return values[..., :4], values[..., 4], values[..., 5:]
 
 
 def _detector_form(model: keras.Model) -> tuple[str, int]:

@@ -35,7 +35,7 @@ error, so typos are caught):
                     C classes
 ``score_threshold`` a detector's score a detection needs (default 0.5) and the IoU above which
 ``iou_threshold``   non-max suppression drops the weaker of two boxes of a class (default 0.45);
-                    see :func:`saliency_kit.detections.decode`
+                    see :func:`saliency_kit.targets.detections.decode`
 ``name``            defaults to the config file's stem
 ==================  ==============================================================================
 

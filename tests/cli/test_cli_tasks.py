@@ -11,11 +11,12 @@ import pytest
 from cli_support import decodes, manifest_records, own_lines, run
 from PIL import Image
 
-from saliency_kit import detections, render
+from saliency_kit import render
 from saliency_kit.batch import outputs
 from saliency_kit.cli.main import main
 from saliency_kit.data import scenes
 from saliency_kit.data.shapes import preprocess
+from saliency_kit.targets import detections
 
 CYAN = np.array(render.MARK_COLOUR)
 
@@ -304,11 +305,11 @@ def test_output_picks_a_head_of_a_multi_output_model(tmp_path, scene_files, caps
 
 def test_two_boxes_of_one_class_are_two_outputs_and_two_gallery_maps(tmp_path):
     from saliency_kit.batch import gallery
-    from saliency_kit.cli.tasks import Question
+    from saliency_kit.targets.tasks import Subject
 
     original = np.full((64, 64, 3), 90, np.uint8)
     subjects = [
-        Question("box", 3, "star", f"box{n}", {"box": list(box), "detection": n}, box=box)
+        Subject("box", 3, "star", f"box{n}", {"box": list(box), "detection": n}, box=box)
         for n, box in ((1, (2.0, 2.0, 12.0, 12.0)), (2, (16.0, 16.0, 30.0, 30.0)))
     ]
     maps = np.random.default_rng(0).random((2, 16, 16)).astype(np.float32)
@@ -337,6 +338,7 @@ def test_two_boxes_of_one_class_are_two_outputs_and_two_gallery_maps(tmp_path):
 def test_names_of_regions_and_boxes_stay_distinct(tmp_path, scene_files):
     from saliency_kit import zoo
     from saliency_kit.cli import tasks
+    from saliency_kit.targets.tasks import subjects_from_outputs
 
     root, data, first = scene_files
     for folder in ("a", "b"):
@@ -354,13 +356,13 @@ def test_names_of_regions_and_boxes_stay_distinct(tmp_path, scene_files):
         spec,
     )
     logits = np.zeros((1, 64, 64, 6), np.float32)
-    asked = tasks.questions(plan, spec, logits, [(64, 64)])[0]
+    asked = subjects_from_outputs(plan, spec, logits, [(64, 64)])[0]
     names = [q.name for q in asked]
     assert len(names) == 2 and names[0] != names[1] and all(n.startswith("mask-m-") for n in names)
     spec = dataclasses.replace(zoo.get_spec("shapes_det"), input_size=(64, 64))  # as load_model completes it
     plan = tasks.parse(["star@10.2,12,40,44", "star@10.4,12,40,44", "star@10,12,40,44"], None, None, spec)
     raw = np.zeros((1, 4, 10), np.float32)
-    asked = tasks.questions(plan, spec, raw, [(64, 64)])[0]
+    asked = subjects_from_outputs(plan, spec, raw, [(64, 64)])[0]
     assert [q.name for q in asked] == ["box-10.2-12-40-44", "box-10.4-12-40-44", "box-10-12-40-44"]
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit import detections, zoo
+from saliency_kit import zoo
 from saliency_kit.data import scene_models, scenes
 from saliency_kit.data.shapes import CLASS_NAMES, preprocess
+from saliency_kit.targets import detections
 
 N = 200
 

@@ -10,16 +10,32 @@ The raw form is the one ``sk.targets.box`` explains, ``[B, N, 4 + 1 + C]`` per p
 A proposal's score for class c is ``sigmoid(objectness) × softmax(class logits)[c]``; it is
 kept with its best class when that score is at least ``score_threshold``, then suppressed when it
 overlaps a higher-scoring kept box of the same class by an IoU above ``iou_threshold``.
-NumPy only.
+
+The one place that reads a detector's output and measures overlaps: :func:`fields` splits the raw
+output (NumPy arrays and tensors alike), :func:`split` checks it first; :func:`box_iou` is the
+intersection over union in NumPy, :func:`iou` the same formula in ``keras.ops`` for scores that
+run inside a compiled kernel (``sk.targets.box``). Everything else is NumPy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Detection", "DEFAULT_SCORE_THRESHOLD", "DEFAULT_IOU_THRESHOLD", "decode", "box_iou", "proposal_scores"]
+__all__ = [
+    "Detection",
+    "DEFAULT_SCORE_THRESHOLD",
+    "DEFAULT_IOU_THRESHOLD",
+    "decode",
+    "box_iou",
+    "iou",
+    "fields",
+    "split",
+    "proposal_scores",
+]
 
 DEFAULT_SCORE_THRESHOLD = 0.5
 DEFAULT_IOU_THRESHOLD = 0.45
@@ -36,7 +52,7 @@ class Detection:
     proposal: int
 
 
-def box_iou(a, b) -> np.ndarray:
+def box_iou(a: Any, b: Any) -> np.ndarray:
     """Intersection over union of boxes ``a`` ``[..., M, 4]`` and ``b`` ``[..., N, 4]`` ->
     ``[..., M, N]`` (0 where both boxes are empty)."""
     a, b = np.asarray(a, np.float64)[..., :, None, :], np.asarray(b, np.float64)[..., None, :, :]
@@ -48,16 +64,45 @@ def box_iou(a, b) -> np.ndarray:
     return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
-def _split(raw):
-    """``(boxes [B, N, 4], objectness logits [B, N] or None, class logits [B, N, C])``."""
-    if isinstance(raw, dict):
+def iou(a: Any, b: Any) -> Any:
+    """:func:`box_iou` in ``keras.ops`` (differentiable, any backend): boxes ``a`` ``[..., M, 4]``
+    and ``b`` ``[..., N, 4]`` (``x0, y0, x1, y1``, float tensors) -> ``[..., M, N]``, 0 where
+    both boxes are empty."""
+    from keras import ops
+
+    a, b = ops.expand_dims(a, -2), ops.expand_dims(b, -3)
+    width = ops.relu(ops.minimum(a[..., 2], b[..., 2]) - ops.maximum(a[..., 0], b[..., 0]))
+    height = ops.relu(ops.minimum(a[..., 3], b[..., 3]) - ops.maximum(a[..., 1], b[..., 1]))
+    inter = width * height
+
+    def area(box: Any) -> Any:
+        return ops.relu(box[..., 2] - box[..., 0]) * ops.relu(box[..., 3] - box[..., 1])
+
+    return ops.divide_no_nan(inter, area(a) + area(b) - inter)
+
+
+def fields(raw: Any) -> tuple[Any, Any, Any]:
+    """``(boxes [..., N, 4], objectness [..., N] or None, class outputs [..., N, C])`` of a
+    detector's raw output, unchecked: the tensor form ``[..., N, 4 + 1 + C]`` sliced, or the dict
+    form's ``"boxes"`` and ``"classification"`` (no objectness). Slicing only, so NumPy arrays
+    and tensors alike."""
+    if isinstance(raw, Mapping):
+        return raw["boxes"], None, raw["classification"]
+    return raw[..., :4], raw[..., 4], raw[..., 5:]
+
+
+def split(raw: Any) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """:func:`fields` of ``raw`` checked and as float64 NumPy, one input (``[N, ...]``) given a
+    batch axis: ``(boxes [B, N, 4], objectness logits [B, N] or None, class logits [B, N, C])``."""
+    if isinstance(raw, Mapping):
         missing = {"boxes", "classification"} - set(raw)
         if missing:
             raise ValueError(
                 "a detector's dict output needs the keys 'boxes' and 'classification'; "
                 f"received the keys {sorted(raw)}."
             )
-        boxes, classes = np.asarray(raw["boxes"], np.float64), np.asarray(raw["classification"], np.float64)
+        boxes, _, classes = fields(raw)
+        boxes, classes = np.asarray(boxes, np.float64), np.asarray(classes, np.float64)
         if boxes.ndim == 2:
             boxes, classes = boxes[None], classes[None]
         return boxes, None, classes
@@ -69,13 +114,13 @@ def _split(raw):
             "a detector's raw output must be [B, N, 4 + 1 + C] (a box, an objectness "
             f"logit and at least one class logit per proposal); received shape {raw.shape}."
         )
-    return raw[..., :4], raw[..., 4], raw[..., 5:]
+    return fields(raw)
 
 
-def proposal_scores(raw) -> tuple[np.ndarray, np.ndarray]:
+def proposal_scores(raw: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(boxes [B, N, 4], scores [B, N, C])``: each proposal's box and its score for every class,
     ``sigmoid(objectness) × softmax(class logits)``."""
-    boxes, objectness, logits = _split(raw)
+    boxes, objectness, logits = split(raw)
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     scores = shifted / shifted.sum(axis=-1, keepdims=True)
     if objectness is not None:
@@ -84,7 +129,7 @@ def proposal_scores(raw) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode(
-    raw,
+    raw: Any,
     *,
     score_threshold: float = DEFAULT_SCORE_THRESHOLD,
     iou_threshold: float = DEFAULT_IOU_THRESHOLD,

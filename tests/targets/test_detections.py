@@ -1,11 +1,12 @@
-"""detections.decode and box_iou against hand-computed cases."""
+"""detections.decode, box_iou and its keras.ops twin iou, and the detector-output split, against
+hand-computed cases."""
 
 import math
 
 import numpy as np
 import pytest
 
-from saliency_kit import detections
+from saliency_kit.targets import detections
 
 
 def proposal(box, objectness, logits):
@@ -20,6 +21,42 @@ def test_box_iou_by_hand():
     a = [[0, 0, 10, 10]]
     b = [[5, 5, 15, 15], [10, 10, 20, 20], [0, 0, 10, 10], [3, 3, 3, 8]]
     np.testing.assert_allclose(detections.box_iou(a, b), [[25 / 175, 0.0, 1.0, 0.0]])
+
+
+def test_the_keras_iou_is_the_numpy_iou():
+    """The differentiable IoU of the box score and the NumPy one of decode: the hand value, and the
+    same numbers on random boxes with batch axes (empty boxes included: 0, not NaN)."""
+    from keras import ops
+
+    a = [[0, 0, 10, 10]]
+    b = [[5, 5, 15, 15], [10, 10, 20, 20], [0, 0, 10, 10], [3, 3, 3, 8]]
+    by_hand = ops.convert_to_numpy(detections.iou(ops.convert_to_tensor(np.float32(a)), np.float32(b)))
+    np.testing.assert_allclose(by_hand, [[25 / 175, 0.0, 1.0, 0.0]], rtol=1e-6)
+    rng = np.random.default_rng(0)
+    corners = rng.uniform(0, 30, (2, 3, 7, 4)).astype(np.float32)
+    boxes = np.concatenate([corners[..., :2], corners[..., :2] + rng.uniform(0, 10, (2, 3, 7, 2))], axis=-1)
+    boxes[0, 0, 0, 2] = boxes[0, 0, 0, 0]  # an empty box
+    targets, proposals = boxes[:, :, :3], boxes[:, :, 3:]  # [2, 3, 3, 4] and [2, 3, 4, 4]
+    expected = detections.box_iou(targets, proposals)
+    assert expected.shape == (2, 3, 3, 4) and np.isfinite(expected).all()
+    got = ops.convert_to_numpy(detections.iou(ops.convert_to_tensor(targets), ops.convert_to_tensor(proposals)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_both_forms_of_a_detector_output_split_alike():
+    raw = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    boxes, objectness, logits = detections.split(raw)
+    np.testing.assert_array_equal(boxes, raw[..., :4])
+    np.testing.assert_array_equal(objectness, raw[..., 4])
+    np.testing.assert_array_equal(logits, raw[..., 5:])
+    as_dict = {"boxes": raw[..., :4], "classification": raw[..., 5:]}
+    boxes, objectness, logits = detections.split(as_dict)
+    assert objectness is None and boxes.dtype == np.float64
+    np.testing.assert_array_equal(logits, raw[..., 5:])
+    one = detections.split(raw[0])  # one input: a batch axis added
+    assert one[0].shape == (1, 3, 4) and one[2].shape == (1, 3, 3)
+    with pytest.raises(ValueError, match=r"4 \+ 1 \+ C"):
+        detections.split(raw[..., :5])
 
 
 def test_scores_threshold_and_nms_per_class():
