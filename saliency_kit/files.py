@@ -18,6 +18,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -117,13 +118,13 @@ def _plain(value):
     return value
 
 
-def write_json(data, path: str | os.PathLike, *, durable: bool = True) -> str:
+def write_json(data: Any, path: str | os.PathLike, *, durable: bool = True) -> str:
     """Write ``data`` as indented JSON atomically; NumPy numbers become plain ones, NaN ``null``."""
     text = json.dumps(_plain(data), indent=2, ensure_ascii=False) + "\n"
     return write_atomic(path, text.encode("utf-8"), durable=durable)
 
 
-def npz_bytes(**arrays) -> bytes:
+def npz_bytes(**arrays: Any) -> bytes:
     """The contents of a compressed ``.npz`` file holding ``arrays``."""
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
@@ -142,7 +143,7 @@ def remove_partials(directory: str | os.PathLike) -> None:
                 os.remove(os.path.join(directory, name))
 
 
-def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
+def png_bytes(array_or_figure: Any, *, dpi: int | None = None) -> bytes:
     """PNG file contents of a uint8 ``[H, W, 3]`` / ``[H, W]`` array or of a matplotlib Figure."""
     from PIL import Image
 
@@ -162,7 +163,7 @@ def png_bytes(array_or_figure, *, dpi: int | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def save_png(array_or_figure, path: str | os.PathLike, *, dpi: int | None = None, durable: bool = True) -> str:
+def save_png(array_or_figure: Any, path: str | os.PathLike, *, dpi: int | None = None, durable: bool = True) -> str:
     """Write a uint8 ``[H, W, 3]`` / ``[H, W]`` array or a matplotlib Figure to ``path`` atomically.
 
     Returns ``path``. The figure is saved with a tight bounding box on a white background.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -70,7 +71,7 @@ def to_rgb(image: Image.Image) -> np.ndarray:
     return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
 
 
-def read_rgb(path, *, max_pixels: int | None = None) -> np.ndarray:
+def read_rgb(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.ndarray:
     """Read one image file as EXIF-oriented uint8 RGB ``[H, W, 3]`` at its own size.
 
     Raises :class:`ImageLoadError` (naming ``path``) for anything that is not a readable image of
@@ -128,7 +129,7 @@ def _resize(rgb: np.ndarray, size) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize((width, height), Image.Resampling.BILINEAR))
 
 
-def load_image(path, spec, *, max_pixels: int | None = None):
+def load_image(path: str | os.PathLike, spec: Any, *, max_pixels: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One file -> ``(input float32 [H, W, 3], original uint8 [h, w, 3])`` for ``spec``.
 
     ``input`` is ``spec.preprocess`` of the image resized to ``spec.input_size``; ``original`` is
@@ -140,7 +141,7 @@ def load_image(path, spec, *, max_pixels: int | None = None):
     return model_input, original
 
 
-def load_images(paths, spec, *, max_pixels: int | None = None):
+def load_images(paths: Any, spec: Any, *, max_pixels: int | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Files -> ``(inputs float32 [B, H, W, 3], originals: list of uint8 [h_i, w_i, 3])``.
 
     ``paths``: a path or a sequence of paths. The first unreadable file raises

@@ -17,6 +17,8 @@ model loads in safe mode once this module is imported; :func:`saliency_kit.load_
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import numpy as np
 from keras import layers, ops
@@ -52,7 +54,7 @@ class CellBoxes(layers.Layer):
         super().__init__(**kwargs)
         self.stride = int(stride)
 
-    def call(self, distances):
+    def call(self, distances: Any) -> Any:
         h, w = distances.shape[1], distances.shape[2]
         centre_y, centre_x = np.meshgrid(np.arange(h) + 0.5, np.arange(w) + 0.5, indexing="ij")
         centres = np.stack([centre_x, centre_y, centre_x, centre_y], axis=-1).astype("float32")
@@ -61,10 +63,10 @@ class CellBoxes(layers.Layer):
         boxes = self.stride * (centres + ops.convert_to_tensor(signs, dtype=distances.dtype) * distances)
         return ops.reshape(boxes, (-1, h * w, 4))
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (input_shape[0], input_shape[1] * input_shape[2], 4)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "stride": self.stride}
 
 

@@ -29,6 +29,7 @@ The model's input is the uint8 image scaled to [0, 1] (float32).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -90,7 +91,7 @@ def shape_polygon(label: int, centre: tuple[float, float], radius: float, angle:
     return list(zip(cx + radii * np.cos(thetas), cy + radii * np.sin(thetas)))
 
 
-def rasterise(polygon, supersample: int = 4) -> np.ndarray:
+def rasterise(polygon: Any, supersample: int = 4) -> np.ndarray:
     """bool [64, 64]: pixels at least half covered by ``polygon`` (coordinates in pixels, pixel
     ``(i, j)`` spanning ``[j, j+1) x [i, i+1)``), measured on a ``supersample``-times finer grid."""
     size = IMAGE_SIZE * supersample
@@ -152,7 +153,7 @@ def _one_image(seed: int, index: int):
             return image, mask, label, info
 
 
-def make_dataset(n: int, seed: int = 0):
+def make_dataset(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Generate ``n`` labelled images (see the module docstring for the exact specification).
 
     Returns ``(images uint8 [n, 64, 64, 3], masks bool [n, 64, 64], labels int64 [n])``.
@@ -186,13 +187,13 @@ def _allocate(n):
     )
 
 
-def preprocess(images) -> np.ndarray:
+def preprocess(images: Any) -> np.ndarray:
     """The shapes model's input: uint8 ``[B, H, W, 3]`` -> float32 in [0, 1]."""
     return np.asarray(images, dtype=np.float32) / np.float32(255.0)
 
 
 # -------------------------------------------------------------------------------------- model
-def build_model():
+def build_model() -> Any:
     """The untrained shapes CNN: float32 [B, 64, 64, 3] in [0, 1] -> softmax [B, 5].
 
     Built to exercise every path ``sk.rewrite`` must handle:

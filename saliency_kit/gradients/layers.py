@@ -6,6 +6,8 @@ them saves and loads with ``model.save`` / ``keras.models.load_model`` (safe mod
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 
 from . import ops as gradients
@@ -30,10 +32,10 @@ class GradientScale(_GradientLayer):
         super().__init__(**kwargs)
         self.factor = float(factor)
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         return gradients.scale(inputs, self.factor)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "factor": self.factor}
 
 
@@ -47,10 +49,10 @@ class GradientClip(_GradientLayer):
             raise ValueError(f"GradientClip needs low <= high; received low={low}, high={high}")
         self.low, self.high = float(low), float(high)
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         return gradients.clip(inputs, self.low, self.high)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "low": self.low, "high": self.high}
 
 
@@ -69,9 +71,9 @@ class GradientClipNorm(_GradientLayer):
         self.max_norm = float(max_norm)
         self.per_sample = bool(per_sample)
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         axes = list(range(1, len(inputs.shape))) if self.per_sample else None
         return gradients.clip_norm(inputs, self.max_norm, axes=axes)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "max_norm": self.max_norm, "per_sample": self.per_sample}

@@ -23,6 +23,7 @@ NumPy and has no gradient of its own (an outer tape sees it as a constant).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -34,7 +35,7 @@ def _as_tensor(x):
     return x if isinstance(x, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(x)
 
 
-def scale(x, factor):
+def scale(x: Any, factor: Any) -> Any:
     """Identity on the forward pass; the gradient is multiplied by ``factor``.
 
     ``factor`` is a Python number or a scalar tensor (``-1`` reverses the gradient, as in
@@ -51,7 +52,7 @@ def scale(x, factor):
     return _scale(_as_tensor(x))
 
 
-def clip(x, low, high):
+def clip(x: Any, low: Any, high: Any) -> Any:
     """Identity on the forward pass; the gradient is clipped element-wise to ``[low, high]``."""
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
         raise ValueError(f"clip needs low <= high; received low={low}, high={high}")
@@ -66,7 +67,7 @@ def clip(x, low, high):
     return _clip(_as_tensor(x))
 
 
-def clip_norm(x, max_norm, axes=None):
+def clip_norm(x: Any, max_norm: Any, axes: Any = None) -> Any:
     """Identity on the forward pass; the gradient is rescaled so that its L2 norm is at most
     ``max_norm`` (``tf.clip_by_norm``).
 
@@ -118,7 +119,7 @@ def straight_through(forward: Callable, backward: Callable) -> Callable:
     return f
 
 
-def numpy_function(fn: Callable, grad_fn: Callable, output_dtype=tf.float32) -> Callable:
+def numpy_function(fn: Callable, grad_fn: Callable, output_dtype: Any = tf.float32) -> Callable:
     """A differentiable TensorFlow op from a NumPy function and a NumPy gradient.
 
     Args:

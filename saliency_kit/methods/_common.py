@@ -6,6 +6,8 @@ NumPy and the declarations only (no TensorFlow, no Keras at import), like every 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .base import Request, get
@@ -60,12 +62,12 @@ def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
     return alphas, weights
 
 
-def baseline_array(baseline, inputs: np.ndarray) -> np.ndarray:
+def baseline_array(baseline: Any, inputs: np.ndarray) -> np.ndarray:
     """``baseline`` broadcast to one input of ``inputs [B, ...]``, in its dtype; finite."""
     return input_shaped(baseline, inputs, "baseline")
 
 
-def input_shaped(value, inputs: np.ndarray, name: str, *, non_negative: bool = False) -> np.ndarray:
+def input_shaped(value: Any, inputs: np.ndarray, name: str, *, non_negative: bool = False) -> np.ndarray:
     """Option ``name``'s ``value`` broadcast to one input of ``inputs [B, ...]``, in its dtype;
     finite (and ``≥ 0`` with ``non_negative``), else a ``ValueError`` saying what was expected."""
     shape = inputs.shape[1:]
@@ -127,7 +129,7 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
     return {**options, "layer": path}
 
 
-def check_cam_rank(ctx, activations, layer: str) -> None:
+def check_cam_rank(ctx: Any, activations: Any, layer: str) -> None:
     """``ValueError`` unless a layer's ``activations`` have the rank of the inputs (``[n, t, c]``,
     ``[n, h, w, c]`` or ``[n, d, h, w, c]``)."""
     from ..model.walker import spatial_output_text
@@ -140,7 +142,7 @@ def check_cam_rank(ctx, activations, layer: str) -> None:
         )
 
 
-def channels_last(ctx, activations, g=None):
+def channels_last(ctx: Any, activations: Any, g: Any = None) -> Any:
     """``A [n, *s, c]`` (and ``g [n, K, *s, c]``) whatever the model's channel axis; ``s`` the
     layer's one to three spatial axes."""
     from keras import ops
@@ -154,13 +156,15 @@ def channels_last(ctx, activations, g=None):
     return activations, ops.transpose(g, [0, 1, *range(3, rank + 1), 2])
 
 
-def spatial_axes(tensor, lead: int = 1) -> tuple:
+def spatial_axes(tensor: Any, lead: int = 1) -> tuple:
     """The spatial axes of a channels-last ``tensor`` ``[*lead axes, *s, c]``."""
     return tuple(range(lead, len(tensor.shape) - 1))
 
 
 # -- inputs ------------------------------------------------------------------------------------
-def require_channels_last(request: Request, method: str, ranks=(4,), shape_text="image inputs [B, H, W, C]") -> None:
+def require_channels_last(
+    request: Request, method: str, ranks: tuple[int, ...] | None = (4,), shape_text: str = "image inputs [B, H, W, C]"
+) -> None:
     """``ValueError`` unless the inputs are channels-last and of one of ``ranks`` (for methods that
     work on image axes: blurs, masks, regions); ``ranks=None`` checks the channel axis only."""
     if request.channel_axis == 0:

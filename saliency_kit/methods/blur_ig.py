@@ -25,10 +25,12 @@ Map: signed sum over the last axis.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._common import require_channels_last
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["blur_ig", "gaussian_matrix", "gaussian_matrices", "sigmas", "prepare"]
 
@@ -54,7 +56,7 @@ def sigmas(steps: int, max_sigma: float, sqrt: bool) -> np.ndarray:
     return max_sigma * np.sqrt(fractions) if sqrt else max_sigma * fractions
 
 
-def gaussian_matrices(size: int, widths):
+def gaussian_matrices(size: int, widths: Any) -> Any:
     """``[m, size, size]`` float64: :func:`gaussian_matrix` for each of ``widths`` ``[m]`` (a
     tensor), built in the compiled function (no large constants in its graph)."""
     from keras import ops
@@ -88,7 +90,7 @@ def _tail(widths, size, far):
     return 2.0 * ops.sum(ops.exp(-0.5 * ops.square(offsets / safe)) * keep, axis=1)
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     require_channels_last(request, "blur_ig", ranks=None)
     if request.inputs.ndim not in (3, 4):
         raise ValueError(
@@ -124,7 +126,7 @@ def _apply(x, mats):
     cost=lambda options: options["steps"],
     spatial=True,
 )
-def blur_ig(ctx, steps, max_sigma, grad_step, sqrt):
+def blur_ig(ctx: Any, steps: int, max_sigma: float, grad_step: float, sqrt: bool) -> Any:
     from keras import ops
 
     x = ctx.inputs

@@ -14,15 +14,17 @@ layer's last axis.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._common import baseline_array
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["conductance", "prepare"]
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     from ..model.walker import find_layer
 
     if options["layer"] is None:
@@ -50,7 +52,7 @@ def prepare(request, options: dict) -> dict:
     cost=lambda options: 2 * (options["steps"] - 1),
     layered=True,
 )
-def conductance(ctx, layer, steps, baseline):
+def conductance(ctx: Any, layer: str, steps: int, baseline: Any) -> Any:
     from keras import ops
 
     alphas = np.linspace(0.0, 1.0, steps)

@@ -14,13 +14,15 @@ own reference instead (``2n`` rows).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._common import baseline_array
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["deeplift", "prepare"]
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     return {**options, "baseline": baseline_array(options["baseline"], request.inputs)}
 
 
@@ -37,7 +39,7 @@ def prepare(request, options: dict) -> dict:
     prepare=prepare,
     cost=lambda options: 1,  # the shared baseline is one row per call
 )
-def deeplift(ctx, baseline):
+def deeplift(ctx: Any, baseline: Any) -> Any:
     from keras import ops
 
     from ..propagation.deeplift import DeepLiftRewrite

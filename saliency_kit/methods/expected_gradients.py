@@ -16,14 +16,16 @@ and with ``explain(..., input_keys=)`` wherever the input sits in a batch. In ex
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["expected_gradients", "draws", "prepare"]
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     baselines = options["baselines"]
     shape = request.inputs.shape[1:]
     if baselines is None:
@@ -48,7 +50,7 @@ def prepare(request, options: dict) -> dict:
     return {**options, "baselines": np.ascontiguousarray(array)}
 
 
-def draws(ctx, ids, samples: int, count: int):
+def draws(ctx: Any, ids: Any, samples: int, count: int) -> Any:
     """``(baseline indices [n, m] int32, α [n, m] float64)`` of draws ``ids [m]`` of each input:
     two uniform numbers ``u`` per draw (``ctx.uniform``), the baseline ``⌊u₀ · count⌋`` and
     ``α = u₁``."""
@@ -74,7 +76,7 @@ def draws(ctx, ids, samples: int, count: int):
     prepare=prepare,
     cost=lambda options: options["samples"],
 )
-def expected_gradients(ctx, samples, baselines, seed):
+def expected_gradients(ctx: Any, samples: int, baselines: Any, seed: int) -> Any:
     from keras import ops
 
     x = ctx.inputs

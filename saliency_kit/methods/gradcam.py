@@ -20,6 +20,8 @@ attributions are the maps ``[B, K, T]``, ``[B, K, H, W]`` or ``[B, K, D, H, W]``
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
 from .base import register
 
@@ -28,7 +30,7 @@ __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "cam_map"]
 OPTIONS = [LAYER_OPTION, RELU_OPTION]
 
 
-def cam_map(ctx, weights, activations, relu):
+def cam_map(ctx: Any, weights: Any, activations: Any, relu: bool) -> Any:
     """``relu(Σ_c weights[n, k, c] · A[n, *s, c])`` resized to the input: ``[n, K, *S]``."""
     from keras import ops
 
@@ -49,7 +51,7 @@ def cam_map(ctx, weights, activations, relu):
     summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
     "the map is the CAM itself",
 )
-def gradcam(ctx, layer, relu):
+def gradcam(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
@@ -67,7 +69,7 @@ def gradcam(ctx, layer, relu):
     prepare=prepare_cam_layer,
     summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself",
 )
-def gradcam_plus_plus(ctx, layer, relu):
+def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
@@ -88,7 +90,7 @@ def gradcam_plus_plus(ctx, layer, relu):
     spatial=True,
     summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); map: max |attribution| over the last axis",
 )
-def guided_gradcam(ctx, layer, relu):
+def guided_gradcam(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     cam = gradcam(ctx, layer, relu)  # [n, K, *S]

@@ -9,6 +9,8 @@ deconvnet.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import register
 
 __all__ = ["gradient", "gradient_x_input", "guided_backprop", "deconvnet"]
@@ -17,7 +19,7 @@ __all__ = ["gradient", "gradient_x_input", "guided_backprop", "deconvnet"]
 @register(
     "gradient", title="Gradient", summary="∂score/∂input (Simonyan et al. 2014); map: max |gradient| over the last axis"
 )
-def gradient(ctx):
+def gradient(ctx: Any) -> Any:
     return ctx.gradients(ctx.inputs)
 
 
@@ -28,7 +30,7 @@ def gradient(ctx):
     signed=True,
     summary="input × gradient; map: sum over the last axis",
 )
-def gradient_x_input(ctx):
+def gradient_x_input(ctx: Any) -> Any:
     return ctx.inputs[:, None] * ctx.gradients(ctx.inputs)
 
 
@@ -38,7 +40,7 @@ def gradient_x_input(ctx):
     summary="gradient through ReLUs that pass only positive gradients of active units "
     "(Springenberg et al. 2015); map: max |attribution| over the last axis",
 )
-def guided_backprop(ctx):
+def guided_backprop(ctx: Any) -> Any:
     return ctx.gradients(ctx.inputs, rule="guided")
 
 
@@ -48,5 +50,5 @@ def guided_backprop(ctx):
     summary="gradient through ReLUs that pass only positive gradients (Zeiler & Fergus 2014); "
     "map: max |attribution| over the last axis",
 )
-def deconvnet(ctx):
+def deconvnet(ctx: Any) -> Any:
     return ctx.gradients(ctx.inputs, rule="deconv")

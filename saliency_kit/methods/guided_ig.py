@@ -38,11 +38,12 @@ path.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ._common import baseline_array
-from .base import Option, register
+from .base import Option, Request, register
 from .selection import kth_smallest
 
 __all__ = ["guided_ig", "prepare"]
@@ -50,7 +51,7 @@ __all__ = ["guided_ig", "prepare"]
 EPSILON = 1e-9  # PAIR's tolerance for "the target is met"
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     return {
         **options,
         "baseline": baseline_array(options["baseline"], request.inputs),
@@ -77,7 +78,7 @@ def prepare(request, options: dict) -> dict:
     prepare=prepare,
     cost=lambda options: 1,  # one point per input and target at a time, steps run in a loop
 )
-def guided_ig(ctx, steps, baseline, fraction, max_dist):
+def guided_ig(ctx: Any, steps: int, baseline: Any, fraction: float, max_dist: float) -> Any:
     from keras import ops
 
     x = ctx.inputs

@@ -7,15 +7,17 @@ gap ``Σ a − (s(x) − s(x′))`` measures the quadrature error. Map: signed s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._common import RULES, baseline_array, quadrature
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["integrated_gradients", "RULES", "quadrature", "prepare"]
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     quadrature(options["rule"], options["steps"])
     return {**options, "baseline": baseline_array(options["baseline"], request.inputs)}
 
@@ -35,7 +37,7 @@ def prepare(request, options: dict) -> dict:
     prepare=prepare,
     cost=lambda options: options["steps"],
 )
-def integrated_gradients(ctx, steps, baseline, rule):
+def integrated_gradients(ctx: Any, steps: int, baseline: Any, rule: str) -> Any:
     from keras import ops
 
     alphas, weights = quadrature(rule, steps)

@@ -19,6 +19,8 @@ maps agree.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
 from .base import register
 
@@ -35,7 +37,7 @@ __all__ = ["layercam"]
     cam=True,
     prepare=prepare_cam_layer,
 )
-def layercam(ctx, layer, relu):
+def layercam(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)  # [n, *s, c], [n, K, *s, c] (channels first: [n, c, *s], [n, K, c, *s])

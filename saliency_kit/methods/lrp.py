@@ -8,10 +8,12 @@ unchanged. With zero biases and ε → 0 it sums to the score. Map: signed sum o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..propagation import composites
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["prepare", "lrp"]
 
@@ -25,7 +27,7 @@ def _bound(name, value):
     return float(array) if array.ndim == 0 else array.tolist()
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     resolved = {**options, "low": _bound("low", options["low"]), "high": _bound("high", options["high"])}
     composites.get(resolved["composite"], **_composite_options(resolved))  # checks names and bounds now
     return resolved
@@ -60,7 +62,7 @@ def _freeze(value):
     signed=True,
     prepare=prepare,
 )
-def lrp(ctx, composite, epsilon, gamma, low, high):
+def lrp(ctx: Any, composite: str, epsilon: float, gamma: float, low: Any, high: Any) -> Any:
     from ..propagation.composites import LRPRewrite
 
     options = {

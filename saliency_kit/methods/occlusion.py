@@ -16,10 +16,11 @@ Map: mean over the last axis (for the default windows every channel holds the sa
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["occlusion", "windows", "prepare"]
 
@@ -47,7 +48,7 @@ def _per_axis(name, value, shape, slid, default):
     return sizes
 
 
-def windows(shape, window=None, stride=None, channel_axis=-1):
+def windows(shape: Any, window: Any = None, stride: Any = None, channel_axis: Any = -1) -> Any:
     """The occlusion windows of one input of ``shape``: a list of tuples of slices.
 
     Default window: 1 per feature for tabular inputs, else about 1/8 of each slid axis; default
@@ -76,7 +77,7 @@ def _sizes(value):
     return value if value is None or isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     shape = request.inputs.shape[1:]
     try:
         fill = np.broadcast_to(np.asarray(options["value"], dtype=request.inputs.dtype), shape)
@@ -112,7 +113,7 @@ def prepare(request, options: dict) -> dict:
     cost=lambda options: options["windows"],
     spatial=True,
 )
-def occlusion(ctx, window, stride, value, **resolved):
+def occlusion(ctx: Any, window: Any, stride: Any, value: Any, **resolved: Any) -> Any:
     from keras import ops
 
     shape = ctx.shape

@@ -125,7 +125,7 @@ class Option:
         left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
         return f"{article} {noun} in {left}{_number(low)}, {_number(high)}{right}"
 
-    def check(self, value, method: str = "") -> Any:
+    def check(self, value: Any, method: str = "") -> Any:
         """``value`` checked against the declaration (``TypeError``/``ValueError``), returned.
 
         ``None`` is accepted when it is the default. ints are accepted for floats.
@@ -169,7 +169,7 @@ class Option:
             return False
         return self.high is None or not (value >= self.high if self.high_open else value > self.high)
 
-    def resolve(self, value) -> Any:
+    def resolve(self, value: Any) -> Any:
         """The value a call uses: a seed option's ``None`` becomes a seed drawn at random (a
         given seed a plain ``int``); any other value is returned as it is."""
         if self.kind == "seed":

@@ -22,19 +22,20 @@ instead of ``N · p`` (the same in expectation). Images only; attributions are t
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ._common import require_channels_last
-from .base import Option, register
+from .base import Option, Request, register
 
 __all__ = ["rise", "smooth_masks", "prepare"]
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     require_channels_last(request, "rise")
     return {**options, "p": float(options["p"])}
 
 
-def smooth_masks(ctx, ids, count: int, cells: int, p: float, size: tuple):
+def smooth_masks(ctx: Any, ids: Any, count: int, cells: int, p: float, size: tuple) -> Any:
     """Masks ``ids [m]`` of ``count`` as ``[m, H, W]`` float32, the same for every input: from
     uniform draws ``u [m, cells² + 2]`` (``ctx.uniform(..., shared=True)``), a grid of cells kept
     where ``u < p`` (the first ``cells²`` draws, row by row), upsampled bilinearly to
@@ -75,7 +76,7 @@ def smooth_masks(ctx, ids, count: int, cells: int, p: float, size: tuple):
     prepare=prepare,
     cost=lambda options: options["masks"],
 )
-def rise(ctx, masks, cells, p, seed):
+def rise(ctx: Any, masks: int, cells: int, p: float, seed: int) -> Any:
     from keras import ops
 
     x = ctx.inputs

@@ -27,6 +27,8 @@ Faster-ScoreCAM the maps agree. Attributions are the maps ``[B, K, H, W]`` (``[B
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._common import LAYER_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
 from .base import Option, register
 
@@ -56,7 +58,7 @@ ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count
     prepare=prepare_cam_layer,
     cost=lambda options: options["max_channels"] or ASSUMED_CHANNELS,
 )
-def scorecam(ctx, layer, max_channels):
+def scorecam(ctx: Any, layer: str, max_channels: int | None) -> Any:
     from keras import ops
 
     activations, _ = ctx.layer(layer)  # [n, *s, C] (channels first: [n, C, *s])

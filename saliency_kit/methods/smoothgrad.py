@@ -17,10 +17,12 @@ like the base method's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._common import base_cost, input_shaped
-from .base import Option, get, register
+from .base import Option, Request, get, register
 
 __all__ = ["smoothgrad", "squaregrad", "vargrad", "AGGREGATES", "cost", "prepare"]
 
@@ -37,7 +39,7 @@ def cost(options: dict) -> int:
     return options["samples"] * base_cost(options)
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     """A ``noise`` array (one fraction per element of an input) checked: broadcastable to one
     input, finite and non-negative; cast to the inputs' dtype."""
     noise = options["noise"]
@@ -56,7 +58,7 @@ def prepare(request, options: dict) -> dict:
     cost=cost,
     prepare=prepare,
 )
-def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
+def smoothgrad(ctx: Any, base: str, samples: int, noise: Any, aggregate: str, seed: int, **base_options: Any) -> Any:
     from keras import ops
 
     method = get(base)
@@ -88,7 +90,7 @@ def smoothgrad(ctx, base, samples, noise, aggregate, seed, **base_options):
     prepare=prepare,
     summary="SmoothGrad with the mean of squares (SquareGrad, Hooker et al. 2019); map: as the base method",
 )
-def squaregrad(ctx, **options):
+def squaregrad(ctx: Any, **options: Any) -> Any:
     return smoothgrad(ctx, aggregate="square", **options)
 
 
@@ -101,5 +103,5 @@ def squaregrad(ctx, **options):
     prepare=prepare,
     summary="SmoothGrad with the variance (VarGrad, Adebayo et al. 2018); map: as the base method",
 )
-def vargrad(ctx, **options):
+def vargrad(ctx: Any, **options: Any) -> Any:
     return smoothgrad(ctx, aggregate="variance", **options)

@@ -33,10 +33,12 @@ here ``base`` runs with its own options (integrated gradients: ``baseline=0.0`` 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._common import base_cost, require_channels_last
-from .base import Option, get, register
+from .base import Option, Request, get, register
 
 __all__ = ["xrai", "felzenszwalb_segments", "rank_regions", "segments_array", "prepare"]
 
@@ -93,7 +95,7 @@ def felzenszwalb_segments(image: np.ndarray) -> list[np.ndarray]:
 
 # ranking ---------------------------------------------------------------------------------------
 def rank_regions(
-    attributions: np.ndarray, segments, area_threshold: float = 1.0, min_new_pixels: int = MIN_NEW_PIXELS
+    attributions: np.ndarray, segments: Any, area_threshold: float = 1.0, min_new_pixels: int = MIN_NEW_PIXELS
 ) -> tuple[np.ndarray, list[int]]:
     """``(map [H, W] float64, order)``: XRAI's map from a per-pixel attribution ``[H, W]`` and
     boolean region masks; ``order`` lists the indices of the regions added, first to last."""
@@ -132,7 +134,7 @@ def rank_regions(
 
 
 # the method ------------------------------------------------------------------------------------
-def segments_array(request, segments) -> np.ndarray | None:
+def segments_array(request: Request, segments: Any) -> np.ndarray | None:
     """``None`` (Felzenszwalb, computed per input), or the given masks as one boolean array
     ``[B, R, H, W]`` (inputs with fewer regions padded with empty masks, which XRAI never picks)."""
     if segments is None:
@@ -170,7 +172,7 @@ def segments_array(request, segments) -> np.ndarray | None:
     return padded
 
 
-def prepare(request, options: dict) -> dict:
+def prepare(request: Request, options: dict) -> dict:
     require_channels_last(request, "xrai")
     return {
         **options,
@@ -214,7 +216,7 @@ def _rank_chunk(images, per_pixel, regions, threshold, given):
     prepare=prepare,
     cost=base_cost,
 )
-def xrai(ctx, base, segments, area_threshold, **base_options):
+def xrai(ctx: Any, base: str, segments: Any, area_threshold: float, **base_options: Any) -> Any:
     from keras import ops
 
     a = get(base).compute(ctx, **base_options)

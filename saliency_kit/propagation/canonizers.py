@@ -149,12 +149,12 @@ FIRST_KINDS = (
 )
 
 
-def activation_name(fn) -> str:
+def activation_name(fn: Any) -> str:
     name = getattr(fn, "__name__", type(fn).__name__)
     return name.removesuffix("_v2")
 
 
-def is_linear_activation(fn) -> bool:
+def is_linear_activation(fn: Any) -> bool:
     return fn is None or activation_name(fn) == "linear"
 
 
@@ -179,7 +179,7 @@ class LayerFacts:
     calls: list = dataclasses.field(default_factory=list)  # per call: (args, kwargs), symbolic
 
 
-def classify(op, path: str, *, final: bool = False) -> str:
+def classify(op: Any, path: str, *, final: bool = False) -> str:
     """The kind of ``op`` for the rewriting pass; ``ValueError`` naming it if nothing covers it."""
     if isinstance(op, keras.Model):
         return "model"
@@ -325,7 +325,9 @@ def _output_nonnegative(op, kind: str, inputs_nonnegative: bool) -> bool:
     return inputs_nonnegative and isinstance(op, KEEPS_SIGN)
 
 
-def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: list | None = None) -> list[LayerFacts]:
+def model_facts(
+    model: Any, prefix: str = "", reads_input: bool = True, live_inputs: list | None = None
+) -> list[LayerFacts]:
     """:class:`LayerFacts` of every operation of ``model`` (nested models included), in graph order.
 
     Operations that no explained value reaches (``live_inputs``: which of the model's inputs
@@ -407,7 +409,7 @@ def model_facts(model, prefix: str = "", reads_input: bool = True, live_inputs: 
     return facts
 
 
-def batchnorm_affine(bn, dtype):
+def batchnorm_affine(bn: Any, dtype: Any) -> Any:
     """``(scale, shift)`` with ``bn(x) = x·scale + shift`` at inference, as tensors of ``dtype``."""
     variance = tf.cast(tf.convert_to_tensor(bn.moving_variance), dtype)
     mean = tf.cast(tf.convert_to_tensor(bn.moving_mean), dtype)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
     "Composite",
@@ -50,7 +51,7 @@ AVERAGE_POOLING_EPSILON = 1e-6
 _REGISTRY: dict[str, Callable] = {}
 
 
-def register(name: str, factory: Callable | None = None):
+def register(name: str, factory: Callable | None = None) -> Callable:
     """Register ``factory(**options) -> Composite`` under ``name`` (lower snake case); without
     ``factory``, a decorator: ``@register("my_composite")`` on a class or a function."""
     if factory is None:
@@ -114,7 +115,7 @@ class Composite:
                 )
         self.rules = items
 
-    def rule_for(self, layer, path: str, first: bool):
+    def rule_for(self, layer: Any, path: str, first: bool) -> Any:
         """The rule of the first matching key, or ``None``."""
         for key, rule in self.rules:
             if isinstance(key, str):
@@ -127,7 +128,7 @@ class Composite:
                 return rule
         return None
 
-    def rewrite_model(self, model):
+    def rewrite_model(self, model: Any) -> Any:
         """The LRP rewrite of ``model`` with this composite (:func:`~saliency_kit.propagation.lrp.rewrite_lrp`)."""
         from .lrp import rewrite_lrp
 
@@ -266,7 +267,7 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get(composite, **options) -> Composite:
+def get(composite: Any, **options: Any) -> Composite:
     """A :class:`Composite` from a name (built with those of ``options`` its factory takes) or
     an instance (returned as it is; ``options`` are then ignored).
 
@@ -312,7 +313,7 @@ class LRPRewrite:
     options: tuple = ()
     input_relevance: bool = False
 
-    def rewrite_model(self, model):
+    def rewrite_model(self, model: Any) -> Any:
         from .lrp import rewrite_lrp
 
         return rewrite_lrp(model, get(self.composite, **dict(self.options)), input_relevance=self.input_relevance)

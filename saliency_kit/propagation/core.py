@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -36,12 +37,12 @@ __all__ = [
 ]
 
 
-def stabilize(d, epsilon: float):
+def stabilize(d: Any, epsilon: float) -> Any:
     """``d + ε·sign(d)`` with ``sign(0) = +1``: never zero, same sign as ``d``."""
     return d + tf.where(d >= 0, tf.cast(epsilon, d.dtype), tf.cast(-epsilon, d.dtype))
 
 
-def unchanged(w):
+def unchanged(w: Any) -> Any:
     """The identity parameter modifier."""
     return w
 
@@ -71,7 +72,7 @@ def _add_bias(z, bias, layer):
     return z + bias
 
 
-def linear_parts(layer, absorbed_bn=None) -> list[LinearPart]:
+def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     """The linear maps ``layer`` computes, in order (two for a separable convolution), with its
     current parameters; ``absorbed_bn`` a BatchNormalization merged into the last one."""
     dtype = layer.compute_dtype
@@ -234,7 +235,7 @@ class LinearRule:
         """``{group: "positive" | "negative"}``: keep only outputs where ``z`` has that sign."""
         return {}
 
-    def constant_input(self, name: str, x):
+    def constant_input(self, name: str, x: Any) -> Any:
         """The tensor of a non-proportional input kind (``"ones"``, ``"low"``, ``"high"``)."""
         if name == "ones":
             return tf.ones_like(x)
@@ -249,7 +250,7 @@ class LinearRule:
             return tf.minimum(x, 0)
         return self.constant_input(kind, x)
 
-    def backward(self, part: LinearPart, x, z, relevance, nonnegative: bool = False):
+    def backward(self, part: LinearPart, x: Any, z: Any, relevance: Any, nonnegative: bool = False) -> Any:
         """``(coefficients, constant_relevance)`` for the input of ``part``.
 
         The input relevance is ``x ⊙ coefficients + constant_relevance``; the first term holds the
@@ -325,7 +326,7 @@ def positive_part(part: LinearPart) -> LinearPart:
     return LinearPart(part.apply, kernels, None if part.bias is None else tf.maximum(part.bias, 0))
 
 
-def linear_vjp(part: LinearPart, kernels: dict, x, cotangent):
+def linear_vjp(part: LinearPart, kernels: dict, x: Any, cotangent: Any) -> Any:
     """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP)."""
     with tf.GradientTape() as tape:
         tape.watch(x)

@@ -22,6 +22,7 @@ call) refuses the layer, naming the layer and the operation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -100,7 +101,7 @@ def _refuse_op(layer, path: str, op, why: str):
     )
 
 
-def check_call(layer, path: str, args, kwargs, live: list) -> bool:
+def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> bool:
     """Trace ``layer(*args, **kwargs)`` (symbolic arguments; ``live``: which of them, flattened,
     carry explained values) and check every operation outside covered sublayers (see the module
     docstring). Returns whether the output depends on an explained value; ``ValueError`` (naming
@@ -168,7 +169,7 @@ def _constant_axes(op) -> tuple:
     return tuple(int(a) % rank for a in (value.reshape(-1) if hasattr(value, "reshape") else [value]))
 
 
-def install_rules(layer, path: str, wrap_sublayer: Callable) -> list:
+def install_rules(layer: Any, path: str, wrap_sublayer: Callable) -> list:
     """Replace, on ``layer``'s attributes (lists and tuples of layers included), each sublayer
     that ``wrap_sublayer(sublayer, path)`` gives a rule-carrying layer for; recurse into custom
     sublayers. Returns ``[(path, wrapper)]``. The replacements are not tracked by Keras."""
@@ -211,10 +212,10 @@ class CustomLayer(WrapperLayer):
         self.relevance = relevance
         self.to_relevance = False
 
-    def build(self, *args, **kwargs):
+    def build(self, *args: Any, **kwargs: Any) -> None:
         pass  # inner is built
 
-    def call(self, *args, training=None, **kwargs):
+    def call(self, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
         if training is not None and keras_private.call_takes_training(self.inner):
             kwargs["training"] = bool(training)
         if self.to_relevance and self.relevance:
@@ -227,7 +228,7 @@ class CustomLayer(WrapperLayer):
             args, kwargs = keras.tree.pack_sequence_as(structure, flat)
         return self.inner(*args, **kwargs)
 
-    def compute_output_spec(self, *args, training=None, **kwargs):
+    def compute_output_spec(self, *args: Any, training: bool | None = None, **kwargs: Any) -> Any:
         return self.inner(*args, **kwargs)
 
 
@@ -240,7 +241,7 @@ def _fresh(arguments):
     )
 
 
-def build_like(layer, fact) -> None:
+def build_like(layer: Any, fact: Any) -> None:
     """Build ``layer`` (a clone of ``fact.op``) as its first call in the graph built it, on new
     inputs of the same shapes."""
     if not layer.built and fact.calls:
@@ -248,7 +249,7 @@ def build_like(layer, fact) -> None:
         layer(*args, **kwargs)
 
 
-def custom_layer(fact, wrap_sublayer: Callable) -> CustomLayer:
+def custom_layer(fact: Any, wrap_sublayer: Callable) -> CustomLayer:
     """The :class:`CustomLayer` for ``fact`` (a ``"custom"`` fact of
     :func:`~saliency_kit.propagation.canonizers.model_facts`): a clone of the layer, built on its
     calls' shapes, its sublayers' rules installed (``wrap_sublayer(fact) -> layer | None``), each

@@ -29,6 +29,8 @@ their gates reading the baseline's values back: the baseline costs one row forwa
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 
 from . import canonizers
@@ -47,7 +49,7 @@ __all__ = ["DeepLiftLayer", "DeepLiftRewrite", "rewrite_deeplift"]
 class DeepLiftRewrite:
     """The ``rule`` that makes ``sk.rewrite``/the engine build :func:`rewrite_deeplift` models."""
 
-    def rewrite_model(self, model):
+    def rewrite_model(self, model: Any) -> Any:
         return rewrite_deeplift(model)
 
     def __eq__(self, other):
@@ -69,7 +71,7 @@ class DeepLiftLayer(WrapperLayer):
         self.kind = kind
         self.family = family
 
-    def call(self, x, training=None, mask=None):
+    def call(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         if self.kind == "max_pooling":
             pool = self.inner.call
             return maxpool_gate(pool, x, pool(x), site=self)

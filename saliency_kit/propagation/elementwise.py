@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -98,17 +99,17 @@ class Elementwise:
     is_plain = False  # not a plain ReLU (Pass's shortcut)
     nonnegative = False  # not relied on: GELU and SiLU dip below zero, sigmoid's f(0) ≠ 0
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return self.function(x)
 
-    def backward(self, x, dy):
+    def backward(self, x: Any, dy: Any) -> Any:
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = self.function(x)
         return tape.gradient(y, x, output_gradients=dy)
 
 
-def elementwise_of_function(fn) -> Elementwise | None:
+def elementwise_of_function(fn: Any) -> Elementwise | None:
     """The :class:`Elementwise` activation ``fn`` is (see the module docstring), or ``None``."""
     if isinstance(fn, functools.partial) and not fn.args:
         base = elementwise_of_function(fn.func)
@@ -124,7 +125,7 @@ def elementwise_of_function(fn) -> Elementwise | None:
     return None if name is None else Elementwise(fn, name)
 
 
-def activation_family(fn) -> ReluFamily | Elementwise | None:
+def activation_family(fn: Any) -> ReluFamily | Elementwise | None:
     """The ReLU family or :class:`Elementwise` activation ``fn`` computes, or ``None`` (a linear
     activation, an unknown function, or one that mixes values: softmax)."""
     if fn is None:

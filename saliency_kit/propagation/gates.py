@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -39,7 +40,7 @@ __all__ = [
 DELTA_EPSILON = 1e-7  # DeepLIFT: below this |x − x₀| the plain derivative is the multiplier
 
 
-def rule_gate(rule: LinearRule, part: LinearPart, x, z, to_relevance: bool, nonnegative: bool = False):
+def rule_gate(rule: LinearRule, part: LinearPart, x: Any, z: Any, to_relevance: bool, nonnegative: bool = False) -> Any:
     """``z`` unchanged; its gradient w.r.t. ``x`` replaced by ``rule``'s (in gradient form, or
     the relevance itself when ``to_relevance``); ``nonnegative``: ``x >= 0`` by construction."""
 
@@ -58,7 +59,7 @@ def rule_gate(rule: LinearRule, part: LinearPart, x, z, to_relevance: bool, nonn
     return gate(x, z)
 
 
-def pass_gate(rule, x, y, to_relevance: bool, family=None):
+def pass_gate(rule: Any, x: Any, y: Any, to_relevance: bool, family: Any = None) -> Any:
     """``y`` unchanged; relevance passes from ``y`` to ``x`` by ``rule.gradient(x, y, dy, family)``
     (in gradient form; ``family``: the ReLU family ``y = f(x)`` is, when it is one), or unchanged
     when ``to_relevance``."""
@@ -76,7 +77,7 @@ def pass_gate(rule, x, y, to_relevance: bool, family=None):
 
 
 @tf.custom_gradient
-def relevance_gate(x):
+def relevance_gate(x: Any) -> Any:
     """``x`` unchanged; backward ``x ⊙ dx``: the relevance of ``x`` from its gradient-form
     cotangent (where an LRP copy reads an explained value, so that its input gradient *is* the
     relevance)."""
@@ -135,7 +136,7 @@ class SharedReference:
                 "saw the reference more often; a shared reference needs the same layers called in the same order."
             )
 
-    def exchange(self, site, *values):
+    def exchange(self, site: Any, *values: Any) -> Any:
         """Recording: save ``values`` (one row each) for ``site`` and return ``None``. Replaying:
         the reference's values at this call of ``site`` (``[1, ...]``, broadcasting against ``values``)."""
         calls = self._saved.setdefault(site, [])
@@ -168,18 +169,18 @@ def shared_reference() -> SharedReference | None:
     return _REFERENCE.get()
 
 
-def halves(t):
+def halves(t: Any) -> Any:
     """``(inputs, baselines)``: the even and the odd rows of ``t`` (rows interleaved in pairs)."""
     pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
     return pairs[:, 0], pairs[:, 1]
 
 
-def interleave(first, second):
+def interleave(first: Any, second: Any) -> Any:
     """Rows ``[first_0, second_0, first_1, ...]``."""
     return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
 
 
-def rescale_gate(family, x, site=None):
+def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
     """``y = family.forward(x)``; backward: DeepLIFT's Rescale multiplier ``(y − y₀) / (x − x₀)``
     (the plain derivative where ``|x − x₀| ≤ 1e-7``).
 
@@ -239,7 +240,7 @@ def _rescale_kernel(family):
     return rescaled
 
 
-def maxpool_gate(pool, x, y, site=None):
+def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
     """``y = pool(x)`` unchanged (rows as for :func:`rescale_gate`); backward: Captum's
     max-pooling multiplier for the input rows."""
     shared = shared_reference()
@@ -287,7 +288,7 @@ def _pooled(pool, x, x0, y, y0, dy):
     )
 
 
-def midpoint_gate(function, x, site=None):
+def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
     """``y = function(x)`` (a map that mixes its inputs, same rows in and out); backward:
     DeepLIFT's multipliers by the midpoint Jacobian rescaled per output,
 

@@ -22,6 +22,8 @@ returns a copy whose input gradient *is* the relevance (what the ``"lrp"`` metho
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -51,7 +53,7 @@ class RuleLayer(WrapperLayer):
         self.nonnegative_input = False  # its input comes from a ReLU: x⁺ = x (set after copying)
         self.absorbed = lambda: None  # the merged BatchNormalization's wrapper, set after copying
 
-    def call(self, x, training=None, mask=None):
+    def call(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         bn = self.absorbed()
         out = x
         parts = linear_parts(self.inner, absorbed_bn=bn.inner if bn is not None else None)
@@ -72,17 +74,17 @@ class PassLayer(WrapperLayer):
         self.to_relevance = False
         self.merged = False
 
-    def call(self, x, training=None, mask=None):
+    def call(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         if self.merged:
             return tf.identity(x)
         y = self.inner(x, training=False) if keras_private.call_takes_training(self.inner) else self.inner(x)
         return pass_gate(Pass(), x, y, self.to_relevance, canonizers.relu_family_of(self.inner))
 
-    def compute_output_spec(self, x, training=None, mask=None):
+    def compute_output_spec(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         return self.inner.compute_output_spec(x)
 
 
-def rewrite_lrp(model: keras.Model, composite, *, input_relevance: bool = False) -> keras.Model:
+def rewrite_lrp(model: keras.Model, composite: Any, *, input_relevance: bool = False) -> keras.Model:
     """A new model whose input gradient times the input is the LRP relevance of the score.
 
     Args:
@@ -221,7 +223,7 @@ def _fused_family(fact):
     return activation_family(activation)
 
 
-def placed_rules(model) -> dict:
+def placed_rules(model: Any) -> dict:
     """``{path: rule}`` of the rule-carrying layers placed inside custom layers of a copy."""
     found = {}
     for layer in keras_private.all_sublayers(model):
@@ -241,12 +243,12 @@ class SumLayer(keras.layers.Layer):
         self.relevance = list(relevance)
         self.to_relevance = False
 
-    def call(self, *args, **kwargs):
+    def call(self, *args: Any, **kwargs: Any) -> Any:
         flat = keras.tree.flatten((args, kwargs))
         if self.to_relevance:
             flat = [relevance_gate(t) if gated else t for t, gated in zip(flat, self.relevance)]
         args, kwargs = keras.tree.pack_sequence_as((args, kwargs), flat)
         return self.op(*args, **kwargs)
 
-    def compute_output_spec(self, *args, **kwargs):
+    def compute_output_spec(self, *args: Any, **kwargs: Any) -> Any:
         return self.op.compute_output_spec(*args, **kwargs)

@@ -17,6 +17,7 @@ element-wise activation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -101,7 +102,7 @@ class Gamma(LinearRule):
     def group_masks(self) -> dict:
         return {0: "positive", 1: "negative"}
 
-    def backward(self, part, x, z, relevance, nonnegative: bool = False):
+    def backward(self, part: Any, x: Any, z: Any, relevance: Any, nonnegative: bool = False) -> Any:
         """For ``x >= 0`` both denominators follow from ``z`` and one convolution,
         ``p = Σ_i x_i w⁺_ij + b⁺_j`` (as ``w⁻ = w − w⁺``): ``d = z + γp`` where ``z > 0``,
         ``d = z + γ(z − p)`` where ``z < 0``; with ``r = R / stab(d)`` and ``r⁻`` its part where
@@ -159,7 +160,7 @@ class AlphaBeta(LinearRule):
     def group_scales(self) -> dict:
         return {0: self.alpha, 1: -self.beta}
 
-    def backward(self, part, x, z, relevance, nonnegative: bool = False):
+    def backward(self, part: Any, x: Any, z: Any, relevance: Any, nonnegative: bool = False) -> Any:
         """For ``x >= 0``: ``z⁺ = p = Σ_i x_i w⁺_ij + b⁺_j`` (one convolution) and ``z⁻ = z − p``,
         ``R_i = x_i (Σ_j w⁺_ij (r⁺_j − r⁻_j) + Σ_j w_ij r⁻_j)`` with ``r⁺ = α R / stab(z⁺)``,
         ``r⁻ = −β R / stab(z⁻)`` (as ``w⁻ = w − w⁺``): two transposed convolutions."""
@@ -216,7 +217,7 @@ class ZBox(LinearRule):
             Branch("high", _negative, _negative, sign=-1.0),
         )
 
-    def constant_input(self, name: str, x):
+    def constant_input(self, name: str, x: Any) -> Any:
         if name in ("low", "high"):
             bound = np.asarray(self.low if name == "low" else self.high, dtype=np.float32)
             try:
@@ -238,7 +239,7 @@ class Pass:
     saturated units.
     """
 
-    def gradient(self, x, y, dy, family=None):
+    def gradient(self, x: Any, y: Any, dy: Any, family: Any = None) -> Any:
         """``dy · f(x) / x``; ``family``: the ReLU family ``f`` is, when it is one. For a plain ReLU
         that is exactly its derivative (``x / x = 1``), taken in one pass by TensorFlow's fused
         kernel."""

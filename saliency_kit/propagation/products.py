@@ -27,6 +27,8 @@ decides which.
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -35,7 +37,7 @@ from .gates import halves, interleave, shared_reference
 __all__ = ["ProductLayer", "bilinear_gate", "product_gate"]
 
 
-def product_gate(a, b, rule: str, to_relevance: bool = False, site=None):
+def product_gate(a: Any, b: Any, rule: str, to_relevance: bool = False, site: Any = None) -> Any:
     """``a ⊙ b`` unchanged; backward by ``rule``: ``"deeplift"`` (rows interleaved, or within a
     :class:`~saliency_kit.propagation.gates.SharedReference`, ``site`` the calling layer) or
     ``"lrp"`` (see the module docstring). ``a`` and ``b`` broadcast against each other as ``*`` does."""
@@ -72,7 +74,7 @@ def product_gate(a, b, rule: str, to_relevance: bool = False, site=None):
     return gate(a, b)
 
 
-def bilinear_gate(function, a, b, site=None):
+def bilinear_gate(function: Any, a: Any, b: Any, site: Any = None) -> Any:
     """``function(a, b)`` (bilinear, rows along the first axis of both) unchanged; backward:
     DeepLIFT's exact split of its difference (see the module docstring), rows interleaved or,
     within a :class:`~saliency_kit.propagation.gates.SharedReference`, read against the reference
@@ -114,11 +116,11 @@ class ProductLayer(keras.layers.Layer):
         self.rule = rule
         self.to_relevance = False
 
-    def call(self, *inputs):
+    def call(self, *inputs: Any) -> Any:
         factors = inputs[0] if len(inputs) == 1 else inputs
         a, b = factors
         return product_gate(a, b, self.rule, self.to_relevance, site=self)
 
-    def compute_output_spec(self, *inputs):
+    def compute_output_spec(self, *inputs: Any) -> Any:
         factors = inputs[0] if len(inputs) == 1 else inputs
         return keras.ops.multiply(factors[0], factors[1])  # a KerasTensor of the broadcast shape

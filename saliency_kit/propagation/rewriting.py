@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -50,7 +51,7 @@ def covered() -> Iterator[None]:
         yield
 
 
-def clone_layer(op):
+def clone_layer(op: Any) -> Any:
     """A new, unbuilt layer from ``op``'s config."""
     return type(op).from_config(op.get_config())
 
@@ -67,16 +68,16 @@ class WrapperLayer(keras.layers.Layer):
         with covered():  # its operations are covered by its rule (a custom layer's check)
             return super().__call__(*args, **kwargs)
 
-    def build(self, input_shape):
+    def build(self, input_shape: Any) -> None:
         if not self.inner.built:
             self.inner.build(input_shape)
 
-    def compute_output_spec(self, x, training=None, mask=None):
+    def compute_output_spec(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         spec = self.inner.compute_output_spec(x)
         return keras.KerasTensor(spec.shape, dtype=self.compute_dtype)
 
 
-def squash_apart(new_model, facts: list):
+def squash_apart(new_model: Any, facts: list) -> Any:
     """``new_model`` with a final layer's fused softmax/sigmoid as a separate ``Activation`` after
     the rewritten layer (which computes the logits), so that scores can be taken before it."""
     final = [
@@ -94,7 +95,9 @@ def squash_apart(new_model, facts: list):
     return keras.Model(new_model.inputs, outputs, name=new_model.name)
 
 
-def rewrite_planned(model, facts: list, plan: dict, wrap: Callable, *, what: str, link: Callable | None = None):
+def rewrite_planned(
+    model: Any, facts: list, plan: dict, wrap: Callable, *, what: str, link: Callable | None = None
+) -> Any:
     """A copy of ``model`` in which every planned operation is replaced by its wrapper.
 
     Args:

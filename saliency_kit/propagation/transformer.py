@@ -27,6 +27,8 @@ values, the output projection.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from ..model import keras_private
@@ -37,7 +39,7 @@ from .rewriting import WrapperLayer
 __all__ = ["AttentionLayer", "LayerNormLayer", "normaliser"]
 
 
-def normaliser(layer, dtype, constant_scale: bool = False):
+def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
     """``layer`` (a ``LayerNormalization``) as a function of its input, with its current
     parameters read now (a gate's function must not read variables), computed as Keras computes
     it (in at least float32); ``constant_scale``: ``1/σ`` under ``tf.stop_gradient`` (LRP)."""
@@ -78,7 +80,7 @@ class LayerNormLayer(WrapperLayer):
         self.method = method
         self.to_relevance = False
 
-    def call(self, x, training=None, mask=None):
+    def call(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         if self.method == "lrp":
             linear = normaliser(self.inner, x.dtype, constant_scale=True)
             return linear(relevance_gate(x) if self.to_relevance else x)
@@ -108,22 +110,22 @@ class AttentionLayer(WrapperLayer):
         }
         object.__setattr__(self, "projections", projections)  # helpers, not tracked: the weights are inner's
 
-    def build(self, query_shape, value_shape=None, key_shape=None):
+    def build(self, query_shape: Any, value_shape: Any = None, key_shape: Any = None) -> None:
         pass  # inner is built
 
     def call(
         self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-    ):
+        query: Any,
+        value: Any,
+        key: Any = None,
+        query_mask: Any = None,
+        value_mask: Any = None,
+        key_mask: Any = None,
+        attention_mask: Any = None,
+        return_attention_scores: bool = False,
+        training: bool | None = None,
+        use_causal_mask: bool = False,
+    ) -> Any:
         mha = self.inner
         if key is None:
             key = value
@@ -164,8 +166,8 @@ class AttentionLayer(WrapperLayer):
             return output, probabilities
         return output
 
-    def compute_output_spec(self, query, value, key=None, **kwargs):
+    def compute_output_spec(self, query: Any, value: Any, key: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
         return self.inner.compute_output_spec(query, value, key, **kwargs)
 
-    def compute_mask(self, query, value, key=None, **kwargs):
+    def compute_mask(self, query: Any, value: Any, key: Any = None, **kwargs: Any) -> Any:
         return keras_private.keras_mask(query)

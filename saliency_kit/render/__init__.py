@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from ..files import png_bytes, save_png
 from .colour import DEFAULT_CMAPS, heatmap, normalize, overlay
-from .figure import explanation_png, fit_text, grid, show
+from .figure import explanation_png, grid, show
 from .marks import MARK_COLOUR, Mark, draw_box, draw_mark, outline
 from .sequences import check_tokens, series, tokens_html, volume
-from .titles import method_title
+from .titles import fit_text, method_title
 
 __all__ = [
     "DEFAULT_CMAPS",

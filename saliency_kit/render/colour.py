@@ -33,7 +33,7 @@ __all__ = [
 DEFAULT_CMAPS = {"abs": "inferno", "positive": "Reds", "negative": "Blues", "all": "RdBu_r"}
 
 
-def normalize(map_, *, sign: str = "abs", clip_percentile: float = 99.0) -> np.ndarray:
+def normalize(map_: Any, *, sign: str = "abs", clip_percentile: float = 99.0) -> np.ndarray:
     """Scale a map of any shape to float32 values in [0, 1] for display.
 
     ``sign="abs"|"positive"|"negative"``: 0 means no evidence, 1 the ``clip_percentile``-th
@@ -80,7 +80,7 @@ def _named_colormap(name: str):
         ) from None
 
 
-def colormap(cmap: Any, sign: str):
+def colormap(cmap: Any, sign: str) -> Any:
     if cmap is None:
         cmap = DEFAULT_CMAPS[sign]
     return _named_colormap(cmap) if isinstance(cmap, str) else cmap  # else a Colormap instance
@@ -124,7 +124,7 @@ def _as_map(map_, *, allow_1d: bool) -> np.ndarray:
     )
 
 
-def heatmap(map2d, *, cmap=None, sign: str = "abs", clip_percentile: float = 99.0) -> np.ndarray:
+def heatmap(map2d: np.ndarray, *, cmap: Any = None, sign: str = "abs", clip_percentile: float = 99.0) -> np.ndarray:
     """Colour a map: ``map2d`` ``[H, W]`` -> uint8 RGB ``[H, W, 3]``.
 
     A sequence map ``[T]`` renders as a one-pixel-high strip ``[1, T, 3]``; a ``[T, F]`` map
@@ -138,7 +138,7 @@ def heatmap(map2d, *, cmap=None, sign: str = "abs", clip_percentile: float = 99.
     return colorize(normalize(array, sign=sign, clip_percentile=clip_percentile), cmap, sign)
 
 
-def as_rgb(image) -> np.ndarray:
+def as_rgb(image: Any) -> np.ndarray:
     """Any image as uint8 RGB: grey and RGBA accepted; float in [0, 1] scaled by 255 (else taken as
     0-255); 16-bit samples (uint16, or integers above 255) scaled by 255/65535, never clipped."""
     array = np.asarray(image)
@@ -176,7 +176,7 @@ def resize_unit(unit: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
     return np.clip(np.asarray(resized, dtype=np.float32), 0.0, 1.0)
 
 
-def check_map_fits(map_shape, image_hw) -> None:
+def check_map_fits(map_shape: Any, image_hw: Any) -> None:
     """``ValueError`` for a map that cannot be a picture of the image: a side as short as a channel
     axis (≤ 4) and an aspect ratio more than twice off the image's (a ``[C, H]`` map of a
     channels-first input, reduced over the wrong axis), which resizing would silently stretch."""
@@ -190,7 +190,7 @@ def check_map_fits(map_shape, image_hw) -> None:
         )
 
 
-def overlay(image_uint8, map2d, *, alpha: float = 0.5, **heatmap_options) -> np.ndarray:
+def overlay(image_uint8: np.ndarray, map2d: np.ndarray, *, alpha: float = 0.5, **heatmap_options: Any) -> np.ndarray:
     """Blend a heatmap of ``map2d`` ``[h, w]`` over ``image_uint8`` ``[H, W, 3]`` -> uint8 ``[H, W, 3]``.
 
     The map is scaled at its own resolution (so percentiles are those of the map), then resized to

@@ -20,6 +20,7 @@ import base64
 import dataclasses
 import html
 import io
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ MAX_INPUTS = 8
 _HEADER = 26  # pixels above each part of a stacked PNG, for its name
 
 
-def part_explanations(explanation) -> list[tuple[str, str, object]]:
+def part_explanations(explanation: Any) -> list[tuple[str, str, object]]:
     """``[(name, kind, explanation of that part alone)]`` of each explained part (``kind`` as
     :attr:`~saliency_kit.Explanation.parts`, ``"input"`` for a plain explanation), its arrays
     cut to the first :data:`MAX_INPUTS` inputs."""
@@ -100,7 +101,7 @@ def _part_png(explanation, name: str, part, originals, class_names) -> bytes:
     return explanation_png(part, _originals_of(explanation, originals, name), class_names, max_inputs=MAX_INPUTS)
 
 
-def display_png(explanation, originals=None, class_names=None) -> bytes | None:
+def display_png(explanation: Any, originals: Any = None, class_names: Any = None) -> bytes | None:
     """The PNG a notebook shows for ``explanation``, or None for a token explanation (see the module)."""
     parts = part_explanations(explanation)
     if all(_is_tokens(explanation, name, kind) for name, kind, _ in parts):
@@ -130,7 +131,7 @@ def _stacked(sections: list[tuple[str, bytes]]) -> bytes:
     return png_bytes(np.asarray(canvas))
 
 
-def display_html(explanation, originals=None, class_names=None) -> str | None:
+def display_html(explanation: Any, originals: Any = None, class_names: Any = None) -> str | None:
     """The HTML a notebook shows for ``explanation``, or None where its PNG says it all (one
     part that is not tokens). Every name is escaped."""
     parts = part_explanations(explanation)

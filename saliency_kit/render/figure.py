@@ -15,9 +15,9 @@ import numpy as np
 from ..files import png_bytes, save_png
 from .colour import as_rgb, colorize, heatmap, normalize, overlay, resize_unit
 from .marks import Mark, draw_mark
-from .titles import method_display, method_title
+from .titles import fit_text, method_display, method_title
 
-__all__ = ["explanation_png", "fit_text", "grid", "show"]
+__all__ = ["explanation_png", "grid", "show"]
 
 
 def _explanations(explanation) -> list:
@@ -84,22 +84,6 @@ def _style(ax) -> None:
         spine.set_visible(False)
 
 
-def fit_text(text: str, width_inches: float, fontsize: float = 8.0, *, lines: int = 1) -> str:
-    """``text`` made to fit a panel ``width_inches`` wide at ``fontsize`` points: wrapped at spaces,
-    ``/``, ``_`` or anywhere onto at most ``lines`` lines, the last shortened with an ellipsis.
-    ``$`` is escaped so that matplotlib shows it as typed (no mathtext). For panel titles that must
-    not run into their neighbours, e.g. ``ax.set_title(fit_text(layer_name, 1.25, 7, lines=2))``."""
-    import textwrap
-
-    limit = max(4, int(width_inches * 72 / (fontsize * 0.6)))
-    text = " ".join(str(text).split())
-    wrapped = textwrap.wrap(text, limit, break_on_hyphens=False) or [""]
-    if len(wrapped) > lines:
-        rest = " ".join(wrapped[lines - 1 :])
-        wrapped = wrapped[: lines - 1] + [rest[: limit - 1] + "\u2026"]
-    return "\n".join(wrapped).replace("$", r"\$")
-
-
 def _bars(ax, values, features, feature_names, *, max_features: int) -> None:
     """Horizontal bars of a tabular attribution ``[F]``: the largest magnitudes, red for evidence
     for the class and blue against it, each labelled with the feature's name (and value)."""
@@ -135,13 +119,13 @@ def _panel_rows(items, max_columns: int) -> list[list[tuple]]:
 
 
 def grid(
-    explanation,
-    originals=None,
+    explanation: Any,
+    originals: Any = None,
     class_names: Sequence[str] | None = None,
     *,
     sign: str = "abs",
     clip_percentile: float = 99.0,
-    cmap=None,
+    cmap: Any = None,
     overlay_cams: bool = True,
     alpha: float = 0.5,
     row_labels: Sequence[str] | None = None,
@@ -152,7 +136,7 @@ def grid(
     feature_names: Sequence[str] | None = None,
     max_features: int = 12,
     marks: Sequence[Sequence[Mark | None]] | None = None,
-):
+) -> Any:
     """A labelled figure of the maps of one or several methods on the same inputs.
 
     ``explanation``: an :class:`~saliency_kit.Explanation` or a list of them (several methods on
@@ -244,7 +228,9 @@ def _first_inputs(e, n: int):
     return dataclasses.replace(e, **rows)
 
 
-def explanation_png(explanation, originals=None, class_names=None, *, max_inputs: int = 8, **grid_options) -> bytes:
+def explanation_png(
+    explanation: Any, originals: Any = None, class_names: Any = None, *, max_inputs: int = 8, **grid_options: Any
+) -> bytes:
     """PNG bytes of :func:`grid` for an Explanation (or a list of them) -- what Jupyter shows.
 
     At most ``max_inputs`` inputs are drawn (the first ones), so that displaying the explanation
@@ -285,7 +271,15 @@ def _interactive_backend() -> bool:
         return backend not in {"agg", "pdf", "ps", "svg", "pgf", "cairo", "template"} and "inline" not in backend
 
 
-def show(explanation, originals=None, class_names=None, *, path=None, block=None, **grid_options) -> None:
+def show(
+    explanation: Any,
+    originals: Any = None,
+    class_names: Any = None,
+    *,
+    path: Any = None,
+    block: bool | None = None,
+    **grid_options: Any,
+) -> None:
     """Show the :func:`grid` of ``explanation`` from a script or a notebook.
 
     Where it goes: in a Jupyter kernel, inline in the notebook; with an interactive matplotlib

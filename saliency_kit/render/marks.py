@@ -4,6 +4,7 @@ name (segmentation and detection targets)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,9 @@ def _line_width(shape_hw) -> int:
     return max(1, int(min(shape_hw[:2])) // 192 + 1)
 
 
-def outline(image_uint8, mask, *, colour=MARK_COLOUR, width: int | None = None) -> np.ndarray:
+def outline(
+    image_uint8: np.ndarray, mask: np.ndarray, *, colour: Any = MARK_COLOUR, width: int | None = None
+) -> np.ndarray:
     """``image_uint8`` ``[H, W, 3]`` with the outline of ``mask`` drawn in ``colour`` -> a new uint8 image.
 
     ``mask``: bool (or nonzero = in) ``[h, w]``, scaled to ``[H, W]`` by nearest neighbour. The
@@ -63,7 +66,13 @@ def outline(image_uint8, mask, *, colour=MARK_COLOUR, width: int | None = None) 
 
 
 def draw_box(
-    image_uint8, box, label: str | None = None, *, frame=None, colour=MARK_COLOUR, width: int | None = None
+    image_uint8: np.ndarray,
+    box: Any,
+    label: str | None = None,
+    *,
+    frame: Any = None,
+    colour: Any = MARK_COLOUR,
+    width: int | None = None,
 ) -> np.ndarray:
     """``image_uint8`` ``[H, W, 3]`` with ``box`` drawn as a rectangle and ``label`` written on a
     ``colour`` band at its top-left corner (above the box when there is room, else inside).
@@ -98,7 +107,7 @@ def draw_box(
     return np.asarray(picture)
 
 
-def draw_mark(image_uint8, mark: Mark | None) -> np.ndarray:
+def draw_mark(image_uint8: np.ndarray, mark: Mark | None) -> np.ndarray:
     """``image_uint8`` with ``mark``'s region outline and box drawn (unchanged for ``None``)."""
     rgb = as_rgb(image_uint8)
     if mark is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -110,8 +111,8 @@ def _series_input(inputs, index: int, length: int, count: int) -> np.ndarray:
 
 
 def series(
-    explanation,
-    inputs,
+    explanation: Any,
+    inputs: Any,
     *,
     k: int = 0,
     index: int = 0,
@@ -119,13 +120,13 @@ def series(
     class_names: Sequence[str] | None = None,
     per_feature: bool = False,
     sign: str | None = None,
-    cmap=None,
+    cmap: Any = None,
     clip_percentile: float = 99.0,
     max_features: int = 12,
     width_inches: float = 7.0,
     row_inches: float = 0.9,
     dpi: int = 100,
-):
+) -> Any:
     """A time series with its map: each feature a line, the map a coloured band under it.
 
     ``explanation``: an :class:`~saliency_kit.Explanation` whose maps are ``[B, K, T]`` (a Conv1D
@@ -248,21 +249,21 @@ def _slice_indices(slices, length: int) -> list[int]:
 
 
 def volume(
-    explanation,
-    inputs=None,
+    explanation: Any,
+    inputs: Any = None,
     *,
     k: int = 0,
     index: int = 0,
     axis: int = 0,
-    slices=6,
+    slices: Any = 6,
     class_names: Sequence[str] | None = None,
     sign: str | None = None,
-    cmap=None,
+    cmap: Any = None,
     clip_percentile: float = 99.0,
     alpha: float = 0.5,
     panel_inches: float = 1.5,
     dpi: int = 100,
-):
+) -> Any:
     """A volume's map as a row of slices.
 
     ``explanation``: maps ``[B, K, D, H, W]`` (a Conv3D CAM, or any method's map of a volume
@@ -309,7 +310,7 @@ def volume(
 
 
 # -- tokens ----------------------------------------------------------------------------------------------
-def check_tokens(tokens, maps_shape: tuple) -> list[list[str]]:
+def check_tokens(tokens: Any, maps_shape: tuple) -> list[list[str]]:
     """``tokens`` as one list of str per input, checked against maps ``[B, K, T]``: a list of str
     per input, or one list for a single input; at most ``T`` tokens each (positions after the
     last token, such as padding, are not shown)."""
@@ -347,7 +348,9 @@ def _text_colour(rgb) -> str:
     return "#000000" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 0.55 else "#ffffff"
 
 
-def token_colours(values, *, cmap=None, clip_percentile: float = 99.0) -> tuple[list[str], list[str], float]:
+def token_colours(
+    values: Any, *, cmap: Any = None, clip_percentile: float = 99.0
+) -> tuple[list[str], list[str], float]:
     """``(background colours, text colours, scale)`` of token ``values`` ``[N]`` on one diverging
     scale: each value's colour ``"#rrggbb"`` on ``cmap`` (default ``"RdBu_r"``), zero at the centre
     colour and ``±scale`` (the ``clip_percentile``-th percentile of ``|values|``) at the ends; the
@@ -363,19 +366,19 @@ def token_colours(values, *, cmap=None, clip_percentile: float = 99.0) -> tuple[
     )
 
 
-def legend_stops(cmap=None, count: int = 9) -> list[str]:
+def legend_stops(cmap: Any = None, count: int = 9) -> list[str]:
     """``count`` colours ``"#rrggbb"`` evenly along the diverging scale of :func:`token_colours`."""
     colormap = find_colormap(cmap if cmap is not None else DEFAULT_CMAPS["all"], "all")
     return [_hex_colour(colormap(u)[:3]) for u in np.linspace(0.0, 1.0, count)]
 
 
 def tokens_html(
-    explanation,
-    tokens,
+    explanation: Any,
+    tokens: Any,
     *,
     k: int = 0,
     class_names: Sequence[str] | None = None,
-    cmap=None,
+    cmap: Any = None,
     clip_percentile: float = 99.0,
 ) -> str:
     """Tokens coloured by their map, as an HTML fragment (a ``div`` of ``span`` elements) with a legend.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -75,13 +76,13 @@ class ReluFamily:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         """``f(x)`` computed exactly as ``keras.activations.relu`` computes it."""
         return keras.activations.relu(
             x, negative_slope=self.negative_slope, max_value=self.max_value, threshold=self.threshold
         )
 
-    def derivative(self, x):
+    def derivative(self, x: Any) -> Any:
         """``f'(x)``, same shape and dtype as ``x``."""
         one = tf.ones_like(x)
         zero = tf.zeros_like(x)
@@ -95,7 +96,7 @@ class ReluFamily:
         slope = tf.cast(self.negative_slope, x.dtype) * one
         return tf.where(inside, one, tf.where(below, slope, zero))
 
-    def backward(self, x, dy):
+    def backward(self, x: Any, dy: Any) -> Any:
         """``dy · f'(x)``: TensorFlow's own gradient kernel where the activation is one op
         (``ReluGrad``, ``Relu6Grad``, ``LeakyReluGrad``: one fused pass), else a product."""
         if self.is_plain:
@@ -125,12 +126,12 @@ class ModifiedBackprop:
     def __init__(self, activation: ReluFamily | None = None):
         self.activation = activation if activation is not None else PLAIN_RELU
 
-    def grad(self, x, y, dy):
+    def grad(self, x: Any, y: Any, dy: Any) -> Any:
         """The gradient to pass back. ``x``: the activation's input, ``y``: its output,
         ``dy``: the incoming gradient; all of one shape and dtype. Returns ``dx`` of that shape."""
         raise NotImplementedError(f"{type(self).__name__} must implement grad(self, x, y, dy)")
 
-    def derivative(self, x):
+    def derivative(self, x: Any) -> Any:
         """``f'(x)`` of the bound activation, for use inside :meth:`grad`."""
         return self.activation.derivative(x)
 
@@ -177,7 +178,7 @@ class GuidedBackprop(ModifiedBackprop):
     active on the forward pass (for plain ReLU, ``f'(x) = 1[x > 0]``).
     """
 
-    def grad(self, x, y, dy):
+    def grad(self, x: Any, y: Any, dy: Any) -> Any:
         return self.activation.backward(x, tf.nn.relu(dy))  # dy · 1[dy > 0] · f'(x)
 
 
@@ -185,14 +186,14 @@ class GuidedBackprop(ModifiedBackprop):
 class DeconvBackprop(ModifiedBackprop):
     """The deconvnet rule (Zeiler & Fergus, 2014): ``dx = max(dy, 0)``, ignoring the forward mask."""
 
-    def grad(self, x, y, dy):
+    def grad(self, x: Any, y: Any, dy: Any) -> Any:
         return tf.nn.relu(dy)
 
 
 _NAMED_RULES = {"guided": GuidedBackprop, "deconv": DeconvBackprop}
 
 
-def as_rule(rule) -> ModifiedBackprop:
+def as_rule(rule: Any) -> ModifiedBackprop:
     """``"guided"``, ``"deconv"`` or a :class:`ModifiedBackprop` instance -> a rule instance."""
     if isinstance(rule, ModifiedBackprop):
         return rule
@@ -225,7 +226,7 @@ _LEAKY = {
 _LEAKY_DEFAULT = {keras.activations.leaky_relu: 0.2, keras.ops.leaky_relu: 0.2, tf.nn.leaky_relu: 0.2}
 
 
-def relu_family_of_function(fn) -> ReluFamily | None:
+def relu_family_of_function(fn: Any) -> ReluFamily | None:
     """The :class:`ReluFamily` computed by activation function ``fn``, or ``None`` if it is not one.
 
     Recognises ``keras.activations.relu/relu6/leaky_relu``, the same in ``keras.ops`` and
@@ -256,7 +257,7 @@ def relu_family_of_function(fn) -> ReluFamily | None:
     return None
 
 
-def relu_family_of_activation(op) -> ReluFamily | None:
+def relu_family_of_activation(op: Any) -> ReluFamily | None:
     """The :class:`ReluFamily` a *stand-alone* activation ``op`` computes, or ``None``.
 
     Stand-alone activations: a ``keras.layers.ReLU``/``LeakyReLU`` (any arguments, also when

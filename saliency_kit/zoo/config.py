@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -101,7 +102,7 @@ class Preprocessing:
     }
 
     @classmethod
-    def from_config(cls, value) -> Preprocessing:
+    def from_config(cls, value: Any) -> Preprocessing:
         """A mode name, or a table with any of ``scale``, ``mean``, ``std``, ``channel_order``."""
         if isinstance(value, str):
             if value not in cls.MODES:
@@ -219,7 +220,7 @@ def _read_toml(path) -> dict:
         raise ValueError(f"config {path} is not valid TOML: {e}") from None
 
 
-def resolve_path(value: str, base: Path | None):
+def resolve_path(value: str, base: Path | None) -> Path | Traversable:
     """``"package:NAME"`` -> a file in saliency_kit/data; else a path relative to ``base``."""
     if value.startswith(_PACKAGE_PREFIX):
         return resources.files("saliency_kit.data").joinpath(value[len(_PACKAGE_PREFIX) :])
@@ -227,13 +228,13 @@ def resolve_path(value: str, base: Path | None):
     return path if path.is_absolute() or base is None else Path(base) / path
 
 
-def resolved_file(value: str, source):
+def resolved_file(value: str, source: Any) -> contextlib.AbstractContextManager[Path]:
     """A context manager giving a real file path for a config's file value (``"package:NAME"`` or
     a path relative to the config ``source``)."""
     return resources.as_file(resolve_path(value, Path(str(source)).parent))
 
 
-def read_class_names(text: str, where) -> list:
+def read_class_names(text: str, where: Any) -> list:
     """Class names from the text of a class-names file: one name per line, in index order.
 
     A blank line would shift every later class silently, so it is a ``ValueError`` naming the
@@ -356,7 +357,7 @@ def _stem(source) -> str:
     return name
 
 
-def get_spec(name_or_path) -> ModelSpec:
+def get_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     """The spec of a named model or a ``.toml`` config without building the model (so
     ``input_size``/``class_names`` of a ``model_file`` config may still be None)."""
     path = Path(str(name_or_path))
@@ -377,7 +378,7 @@ def get_spec(name_or_path) -> ModelSpec:
     return _spec_from_config(_read_toml(source), source)
 
 
-def sidecar_spec(path) -> ModelSpec:
+def sidecar_spec(path: str | os.PathLike) -> ModelSpec:
     """The spec of a model file from its sidecar config ``NAME.keras.toml`` (if any), without
     loading the model (so ``input_size``/``class_names`` may still be None)."""
     path = Path(os.fspath(path))

@@ -9,6 +9,7 @@ import os
 import weakref
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from .config import DETECTION_FIELDS, MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
 from .weights import check_imagenet_weights, load_weights_into
@@ -17,7 +18,7 @@ __all__ = ["load_model", "spec_of", "keras_dtype"]
 
 
 # -------------------------------------------------------------------------------- the loader
-def load_model(name_or_path, weights="imagenet", *, unsafe: bool = False):
+def load_model(name_or_path: Any, weights: Any = "imagenet", *, unsafe: bool = False) -> tuple[Any, ModelSpec]:
     """Load a named model, a ``.toml`` config, or a ``.keras``/``.h5`` model file.
 
     Returns ``(keras.Model, ModelSpec)``. ``weights``: ``"imagenet"`` (the config's pretrained
@@ -95,7 +96,7 @@ def _takes_channels_first(model, in_shape) -> bool:
         return False
 
 
-def keras_dtype(model) -> str:
+def keras_dtype(model: Any) -> str:
     """The dtype of ``model``'s input, as Keras names it."""
     import keras
 
@@ -153,7 +154,7 @@ def _get_layer(model, path: str, spec=None):
 _SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def spec_of(model) -> ModelSpec | None:
+def spec_of(model: Any) -> ModelSpec | None:
     """The :class:`ModelSpec` that :func:`load_model` returned with ``model``, or ``None``."""
     try:
         return _SPECS.get(model)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from .config import ModelSpec
 
@@ -86,7 +87,7 @@ def check_imagenet_weights(spec: ModelSpec) -> None:
     )
 
 
-def load_weights_into(model, weights, name: str) -> None:
+def load_weights_into(model: Any, weights: Any, name: str) -> None:
     path = Path(os.fspath(weights)) if isinstance(weights, (str, os.PathLike)) else None
     if path is None:
         raise ValueError(f"weights must be 'imagenet', 'random' or a file path, got {weights!r}")
