@@ -53,7 +53,7 @@ def resolve_targets(
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
-    return resolve_request(model, x, targets, score, batch_size, class_names)[0].columns
+    return resolve_request(model, x, targets, score, batch_size, class_names).columns
 
 
 def resolve_selection(
@@ -67,8 +67,8 @@ def resolve_selection(
 ) -> targets_module.Resolved:
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
-    (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
-    return resolve_request(model, x, targets, score, batch_size, class_names)[0]
+    (the bound target object). Raises like :func:`explain`."""
+    return resolve_request(model, x, targets, score, batch_size, class_names)
 
 
 def explain(
@@ -215,27 +215,20 @@ def _explain_input(
     keys = check_input_keys(input_keys, len(x))
     names = targets_module.class_names_of(class_names)
     layer_axis = engine.layer_channel_axis(model, x)
-    selection, score_vectors = resolve_request(model, x, targets, score, batch_size, names)
+    selection = resolve_request(model, x, targets, score, batch_size, names)
     resolved = selection.columns
-    score_fn = None
-    if callable(targets) and not isinstance(targets, str) and not targets_module.is_target(targets):
-        score_fn = targets
     out = engine.run(
         chosen.compute,
         model,
         x,
-        resolved,
+        selection,
         values,
         score=score,
-        score_fn=score_fn,
         batch_size=batch_size,
         cost=chosen.cost(values) if chosen.cost else 1,
         channel_axis=channel_axis,
         keys=keys,
-        score_vectors=score_vectors,
         layer_axis=layer_axis,
-        target=selection.target,
-        payload=selection.payload,
         with_scores=with_scores,
     )
     attributions = out.pop("attributions")
@@ -248,7 +241,7 @@ def _explain_input(
         targets=resolved,
         scores=scores,
         method=method,
-        options={**recorded_options(given, values), "score": differentiated_score(model, score, score_fn)},
+        options={**recorded_options(given, values), "score": differentiated_score(model, score)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),
@@ -335,5 +328,5 @@ def jacobian(
         array = np.tile(array, (len(x), 1))
     elif array.ndim == 0:
         array = np.full((len(x), 1), array)
-    resolved = targets_module.resolve(targets_module.parse(array, len(x), columns), None, len(x))
-    return engine.gradients(model, x, resolved, score=score, rule=rule, batch_size=batch_size)
+    selection = resolve_request(model, x, array, score, batch_size, None)
+    return engine.gradients(model, x, selection, score=score, rule=rule, batch_size=batch_size)

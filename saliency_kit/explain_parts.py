@@ -71,8 +71,7 @@ def explain_parts(
     keys = check_input_keys(input_keys, parts.count)
     names = targets_module.class_names_of(class_names)
     first = parts.points[0] if parts.points[0] is not None else parts.held[parts.parts[0].input]  # ids
-    selection, score_vectors = resolve_request(model, first, targets, score, batch_size, names, at=parts.held)
-    score_fn = targets if callable(targets) and not isinstance(targets, str) and not selection.target else None
+    selection = resolve_request(model, first, targets, score, batch_size, names, at=parts.held)
     runs = [[p] for p in parts.parts] if chosen.spatial else [list(parts.parts)]
     results: dict = {}
     maps: dict = {}
@@ -107,18 +106,14 @@ def explain_parts(
             chosen.compute,
             model,
             rows,
-            selection.columns,
+            selection,
             values,
             score=score,
-            score_fn=score_fn,
             batch_size=batch_size,
             cost=chosen.cost(values) if chosen.cost else 1,
             channel_axis=channel_axis,
             keys=keys,
-            score_vectors=score_vectors,
             layer_axis=layer_axis,
-            target=selection.target,
-            payload=selection.payload,
             space=space,
             held=parts.held,
             with_scores=with_scores,
@@ -155,7 +150,7 @@ def explain_parts(
         targets=selection.columns,
         scores=out.get("scores"),
         method=chosen.name,
-        options={**recorded_options(given, recorded), "score": differentiated_score(model, score, score_fn)},
+        options={**recorded_options(given, recorded), "score": differentiated_score(model, score)},
         layer=recorded.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),

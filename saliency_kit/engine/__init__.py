@@ -31,6 +31,7 @@ Dtypes: the model runs in its own dtype policy (mixed precision included); runni
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_co
 from .chunking import check_batch_size
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
+from .payload import PerInput
 from .views import clear_views, fingerprint, one_call, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
@@ -99,33 +101,30 @@ def run(
     compute: Callable,
     model: keras.Model,
     inputs: np.ndarray,
-    targets: np.ndarray,
+    selection: Any,
     options: dict,
     *,
     score: str = "logits",
-    score_fn: Callable | None = None,
     batch_size: int = 32,
     cost: int = 1,
     channel_axis: int = -1,
     keys: Any = None,
-    score_vectors: Any = None,
     layer_axis: int | None = None,
-    target: Any = None,
-    payload: Any = None,
     space: Any = None,
     held: Any = None,
     with_scores: bool = True,
 ) -> dict:
-    """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
+    """Run ``compute(ctx, **options)`` over ``inputs`` and a resolved target; NumPy float32 results.
 
     Args:
         compute: a method's function (see :mod:`saliency_kit.methods.base`).
         inputs: ``[B, ...]`` from :func:`check_inputs`.
-        targets: int ``[B, K]``: the columns, indexing the score vector (class targets) or as
-            ``target`` resolved them.
-        target, payload: a resolved target object (:class:`saliency_kit.targets.Target`) and its
-            payload pytree (leaves ``[B, K, ...]``, or ``PerInput`` ``[B, ...]``), sliced with the
-            inputs and the column groups and passed to the kernel as tensors.
+        selection: the resolved target (:class:`saliency_kit.targets.Resolved`): its ``columns``
+            int ``[B, K]``, its bound ``target`` object (whose :meth:`score` the kernel calls), its
+            ``payload`` pytree (leaves ``[B, K, ...]``, or :class:`PerInput` ``[B, ...]``), sliced
+            with the inputs and the column groups and passed to the kernel as tensors, and its
+            ``vectors`` (the score vectors ``[B, C]`` ``"topK"`` targets were ranked by, or None):
+            the target scores are taken from them when the method's kernel does not get them free.
         options: the method's prepared options; NumPy arrays among them are passed as tensors,
             ``seed`` as a tensor; everything else is a constant of the compiled kernel.
         cost: model evaluations per input and target (sizes the chunks).
@@ -134,9 +133,6 @@ def run(
             the input's (see :func:`layer_channel_axis`).
         keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
             drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
-        score_vectors: the whole score vector ``[B, C]`` of each input, when the caller has it
-            (``"topK"`` targets were ranked by it): the target scores are taken from it when the
-            method's kernel does not get them free; else one batched forward pass computes them.
         space, held: for a request that is not one model input (several inputs, an embedding, an
             inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
             in (with :attr:`~saliency_kit.engine.space.Space.lookup`, ``inputs`` are token ids
@@ -151,18 +147,17 @@ def run(
     backend = active_backend()
 
     batch_size = check_batch_size(batch_size)
+    targets, target, payload = np.asarray(selection.columns), selection.target, selection.payload
     B, K = targets.shape
     shape, dtype = inputs.shape[1:], inputs.dtype
     layout = chunking.layout(batch_size, B, K, cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
     structure, per_input, leaves = payload_module.layout(_with_held(payload, space, held), B, K)
-    target_key = None if target is None else target.kernel_key()
     key = (
         "run",
         compute,
         score,
-        value_key(score_fn),
         constants,
         tuple((a.shape, a.dtype.str) for a in arrays),
         shape,
@@ -171,7 +166,7 @@ def run(
         channel_axis,
         layer_axis,
         fingerprint(model),
-        target_key,
+        target.kernel_key(),
         payload_module.key(structure, per_input, leaves),
         None if space is None else space.key(),
     )
@@ -179,7 +174,7 @@ def run(
     def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
-        views = views_of(model, score, score_fn, rules_used)
+        views = views_of(model, score, rules_used)
         kernel = backend.build_kernel(
             compute,
             {k: v for k, v in options.items() if k not in array_names},
@@ -228,28 +223,8 @@ def run(
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
     if not with_scores:
         results.pop("scores", None)
-    elif "scores" in results:  # the kernel met them on its way
-        pass
-    elif target is not None:  # one batched forward pass with the payload
-        results["scores"] = run(
-            _clean_scores,
-            model,
-            inputs,
-            targets,
-            {},
-            score=score,
-            batch_size=batch_size,
-            channel_axis=channel_axis,
-            target=target,
-            payload=payload,
-            space=space,
-            held=held,
-        )["attributions"]
-    else:  # the method took no gradient at the inputs themselves
-        if score_vectors is None:
-            at = inputs if space is None else list(held)
-            score_vectors = all_scores(model, at, score=score, score_fn=score_fn, batch_size=batch_size)
-        results["scores"] = np.take_along_axis(np.asarray(score_vectors, np.float32), targets.astype(np.int64), axis=1)
+    elif "scores" not in results:  # the method took no gradient at the inputs themselves
+        results["scores"] = _scores_at(model, inputs, selection, score, batch_size, channel_axis, space, held)
     rewritten = _rewritten_by(model, rules_used, reports)
     if rewritten is not None:
         results["rewritten"] = rewritten
@@ -262,8 +237,6 @@ def _with_held(payload: Any, space: Any, held: Any) -> Any:
     the rows). Nothing when the parts replace every input and the target has no payload."""
     if space is None or not space.held_inputs and payload is None:
         return payload
-    from ..targets.base import PerInput
-
     wrapped: dict = {"held": tuple(PerInput(np.asarray(held[i])) for i in space.held_inputs)}
     if payload is not None:
         wrapped["target"] = payload
@@ -282,6 +255,40 @@ def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | N
     return changed
 
 
+def _scores_at(
+    model: keras.Model,
+    inputs: Any,
+    selection: Any,
+    score: str,
+    batch_size: int,
+    channel_axis: int = -1,
+    space: Any = None,
+    held: Any = None,
+) -> np.ndarray:
+    """``[B, K]`` float32 scores of a resolved target at the clean rows: read from the score vectors
+    when the columns index the model's own (one batched forward pass, or none when resolving
+    computed them), else one batched forward pass of the target with its payload. ``inputs``: the
+    rows (in a ``space``, its points; the model then runs on every model input, ``held``)."""
+    columns = np.asarray(selection.columns, np.int64)
+    if selection.target.score_vector:
+        vectors = selection.vectors
+        if vectors is None:
+            vectors = all_scores(model, inputs if space is None else list(held), score=score, batch_size=batch_size)
+        return np.take_along_axis(np.asarray(vectors, np.float32), columns, axis=1)
+    return run(
+        _clean_scores,
+        model,
+        inputs,
+        selection,
+        {},
+        score=score,
+        batch_size=batch_size,
+        channel_axis=channel_axis,
+        space=space,
+        held=held,
+    )["attributions"]
+
+
 def target_scores(
     model: keras.Model, inputs: Any, selection: Any, *, score: str = "logits", batch_size: int = 32
 ) -> np.ndarray:
@@ -293,20 +300,9 @@ def target_scores(
     columns = np.asarray(selection.columns, np.int64)
     if len(columns) != len(inputs):
         raise ValueError(f"the target must have one row per input ({len(inputs)}); received {len(columns)} rows.")
-    if selection.target is None:
-        values = all_scores(model, inputs, score=score, batch_size=batch_size)
-        return np.take_along_axis(values, columns, axis=1)
-    return run(
-        _clean_scores,
-        model,
-        inputs,
-        columns,
-        {},
-        score=score,
-        batch_size=batch_size,
-        target=selection.target,
-        payload=selection.payload,
-    )["attributions"]
+    fresh = copy.copy(selection)
+    fresh.vectors = None  # scored at these inputs, not at the ones it was resolved on
+    return _scores_at(model, inputs, fresh, score, batch_size)
 
 
 def _clean_scores(ctx: Any) -> dict:  # the backend's Context
@@ -319,17 +315,10 @@ def _jacobian_rows(ctx: Any, rule: Any) -> Any:  # the backend's Context
 
 
 def gradients(
-    model: keras.Model,
-    inputs: Any,
-    targets: Any,
-    *,
-    rule: Any = None,
-    score: str = "logits",
-    score_fn: Callable | None = None,
-    batch_size: int = 32,
+    model: keras.Model, inputs: Any, selection: Any, *, rule: Any = None, score: str = "logits", batch_size: int = 32
 ) -> np.ndarray:
-    """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the classes ``targets`` (int ``[B, K]``),
-    through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
-    return run(
-        _jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn, batch_size=batch_size
-    )["attributions"]
+    """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the resolved target ``selection`` (class
+    columns int ``[B, K]`` with their target), through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
+    return run(_jacobian_rows, model, inputs, selection, {"rule": rule}, score=score, batch_size=batch_size)[
+        "attributions"
+    ]
