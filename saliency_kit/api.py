@@ -217,20 +217,19 @@ def _explain_input(
     layer_axis = engine.layer_channel_axis(model, x)
     selection = resolve_request(model, x, targets, score, batch_size, names)
     resolved = selection.columns
-    out = engine.run(
-        chosen.compute,
+    job = engine.Job(
         model,
         x,
         selection,
         values,
         score=score,
         batch_size=batch_size,
-        cost=chosen.cost(values) if chosen.cost else 1,
-        channel_axis=channel_axis,
         keys=keys,
+        channel_axis=channel_axis,
         layer_axis=layer_axis,
-        with_scores=with_scores,
+        cost=chosen.cost(values) if chosen.cost else 1,
     )
+    out = engine.run(chosen.compute, job, with_scores=with_scores)
     attributions = out.pop("attributions")
     scores = out.pop("scores", None)
     if chosen.warn_zero:

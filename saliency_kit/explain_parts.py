@@ -102,22 +102,21 @@ def explain_parts(
                 raise
             skipped.append((run[0].name, str(error)))  # a method for images, and a tabular input
             continue
-        out = engine.run(
-            chosen.compute,
+        job = engine.Job(
             model,
             rows,
             selection,
             values,
             score=score,
             batch_size=batch_size,
-            cost=chosen.cost(values) if chosen.cost else 1,
-            channel_axis=channel_axis,
             keys=keys,
+            channel_axis=channel_axis,
             layer_axis=layer_axis,
             space=space,
             held=parts.held,
-            with_scores=with_scores,
+            cost=chosen.cost(values) if chosen.cost else 1,
         )
+        out = engine.run(chosen.compute, job, with_scores=with_scores)
         tokens = {name: token for name, token in space.fills if name not in given}
         recorded = {**values, **tokens}  # baseline_token embedded in the kernel: recorded as that id
         attributions = out.pop("attributions")

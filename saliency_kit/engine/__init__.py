@@ -44,6 +44,7 @@ from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_co
 from .chunking import check_batch_size
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
+from .job import Job
 from .payload import PerInput
 from .views import clear_views, fingerprint, one_call, rewritten_model, score_view, views_of
 
@@ -61,6 +62,7 @@ __all__ = [
     "score_view",
     "rewritten_model",
     "run",
+    "Job",
     "gradients",
     "all_scores",
     "outputs",
@@ -97,65 +99,35 @@ def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def run(
-    compute: Callable,
-    model: keras.Model,
-    inputs: np.ndarray,
-    selection: Any,
-    options: dict,
-    *,
-    score: str = "logits",
-    batch_size: int = 32,
-    cost: int = 1,
-    channel_axis: int = -1,
-    keys: Any = None,
-    layer_axis: int | None = None,
-    space: Any = None,
-    held: Any = None,
-    with_scores: bool = True,
-) -> dict:
-    """Run ``compute(ctx, **options)`` over ``inputs`` and a resolved target; NumPy float32 results.
+def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
+    """Run ``compute(ctx, **job.options)`` over the job's rows and resolved target (:class:`Job`);
+    NumPy float32 results.
 
-    Args:
-        compute: a method's function (see :mod:`saliency_kit.methods.base`).
-        inputs: ``[B, ...]`` from :func:`check_inputs`.
-        selection: the resolved target (:class:`saliency_kit.targets.Resolved`): its ``columns``
-            int ``[B, K]``, its bound ``target`` object (whose :meth:`score` the kernel calls), its
-            ``payload`` pytree (leaves ``[B, K, ...]``, or :class:`PerInput` ``[B, ...]``), sliced
-            with the inputs and the column groups and passed to the kernel as tensors, and its
-            ``vectors`` (the score vectors ``[B, C]`` ``"topK"`` targets were ranked by, or None):
-            the target scores are taken from them when the method's kernel does not get them free.
-        options: the method's prepared options; NumPy arrays among them are passed as tensors,
-            ``seed`` as a tensor; everything else is a constant of the compiled kernel.
-        cost: model evaluations per input and target (sizes the chunks).
-        channel_axis: the channel axis of one input (see :func:`channel_axis`).
-        layer_axis: the channel axis of the model's spatial layers (CAM layers), when it is not
-            the input's (see :func:`layer_channel_axis`).
-        keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
-            drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
-        space, held: for a request that is not one model input (several inputs, an embedding, an
-            inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
-            in (with :attr:`~saliency_kit.engine.space.Space.lookup`, ``inputs`` are token ids
-            ``[B, T]`` the kernel embeds: ``ctx.inputs`` and the results are in embedding space),
-            and every model input ``[B, ...]`` (graph order) the rows carry with them.
-        with_scores: ``False``: no ``"scores"`` in the results, and no forward pass of their own
-            for a method whose kernel does not compute them on the way.
+    The compiled kernel is one per (model, method, options, row shape, chunk layout, target kind,
+    payload layout, space), reused. The target's payload is sliced with the rows and the column
+    groups and passed to the kernel as tensors; ``job.options``' NumPy arrays and ``seed`` are
+    tensors too, everything else is a constant of the kernel. ``with_scores=False``: no
+    ``"scores"`` in the results, and no forward pass of their own for a method whose kernel does
+    not compute them on the way (when it does not, the scores are read from the score vectors
+    ``"topK"`` targets were ranked by, or one batched forward pass computes them).
 
     Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
     (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
     """
+    model, inputs, selection, options, score = job.model, job.rows, job.selection, job.options, job.score
+    channel_axis, layer_axis, space, held = job.channel_axis, job.layer_axis, job.space, job.held
     backend = active_backend()
-
-    batch_size = check_batch_size(batch_size)
+    batch_size = check_batch_size(job.batch_size)
     targets, target, payload = np.asarray(selection.columns), selection.target, selection.payload
     B, K = targets.shape
     shape, dtype = inputs.shape[1:], inputs.dtype
-    layout = chunking.layout(batch_size, B, K, cost)
+    layout = chunking.layout(batch_size, B, K, job.cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
     structure, per_input, leaves = payload_module.layout(_with_held(payload, space, held), B, K)
     key = (
         "run",
+        "Job",
         compute,
         score,
         constants,
@@ -204,7 +176,7 @@ def run(
     n, group = layout.n, layout.group
     results: dict = {}
     seed_tensor = np.int64(seed)
-    keys = np.arange(B, dtype=np.int64) if keys is None else np.asarray(keys, np.int64)
+    keys = np.arange(B, dtype=np.int64) if job.keys is None else np.asarray(job.keys, np.int64)
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
@@ -224,7 +196,7 @@ def run(
     if not with_scores:
         results.pop("scores", None)
     elif "scores" not in results:  # the method took no gradient at the inputs themselves
-        results["scores"] = _scores_at(model, inputs, selection, score, batch_size, channel_axis, space, held)
+        results["scores"] = _scores_at(job.with_(cost=1))
     rewritten = _rewritten_by(model, rules_used, reports)
     if rewritten is not None:
         results["rewritten"] = rewritten
@@ -255,38 +227,20 @@ def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | N
     return changed
 
 
-def _scores_at(
-    model: keras.Model,
-    inputs: Any,
-    selection: Any,
-    score: str,
-    batch_size: int,
-    channel_axis: int = -1,
-    space: Any = None,
-    held: Any = None,
-) -> np.ndarray:
-    """``[B, K]`` float32 scores of a resolved target at the clean rows: read from the score vectors
-    when the columns index the model's own (one batched forward pass, or none when resolving
-    computed them), else one batched forward pass of the target with its payload. ``inputs``: the
-    rows (in a ``space``, its points; the model then runs on every model input, ``held``)."""
+def _scores_at(job: Job) -> np.ndarray:
+    """``[B, K]`` float32 scores of the job's resolved target at its clean rows: read from the score
+    vectors when the columns index the model's own (one batched forward pass, or none when
+    resolving computed them), else one batched forward pass of the target with its payload (in a
+    space the model runs on every model input, ``job.held``)."""
+    selection = job.selection
     columns = np.asarray(selection.columns, np.int64)
     if selection.target.score_vector:
         vectors = selection.vectors
         if vectors is None:
-            vectors = all_scores(model, inputs if space is None else list(held), score=score, batch_size=batch_size)
+            at = job.rows if job.space is None else list(job.held)
+            vectors = all_scores(job.model, at, score=job.score, batch_size=job.batch_size)
         return np.take_along_axis(np.asarray(vectors, np.float32), columns, axis=1)
-    return run(
-        _clean_scores,
-        model,
-        inputs,
-        selection,
-        {},
-        score=score,
-        batch_size=batch_size,
-        channel_axis=channel_axis,
-        space=space,
-        held=held,
-    )["attributions"]
+    return run(_clean_scores, job.with_(options={}))["attributions"]
 
 
 def target_scores(
@@ -302,7 +256,7 @@ def target_scores(
         raise ValueError(f"the target must have one row per input ({len(inputs)}); received {len(columns)} rows.")
     fresh = copy.copy(selection)
     fresh.vectors = None  # scored at these inputs, not at the ones it was resolved on
-    return _scores_at(model, inputs, fresh, score, batch_size)
+    return _scores_at(Job(model, inputs, fresh, score=score, batch_size=batch_size))
 
 
 def _clean_scores(ctx: Any) -> dict:  # the backend's Context
@@ -319,6 +273,5 @@ def gradients(
 ) -> np.ndarray:
     """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the resolved target ``selection`` (class
     columns int ``[B, K]`` with their target), through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
-    return run(_jacobian_rows, model, inputs, selection, {"rule": rule}, score=score, batch_size=batch_size)[
-        "attributions"
-    ]
+    job = Job(model, inputs, selection, {"rule": rule}, score=score, batch_size=batch_size)
+    return run(_jacobian_rows, job)["attributions"]

@@ -170,8 +170,7 @@ def _kernel(
     sources = _at_least_one_chunk(sources, scored.batch_size)
     selection.columns = _at_least_one_chunk(np.asarray(row_targets, dtype=np.int64), scored.batch_size)
     parts = scored.parts
-    out = engine.run(
-        compute,
+    job = engine.Job(
         scored.model,
         rows,
         selection,
@@ -180,8 +179,8 @@ def _kernel(
         batch_size=scored.batch_size,
         space=scored.space,
         held=None if parts is None else [held[sources] for held in parts.held],
-        with_scores=False,
-    )["attributions"]
+    )
+    out = engine.run(compute, job, with_scores=False)["attributions"]
     return np.asarray(out[:count], dtype=np.float64)
 
 
