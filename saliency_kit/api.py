@@ -15,9 +15,18 @@ import numpy as np
 
 from . import engine, methods
 from . import targets as targets_module
+from .explain_parts import explain_parts
 from .explanation import Explanation
 from .model.scores import score_columns
-from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
+from .parts import structured
+from .request import (
+    ExplainCall,
+    check_input_keys,
+    differentiated_score,
+    method_request,
+    recorded_options,
+    resolve_request,
+)
 
 if TYPE_CHECKING:
     import keras
@@ -151,41 +160,27 @@ def explain(
     """
     chosen = methods.get(method)
     with_scores = _flag("with_scores", with_scores)
-    from .parts import structured
 
+    call = ExplainCall(
+        model,
+        inputs,
+        method,
+        chosen,
+        targets,
+        score,
+        batch_size,
+        class_names,
+        input_keys,
+        channels_axis,
+        attribute_to,
+        baseline_token,
+        with_scores,
+        options,
+    )
     with engine.one_call(model):
         if structured(model, inputs, attribute_to) or chosen.layered:
-            from .explain_parts import explain_parts
-
-            return explain_parts(
-                model,
-                inputs,
-                chosen,
-                targets,
-                score=score,
-                batch_size=batch_size,
-                class_names=class_names,
-                input_keys=input_keys,
-                channels_axis=channels_axis,
-                attribute_to=attribute_to,
-                baseline_token=baseline_token,
-                with_scores=with_scores,
-                options=options,
-            )
-        return _explain_input(
-            model,
-            inputs,
-            chosen,
-            method,
-            targets,
-            score,
-            batch_size,
-            class_names,
-            input_keys,
-            channels_axis,
-            with_scores,
-            options,
-        )
+            return explain_parts(call)
+        return _explain_input(call)
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -194,28 +189,19 @@ def _flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def _explain_input(
-    model: keras.Model,
-    inputs: Any,
-    chosen: Any,
-    method: Any,
-    targets: Any,
-    score: str,
-    batch_size: int,
-    class_names: Sequence[str] | None,
-    input_keys: Any,
-    channels_axis: int | None,
-    with_scores: bool,
-    options: dict,
-) -> Explanation:
+def _explain_input(call: ExplainCall) -> Explanation:
     """:func:`explain` of a model's one float input."""
+    model, chosen, method, score, class_names = call.model, call.chosen, call.method, call.score, call.class_names
+    options, batch_size = call.options, call.batch_size
     given = dict(options)
-    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
+    x, channel_axis, values = _checked(
+        model, call.inputs, chosen, score, batch_size, class_names, given, call.channels_axis
+    )
     batch_size = engine.check_batch_size(batch_size)
-    keys = check_input_keys(input_keys, len(x))
+    keys = check_input_keys(call.input_keys, len(x))
     names = targets_module.class_names_of(class_names)
     layer_axis = engine.layer_channel_axis(model, x)
-    selection = resolve_request(model, x, targets, score, batch_size, names)
+    selection = resolve_request(model, x, call.targets, score, batch_size, names)
     resolved = selection.columns
     job = engine.Job(
         model,
@@ -229,7 +215,7 @@ def _explain_input(
         layer_axis=layer_axis,
         cost=chosen.cost(values) if chosen.cost else 1,
     )
-    out = engine.run(chosen.compute, job, with_scores=with_scores)
+    out = engine.run(chosen.compute, job, with_scores=call.with_scores)
     attributions = out.pop("attributions")
     scores = out.pop("scores", None)
     if chosen.warn_zero:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     import keras
 
 __all__ = [
+    "ExplainCall",
     "resolve_request",
     "method_request",
     "recorded_options",
@@ -24,6 +26,33 @@ __all__ = [
     "check_input_keys",
     "KEY_LIMIT",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class ExplainCall:
+    """One call of :func:`saliency_kit.explain`, its arguments as given (the drivers check them).
+
+    ``method`` as given (a name) and ``chosen`` the method it names; ``options`` the method's
+    options; ``points``: the explained parts' values when they are not the inputs' own (one array
+    ``[B, *part.shape]`` per part: ``sk.evaluate``'s robustness metrics explain token ids at
+    perturbed points of their embedding space); the rest as :func:`saliency_kit.explain` takes them.
+    """
+
+    model: Any
+    inputs: Any
+    method: Any
+    chosen: Any
+    targets: Any = "top1"
+    score: str = "logits"
+    batch_size: int = 32
+    class_names: Any = None
+    input_keys: Any = None
+    channels_axis: int | None = None
+    attribute_to: Any = None
+    baseline_token: int = 0
+    with_scores: bool = True
+    options: dict = field(default_factory=dict)
+    points: list | None = None
 
 
 def resolve_request(

@@ -153,6 +153,7 @@ class Scored:
         parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
         from .. import engine, methods
         from ..explain_parts import explain_parts
+        from ..request import ExplainCall
 
         parts = self.parts
         values = self.space.unpack(np.asarray(points), lead=1)
@@ -162,23 +163,23 @@ class Scored:
                 inputs[part.input] = value.astype(inputs[part.input].dtype, copy=False)
         inner = any(part.layer is not None for part in parts.parts)
         given = inputs if len(inputs) > 1 else inputs[0]
+        call = ExplainCall(
+            self.model,
+            given,
+            str(self.method),
+            methods.get(str(self.method)),
+            targets,
+            score=self.score,
+            batch_size=self.batch_size,
+            input_keys=keys,
+            attribute_to=self.names,
+            baseline_token=self.baseline_token,
+            with_scores=False,
+            options=dict(self.options),
+            points=values if inner else None,
+        )
         with engine.one_call(self.model):
-            expl = explain_parts(
-                self.model,
-                given,
-                methods.get(str(self.method)),
-                targets,
-                score=self.score,
-                batch_size=self.batch_size,
-                class_names=None,
-                input_keys=keys,
-                channels_axis=None,
-                attribute_to=self.names,
-                baseline_token=self.baseline_token,
-                with_scores=False,
-                options=dict(self.options),
-                points=values if inner else None,
-            )
+            expl = explain_parts(call)
         axes = part_axes(self.model, parts.parts, values)
         return part_elements(expl.attributions, parts, values, axes, "the explanation's attributions")
 
