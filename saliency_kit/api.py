@@ -161,22 +161,8 @@ def explain(
     chosen = methods.get(method)
     with_scores = _flag("with_scores", with_scores)
 
-    call = ExplainCall(
-        model,
-        inputs,
-        method,
-        chosen,
-        targets,
-        score,
-        batch_size,
-        class_names,
-        input_keys,
-        channels_axis,
-        attribute_to,
-        baseline_token,
-        with_scores,
-        options,
-    )
+    arguments = (targets, score, batch_size, class_names, input_keys, channels_axis, attribute_to, baseline_token)
+    call = ExplainCall(model, inputs, method, chosen, *arguments, with_scores, options)
     with engine.one_call(model):
         if structured(model, inputs, attribute_to) or chosen.layered:
             return explain_parts(call)

@@ -100,8 +100,7 @@ def _tupled(value: Any) -> Any:
 
 
 def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
-    """Run ``compute(ctx, **job.options)`` over the job's rows and resolved target (:class:`Job`);
-    NumPy float32 results.
+    """Run ``compute(ctx, **job.options)`` over the job's rows and resolved target (:class:`Job`).
 
     The compiled kernel is one per (model, method, options, row shape, chunk layout, target kind,
     payload layout, space), reused. The target's payload is sliced with the rows and the column
@@ -111,9 +110,8 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
     not compute them on the way (when it does not, the scores are read from the score vectors
     ``"topK"`` targets were ranked by, or one batched forward pass computes them).
 
-    Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
-    (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
-    """
+    Returns NumPy float32 ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and
+    ``"rewritten"`` (a list of str, :func:`_rewritten_by`) when the method used a backward rule."""
     model, inputs, selection, options, score = job.model, job.rows, job.selection, job.options, job.score
     channel_axis, layer_axis, space, held = job.channel_axis, job.layer_axis, job.space, job.held
     backend = active_backend()

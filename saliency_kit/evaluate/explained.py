@@ -226,14 +226,11 @@ def prepare(
     method_options: dict | None = None,
     perturbs: bool = False,
 ) -> Scored:
-    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring).
-
-    ``attribute_to`` and ``baseline_token`` among ``method_options`` are ``explain``'s (what a
-    method explains); ``perturbs``: the metric evaluates the model at perturbed values of what was
-    explained, which an inner layer (``attribute_to=LAYER``) cannot be."""
+    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring). ``attribute_to``
+    and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
+    evaluates the model at perturbed values of what was explained (no inner layer, then)."""
     from .. import engine
     from ..api import explain
-    from ..engine import check_score
     from ..explanation import Explanation
     from ..parts import read, structured
     from ..request import resolve_request
@@ -244,7 +241,7 @@ def prepare(
     method_options = dict(method_options or {})
     attribute_to = method_options.pop("attribute_to", None)
     baseline_token = method_options.pop("baseline_token", 0)
-    check_score(score)
+    engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     expl = explanation_or_method if isinstance(explanation_or_method, Explanation) else None
     if expl is not None and expl.parts:
@@ -281,18 +278,10 @@ def prepare(
         _check_explained_targets(expl, selection, targets)
     elif isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
         seed_noise(explanation_or_method, method_options, seed)
-        expl = explain(
-            model,
-            inputs if parts is not None else first,
-            explanation_or_method,
-            Given(selection),
-            score=score,
-            batch_size=batch_size,
-            with_scores=False,
-            attribute_to=attribute_to,
-            baseline_token=baseline_token,
-            **method_options,
-        )
+        given = inputs if parts is not None else first
+        settings: dict[str, Any] = dict(score=score, batch_size=batch_size, with_scores=False)
+        settings.update(attribute_to=attribute_to, baseline_token=baseline_token)
+        expl = explain(model, given, explanation_or_method, Given(selection), **settings, **method_options)
         method, options = explanation_or_method, method_options
         explained = list(expl.parts or [])
         if parts is not None and explained != [part.name for part in parts.parts]:
@@ -305,18 +294,7 @@ def prepare(
             )
         method = explanation_or_method
 
-    space = None
-    axes: list = []
-    if parts is not None:
-        from ..engine.space import Space
-
-        space = Space(tuple(parts.parts), len(parts.names))
-        x = space.pack(parts.points)
-        axes = part_axes(model, parts.parts, parts.points)
-        channel_axis = axes[0] if len(axes) == 1 else None
-    else:
-        x = first
-        channel_axis = _image_channel_axis(model, x)
+    x, space, axes, channel_axis = _explained_points(model, parts, first)
     common: dict = dict(
         model=model,
         x=x,
@@ -333,6 +311,28 @@ def prepare(
         method=method,
         options=options,
     )
+
+    return _attributed(common, explanation_or_method, expl, targets, axes)
+
+
+def _explained_points(model: keras.Model, parts: Any, first: np.ndarray) -> tuple:
+    """``(x, space, axes, channel_axis)``: what a metric perturbs (the model's one input ``first``,
+    or the parts packed in their space), the parts' channel axes and the channel axis of ``x``."""
+    if parts is None:
+        return first, None, [], _image_channel_axis(model, first)
+    from ..engine.space import Space
+
+    space = Space(tuple(parts.parts), len(parts.names))
+    axes = part_axes(model, parts.parts, parts.points)
+    return space.pack(parts.points), space, axes, axes[0] if len(axes) == 1 else None
+
+
+def _attributed(common: dict, explanation_or_method: Any, expl: Any, targets: Any, axes: list) -> Scored:
+    """The :class:`Scored` of an Explanation ``expl``, ``"random"``, a callable explainer or an
+    attribution array, with the fields :func:`prepare` found (``common``; ``axes``: the parts'
+    channel axes)."""
+    model, x, channel_axis, parts, seed = (common[k] for k in ("model", "x", "channel_axis", "parts", "seed"))
+    method, selection = common["method"], common["selection"]
 
     def elements_of(value: Any, what: str) -> np.ndarray:
         if parts is None:
