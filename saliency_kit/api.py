@@ -15,9 +15,18 @@ import numpy as np
 
 from . import engine, methods
 from . import targets as targets_module
+from .explain_parts import explain_parts
 from .explanation import Explanation
 from .model.scores import score_columns
-from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
+from .parts import structured
+from .request import (
+    ExplainCall,
+    check_input_keys,
+    differentiated_score,
+    method_request,
+    recorded_options,
+    resolve_request,
+)
 
 if TYPE_CHECKING:
     import keras
@@ -53,7 +62,7 @@ def resolve_targets(
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
-    return resolve_request(model, x, targets, score, batch_size, class_names)[0].columns
+    return resolve_request(model, x, targets, score, batch_size, class_names).columns
 
 
 def resolve_selection(
@@ -67,8 +76,8 @@ def resolve_selection(
 ) -> targets_module.Resolved:
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
-    (the bound target object, ``None`` for class targets). Raises like :func:`explain`."""
-    return resolve_request(model, x, targets, score, batch_size, class_names)[0]
+    (the bound target object). Raises like :func:`explain`."""
+    return resolve_request(model, x, targets, score, batch_size, class_names)
 
 
 def explain(
@@ -151,41 +160,13 @@ def explain(
     """
     chosen = methods.get(method)
     with_scores = _flag("with_scores", with_scores)
-    from .parts import structured
 
+    arguments = (targets, score, batch_size, class_names, input_keys, channels_axis, attribute_to, baseline_token)
+    call = ExplainCall(model, inputs, method, chosen, *arguments, with_scores, options)
     with engine.one_call(model):
         if structured(model, inputs, attribute_to) or chosen.layered:
-            from .explain_parts import explain_parts
-
-            return explain_parts(
-                model,
-                inputs,
-                chosen,
-                targets,
-                score=score,
-                batch_size=batch_size,
-                class_names=class_names,
-                input_keys=input_keys,
-                channels_axis=channels_axis,
-                attribute_to=attribute_to,
-                baseline_token=baseline_token,
-                with_scores=with_scores,
-                options=options,
-            )
-        return _explain_input(
-            model,
-            inputs,
-            chosen,
-            method,
-            targets,
-            score,
-            batch_size,
-            class_names,
-            input_keys,
-            channels_axis,
-            with_scores,
-            options,
-        )
+            return explain_parts(call)
+        return _explain_input(call)
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -194,50 +175,33 @@ def _flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def _explain_input(
-    model: keras.Model,
-    inputs: Any,
-    chosen: Any,
-    method: Any,
-    targets: Any,
-    score: str,
-    batch_size: int,
-    class_names: Sequence[str] | None,
-    input_keys: Any,
-    channels_axis: int | None,
-    with_scores: bool,
-    options: dict,
-) -> Explanation:
+def _explain_input(call: ExplainCall) -> Explanation:
     """:func:`explain` of a model's one float input."""
+    model, chosen, method, score, class_names = call.model, call.chosen, call.method, call.score, call.class_names
+    options, batch_size = call.options, call.batch_size
     given = dict(options)
-    x, channel_axis, values = _checked(model, inputs, chosen, score, batch_size, class_names, given, channels_axis)
+    x, channel_axis, values = _checked(
+        model, call.inputs, chosen, score, batch_size, class_names, given, call.channels_axis
+    )
     batch_size = engine.check_batch_size(batch_size)
-    keys = check_input_keys(input_keys, len(x))
+    keys = check_input_keys(call.input_keys, len(x))
     names = targets_module.class_names_of(class_names)
     layer_axis = engine.layer_channel_axis(model, x)
-    selection, score_vectors = resolve_request(model, x, targets, score, batch_size, names)
+    selection = resolve_request(model, x, call.targets, score, batch_size, names)
     resolved = selection.columns
-    score_fn = None
-    if callable(targets) and not isinstance(targets, str) and not targets_module.is_target(targets):
-        score_fn = targets
-    out = engine.run(
-        chosen.compute,
+    job = engine.Job(
         model,
         x,
-        resolved,
+        selection,
         values,
         score=score,
-        score_fn=score_fn,
         batch_size=batch_size,
-        cost=chosen.cost(values) if chosen.cost else 1,
-        channel_axis=channel_axis,
         keys=keys,
-        score_vectors=score_vectors,
+        channel_axis=channel_axis,
         layer_axis=layer_axis,
-        target=selection.target,
-        payload=selection.payload,
-        with_scores=with_scores,
+        cost=chosen.cost(values) if chosen.cost else 1,
     )
+    out = engine.run(chosen.compute, job, with_scores=call.with_scores)
     attributions = out.pop("attributions")
     scores = out.pop("scores", None)
     if chosen.warn_zero:
@@ -248,7 +212,7 @@ def _explain_input(
         targets=resolved,
         scores=scores,
         method=method,
-        options={**recorded_options(given, values), "score": differentiated_score(model, score, score_fn)},
+        options={**recorded_options(given, values), "score": differentiated_score(model, score)},
         layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),
@@ -335,5 +299,5 @@ def jacobian(
         array = np.tile(array, (len(x), 1))
     elif array.ndim == 0:
         array = np.full((len(x), 1), array)
-    resolved = targets_module.resolve(targets_module.parse(array, len(x), columns), None, len(x))
-    return engine.gradients(model, x, resolved, score=score, rule=rule, batch_size=batch_size)
+    selection = resolve_request(model, x, array, score, batch_size, None)
+    return engine.gradients(model, x, selection, score=score, rule=rule, batch_size=batch_size)

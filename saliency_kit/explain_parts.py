@@ -12,7 +12,6 @@ explained input, the others held at their values. Targets are resolved once, on 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +20,14 @@ from . import engine, methods
 from . import targets as targets_module
 from .explanation import Explanation
 from .parts import part_options, read, run_rows, structure
-from .request import check_input_keys, differentiated_score, method_request, recorded_options, resolve_request
+from .request import (
+    ExplainCall,
+    check_input_keys,
+    differentiated_score,
+    method_request,
+    recorded_options,
+    resolve_request,
+)
 
 if TYPE_CHECKING:
     import keras
@@ -29,50 +35,32 @@ if TYPE_CHECKING:
 __all__ = ["explain_parts"]
 
 
-def explain_parts(
-    model: keras.Model,
-    inputs: Any,
-    chosen: Any,
-    targets: Any,
-    *,
-    score: str,
-    batch_size: int,
-    class_names: Sequence[str] | None,
-    input_keys: Any,
-    channels_axis: int | None,
-    attribute_to: Any,
-    baseline_token: int,
-    with_scores: bool,
-    options: dict,
-    points: list | None = None,
-) -> Explanation:
-    """:func:`saliency_kit.explain` for parts (see the module); its arguments, checked here.
-
-    ``points``: the explained parts' values when they are not the inputs' own, one array
-    ``[B, *part.shape]`` per part (``sk.evaluate``'s robustness metrics explain token ids at
-    perturbed points of their embedding space); default read from the inputs."""
-    engine.check_score(score)
-    batch_size = engine.check_batch_size(batch_size)
-    if isinstance(baseline_token, bool) or not isinstance(baseline_token, (int, np.integer)) or baseline_token < 0:
-        raise ValueError(f"baseline_token must be a non-negative token id; received {baseline_token!r}.")
-    given = dict(options)
+def explain_parts(call: ExplainCall) -> Explanation:
+    """:func:`saliency_kit.explain` for parts (see the module); the call's arguments, checked here."""
+    model, chosen = call.model, call.chosen
+    engine.check_score(call.score)
+    batch_size = engine.check_batch_size(call.batch_size)
+    token = call.baseline_token
+    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or token < 0:
+        raise ValueError(f"baseline_token must be a non-negative token id; received {token!r}.")
+    given = dict(call.options)
     conductance = chosen.layered  # a path in input space, attributions in a layer's
     if conductance:
-        given["layer"] = _conductance_layer(model, attribute_to, given)
-    parts = read(model, inputs, None if conductance else attribute_to, batch_size=batch_size, embedded=False)
-    if points is not None:
-        parts.points = _given_points(parts, points)
+        given["layer"] = _conductance_layer(model, call.attribute_to, given)
+    attribute_to = None if conductance else call.attribute_to
+    parts = read(model, call.inputs, attribute_to, batch_size=batch_size, embedded=False)
+    if call.points is not None:
+        parts.points = _given_points(parts, call.points)
     layers = [p.name for p in parts.parts if p.input is None]
     if chosen.spatial and layers:
         raise ValueError(
             f"{chosen.name} runs on a model input's own axes; attribute_to=LAYER takes the gradient family, "
             f"integrated gradients, SmoothGrad, DeepLIFT, LRP and conductance; received attribute_to={layers[0]!r}."
         )
-    keys = check_input_keys(input_keys, parts.count)
-    names = targets_module.class_names_of(class_names)
+    keys = check_input_keys(call.input_keys, parts.count)
+    names = targets_module.class_names_of(call.class_names)
     first = parts.points[0] if parts.points[0] is not None else parts.held[parts.parts[0].input]  # ids
-    selection, score_vectors = resolve_request(model, first, targets, score, batch_size, names, at=parts.held)
-    score_fn = targets if callable(targets) and not isinstance(targets, str) and not selection.target else None
+    selection = resolve_request(model, first, call.targets, call.score, batch_size, names, at=parts.held)
     runs = [[p] for p in parts.parts] if chosen.spatial else [list(parts.parts)]
     results: dict = {}
     maps: dict = {}
@@ -82,18 +70,10 @@ def explain_parts(
     for run in runs:
         space, rows, x = run_rows(model, parts, run)  # x: the points, or their shape alone
         layer_axis = engine.layer_channel_axis(model, x)
-        channel_axis = _channel_axis(run, x, channels_axis, layer_axis)
-        values, space = part_options(
-            model,
-            parts,
-            run,
-            space,
-            given,
-            baseline_token=baseline_token,
-            defaults=chosen.defaults,
-        )
+        channel_axis = _channel_axis(run, x, call.channels_axis, layer_axis)
+        values, space = part_options(model, parts, run, space, given, baseline_token=token, defaults=chosen.defaults)
         values = chosen.check_options(values)
-        request = method_request(model, x, score, batch_size, class_names, channel_axis)
+        request = method_request(model, x, call.score, batch_size, call.class_names, channel_axis)
         try:
             if chosen.prepare is not None:
                 values = chosen.prepare(request, values)
@@ -103,36 +83,24 @@ def explain_parts(
                 raise
             skipped.append((run[0].name, str(error)))  # a method for images, and a tabular input
             continue
-        out = engine.run(
-            chosen.compute,
+        job = engine.Job(
             model,
             rows,
-            selection.columns,
+            selection,
             values,
-            score=score,
-            score_fn=score_fn,
+            score=call.score,
             batch_size=batch_size,
-            cost=chosen.cost(values) if chosen.cost else 1,
-            channel_axis=channel_axis,
             keys=keys,
-            score_vectors=score_vectors,
+            channel_axis=channel_axis,
             layer_axis=layer_axis,
-            target=selection.target,
-            payload=selection.payload,
             space=space,
             held=parts.held,
-            with_scores=with_scores,
+            cost=chosen.cost(values) if chosen.cost else 1,
         )
+        out = engine.run(chosen.compute, job, with_scores=call.with_scores)
         tokens = {name: token for name, token in space.fills if name not in given}
         recorded = {**values, **tokens}  # baseline_token embedded in the kernel: recorded as that id
-        attributions = out.pop("attributions")
-        if conductance:
-            results[values["layer"]] = attributions
-            maps[values["layer"]] = attributions.sum(axis=-1, dtype=np.float32)
-            continue
-        for part, value in zip(run, [attributions] if chosen.cam else space.unpack(attributions)):
-            results[part.name] = value
-            maps[part.name] = _map(chosen, values, part, value, channel_axis)
+        _collect(out.pop("attributions"), chosen, values, run, space, channel_axis, (results, maps))
     if not results:
         raise ValueError(
             f"{chosen.name} explains none of the inputs {[name for name, _ in skipped]}: "
@@ -142,7 +110,27 @@ def explain_parts(
         warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=3)
     if chosen.warn_zero:
         _warn_unused(results, chosen.name)
-    if conductance:
+    return _explanation(call, parts, selection, (results, maps), out, (given, recorded))
+
+
+def _collect(
+    attributions: np.ndarray, chosen: Any, values: dict, run: list, space: Any, channel_axis: int, into: tuple
+) -> None:
+    """One run's attributions (and maps) into ``into = (results, maps)``, by part (conductance: by layer)."""
+    results, maps = into
+    if chosen.layered:
+        results[values["layer"]] = attributions
+        maps[values["layer"]] = attributions.sum(axis=-1, dtype=np.float32)
+        return
+    for part, value in zip(run, [attributions] if chosen.cam else space.unpack(attributions)):
+        results[part.name] = value
+        maps[part.name] = _map(chosen, values, part, value, channel_axis)
+
+
+def _explanation(call: ExplainCall, parts: Any, selection: Any, done: tuple, out: dict, options: tuple) -> Explanation:
+    """The Explanation of the runs ``done = (results, maps)``; ``options = (given, recorded)``."""
+    (results, maps), (given, recorded), chosen = done, options, call.chosen
+    if chosen.layered:
         kinds = {recorded["layer"]: "layer"}
         attributions_out, maps_out = results[recorded["layer"]], maps[recorded["layer"]]
     else:
@@ -155,7 +143,7 @@ def explain_parts(
         targets=selection.columns,
         scores=out.get("scores"),
         method=chosen.name,
-        options={**recorded_options(given, recorded), "score": differentiated_score(model, score, score_fn)},
+        options={**recorded_options(given, recorded), "score": differentiated_score(call.model, call.score)},
         layer=recorded.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
         completeness_gap=out.get("completeness_gap"),
         rewritten=out.get("rewritten"),

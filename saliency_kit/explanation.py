@@ -25,7 +25,7 @@ class Explanation:
             integrated gradients, LRP and DeepLIFT, the mean for occlusion, the CAM itself for
             the CAM methods.
         targets: int64 ``[B, K]``, the column each attribution explains: its class (of a
-            classifier, a region or a box), its ``score_fn`` column, its component of an
+            classifier, a region or a box), its column of a callable target, its component of an
             ``output`` head, or its ``unit`` index (flat for a tuple index).
         scores: ``[B, K]``, the score of each target on the input as given (logits by default);
             None when ``explain`` was called ``with_scores=False``.

@@ -5,19 +5,20 @@ the request a method's ``prepare`` sees, and the noise keys of the inputs."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import engine, methods
 from . import targets as targets_module
-from .model.scores import score_columns
 
 if TYPE_CHECKING:
     import keras
 
 __all__ = [
+    "ExplainCall",
     "resolve_request",
     "method_request",
     "recorded_options",
@@ -25,6 +26,33 @@ __all__ = [
     "check_input_keys",
     "KEY_LIMIT",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class ExplainCall:
+    """One call of :func:`saliency_kit.explain`, its arguments as given (the drivers check them).
+
+    ``method`` as given (a name) and ``chosen`` the method it names; ``options`` the method's
+    options; ``points``: the explained parts' values when they are not the inputs' own (one array
+    ``[B, *part.shape]`` per part: ``sk.evaluate``'s robustness metrics explain token ids at
+    perturbed points of their embedding space); the rest as :func:`saliency_kit.explain` takes them.
+    """
+
+    model: Any
+    inputs: Any
+    method: Any
+    chosen: Any
+    targets: Any = "top1"
+    score: str = "logits"
+    batch_size: int = 32
+    class_names: Any = None
+    input_keys: Any = None
+    channels_axis: int | None = None
+    attribute_to: Any = None
+    baseline_token: int = 0
+    with_scores: bool = True
+    options: dict = field(default_factory=dict)
+    points: list | None = None
 
 
 def resolve_request(
@@ -35,41 +63,28 @@ def resolve_request(
     batch_size: int,
     class_names: Sequence[str] | None,
     at: Any = None,
-) -> tuple[targets_module.Resolved, np.ndarray | None]:
-    """``(Resolved, the whole score vector [B, C] when "topK" class targets needed it, else None)``;
-    ``at``: what the model runs on when it is not ``x`` (a multi-input model's inputs, a list)."""
+) -> targets_module.Resolved:
+    """Any form of ``targets`` as one target object (:func:`saliency_kit.targets.as_target`)
+    resolved for the checked inputs ``x`` ``[B, ...]``: ``Resolved(columns int [B, K], payload,
+    info, bound target, vectors)``. ``at``: what the model runs on when it is not ``x`` (a
+    multi-input model's inputs, a list)."""
     at = x if at is None else at
-    if targets_module.is_target(targets):
-        request = targets_module.TargetRequest(
-            model,
-            x,
-            score,
-            batch_size,
-            class_names,
-            forward=lambda strip: engine.outputs(model, at, score=score, batch_size=batch_size, strip=strip),
+    request = targets_module.TargetRequest(
+        model,
+        x,
+        score,
+        batch_size,
+        class_names,
+        forward=lambda strip: engine.outputs(model, at, score=score, batch_size=batch_size, strip=strip),
+    )
+    resolved = targets_module.as_target(targets).resolve(request)
+    columns = np.asarray(resolved.columns)
+    if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
+        raise ValueError(
+            f"a target's resolve() must give int columns [{len(x)}, K]; received {columns.dtype} {columns.shape}."
         )
-        resolved = targets_module.as_target(targets).resolve(request)
-        columns = np.asarray(resolved.columns)
-        if columns.ndim != 2 or columns.shape[0] != len(x) or columns.shape[1] < 1 or columns.dtype.kind not in "iu":
-            raise ValueError(
-                f"a target's resolve() must give int columns [{len(x)}, K]; received {columns.dtype} {columns.shape}."
-            )
-        resolved.columns = columns.astype(np.int64)
-        return resolved, None
-    score_fn = targets if callable(targets) and not isinstance(targets, str) else None
-    width = score_columns(model, score_fn)
-    if width is None and score_fn is None:
-        from .targets.errors import class_target_error
-
-        raise class_target_error(model, targets)
-    spec = targets_module.parse(targets, len(x), width, class_names)
-    scores = None
-    if spec.needs_scores:
-        scores = engine.all_scores(model, at, score=score, batch_size=batch_size)
-    classes = targets_module.resolve(spec, scores, len(x), width)
-    kind = "callable" if score_fn is not None else "class"
-    info = targets_module.base.class_info(classes, None if score_fn else class_names, kind=kind)
-    return targets_module.Resolved(classes, None, info, None), scores
+    resolved.columns = columns.astype(np.int64)
+    return resolved
 
 
 def method_request(
@@ -80,10 +95,10 @@ def method_request(
     return methods.Request(model, x, None, score, batch_size, default_layer=default_layer, channel_axis=channel_axis)
 
 
-def differentiated_score(model: keras.Model, score: str, score_fn: Callable | None) -> str:
+def differentiated_score(model: keras.Model, score: str) -> str:
     """What the gradients were of: ``score``, or ``"output"`` when ``score="logits"`` was asked of
     a model whose final softmax/sigmoid cannot be looked behind (the engine's view warned once)."""
-    return engine.score_view(model, score, score_fn).differentiated
+    return engine.score_view(model, score).differentiated
 
 
 def _scalar(value: Any) -> bool:

@@ -14,6 +14,7 @@ import pytest
 
 from saliency_kit import engine
 from saliency_kit.engine import backend
+from saliency_kit.targets import Classes
 
 PACKAGE = pathlib.Path(engine.__file__).resolve().parents[1]
 
@@ -220,11 +221,13 @@ def test_uniform_draws_follow_their_documented_keys(tiny):
     x = np.zeros((3, 3), "float32")
     targets = np.zeros((3, 1), np.int64)
     keys = np.array([9, 0, 2**31 - 1])
-    got = engine.run(_per_input, tiny, x, targets, {"seed": 5}, keys=keys, batch_size=2)["attributions"][:, 0]
+    targets = Classes.resolved(targets)
+    job = engine.Job(tiny, x, targets, {"seed": 5}, keys=keys, batch_size=2)
+    got = engine.run(_per_input, job)["attributions"][:, 0]
     for b, key in enumerate(keys):
         np.testing.assert_array_equal(got[b], uniform_draws(5, int(key), 4, range(4), [3]))
         assert not np.allclose(got[b], normal_draws(5, int(key), 4, range(4), [3]))  # another stream
-    shared = engine.run(_shared, tiny, x, targets, {"seed": 5}, keys=keys)["attributions"][:, 0]
+    shared = engine.run(_shared, job.with_(batch_size=32))["attributions"][:, 0]
     np.testing.assert_array_equal(shared, np.broadcast_to(uniform_draws(5, None, 4, range(4), [3]), shared.shape))
     assert ((0 <= got) & (got < 1)).all() and got.std() > 0.2  # uniform on [0, 1)
 
@@ -241,5 +244,6 @@ def _host_sort(ctx):
 
 def test_a_host_step_runs_numpy_inside_the_kernel(tiny):
     x = np.random.default_rng(0).normal(size=(5, 3)).astype("float32")
-    got = engine.run(_host_sort, tiny, x, np.zeros((5, 2), np.int64), {}, batch_size=4)["attributions"]
+    job = engine.Job(tiny, x, Classes.resolved(np.zeros((5, 2), np.int64)), batch_size=4)
+    got = engine.run(_host_sort, job)["attributions"]
     np.testing.assert_array_equal(got, np.repeat(-np.sort(-x, axis=1)[:, None], 2, axis=1))

@@ -31,6 +31,7 @@ Dtypes: the model runs in its own dtype policy (mixed precision included); runni
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_co
 from .chunking import check_batch_size
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
+from .job import Job
+from .payload import PerInput
 from .views import clear_views, fingerprint, one_call, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
@@ -59,6 +62,7 @@ __all__ = [
     "score_view",
     "rewritten_model",
     "run",
+    "Job",
     "gradients",
     "all_scores",
     "outputs",
@@ -95,74 +99,35 @@ def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def run(
-    compute: Callable,
-    model: keras.Model,
-    inputs: np.ndarray,
-    targets: np.ndarray,
-    options: dict,
-    *,
-    score: str = "logits",
-    score_fn: Callable | None = None,
-    batch_size: int = 32,
-    cost: int = 1,
-    channel_axis: int = -1,
-    keys: Any = None,
-    score_vectors: Any = None,
-    layer_axis: int | None = None,
-    target: Any = None,
-    payload: Any = None,
-    space: Any = None,
-    held: Any = None,
-    with_scores: bool = True,
-) -> dict:
-    """Run ``compute(ctx, **options)`` over ``inputs`` and ``targets``; NumPy float32 results.
+def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
+    """Run ``compute(ctx, **job.options)`` over the job's rows and resolved target (:class:`Job`).
 
-    Args:
-        compute: a method's function (see :mod:`saliency_kit.methods.base`).
-        inputs: ``[B, ...]`` from :func:`check_inputs`.
-        targets: int ``[B, K]``: the columns, indexing the score vector (class targets) or as
-            ``target`` resolved them.
-        target, payload: a resolved target object (:class:`saliency_kit.targets.Target`) and its
-            payload pytree (leaves ``[B, K, ...]``, or ``PerInput`` ``[B, ...]``), sliced with the
-            inputs and the column groups and passed to the kernel as tensors.
-        options: the method's prepared options; NumPy arrays among them are passed as tensors,
-            ``seed`` as a tensor; everything else is a constant of the compiled kernel.
-        cost: model evaluations per input and target (sizes the chunks).
-        channel_axis: the channel axis of one input (see :func:`channel_axis`).
-        layer_axis: the channel axis of the model's spatial layers (CAM layers), when it is not
-            the input's (see :func:`layer_channel_axis`).
-        keys: int ``[B]`` in ``[0, 2**31)``, each input's noise key (``ctx.keys``: seeded noise is
-            drawn by (seed, key, sample)); default each input's position ``0 .. B-1``.
-        score_vectors: the whole score vector ``[B, C]`` of each input, when the caller has it
-            (``"topK"`` targets were ranked by it): the target scores are taken from it when the
-            method's kernel does not get them free; else one batched forward pass computes them.
-        space, held: for a request that is not one model input (several inputs, an embedding, an
-            inner layer): the :class:`~saliency_kit.engine.space.Space` the points ``inputs`` live
-            in (with :attr:`~saliency_kit.engine.space.Space.lookup`, ``inputs`` are token ids
-            ``[B, T]`` the kernel embeds: ``ctx.inputs`` and the results are in embedding space),
-            and every model input ``[B, ...]`` (graph order) the rows carry with them.
-        with_scores: ``False``: no ``"scores"`` in the results, and no forward pass of their own
-            for a method whose kernel does not compute them on the way.
+    The compiled kernel is one per (model, method, options, row shape, chunk layout, target kind,
+    payload layout, space), reused. The target's payload is sliced with the rows and the column
+    groups and passed to the kernel as tensors; ``job.options``' NumPy arrays and ``seed`` are
+    tensors too, everything else is a constant of the kernel. ``with_scores=False``: no
+    ``"scores"`` in the results, and no forward pass of their own for a method whose kernel does
+    not compute them on the way (when it does not, the scores are read from the score vectors
+    ``"topK"`` targets were ranked by, or one batched forward pass computes them).
 
-    Returns ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and ``"rewritten"``
-    (a list of str, see :func:`_rewritten_by`) when the method used a backward rule.
-    """
+    Returns NumPy float32 ``{"attributions": [B, K, ...], "scores": [B, K], **extras}``, and
+    ``"rewritten"`` (a list of str, :func:`_rewritten_by`) when the method used a backward rule."""
+    model, inputs, selection, options, score = job.model, job.rows, job.selection, job.options, job.score
+    channel_axis, layer_axis, space, held = job.channel_axis, job.layer_axis, job.space, job.held
     backend = active_backend()
-
-    batch_size = check_batch_size(batch_size)
+    batch_size = check_batch_size(job.batch_size)
+    targets, target, payload = np.asarray(selection.columns), selection.target, selection.payload
     B, K = targets.shape
     shape, dtype = inputs.shape[1:], inputs.dtype
-    layout = chunking.layout(batch_size, B, K, cost)
+    layout = chunking.layout(batch_size, B, K, job.cost)
     constants, array_names, arrays = _split_options(options)
     seed = int(options.get("seed") or 0)
     structure, per_input, leaves = payload_module.layout(_with_held(payload, space, held), B, K)
-    target_key = None if target is None else target.kernel_key()
     key = (
         "run",
+        "Job",
         compute,
         score,
-        value_key(score_fn),
         constants,
         tuple((a.shape, a.dtype.str) for a in arrays),
         shape,
@@ -171,7 +136,7 @@ def run(
         channel_axis,
         layer_axis,
         fingerprint(model),
-        target_key,
+        target.kernel_key(),
         payload_module.key(structure, per_input, leaves),
         None if space is None else space.key(),
     )
@@ -179,7 +144,7 @@ def run(
     def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
-        views = views_of(model, score, score_fn, rules_used)
+        views = views_of(model, score, rules_used)
         kernel = backend.build_kernel(
             compute,
             {k: v for k, v in options.items() if k not in array_names},
@@ -209,7 +174,7 @@ def run(
     n, group = layout.n, layout.group
     results: dict = {}
     seed_tensor = np.int64(seed)
-    keys = np.arange(B, dtype=np.int64) if keys is None else np.asarray(keys, np.int64)
+    keys = np.arange(B, dtype=np.int64) if job.keys is None else np.asarray(job.keys, np.int64)
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
@@ -228,28 +193,8 @@ def run(
                 results[name][start:stop, k0:k1] = value[: stop - start, : k1 - k0]
     if not with_scores:
         results.pop("scores", None)
-    elif "scores" in results:  # the kernel met them on its way
-        pass
-    elif target is not None:  # one batched forward pass with the payload
-        results["scores"] = run(
-            _clean_scores,
-            model,
-            inputs,
-            targets,
-            {},
-            score=score,
-            batch_size=batch_size,
-            channel_axis=channel_axis,
-            target=target,
-            payload=payload,
-            space=space,
-            held=held,
-        )["attributions"]
-    else:  # the method took no gradient at the inputs themselves
-        if score_vectors is None:
-            at = inputs if space is None else list(held)
-            score_vectors = all_scores(model, at, score=score, score_fn=score_fn, batch_size=batch_size)
-        results["scores"] = np.take_along_axis(np.asarray(score_vectors, np.float32), targets.astype(np.int64), axis=1)
+    elif "scores" not in results:  # the method took no gradient at the inputs themselves
+        results["scores"] = _scores_at(job.with_(cost=1))
     rewritten = _rewritten_by(model, rules_used, reports)
     if rewritten is not None:
         results["rewritten"] = rewritten
@@ -262,8 +207,6 @@ def _with_held(payload: Any, space: Any, held: Any) -> Any:
     the rows). Nothing when the parts replace every input and the target has no payload."""
     if space is None or not space.held_inputs and payload is None:
         return payload
-    from ..targets.base import PerInput
-
     wrapped: dict = {"held": tuple(PerInput(np.asarray(held[i])) for i in space.held_inputs)}
     if payload is not None:
         wrapped["target"] = payload
@@ -282,6 +225,22 @@ def _rewritten_by(model: keras.Model, rules_used: Any, reports: Any) -> list | N
     return changed
 
 
+def _scores_at(job: Job) -> np.ndarray:
+    """``[B, K]`` float32 scores of the job's resolved target at its clean rows: read from the score
+    vectors when the columns index the model's own (one batched forward pass, or none when
+    resolving computed them), else one batched forward pass of the target with its payload (in a
+    space the model runs on every model input, ``job.held``)."""
+    selection = job.selection
+    columns = np.asarray(selection.columns, np.int64)
+    if selection.target.score_vector:
+        vectors = selection.vectors
+        if vectors is None:
+            at = job.rows if job.space is None else list(job.held)
+            vectors = all_scores(job.model, at, score=job.score, batch_size=job.batch_size)
+        return np.take_along_axis(np.asarray(vectors, np.float32), columns, axis=1)
+    return run(_clean_scores, job.with_(options={}))["attributions"]
+
+
 def target_scores(
     model: keras.Model, inputs: Any, selection: Any, *, score: str = "logits", batch_size: int = 32
 ) -> np.ndarray:
@@ -293,20 +252,9 @@ def target_scores(
     columns = np.asarray(selection.columns, np.int64)
     if len(columns) != len(inputs):
         raise ValueError(f"the target must have one row per input ({len(inputs)}); received {len(columns)} rows.")
-    if selection.target is None:
-        values = all_scores(model, inputs, score=score, batch_size=batch_size)
-        return np.take_along_axis(values, columns, axis=1)
-    return run(
-        _clean_scores,
-        model,
-        inputs,
-        columns,
-        {},
-        score=score,
-        batch_size=batch_size,
-        target=selection.target,
-        payload=selection.payload,
-    )["attributions"]
+    fresh = copy.copy(selection)
+    fresh.vectors = None  # scored at these inputs, not at the ones it was resolved on
+    return _scores_at(Job(model, inputs, fresh, score=score, batch_size=batch_size))
 
 
 def _clean_scores(ctx: Any) -> dict:  # the backend's Context
@@ -319,17 +267,9 @@ def _jacobian_rows(ctx: Any, rule: Any) -> Any:  # the backend's Context
 
 
 def gradients(
-    model: keras.Model,
-    inputs: Any,
-    targets: Any,
-    *,
-    rule: Any = None,
-    score: str = "logits",
-    score_fn: Callable | None = None,
-    batch_size: int = 32,
+    model: keras.Model, inputs: Any, selection: Any, *, rule: Any = None, score: str = "logits", batch_size: int = 32
 ) -> np.ndarray:
-    """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the classes ``targets`` (int ``[B, K]``),
-    through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
-    return run(
-        _jacobian_rows, model, inputs, targets, {"rule": rule}, score=score, score_fn=score_fn, batch_size=batch_size
-    )["attributions"]
+    """``[B, K, *inputs.shape[1:]]``: ∂s_k/∂x for the resolved target ``selection`` (class
+    columns int ``[B, K]`` with their target), through ``sk.rewrite(model, rule)`` when ``rule`` is given."""
+    job = Job(model, inputs, selection, {"rule": rule}, score=score, batch_size=batch_size)
+    return run(_jacobian_rows, job)["attributions"]

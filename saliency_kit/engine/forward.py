@@ -9,14 +9,13 @@ counted like :func:`saliency_kit.engine.run`'s.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import chunking
 from .backend import active as active_backend
-from .cache import KERNELS, count_call, traced, value_key
+from .cache import KERNELS, count_call, traced
 from .chunking import check_batch_size
 from .inputs import check_inputs
 from .views import fingerprint, rewritten_model, rule_key, score_view
@@ -99,7 +98,6 @@ def all_scores(
     inputs: Any,
     *,
     score: str = "logits",
-    score_fn: Callable | None = None,
     rule: Any = None,
     batch_size: int = 32,
 ) -> np.ndarray:
@@ -110,13 +108,13 @@ def all_scores(
     batch_size = check_batch_size(batch_size)
     inputs, count, shape, dtype = _batch(inputs)
     n = chunking.bucket(count, batch_size)
-    key = ("values", score, value_key(score_fn), rule_key(rule), str(shape), str(dtype), n, fingerprint(model))
+    key = ("values", score, rule_key(rule), str(shape), str(dtype), n, fingerprint(model))
     model_ref = weakref.ref(model)
     kernel = KERNELS.get(
         model,
         key,
         lambda: backend.build_values_kernel(
-            lambda: score_view(model_ref(), score, score_fn, rule),
+            lambda: score_view(model_ref(), score, rule),
             n,
             shape,
             dtype,
@@ -157,7 +155,6 @@ def forward_scores(
     *,
     score: str = "logits",
     batch_size: int = 32,
-    score_fn: Callable | None = None,
 ) -> np.ndarray:
     """Scores ``[B, K]`` (float32) of the classes ``targets`` (int ``[B, K]``) for ``inputs``.
 
@@ -173,15 +170,15 @@ def forward_scores(
         targets = targets[:, None]
     if targets.ndim != 2 or len(targets) != len(inputs) or not np.issubdtype(targets.dtype, np.integer):
         raise ValueError(f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}.")
-    columns = score_columns(model, score_fn)
+    columns = score_columns(model)
     if columns is None:
         raise ValueError(
-            "forward_scores needs a model whose output is [batch, classes], or a score_fn; "
-            "received a model whose output is not."
+            "forward_scores needs a model whose output is [batch, classes] (for other targets, "
+            "engine.target_scores); received a model whose output is not."
         )
     if targets.size and (targets.min() < 0 or targets.max() >= columns):
         raise ValueError(
             f"targets must lie in [0, {columns - 1}]; received values from {targets.min()} to {targets.max()}."
         )
-    values = all_scores(model, inputs, score=score, score_fn=score_fn, batch_size=batch_size)
+    values = all_scores(model, inputs, score=score, batch_size=batch_size)
     return np.take_along_axis(values, targets.astype(np.int64), axis=1)

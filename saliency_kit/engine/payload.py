@@ -2,8 +2,9 @@
 with the inputs into chunks and with the target columns into groups, and passed to the compiled
 kernel as one tuple argument of fixed signature (new masks or boxes do not recompile).
 
-Leaves are ``[B, K, ...]`` (one value per input and column) or
-:class:`~saliency_kit.targets.PerInput` ``[B, ...]`` (one per input).
+Leaves are ``[B, K, ...]`` (one value per input and column) or :class:`PerInput` ``[B, ...]``
+(one per input). The engine defines the payload's leaves; the target kinds
+(:mod:`saliency_kit.targets`) build them, and the engine never imports a target kind.
 """
 
 from __future__ import annotations
@@ -14,19 +15,33 @@ import numpy as np
 
 from .backend import active as active_backend
 
-__all__ = ["layout", "key", "specs"]
+__all__ = ["PerInput", "layout", "key", "specs"]
+
+
+class PerInput:
+    """A payload leaf with one value per input, shared by all its columns: ``array [B, ...]``."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any):
+        self.array = np.asarray(array)
+
+    def __repr__(self) -> str:
+        return f"PerInput(shape={self.array.shape}, dtype={self.array.dtype})"
+
+    def take(self, rows: np.ndarray) -> PerInput:
+        """The rows ``rows`` (int ``[M]``, repeats allowed)."""
+        return PerInput(self.array[rows])
 
 
 def layout(payload: Any, B: int, K: int) -> tuple[Any, tuple, tuple]:
     """``(structure, per-input flags, leaves)`` of a target's payload pytree (``None``: none).
 
     Leaves are NumPy arrays ``[B, K, ...]`` (one value per input and column) or
-    :class:`~saliency_kit.targets.PerInput` ``[B, ...]`` (one per input)."""
+    :class:`PerInput` ``[B, ...]`` (one per input)."""
     if payload is None:
         return None, (), ()
     from keras import tree
-
-    from ..targets.base import PerInput
 
     flat = tree.flatten(payload)
     per_input = tuple(isinstance(leaf, PerInput) for leaf in flat)

@@ -87,7 +87,7 @@ class Context:
         self._views = views  # views(rule) -> ScoreView
         self._reports = [] if reports is None else reports  # what the op-level rules changed
         self.inputs = inputs
-        self.selection = selection if isinstance(selection, Selection) else Selection(selection)
+        self.selection = selection
         self.targets = self.selection.columns
         self.index = index
         self.keys = keys
@@ -205,12 +205,8 @@ class Context:
 
     def values(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
-        forward only; class targets only (a target object's outputs need not be a vector)."""
-        if self.selection.target is not None:
-            raise ValueError(
-                "ctx.values gives the score vector of class targets; with a target object use "
-                f"ctx.scores or ctx.probabilities; received {self.selection.target!r}."
-            )
+        forward only; class targets (and a callable's scores) only: a target object's outputs need
+        not be a vector (its ``vector`` says so)."""
         rows, selection, lead = self._rows(points)
         values = tf.cast(selection.values(self._views(rule), rows), tf.float32)
         return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])

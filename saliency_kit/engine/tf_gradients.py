@@ -20,20 +20,15 @@ __all__ = [
     "gradient_at",
     "gradient_by_rule",
     "is_relu_rule",
-    "target_scores",
 ]
 
 
 SMALL_FLOATS = ("float16", "bfloat16")
 
 
-def target_scores(values: Any, targets: Any) -> tf.Tensor:
-    return tf.gather(values, targets, batch_dims=1)
-
-
 class Selection:
-    """What the rows of a block explain: ``columns`` int32 ``[rows, K]``, the target object
-    (``None``: the columns index the score vector, a gather) and its payload (a pytree of
+    """What the rows of a block explain: ``columns`` int32 ``[rows, K]``, the target object that
+    scores them and its payload (a pytree of
     tensors, each ``[rows, K, ...]`` or, for per-input leaves, ``[rows, ...]``); with a
     :class:`~saliency_kit.engine.space.Space`, the model inputs each row holds (``held``, each
     ``[rows, ...]``) and where the points go among them."""
@@ -41,7 +36,7 @@ class Selection:
     def __init__(
         self,
         columns: Any,
-        target: Any = None,
+        target: Any,
         payload: Any = None,
         per_input: Any = (),
         held: Any = None,
@@ -100,14 +95,15 @@ class Selection:
         return z if self.space is None else self.space.place(z, self.held)
 
     def values(self, view: Any, z: Any) -> Any:
-        """The whole score vector ``[rows, C]`` at ``z`` (class columns)."""
-        return view(self.placed(z))
+        """The score vector ``[rows, C]`` at ``z`` whose entries the columns index (class targets,
+        a callable's scores); ``ValueError`` for a target without one."""
+        return self.target.vector(self.outputs(view, z))
 
     def _outputs(self, view: Any, z: Any, tap: str | None) -> tuple[Any, Any]:
         taps = tuple(self.target.taps)
         if tap is not None and tap not in taps:
             taps += (tap,)
-        values, taken = view.raw(self.placed(z), taps, strip=getattr(self.target, "logits", True))
+        values, taken = view.raw(self.placed(z), taps, strip=self.target.logits)
         return self.target.outputs(values, taken), (taken.get(tap) if tap is not None else None)
 
     @property
@@ -115,33 +111,22 @@ class Selection:
         return self.columns if self.payload is None else self.payload
 
     def outputs(self, view: Any, z: Any) -> Any:
-        """What the rows' scores are read from, at ``z``: the score vector ``[rows, C]`` for
-        class columns, else the target object's outputs (each leaf ``[rows, ...]``)."""
-        if self.target is None:
-            return view(self.placed(z))
+        """What the rows' scores are read from, at ``z``: the target object's outputs (each leaf
+        ``[rows, ...]``; the model's score vector ``[rows, C]`` for class targets)."""
         return self._outputs(view, z, None)[0]
 
     def score_outputs(self, outputs: Any) -> tf.Tensor:
         """``[rows, K]`` scores of :meth:`outputs` (of these rows, or any with the same leading axis)."""
-        if self.target is None:
-            return target_scores(outputs, self.columns)
         return self.target.score(outputs, self._target_payload)
 
     def scores(self, view: Any, z: Any, tap: str | None = None) -> tuple[tf.Tensor, Any]:
         """``[rows, K]`` scores at ``z`` (and the tapped activations when ``tap`` is given)."""
-        if tap is None:
-            return self.score_outputs(self.outputs(view, z)), None
-        if self.target is None:  # class columns of the score vector: a gather
-            values, activation = view(self.placed(z), tap=tap)
-            return target_scores(values, self.columns), activation
         outputs, activation = self._outputs(view, z, tap)
         return self.score_outputs(outputs), activation
 
     def probabilities(self, view: Any, z: Any) -> tf.Tensor:
-        """``[rows, K]`` probabilities at ``z`` (Score-CAM): the softmax over the classes taken at
-        the column's class, or the target object's :meth:`probabilities`."""
-        if self.target is None:
-            return target_scores(tf.nn.softmax(tf.cast(view(self.placed(z)), tf.float32), axis=-1), self.columns)
+        """``[rows, K]`` probabilities at ``z`` (Score-CAM): the target object's :meth:`probabilities`
+        (for class targets the softmax over the classes taken at the column's class)."""
         return self.target.probabilities(self.outputs(view, z), self._target_payload)
 
 

@@ -76,16 +76,14 @@ def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
     return copy
 
 
-def score_view(
-    model: keras.Model, score: str = "logits", score_fn: Callable | None = None, rule: Any = None
-) -> ScoreView:
+def score_view(model: keras.Model, score: str = "logits", rule: Any = None) -> ScoreView:
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
     from ..model.scores import ScoreView
 
     eagerly = active_backend().eagerly
     target_model = rewritten_model(model, rule)
-    key = (score, value_key(score_fn), rule_key(rule), fingerprint(model))
-    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score, score_fn)))
+    key = (score, rule_key(rule), fingerprint(model))
+    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score)))
 
 
 @contextlib.contextmanager
@@ -153,13 +151,13 @@ def _activation_key(activation: Any) -> Any:
     return value_key(activation)  # a lambda, a partial, a layer used as an activation: by value
 
 
-def views_of(model: keras.Model, score: str, score_fn: Callable | None, rules_used: list) -> Callable[..., ScoreView]:
+def views_of(model: keras.Model, score: str, rules_used: list) -> Callable[..., ScoreView]:
     """``views(rule)`` for a kernel, holding ``model`` weakly (the kernel lives in a cache keyed by it)."""
     model_ref = weakref.ref(model)
 
     def views(rule: Any = None) -> ScoreView:
         if rule is not None and not any(rule_key(rule) == rule_key(r) for r in rules_used):
             rules_used.append(rule)
-        return score_view(model_ref(), score, score_fn, rule)
+        return score_view(model_ref(), score, rule)
 
     return views

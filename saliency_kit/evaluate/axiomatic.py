@@ -186,7 +186,9 @@ def input_invariance(
     if isinstance(options.get("layer"), str):
         options["layer"] = f"{model.name}/{options['layer']}"
     selection = scored.selection
-    if selection is not None:  # bound again to the shifted model (a unit's layer path, a head's key)
+    if (
+        scored.target is not None
+    ):  # a target object, bound again to the shifted model (a unit's layer path, a head's key)
         from ..request import resolve_request
 
         selection = resolve_request(
@@ -197,7 +199,7 @@ def input_invariance(
             scored.batch_size,
             None,
             at=None if parts is None else parts.held,
-        )[0]
+        )
     shifted = dataclasses.replace(scored, model=shifted_model, options=options, parts=parts, selection=selection)
     every = np.arange(len(scored.x))
     moved = shifted.explain(x_shifted, every, every)

@@ -117,13 +117,13 @@ def deletion_insertion(
         from ..api import resolve_selection
 
         selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
-        if selection.target is not None and np.asarray(selection.columns).shape != tgt.shape:
+        if not selection.target.score_vector and np.asarray(selection.columns).shape != tgt.shape:
             raise ValueError(
                 f"targets must be the target the explanation was made for: it gives "
                 f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
                 f"{tgt.shape[1]}; received {targets!r}."
             )
-        if selection.target is None:
+        if selection.target.score_vector:  # the explanation's classes, read from the score vector
             selection = None
 
     blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])

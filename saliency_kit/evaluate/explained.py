@@ -57,17 +57,17 @@ class Scored:
         pixels: ``[B, K, H, W]`` for images, else the same as ``elements``; for one explained part
             of a model with several inputs or token ids, the explanation's maps of it (token ids'
             ``[B, K, T]``).
-        targets: int64 ``[B, K]`` class (or ``score_fn`` column, or target object's column) of
-            each attribution.
+        targets: int64 ``[B, K]`` the column of each attribution (a class, a callable's column, a
+            target object's column).
         channel_axis: the channel axis of one input (``-1`` or ``0``) for images, else None.
-        score, score_fn, batch_size: how the model's scores are read (as for ``explain``).
+        score, batch_size: how the model's scores are read (as for ``explain``).
         softmax: score the softmax of the scores (Quantus' ``softmax=True``) rather than the
             scores; for a target object its probability (``Target.probabilities``).
         method, options: what re-runs the explainer on new inputs (None for a bare array).
         seed: the metric's seed.
-        selection: a target object resolved on the clean inputs
-            (:class:`~saliency_kit.targets.Resolved`), None for class targets and score functions.
-        target: the target object as given (None for class targets).
+        selection: the target resolved on the clean inputs (:class:`~saliency_kit.targets.Resolved`,
+            its ``target`` the bound target object: a class target's, a callable's, a region's, ...).
+        target: the target object as given (None unless a target object was given).
         parts: the model's inputs and the parts explained (:class:`saliency_kit.parts.Parts`) when
             the request is not one float input; ``space`` their :class:`~saliency_kit.engine.space.Space`.
         baseline_token: the token whose embedding is a token part's baseline (as ``explain``'s).
@@ -80,7 +80,6 @@ class Scored:
     targets: np.ndarray
     channel_axis: int | None = None
     score: str = "logits"
-    score_fn: Callable | None = None
     batch_size: int = 32
     method: str | Callable | None = None
     options: dict = field(default_factory=dict)
@@ -142,12 +141,8 @@ class Scored:
         )
 
     def _targets_of(self, sources: np.ndarray, columns: np.ndarray) -> Any:
-        """What ``explain`` is given for rows copied from ``sources``: the score function, the
-        columns, or the target object resolved on the clean inputs, taken at the sources."""
-        if self.score_fn is not None:
-            return self.score_fn
-        if self.selection is None:
-            return columns
+        """What ``explain`` is given for rows copied from ``sources``: the target resolved on the
+        clean inputs, taken at the sources (at ``columns``)."""
         taken = self.selection.take(sources)
         if not np.array_equal(columns, taken.columns):
             taken = with_columns(taken, columns, "this metric")
@@ -158,6 +153,7 @@ class Scored:
         parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
         from .. import engine, methods
         from ..explain_parts import explain_parts
+        from ..request import ExplainCall
 
         parts = self.parts
         values = self.space.unpack(np.asarray(points), lead=1)
@@ -167,23 +163,23 @@ class Scored:
                 inputs[part.input] = value.astype(inputs[part.input].dtype, copy=False)
         inner = any(part.layer is not None for part in parts.parts)
         given = inputs if len(inputs) > 1 else inputs[0]
+        call = ExplainCall(
+            self.model,
+            given,
+            str(self.method),
+            methods.get(str(self.method)),
+            targets,
+            score=self.score,
+            batch_size=self.batch_size,
+            input_keys=keys,
+            attribute_to=self.names,
+            baseline_token=self.baseline_token,
+            with_scores=False,
+            options=dict(self.options),
+            points=values if inner else None,
+        )
         with engine.one_call(self.model):
-            expl = explain_parts(
-                self.model,
-                given,
-                methods.get(str(self.method)),
-                targets,
-                score=self.score,
-                batch_size=self.batch_size,
-                class_names=None,
-                input_keys=keys,
-                channels_axis=None,
-                attribute_to=self.names,
-                baseline_token=self.baseline_token,
-                with_scores=False,
-                options=dict(self.options),
-                points=values if inner else None,
-            )
+            expl = explain_parts(call)
         axes = part_axes(self.model, parts.parts, values)
         return part_elements(expl.attributions, parts, values, axes, "the explanation's attributions")
 
@@ -230,25 +226,22 @@ def prepare(
     method_options: dict | None = None,
     perturbs: bool = False,
 ) -> Scored:
-    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring).
-
-    ``attribute_to`` and ``baseline_token`` among ``method_options`` are ``explain``'s (what a
-    method explains); ``perturbs``: the metric evaluates the model at perturbed values of what was
-    explained, which an inner layer (``attribute_to=LAYER``) cannot be."""
+    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring). ``attribute_to``
+    and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
+    evaluates the model at perturbed values of what was explained (no inner layer, then)."""
     from .. import engine
     from ..api import explain
-    from ..engine import check_score
     from ..explanation import Explanation
     from ..parts import read, structured
     from ..request import resolve_request
-    from ..targets import is_target
+    from ..targets import as_target, is_target
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int; received {seed!r}.")
     method_options = dict(method_options or {})
     attribute_to = method_options.pop("attribute_to", None)
     baseline_token = method_options.pop("baseline_token", 0)
-    check_score(score)
+    engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     expl = explanation_or_method if isinstance(explanation_or_method, Explanation) else None
     if expl is not None and expl.parts:
@@ -267,11 +260,12 @@ def prepare(
     else:
         first = engine.check_inputs(model, inputs)
         at = None
-    selection = None
-    if is_target(targets):
-        selection = resolve_request(model, first, targets, score, batch_size, None, at=at)[0]
-    score_fn = targets if callable(targets) and not isinstance(targets, str) and selection is None else None
-    if softmax and score_fn is not None:
+    target = as_target(targets)
+    if expl is not None and target.score_vector:  # an explanation of classes is scored at its own classes
+        _refuse_classes_for_objects(expl, targets)
+        target = as_target(np.asarray(expl.targets, dtype=np.int64))
+    selection = resolve_request(model, first, target, score, batch_size, None, at=at)
+    if softmax and target.kind == "callable":
         raise ValueError(
             "softmax=True scores the softmax of the model's classes: give class targets or "
             "softmax=False; received a score function as targets."
@@ -284,59 +278,61 @@ def prepare(
         _check_explained_targets(expl, selection, targets)
     elif isinstance(explanation_or_method, str) and explanation_or_method != RANDOM:
         seed_noise(explanation_or_method, method_options, seed)
-        expl = explain(
-            model,
-            inputs if parts is not None else first,
-            explanation_or_method,
-            Given(selection) if selection is not None else targets,
-            score=score,
-            batch_size=batch_size,
-            with_scores=False,
-            attribute_to=attribute_to,
-            baseline_token=baseline_token,
-            **method_options,
-        )
+        given = inputs if parts is not None else first
+        settings: dict[str, Any] = dict(score=score, batch_size=batch_size, with_scores=False)
+        settings.update(attribute_to=attribute_to, baseline_token=baseline_token)
+        expl = explain(model, given, explanation_or_method, Given(selection), **settings, **method_options)
         method, options = explanation_or_method, method_options
         explained = list(expl.parts or [])
         if parts is not None and explained != [part.name for part in parts.parts]:
             parts = read(model, inputs, explained, batch_size=batch_size)  # a method for images skipped one
     elif callable(explanation_or_method) and not isinstance(explanation_or_method, str):
-        if parts is not None or selection is not None:
+        if parts is not None or is_target(targets):
             raise ValueError(
                 "a callable explainer takes one model input and class targets; for several inputs, token "
                 "ids or target objects give a method name or an Explanation; received a callable."
             )
         method = explanation_or_method
 
-    space = None
-    axes: list = []
-    if parts is not None:
-        from ..engine.space import Space
-
-        space = Space(tuple(parts.parts), len(parts.names))
-        x = space.pack(parts.points)
-        axes = part_axes(model, parts.parts, parts.points)
-        channel_axis = axes[0] if len(axes) == 1 else None
-    else:
-        x = first
-        channel_axis = _image_channel_axis(model, x)
+    x, space, axes, channel_axis = _explained_points(model, parts, first)
     common: dict = dict(
         model=model,
         x=x,
         channel_axis=channel_axis,
         score=score,
-        score_fn=score_fn,
         batch_size=batch_size,
         seed=int(seed),
         softmax=bool(softmax),
         selection=selection,
-        target=targets if selection is not None else None,
+        target=targets if is_target(targets) else None,
         parts=parts,
         space=space,
         baseline_token=baseline_token,
         method=method,
         options=options,
     )
+
+    return _attributed(common, explanation_or_method, expl, targets, axes)
+
+
+def _explained_points(model: keras.Model, parts: Any, first: np.ndarray) -> tuple:
+    """``(x, space, axes, channel_axis)``: what a metric perturbs (the model's one input ``first``,
+    or the parts packed in their space), the parts' channel axes and the channel axis of ``x``."""
+    if parts is None:
+        return first, None, [], _image_channel_axis(model, first)
+    from ..engine.space import Space
+
+    space = Space(tuple(parts.parts), len(parts.names))
+    axes = part_axes(model, parts.parts, parts.points)
+    return space.pack(parts.points), space, axes, axes[0] if len(axes) == 1 else None
+
+
+def _attributed(common: dict, explanation_or_method: Any, expl: Any, targets: Any, axes: list) -> Scored:
+    """The :class:`Scored` of an Explanation ``expl``, ``"random"``, a callable explainer or an
+    attribution array, with the fields :func:`prepare` found (``common``; ``axes``: the parts'
+    channel axes)."""
+    model, x, channel_axis, parts, seed = (common[k] for k in ("model", "x", "channel_axis", "parts", "seed"))
+    method, selection = common["method"], common["selection"]
 
     def elements_of(value: Any, what: str) -> np.ndarray:
         if parts is None:
@@ -355,10 +351,7 @@ def prepare(
             pixels = elements
         return Scored(elements=elements, pixels=pixels, targets=np.asarray(expl.targets, dtype=np.int64), **common)
 
-    if selection is not None:
-        resolved = np.asarray(selection.columns, dtype=np.int64)
-    else:
-        resolved = resolve_request(model, first, targets, score, batch_size, None, at=at)[0].columns
+    resolved = np.asarray(selection.columns, dtype=np.int64)
     if isinstance(explanation_or_method, str):  # RANDOM
         elements = random_attributions(x.shape, resolved, np.arange(len(x)), seed)
         common["method"] = RANDOM
@@ -415,22 +408,32 @@ def _refuse_layers(parts: Any) -> None:
         )
 
 
-def _check_explained_targets(expl: Any, selection: Any, targets: Any) -> None:
-    """An explanation of target objects is scored with the same target object (``targets=``): the
-    perturbed copies are scored with its payload, not with bare columns."""
+def _explained_kinds(expl: Any) -> set:
+    """The kinds of target the explanation's columns explain (``"class"``, ``"region"``, ...)."""
     info = expl.target_info or []
-    kinds = {column.get("kind") for row in info for column in row if isinstance(column, dict)}
-    objects = kinds - {"class", "callable", None}
-    if selection is None:
-        if objects:
-            raise ValueError(
-                f"the explanation was made for {', '.join(sorted(map(str, objects)))} targets: pass the same "
-                "target object as targets= (the one given to explain), so that the perturbed inputs are "
-                f"scored with it; received targets={targets!r}."
-            )
+    return {column.get("kind") for row in info for column in row if isinstance(column, dict)}
+
+
+def _refuse_classes_for_objects(expl: Any, targets: Any) -> None:
+    """Class targets given for an explanation of target objects: ``ValueError`` (the perturbed
+    copies must be scored with the target object's payload, not with bare columns)."""
+    objects = _explained_kinds(expl) - {"class", "callable", None}
+    if objects:
+        raise ValueError(
+            f"the explanation was made for {', '.join(sorted(map(str, objects)))} targets: pass the same "
+            "target object as targets= (the one given to explain), so that the perturbed inputs are "
+            f"scored with it; received targets={targets!r}."
+        )
+
+
+def _check_explained_targets(expl: Any, selection: Any, targets: Any) -> None:
+    """An explanation of target objects is scored with the same target object (``targets=``)."""
+    kinds = _explained_kinds(expl)
+    given = {column.get("kind") for row in selection.info for column in row if isinstance(column, dict)}
+    if not given - {"class", "callable", None}:
+        _refuse_classes_for_objects(expl, targets)
         return
     columns = np.asarray(selection.columns)
-    given = {column.get("kind") for row in selection.info for column in row if isinstance(column, dict)}
     same = columns.shape == np.shape(expl.targets) and np.array_equal(columns, expl.targets)
     if not same or (kinds and kinds != given):
         raise ValueError(

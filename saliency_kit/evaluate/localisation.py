@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from ..targets.base import Target
 from . import similarity as metrics
 from ._common import check_int, preprocess
 from .registry import metric
@@ -49,28 +50,21 @@ __all__ = [
 
 
 def object_masks(masks: Any, count: int, shape: tuple | None = None) -> np.ndarray:
-    """``masks`` as an array; a ``region`` target gives its own masks (one ``[H, W]`` for every
-    input is repeated ``count`` times), a ``box`` target one mask per box, ``[count, K, *shape]``
-    (the pixels inside it; ``shape`` the maps' ``(H, W)``)."""
-    from ..targets import Box, Region
-
-    if isinstance(masks, Box):
-        if shape is None or len(shape) != 2:
-            raise ValueError(f"box targets give object masks for 2-D maps [H, W]; received maps of shape {shape}.")
-        return masks.pixel_masks(count, *shape)
+    """``masks`` as an array; a target object gives its own object masks (a ``region`` its masks, one
+    ``[H, W]`` for every input repeated ``count`` times; a ``box`` one mask per box,
+    ``[count, K, *shape]``: the pixels inside it; ``shape`` the maps' ``(H, W)``)."""
+    if isinstance(masks, Target):
+        own = masks.object_masks(count, shape)
+        if own is None:
+            raise ValueError(
+                f"a {masks.kind!r} target has no object masks: pass the masks (bool [B, H, W]); received {masks!r}."
+            )
+        return own
     if masks is None:
         raise ValueError(
             "masks are needed: bool [B, H, W] (True on each object) or the region target the "
             "explanation was made for; received None."
         )
-    if isinstance(masks, Region):
-        if isinstance(masks.masks, str):
-            raise ValueError(
-                "a region with masks='predicted' has masks only the model knows: pass the masks "
-                "(bool [B, H, W]) or a region with given masks; received region(masks='predicted')."
-            )
-        array = np.asarray(masks.masks)
-        return np.broadcast_to(array, (count, *array.shape)).copy() if array.ndim == 2 else array
     return np.asarray(masks)
 
 

@@ -297,7 +297,7 @@ def random_logit(
         score=score,
         method_options=method_options,
     )
-    if scored.score_fn is not None:
+    if scored.selection.target.kind == "callable":
         raise ValueError(
             "random_logit draws other classes: give class targets, not a score function; received a callable."
         )

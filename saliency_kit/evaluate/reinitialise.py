@@ -49,20 +49,16 @@ def randomized_copies(
 
 def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) -> Any:
     """The targets every step of a randomisation explains, resolved once on ``model`` (the copy with
-    the trained weights) at the clean ``inputs``: class targets as their columns int ``[B, K]``
-    (``"top1"``: the trained model's class), a target object as its columns and payload resolved
-    (:class:`~saliency_kit.evaluate.explained.Given`: a ``"predicted"`` region keeps the trained
-    model's mask), a score function as it is. With several model inputs or token ids the model runs
+    the trained weights) at the clean ``inputs``, as a :class:`~saliency_kit.evaluate.explained.Given`:
+    its columns and payload resolved once (``"top1"``: the trained model's class; a ``"predicted"``
+    region keeps the trained model's mask). With several model inputs or token ids the model runs
     on all of them as given. ``options``: ``explain``'s (``score``, ``batch_size``,
     ``attribute_to``, ``class_names``)."""
     from ..engine import check_batch_size, check_inputs
     from ..parts import read, structured
     from ..request import resolve_request
-    from ..targets import is_target
     from .explained import Given
 
-    if callable(targets) and not isinstance(targets, str) and not is_target(targets):
-        return targets
     batch_size = check_batch_size(options.get("batch_size", 32))
     attribute_to = options.get("attribute_to")
     if structured(model, inputs, attribute_to):
@@ -71,8 +67,7 @@ def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) 
     else:
         first, at = check_inputs(model, inputs), None
     score, class_names = options.get("score", "logits"), options.get("class_names")
-    resolved = resolve_request(model, first, targets, score, batch_size, class_names, at=at)[0]
-    return Given(resolved) if resolved.target is not None else resolved.columns
+    return Given(resolve_request(model, first, targets, score, batch_size, class_names, at=at))
 
 
 def clone_with_weights(model: keras.Model) -> keras.Model:

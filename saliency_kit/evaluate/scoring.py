@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..targets.base import Resolved
 from .selected import class_count, select, with_columns
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def forward(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.n
     sources, index = _sources_and_columns(scored, rows, sources, columns)
     row_targets = np.take_along_axis(scored.targets[sources], index, axis=1)
     count = len(rows)
-    if scored.selection is not None or scored.parts is not None:
+    if not scored.selection.target.score_vector or scored.parts is not None:
         return _kernel(scored, rows, sources, index, row_targets, _row_scores, {"softmax": scored.softmax})
     rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     if not scored.softmax:
@@ -71,7 +72,6 @@ def forward(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.n
                 row_targets,
                 score=scored.score,
                 batch_size=scored.batch_size,
-                score_fn=scored.score_fn,
             ),
             dtype=np.float64,
         )[:count]
@@ -97,12 +97,13 @@ def predicted(
     components, a layer's units, a box's classes). ``metric`` names the caller in errors (a target
     without classes)."""
     sources, index = _sources_and_columns(scored, rows, sources, columns)
-    if scored.selection is None:
+    if scored.selection.target.score_vector:
         if scored.parts is None:
             classes = predicted_classes(scored, rows)
         else:
             zeros = np.zeros((len(rows), 1), np.int64)
-            values = _kernel(scored, rows, sources, zeros, zeros, _row_values, {}, selection=False)  # [N, 1, C]
+            vector = Resolved(zeros, None, [], scored.selection.target)
+            values = _kernel(scored, rows, sources, zeros, zeros, _row_values, {}, selection=vector)  # [N, 1, C]
             classes = np.argmax(values[:, 0], axis=-1)
         return np.repeat(classes[:, None], index.shape[1], axis=1)
     count = class_count(scored.model, scored.selection, metric)
@@ -158,35 +159,28 @@ def _kernel(
 ) -> np.ndarray:
     """``compute``'s float64 results ``[N, W, ...]`` at ``rows`` through the engine's compiled
     kernels, each row with its source's target payload (``selection``: the resolved columns of
-    the rows; ``True``: ``scored.selection`` at ``index``; ``False``: none) and held inputs."""
+    the rows; ``True``: ``scored.selection`` at ``index``) and held inputs."""
     from .. import engine
 
     count = len(rows)
     if selection is True:
-        selection = select(scored.selection, sources, index) if scored.selection is not None else None
-    elif selection is False:
-        selection = None
-    if selection is not None:
-        selection = selection.take(_at_least_one_chunk(np.arange(count), scored.batch_size))
+        selection = select(scored.selection, sources, index)
+    selection = selection.take(_at_least_one_chunk(np.arange(count), scored.batch_size))
     rows = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     sources = _at_least_one_chunk(sources, scored.batch_size)
-    row_targets = _at_least_one_chunk(np.asarray(row_targets, dtype=np.int64), scored.batch_size)
+    selection.columns = _at_least_one_chunk(np.asarray(row_targets, dtype=np.int64), scored.batch_size)
     parts = scored.parts
-    out = engine.run(
-        compute,
+    job = engine.Job(
         scored.model,
         rows,
-        row_targets,
+        selection,
         options,
         score=scored.score,
-        score_fn=scored.score_fn,
         batch_size=scored.batch_size,
-        target=None if selection is None else selection.target,
-        payload=None if selection is None else selection.payload,
         space=scored.space,
         held=None if parts is None else [held[sources] for held in parts.held],
-        with_scores=False,
-    )["attributions"]
+    )
+    out = engine.run(compute, job, with_scores=False)["attributions"]
     return np.asarray(out[:count], dtype=np.float64)
 
 

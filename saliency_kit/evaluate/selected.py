@@ -5,12 +5,11 @@ classes its columns index)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..targets import Resolved
+from ..targets.base import PerInput, Resolved, map_leaves
 
 __all__ = ["select", "with_columns", "class_count"]
 
@@ -19,10 +18,6 @@ def select(selection: Resolved, sources: np.ndarray, index: np.ndarray) -> Resol
     """The target of rows that are copies of the inputs ``sources`` (int ``[N]``), with their
     columns ``index`` (int ``[N, W]`` positions among the ``K``): every per-input payload leaf
     taken at the rows, every per-column leaf also at the columns."""
-    import tensorflow as tf
-
-    from ..targets import PerInput, Resolved
-
     sources = np.asarray(sources, dtype=np.int64)
     rows = np.arange(len(sources))[:, None]
 
@@ -31,7 +26,7 @@ def select(selection: Resolved, sources: np.ndarray, index: np.ndarray) -> Resol
             return PerInput(value.array[sources])
         return np.asarray(value)[sources[:, None], index]
 
-    payload = None if selection.payload is None else tf.nest.map_structure(leaf, selection.payload)
+    payload = map_leaves(selection.payload, leaf)
     columns = np.asarray(selection.columns)[sources][rows, index]
     return Resolved(columns, payload, [], selection.target)
 
@@ -41,8 +36,6 @@ def with_columns(selection: Resolved, columns: np.ndarray, metric: str) -> Resol
     another class (a region's other class over the same mask, a box's other class, another
     component of a head, another unit of a layer). ``ValueError`` for a target whose payload does
     not say its class (a list of targets, a kind of your own with a payload)."""
-    from ..targets import Resolved
-
     columns = np.asarray(columns, dtype=np.int64)
     payload = selection.payload
     if payload is None:
@@ -60,36 +53,17 @@ def with_columns(selection: Resolved, columns: np.ndarray, metric: str) -> Resol
     )
 
 
-def class_count(model: Any, selection: Resolved | None, metric: str, hint: str = "") -> int:
-    """How many classes the columns index: the model's score vector (class targets), a region's
-    classes, a box's detector classes, a head's components, a layer's units (channels) or
-    elements. ``ValueError`` for other targets (``hint`` says what else the caller takes)."""
-    from ..model.scores import output_shapes, output_structure, score_columns
-    from ..targets import Box, Output, Region, Unit
-
-    target = None if selection is None else selection.target
-    if target is None:
-        count = score_columns(model, None)
-        if count is None:
-            raise ValueError(f"{metric} needs a model whose output is [B, C]; received one whose output is not.")
-        return int(count)
-    if isinstance(target, Region):
-        return int(output_shapes(model)[0][-1])
-    if isinstance(target, Box):  # a detector's classes: [B, N, 4 + 1 + C] or {"classification": [B, N, C]}
-        structure = output_structure(model)
-        return int(structure["classification"][-1]) if target.form == "dict" else int(structure[-1]) - 5
-    if isinstance(target, Output):  # the head's components (the key of a head among several)
-        structure = output_structure(model)
-        shape = structure[target.key] if isinstance(target.key, (int, str)) else structure
-        return int(np.prod(shape[1:])) if len(shape) > 1 else 1
-    if isinstance(target, Unit):
-        from ..model.walker import layer_at
-
-        shape = tuple(layer_at(model, str(target.path)).output.shape)
-        if target.channels:
-            return int(shape[target.channel_axis])
-        return int(np.prod(shape[1:]))
-    raise ValueError(
-        f"{metric} reads the other classes of each target, which a {target.kind!r} target does not have: "
-        f"give class targets or a region, box, output or unit target{hint}; received {target!r}."
-    )
+def class_count(model: Any, selection: Resolved, metric: str, hint: str = "") -> int:
+    """How many classes the columns index, as the target's kind says (the model's score vector,
+    a region's classes, a box's detector classes, a head's components, a layer's units).
+    ``ValueError`` for a kind without classes (``hint`` says what else the caller takes)."""
+    target = selection.target
+    count = target.class_count(model)
+    if count is None and target.score_vector:
+        raise ValueError(f"{metric} needs a model whose output is [B, C]; received one whose output is not.")
+    if count is None:
+        raise ValueError(
+            f"{metric} reads the other classes of each target, which a {target.kind!r} target does not have: "
+            f"give class targets or a region, box, output or unit target{hint}; received {target!r}."
+        )
+    return int(count)

@@ -1,8 +1,8 @@
 """Scores: which numbers the gradients are taken of, and taps on inner layers.
 
 :class:`ScoreView` is a callable ``view(x) -> [n, C]`` giving the logits behind a final
-softmax/sigmoid (``score="logits"``), the outputs as they are (``score="output"``), or
-``score_fn(values)`` for a callable target; ``view(x, tap=path)`` also returns that layer's
+softmax/sigmoid (``score="logits"``) or the outputs as they are (``score="output"``);
+``view(x, tap=path)`` also returns that layer's
 activations (Grad-CAM), and ``view(x, tap=Tap(path, i))`` (:mod:`.taps`) those of the one call of a layer called
 more than once (a branch shared by two inputs) that model input ``i`` reaches. The user's model
 is never changed: the logits are computed by re-running the model's own functional graph with its
@@ -40,7 +40,7 @@ from .placed import Placed
 from .taps import Reach, Tap, not_reached, path_of, recording
 from .walker import is_graph_model
 
-__all__ = ["ScoreView", "score_columns", "final_squash", "output_structure", "output_shapes"]
+__all__ = ["ScoreView", "score_columns", "callable_columns", "final_squash", "output_structure", "output_shapes"]
 
 _SQUASHERS = ("softmax", "sigmoid")
 # layers that pass values through unchanged (at inference): a squash before them is still final
@@ -214,8 +214,6 @@ class ScoreView:
         model: a Keras model with one input (Functional, Sequential or subclassed).
         score: ``"logits"`` (values before a final softmax/sigmoid, if the model has one) or
             ``"output"`` (the model's output as it is).
-        score_fn: optional callable; when given the view returns ``score_fn(values)`` reshaped
-            to ``[n, K]``, where ``values`` are what ``score`` selects.
 
     ``view(x, tap="outer/inner")`` returns ``(scores, activations_of_that_layer)``;
     ``view(x, tap=Tap("outer/inner", i))`` those of its call on the path from model input ``i``.
@@ -226,12 +224,11 @@ class ScoreView:
     and unchanged). Subclassed models are scored on their output and cannot be tapped.
     """
 
-    def __init__(self, model: keras.Model, score: str = "logits", score_fn: Callable | None = None):
+    def __init__(self, model: keras.Model, score: str = "logits"):
         if score not in ("logits", "output"):
             raise ValueError(f"score must be 'logits' or 'output'; received {score!r}.")
         self._model = weakref.ref(model)  # the engine caches views per model: never keep it alive
         self.score = score
-        self.score_fn = score_fn
         self._squash = final_squash(model) if score == "logits" else None
         self.differentiated = score
         self._twins: dict[int, object] = {}
@@ -345,7 +342,7 @@ class ScoreView:
         """``(values, {tap: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
         ``strip=False``) and the activations of each tap: a path (a layer called once) or a
-        :class:`.taps.Tap`; ``ValueError`` for no such call, or several. No ``score_fn``."""
+        :class:`.taps.Tap`; ``ValueError`` for no such call, or several."""
         taken: dict = {}
         strip = strip and self.strips_activation
         swaps, called = {}, x
@@ -374,10 +371,6 @@ class ScoreView:
 
     def __call__(self, x: Any, tap: str | Tap | None = None) -> Any:
         values, activation = self.values(x, tap)
-        if self.score_fn is not None:
-            values = self.score_fn(values)
-            if len(values.shape) == 1:
-                values = values[:, None]
         if tap is None:
             return values
         return values, activation
@@ -421,17 +414,19 @@ def output_shapes(model: keras.Model) -> list:
     return structure if isinstance(structure, list) else [structure]
 
 
-def score_columns(model: keras.Model, score_fn: Callable | None = None) -> int | None:
-    """How many columns the score vector has: the model's classes ``C``, or ``K`` of ``score_fn``.
-
-    ``None`` when the model's output is not ``[B, C]`` and there is no ``score_fn``. A
-    ``score_fn`` is traced symbolically (nothing runs) and must return ``[B]`` or ``[B, K]``.
-    """
+def score_columns(model: keras.Model) -> int | None:
+    """How many columns the score vector has: the model's classes ``C``; ``None`` when the
+    model's output is not ``[B, C]``."""
     spec = _output_spec(model)
-    if score_fn is None:
-        if spec is None or len(spec[0]) != 2 or spec[0][-1] is None:
-            return None
-        return int(spec[0][-1])
+    if spec is None or len(spec[0]) != 2 or spec[0][-1] is None:
+        return None
+    return int(spec[0][-1])
+
+
+def callable_columns(model: keras.Model, score_fn: Callable) -> int:
+    """``K`` of a callable target ``score_fn(values) -> [B] or [B, K]`` on ``model``'s one output:
+    traced symbolically (nothing runs); ``ValueError`` for another shape or several outputs."""
+    spec = _output_spec(model)
     if spec is None:
         raise ValueError("a score_fn target needs a model with exactly one output.")
     import tensorflow as tf

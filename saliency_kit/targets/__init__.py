@@ -1,9 +1,11 @@
 """What the attributions explain: class targets and target objects.
 
-Class targets (an int, names, ``"topK"``, an array ``[B, K]``, a callable) are parsed by
-:func:`parse` and turned into int ``[B, K]`` by :func:`resolve` (:mod:`.parse`; no model runs).
-Target objects say what to explain on models whose output is not ``[B, C]``; each carries a
-per-input payload through the engine's chunking (:mod:`.base`), and every method accepts them:
+Every form of ``targets`` becomes one target object at the API's edge, :func:`as_target`
+(:mod:`.classes`): class targets (an int, names, ``"topK"``, an array ``[B, K]``) a
+:class:`Classes`, parsed by :func:`parse` and turned into int ``[B, K]`` by :func:`resolve`
+(:mod:`.parse`; no model runs); a callable a :class:`Function`. Target objects say what to
+explain on models whose output is not ``[B, C]``; each carries a per-input payload through the
+engine's chunking (:mod:`.base`), and every method accepts them:
 
 * :func:`region` — a class's logits over a region of a dense output (segmentation);
 * :func:`box` — the D-RISE similarity of a box to a detector's raw proposals;
@@ -27,8 +29,9 @@ Importing this package imports neither TensorFlow nor Keras.
 
 from __future__ import annotations
 
-from .base import Classes, PerInput, Resolved, Several, Target, TargetRequest, as_target, is_target
+from .base import PerInput, Resolved, Several, Target, TargetRequest, is_target
 from .box import Box, box
+from .classes import Classes, Function, as_target
 from .heads import Output, Unit, output, unit
 from .parse import TargetSpec, class_names_of, combine, parse, parse_string, resolve
 from .region import Region, region
@@ -57,6 +60,7 @@ __all__ = [
     "Output",
     "Unit",
     "Classes",
+    "Function",
     "Several",
     "is_target",
     "as_target",

@@ -1,13 +1,18 @@
 """The target protocol: what a column of an explanation explains, and its per-input payload.
 
-A target object is resolved once on the host, before any gradient, to a :class:`Resolved`:
+Every form of ``targets`` becomes one target object at the API's edge (:func:`saliency_kit.targets.as_target`:
+class targets a :class:`~saliency_kit.targets.classes.Classes`, a callable a
+:class:`~saliency_kit.targets.classes.Function`). A target object is resolved once on the host, before
+any gradient, to a :class:`Resolved`:
 
 * ``columns`` int ``[B, K]``: one number per input and column (a class, a unit's index, ...);
-* ``payload``: a pytree (``tf.nest`` structure) of NumPy arrays, each ``[B, K, ...]`` (one value
+* ``payload``: a pytree (a ``keras.tree`` structure) of NumPy arrays, each ``[B, K, ...]`` (one value
   per input and column: a mask per class, a box) or, wrapped in :class:`PerInput`, ``[B, ...]``
   (one value per input, shared by its columns: a given mask). ``None`` means "the columns";
 * ``info``: ``B`` lists of ``K`` dicts saying what each column explains (``kind`` first);
-* ``target``: the object that scores (the request's own, or a copy bound to the model).
+* ``target``: the object that scores (the request's own, or a copy bound to the model);
+* ``vectors``: the score vectors ``[B, C]`` at the clean inputs, when resolving computed them
+  (``"topK"`` class targets were ranked by them).
 
 The engine slices every payload array with the inputs (axis 0, padded like the inputs) and the
 columns (axis 1, in groups like the classes) and hands the slices to the compiled kernel as tensor
@@ -15,7 +20,10 @@ arguments of a fixed signature: new masks or boxes do not recompile. Inside the 
 model's raw outputs reach :meth:`Target.score`, which returns the ``[n, K]`` scores the method
 explains. Noisy, blurred or occluded copies of an input keep its payload.
 
-This module imports neither TensorFlow nor Keras; the scores do, when they run.
+A kind also says what evaluation needs of it: :meth:`Target.class_count` (how many classes its
+columns index, for the metrics that read other classes) and :meth:`Target.object_masks` (the
+pixels of its object, for the localisation metrics). This module imports neither TensorFlow nor
+Keras; the scores do (in ``keras.ops``), when they run.
 """
 
 from __future__ import annotations
@@ -26,29 +34,19 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.cache import value_key
+from ..engine.payload import PerInput
+
 __all__ = [
     "Target",
     "PerInput",
     "Resolved",
     "TargetRequest",
-    "Classes",
     "Several",
-    "as_target",
     "is_target",
     "class_info",
+    "map_leaves",
 ]
-
-
-class PerInput:
-    """A payload leaf with one value per input, shared by all its columns: ``array [B, ...]``."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: Any):
-        self.array = np.asarray(array)
-
-    def __repr__(self) -> str:
-        return f"PerInput(shape={self.array.shape}, dtype={self.array.dtype})"
 
 
 @dataclass
@@ -58,7 +56,8 @@ class Resolved:
     columns: np.ndarray
     payload: Any = None
     info: list = field(default_factory=list)
-    target: Target | None = None
+    target: Any = None  # the bound Target; every resolve gives one
+    vectors: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple:
@@ -67,19 +66,22 @@ class Resolved:
     def take(self, rows: Any) -> Resolved:
         """The rows ``rows`` (int ``[M]``, repeats allowed) of every per-input array: the target of
         ``M`` inputs that are copies of these (perturbed images scored with their own payload)."""
-        import tensorflow as tf
-
         rows = np.asarray(rows, np.int64)
-        payload = (
-            None
-            if self.payload is None
-            else tf.nest.map_structure(
-                lambda leaf: PerInput(leaf.array[rows]) if isinstance(leaf, PerInput) else np.asarray(leaf)[rows],
-                self.payload,
-            )
+        payload = map_leaves(
+            self.payload, lambda leaf: leaf.take(rows) if isinstance(leaf, PerInput) else np.asarray(leaf)[rows]
         )
         info = [self.info[r] for r in rows] if self.info else []
-        return Resolved(self.columns[rows], payload, info, self.target)
+        vectors = None if self.vectors is None else self.vectors[rows]
+        return Resolved(self.columns[rows], payload, info, self.target, vectors)
+
+
+def map_leaves(payload: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to every leaf of a payload pytree (a :class:`PerInput` is one leaf); ``None`` stays."""
+    if payload is None:
+        return None
+    from keras import tree
+
+    return tree.map_structure(fn, payload)
 
 
 @dataclass
@@ -118,41 +120,56 @@ class TargetRequest:
 class Target:
     """Base class of target objects (subclass it for a kind of your own).
 
-    A subclass implements :meth:`resolve` (host side, NumPy: the columns, the payload and what
-    each column explains) and :meth:`score` (inside the compiled kernel, TensorFlow or
-    ``keras.ops``: ``[n, K]`` scores from the model's outputs and the payload sliced to the same
-    ``n`` rows). Example, a weighted sum of a regression model's outputs, one weight vector per
-    input::
+    The smallest subclass implements :meth:`score` alone (in ``keras.ops``: ``[n, K]`` scores from
+    the model's outputs and the payload rows of the same ``n`` inputs) and is built as
+    ``MyTarget(payload=array [B, ...])`` or with no payload; the default :meth:`resolve` gives one
+    column per input. Example, a weighted sum of a regression model's outputs, one weight vector
+    per input::
 
         class Weighted(sk.targets.Target):
             kind = "weighted"
 
-            def __init__(self, weights):            # [B, D]
-                self.weights = np.asarray(weights, np.float32)
-
-            def resolve(self, request):
-                B = request.num_inputs
-                payload = sk.targets.PerInput(self.weights)
-                return sk.targets.Resolved(np.zeros((B, 1), np.int64), payload,
-                                           [[{"kind": "weighted"}] for _ in range(B)], self)
-
             def score(self, outputs, payload):       # [n, D], [n, D] -> [n, 1]
-                return tf.reduce_sum(outputs * payload, axis=1, keepdims=True)
+                return keras.ops.sum(outputs * payload, axis=1, keepdims=True)
+
+        sk.explain(model, x, targets=Weighted(payload=weights))       # weights [B, D]
+
+    :meth:`resolve` is overridden only for several columns or host-side work (NumPy: the
+    columns, the payload and what each column explains).
 
     Attributes:
         kind: a short name recorded in ``Explanation.target_info``.
         taps: paths of inner layers whose outputs :meth:`outputs` needs (``unit`` targets).
         logits: whether ``score="logits"`` removes a single output's final softmax/sigmoid before
             :meth:`score` reads it (a detector's boxes must be read as the model gives them).
+        score_vector: whether the columns index the model's own score vector ``[B, C]`` (class
+            targets): scores may then be read from a forward pass of the model alone.
+        payload: the per-input array ``[B, ...]`` given as ``payload=`` (or ``None``).
     """
 
     kind: str = "target"
     taps: tuple = ()
     logits: bool = True
+    score_vector: bool = False
+
+    def __init__(self, payload: Any = None):
+        self.payload = None if payload is None else np.asarray(payload)
 
     def resolve(self, request: TargetRequest) -> Resolved:
-        """``Resolved(columns int [B, K], payload, info, target)`` for ``request``'s inputs."""
-        raise NotImplementedError(f"{type(self).__name__} must implement resolve(request) -> Resolved")
+        """``Resolved(columns int [B, K], payload, info, target)`` for ``request``'s inputs. By
+        default one column per input (its index 0), the ``payload=`` rows handed to :meth:`score`
+        per input, and ``{"kind": kind}`` as what each column explains."""
+        B = request.num_inputs
+        given = getattr(self, "payload", None)
+        payload = None
+        if given is not None:
+            if len(given) != B:
+                raise ValueError(
+                    f"a {self.kind!r} target's payload must hold one row per input ({B}); received shape {given.shape}."
+                )
+            payload = PerInput(given)
+        info = [[{"kind": self.kind}] for _ in range(B)]
+        return Resolved(np.zeros((B, 1), np.int64), payload, info, self)
 
     def outputs(self, values: Any, taps: dict) -> Any:
         """What :meth:`score` reads: the model's ``values`` (its output structure) by default;
@@ -169,16 +186,34 @@ class Target:
         weights); by default the scores themselves."""
         return self.score(outputs, payload)
 
+    def vector(self, outputs: Any) -> Any:
+        """The score vector ``[n, C]`` whose entries the columns index (``ctx.values``), for the
+        kinds that have one (class targets, a callable's scores); ``ValueError`` otherwise."""
+        raise ValueError(
+            "ctx.values gives the score vector of class targets; with a target object use ctx.scores or "
+            f"ctx.probabilities; received {self!r}."
+        )
+
+    def class_count(self, model: Any) -> int | None:
+        """How many classes the columns index (a metric reading other classes of each target, such as
+        ``random_logit``, draws among them); ``None`` for a kind without classes."""
+        return None
+
+    def object_masks(self, count: int, shape: tuple | None) -> np.ndarray | None:
+        """The pixels of each column's object for the localisation metrics, bool ``[count, H, W]`` or
+        ``[count, K, H, W]`` (``shape`` the maps' ``(H, W)``); ``None`` when the kind has none."""
+        return None
+
     def kernel_key(self) -> tuple:
         """What the compiled score depends on besides the payload (a hashable value): by default
         the class and the attributes that are not arrays. New payloads never recompile."""
-        from ..engine.cache import value_key
-
         items = tuple(sorted((k, value_key(v)) for k, v in vars(self).items() if not _is_data(v)))
         return (type(self), items)
 
 
 def _is_data(value: Any) -> bool:
+    if value is None:
+        return False
     if isinstance(value, (np.ndarray, PerInput)):
         return True
     if isinstance(value, (list, tuple)) and value and not isinstance(value[0], (str, int)):
@@ -193,15 +228,6 @@ def is_target(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, Target) for v in value)
 
 
-def as_target(value: Any) -> Target:
-    """A target object, or a list of them as one :class:`Several`."""
-    if isinstance(value, Target):
-        return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, Target) for v in value):
-        return value[0] if len(value) == 1 else Several(tuple(value))
-    raise TypeError(f"expected a sk.targets target object or a list of them; received {value!r}.")
-
-
 def class_info(columns: np.ndarray, names: Sequence[str] | None = None, kind: str = "class") -> list:
     """``B`` lists of ``K`` dicts ``{"kind", "class"[, "name"]}`` for int ``columns [B, K]``."""
 
@@ -212,41 +238,6 @@ def class_info(columns: np.ndarray, names: Sequence[str] | None = None, kind: st
         return entry
 
     return [[one(c) for c in row] for row in np.asarray(columns)]
-
-
-class Classes(Target):
-    """The class targets of a ``[B, C]`` output (an int, names, ``"topK"``, an array ``[B, K]``):
-    the score of column k is ``outputs[:, classes[:, k]]``, a gather. ``sk.explain`` runs these
-    through the engine's own fast path; this object lets them sit in a list with other kinds."""
-
-    kind = "class"
-
-    def __init__(self, classes: Any = "top1"):
-        self.classes = classes
-
-    def resolve(self, request: TargetRequest) -> Resolved:
-        from ..model.scores import score_columns
-        from .parse import parse, resolve
-
-        count = score_columns(request.model)
-        if count is None:
-            from .errors import class_target_error
-
-            raise class_target_error(request.model, self.classes)
-        spec = parse(self.classes, request.num_inputs, count, request.class_names)
-        values = request.clean_outputs() if spec.needs_scores else None
-        columns = resolve(spec, values, request.num_inputs, count)
-        return Resolved(columns, None, class_info(columns, request.class_names), self)
-
-    def score(self, outputs: Any, payload: Any) -> Any:
-        import tensorflow as tf
-
-        return tf.gather(outputs, tf.cast(payload, tf.int32), batch_dims=1)
-
-    def probabilities(self, outputs: Any, payload: Any) -> Any:
-        import tensorflow as tf
-
-        return self.score(tf.nn.softmax(tf.cast(outputs, tf.float32), axis=-1), payload)
 
 
 class Several(Target):
@@ -288,15 +279,16 @@ class Several(Target):
         return values, taps
 
     def _each(self, outputs: Any, payload: Any, name: str) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
         values, taps = outputs
         scores = [
-            tf.cast(getattr(part, name)(part.outputs(values, taps), piece), tf.float32)
+            ops.cast(getattr(part, name)(part.outputs(values, taps), piece), "float32")
             for part, piece in zip(self.parts, payload["parts"])
         ]
-        stacked = tf.stack(scores, axis=-1)  # [n, K, parts]
-        return tf.gather(stacked, tf.cast(payload["owner"], tf.int32), axis=2, batch_dims=2)
+        stacked = ops.stack(scores, axis=-1)  # [n, K, parts]
+        owner = ops.cast(payload["owner"], "int32")[..., None]  # [n, K, 1]
+        return ops.take_along_axis(stacked, owner, axis=2)[..., 0]
 
     def score(self, outputs: Any, payload: Any) -> Any:
         return self._each(outputs, payload, "score")
@@ -307,8 +299,4 @@ class Several(Target):
 
 def _spread(payload: Any, index: np.ndarray) -> Any:
     """Every per-column leaf ``[B, k, ...]`` of ``payload`` taken at columns ``index`` ``[K]``."""
-    import tensorflow as tf
-
-    return tf.nest.map_structure(
-        lambda leaf: leaf if isinstance(leaf, PerInput) else np.asarray(leaf)[:, index], payload
-    )
+    return map_leaves(payload, lambda leaf: leaf if isinstance(leaf, PerInput) else np.asarray(leaf)[:, index])

@@ -116,6 +116,16 @@ class Box(Target):
         x0, y0, x1, y1 = (boxes[..., i, None, None] for i in range(4))
         return (x0 <= x) & (x <= x1) & (y0 <= y[:, None]) & (y[:, None] <= y1)
 
+    def object_masks(self, count: int, shape: tuple | None) -> np.ndarray:
+        """:meth:`pixel_masks` for maps of ``shape`` ``(H, W)``."""
+        if shape is None or len(shape) != 2:
+            raise ValueError(f"box targets give object masks for 2-D maps [H, W]; received maps of shape {shape}.")
+        return self.pixel_masks(count, *shape)
+
+    def class_count(self, model: Any) -> int:
+        """The detector's classes ``C``."""
+        return _detector_form(model)[1]
+
     def _classes(self, request: TargetRequest, boxes: Any, C: int, form: str) -> np.ndarray:
         B, K = boxes.shape[:2]
         given = self.classes

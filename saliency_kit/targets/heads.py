@@ -2,7 +2,8 @@
 
 ``output(name_or_index, classes)``: the head's values as they are (a regression head is scored
 on its values, a classifier head on its outputs: ``score="output"`` semantics), column k being
-component ``classes[:, k]`` of the head flattened to ``[B, D]``; default every component.
+component ``classes[:, k]`` of the head flattened to ``[B, D]``; default every component. A
+sequence of ints picks the same components for every input, whatever the batch size.
 
 ``unit(layer, index)``: the activation of one unit of an inner layer, read from the layer's
 output ``a``: an int ``index`` is a channel averaged over the other axes (a neuron of a
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .base import Resolved, Target, TargetRequest, class_info
+from .parse import parse, resolve
 
 if TYPE_CHECKING:
     import keras
@@ -47,8 +49,6 @@ class Output(Target):
         return f"output({self.head!r}, classes={self.classes!r})"
 
     def resolve(self, request: TargetRequest) -> Resolved:
-        from .parse import parse, resolve
-
         key, shape = _head(request.model, self.head)
         width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         if any(s is None for s in shape[1:]):
@@ -59,12 +59,12 @@ class Output(Target):
         if self.classes is None:
             columns = np.tile(np.arange(width, dtype=np.int64), (B, 1))
         else:
-            spec = parse(self.classes, B, width, request.class_names)
+            spec = parse(_every_input(self.classes, B), B, width, request.class_names)
             values = None
             if spec.needs_scores:
                 outputs = request.clean_outputs()
                 values = np.asarray(outputs[key]).reshape(B, -1)
-            columns = resolve(spec, values, B, width)
+            columns = resolve(spec, values, B)
         info = class_info(columns, request.class_names, kind="output")
         for row in info:
             for entry in row:
@@ -75,10 +75,24 @@ class Output(Target):
         return _getitem(values, self.key)
 
     def score(self, outputs: Any, payload: Any) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
-        flat = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
-        return tf.gather(flat, tf.cast(payload, tf.int32), batch_dims=1)
+        flat = ops.reshape(outputs, (-1, int(np.prod(outputs.shape[1:]))))
+        return ops.take_along_axis(flat, ops.cast(payload, "int32"), axis=1)
+
+    def class_count(self, model: Any) -> int:
+        """The head's components (flattened)."""
+        shape = _head(model, self.head)[1]
+        return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _every_input(classes: Any, B: int) -> Any:
+    """A flat sequence of component indices as the same components for each of ``B`` inputs
+    (int ``[B, K]``); anything else as it is (an int, ``"topK"``, an array ``[B, K]``)."""
+    if isinstance(classes, (list, tuple, np.ndarray)) and np.ndim(classes) == 1:
+        if not any(isinstance(c, str) for c in classes):
+            return np.tile(np.asarray(classes), (B, 1))
+    return classes
 
 
 def _head(model: keras.Model, head: Any) -> tuple:
@@ -215,17 +229,26 @@ class Unit(Target):
         return taps[self.path]
 
     def score(self, outputs: Any, payload: Any) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
-        activations = tf.cast(outputs, tf.float32)
+        activations = ops.cast(outputs, "float32")
         if self.channels:
             rank = len(activations.shape)
             axis = rank - 1 if self.channel_axis < 0 else 1
-            others = [a for a in range(1, rank) if a != axis]
-            activations = tf.reduce_mean(activations, axis=others) if others else activations
+            others = tuple(a for a in range(1, rank) if a != axis)
+            activations = ops.mean(activations, axis=others) if others else activations
         else:
-            activations = tf.reshape(activations, [tf.shape(activations)[0], -1])
-        return tf.gather(activations, tf.cast(payload, tf.int32), batch_dims=1)
+            activations = ops.reshape(activations, (-1, int(np.prod(activations.shape[1:]))))
+        return ops.take_along_axis(activations, ops.cast(payload, "int32"), axis=1)
+
+    def class_count(self, model: Any) -> int:
+        """The layer's units (of a bound unit): its channels, or its elements."""
+        from ..model.walker import layer_at
+
+        shape = tuple(layer_at(model, str(self.path)).output.shape)
+        if self.channels:
+            return int(shape[self.channel_axis])
+        return int(np.prod(shape[1:]))
 
 
 def output(name_or_index: str | int, classes: Any = None) -> Output:
@@ -235,8 +258,9 @@ def output(name_or_index: str | int, classes: Any = None) -> Output:
         name_or_index: the output's name (``model.output_names``, or a key of a dict output) or
             its position.
         classes: which components of the head (flattened to ``[B, D]``) are the columns:
-            ``None`` (all ``D``), or as class targets (an int, a sequence of ``B`` ints, an
-            int array ``[B, K]``, ``"topK"`` of the head's values).
+            ``None`` (all ``D``), an int or a sequence of ints (the same components for every
+            input, whatever the batch size), an int array ``[B, K]`` (per input), or ``"topK"``
+            of the head's values.
 
     ``Explanation.target_info[b][k]``: ``{"kind": "output", "output", "class"}``.
     """

@@ -2,7 +2,7 @@
 
 Used by ``sk.explain``, the command line and ``saliency sanity`` alike: :func:`parse` (every class form: an
 ``int``, a sequence of ``B``
-  ints or class names, an array ``[B, K]``, ``"topK"``, a class name, a callable),
+  ints or class names, an array ``[B, K]``, ``"topK"``, a class name),
   :func:`parse_string` (one command-line ``--target``), :func:`combine` (several of them) and
   :func:`resolve` (a spec and, for ``topK``, the scores → int ``[B, K]``). Everything is
   checked *before* any model evaluation.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import numbers
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,19 +42,16 @@ __all__ = [
 @dataclass(frozen=True)
 class TargetSpec:
     """A checked target request: ``parts`` in order, each ``("top", K)``, ``("class", index)``
-    (every input) or ``("classes", int array [B, k])``; or ``score_fn`` for a callable target.
+    (every input) or ``("classes", int array [B, k])``.
 
     Resolved by :func:`resolve` to int ``[B, ΣK]``, the columns of the parts side by side.
     """
 
     parts: tuple = ()
-    score_fn: Callable | None = None
 
     @property
     def kind(self) -> str:
-        """``"callable"``, ``"top"`` (needs the scores), or ``"classes"``."""
-        if self.score_fn is not None:
-            return "callable"
+        """``"top"`` (needs the scores), or ``"classes"``."""
         return "top" if self.needs_scores else "classes"
 
     @property
@@ -159,8 +156,8 @@ def parse_string(text: str, num_classes: int, class_names: Sequence[str] | None 
 def combine(specs: Sequence[TargetSpec]) -> TargetSpec:
     """Several specs side by side (``--target top2 --target star``): their columns in order."""
     parts = tuple(part for spec in specs for part in spec.parts)
-    if any(spec.score_fn is not None for spec in specs) or not parts:
-        raise ValueError(f"combine takes one or more non-callable target specs; received {list(specs)!r}.")
+    if not parts:
+        raise ValueError(f"combine takes one or more target specs; received {list(specs)!r}.")
     return TargetSpec(parts)
 
 
@@ -170,15 +167,17 @@ def parse(
     """Check ``targets`` against ``num_inputs`` inputs and ``num_classes`` outputs.
 
     Every class form: an ``int`` (every input), a sequence of ``num_inputs`` ints or class
-    names (one per input), an int array ``[B, K]``, a string (see :func:`parse_string`) or a
-    callable ``score_fn(values) -> [B] or [B, K]``. ``class_names``: a list of str or a
-    ``ModelSpec``. Raises ``TypeError`` for wrong types (booleans, floats, other objects) and
-    ``ValueError`` for wrong values (out of range, wrong length, unknown names), saying what was
-    expected and what was received. Nothing is evaluated. ``num_classes`` may be ``None`` only
-    for callable targets (models whose output is not ``[B, C]``).
+    names (one per input), an int array ``[B, K]`` or a string (see :func:`parse_string`).
+    ``class_names``: a list of str or a ``ModelSpec``. Raises ``TypeError`` for wrong types
+    (booleans, floats, callables, other objects) and ``ValueError`` for wrong values (out of range,
+    wrong length, unknown names), saying what was expected and what was received. Nothing is
+    evaluated. A callable is a target of its own (:func:`saliency_kit.targets.as_target`).
     """
     if callable(targets) and not isinstance(targets, (str, bytes)):
-        return TargetSpec(score_fn=targets)
+        raise TypeError(
+            "parse reads class targets; a callable score function is a target of its own: "
+            f"sk.targets.as_target(score_fn); received {targets!r}."
+        )
     if num_classes is None:
         raise ValueError(
             "class targets need a model whose output is [batch, classes]; this model's output "
@@ -230,24 +229,17 @@ def parse(
     return TargetSpec((("classes", classes),))
 
 
-def resolve(
-    spec: TargetSpec, scores: Any = None, num_inputs: int | None = None, num_columns: int | None = None
-) -> np.ndarray:
+def resolve(spec: TargetSpec, scores: Any = None, num_inputs: int | None = None) -> np.ndarray:
     """Turn a :class:`TargetSpec` into int ``[B, K]``.
 
     ``scores`` ``[B, C]`` (the scores of every class) are needed when the spec has a ``topK``
     part: the K best classes, best first (ties in class order). ``num_inputs`` gives ``B`` when
-    there are no scores. For a callable spec the result is the column index of ``score_fn``'s
-    output, ``arange(num_columns)`` on each row.
+    there are no scores.
     """
     if scores is not None:
         num_inputs = len(scores)
     if num_inputs is None:
         raise ValueError("resolving targets needs the number of inputs: give scores or num_inputs; received neither.")
-    if spec.score_fn is not None:
-        if num_columns is None:
-            raise ValueError("resolving a score function's targets needs num_columns; received num_columns=None.")
-        return np.tile(np.arange(num_columns, dtype=np.int64), (num_inputs, 1))
     order = np.zeros((num_inputs, 0), np.int64)  # read by "topK" parts only
     if spec.needs_scores:
         if scores is None:

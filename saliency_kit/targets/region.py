@@ -23,6 +23,7 @@ import numpy as np
 
 from .base import PerInput, Resolved, Target, TargetRequest
 from .errors import output_kind
+from .parse import parse, resolve
 
 if TYPE_CHECKING:
     import keras
@@ -61,8 +62,6 @@ class Region(Target):
 
     # -- host ----------------------------------------------------------------------------------
     def resolve(self, request: TargetRequest) -> Resolved:
-        from .parse import parse, resolve
-
         spatial, C = _dense_shape(request.model)
         B = request.num_inputs
 
@@ -79,7 +78,7 @@ class Region(Target):
                 chosen = predicted[b] if inside is None else predicted[b][inside[b]]
                 hits[b] = np.bincount(chosen, minlength=C)
             coverage = hits
-        classes = resolve(spec, coverage, B, C)
+        classes = resolve(spec, coverage, B)
         if isinstance(self.masks, str):
             masks = predicted_classes()[:, None, :] == classes[:, :, None]  # [B, K, P]
             masks = masks.reshape(B, classes.shape[1], *spatial)
@@ -116,27 +115,45 @@ class Region(Target):
             f"{[B, *spatial]} (one per input); received shape {list(masks.shape)}."
         )
 
+    # -- evaluation ----------------------------------------------------------------------------
+    def class_count(self, model: Any) -> int:
+        return _dense_shape(model)[1]
+
+    def object_masks(self, count: int, shape: tuple | None) -> np.ndarray:
+        """The given masks, bool ``[count, H, W]`` (one ``[H, W]`` repeated for every input)."""
+        if isinstance(self.masks, str):
+            raise ValueError(
+                "a region with masks='predicted' has masks only the model knows: pass the masks "
+                "(bool [B, H, W]) or a region with given masks; received region(masks='predicted')."
+            )
+        array = np.asarray(self.masks)
+        return np.broadcast_to(array, (count, *array.shape)).copy() if array.ndim == 2 else array
+
     # -- kernel --------------------------------------------------------------------------------
     def _reduced(self, outputs: Any, payload: Any, every_class: bool) -> Any:
         """``[n, K]`` (or ``[n, K, C]`` with ``every_class``): the logits reduced over the region."""
-        import tensorflow as tf
+        from keras import ops
 
-        logits = tf.cast(outputs, tf.float32)
-        n, C = tf.shape(logits)[0], logits.shape[-1]
-        flat = tf.reshape(logits, [n, -1, C])  # [n, P, C]
+        logits = ops.cast(outputs, "float32")
+        C = logits.shape[-1]
+        flat = ops.reshape(logits, (-1, int(np.prod(logits.shape[1:-1])), C))  # [n, P, C]
+        P = flat.shape[1]
         masks = payload["masks"]
         per_column = len(masks.shape) == len(outputs.shape)  # [n, K, *spatial] vs [n, *spatial]
-        masks = tf.cast(tf.reshape(masks, [n, -1, flat.shape[1]] if per_column else [n, flat.shape[1]]), tf.float32)
+        masks = ops.cast(ops.reshape(masks, (-1, masks.shape[1], P) if per_column else (-1, P)), "float32")
         if every_class:
             sums = (
-                tf.einsum("npc,nkp->nkc", flat, masks) if per_column else tf.einsum("npc,np->nc", flat, masks)[:, None]
+                ops.einsum("npc,nkp->nkc", flat, masks)
+                if per_column
+                else ops.einsum("npc,np->nc", flat, masks)[:, None]
             )
         else:
-            picked = tf.gather(flat, tf.cast(payload["classes"], tf.int32), axis=2, batch_dims=1)  # [n, P, K]
-            sums = tf.einsum("npk,nkp->nk", picked, masks) if per_column else tf.einsum("npk,np->nk", picked, masks)
+            classes = ops.cast(payload["classes"], "int32")  # [n, K]
+            picked = ops.take_along_axis(flat, ops.repeat(classes[:, None, :], P, axis=1), axis=2)  # [n, P, K]
+            sums = ops.einsum("npk,nkp->nk", picked, masks) if per_column else ops.einsum("npk,np->nk", picked, masks)
         if self.reduce == "mean":
-            count = tf.reduce_sum(masks, axis=-1)  # [n, K] or [n]
-            count = tf.maximum(count if per_column else count[:, None], 1.0)
+            count = ops.sum(masks, axis=-1)  # [n, K] or [n]
+            count = ops.maximum(count if per_column else count[:, None], 1.0)
             sums = sums / (count[..., None] if every_class else count)
         return sums
 
@@ -144,12 +161,12 @@ class Region(Target):
         return self._reduced(outputs, payload, every_class=False)
 
     def probabilities(self, outputs: Any, payload: Any) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
         reduced = self._reduced(outputs, payload, every_class=True)  # [n, K or 1, C]
-        classes = tf.cast(payload["classes"], tf.int32)
-        reduced = tf.broadcast_to(reduced, [tf.shape(classes)[0], classes.shape[1], reduced.shape[-1]])
-        return tf.gather(tf.nn.softmax(reduced, axis=-1), classes, axis=2, batch_dims=2)
+        classes = ops.cast(payload["classes"], "int32")  # [n, K]
+        reduced = ops.broadcast_to(reduced, (ops.shape(classes)[0], classes.shape[1], reduced.shape[-1]))
+        return ops.take_along_axis(ops.softmax(reduced, axis=-1), classes[..., None], axis=2)[..., 0]
 
 
 def _dense_shape(model: keras.Model) -> tuple[tuple, int]:

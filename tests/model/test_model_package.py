@@ -168,8 +168,9 @@ def test_default_cam_layer_of_a_fully_convolutional_model_with_a_fused_sigmoid()
     model = keras.Model(inp, out)
     assert default_cam_layer(model) == "heads"
     x = RNG.normal(size=(2, 8, 8, 3)).astype(np.float32)
-    view = ScoreView(model, "logits", score_fn=lambda v: tf.reduce_mean(v[..., 0], axis=[1, 2]))
-    scores, taken = view(tf.constant(x), tap="heads")
+    view = ScoreView(model, "logits")
+    values, taken = view(tf.constant(x), tap="heads")
+    scores = tf.reduce_mean(values[..., 0], axis=[1, 2])[:, None]
     kernel, bias = model.get_layer("heads").get_weights()
     logits = np.einsum("bhwc,ck->bhwk", np.asarray(model.get_layer("c1")(x)), kernel[0, 0]) + bias
     np.testing.assert_allclose(taken.numpy(), logits, rtol=1e-5, atol=1e-5)  # the tap sees the logits

@@ -309,6 +309,42 @@ def test_output_target_equals_the_gradient_of_a_single_head_twin():
     assert top.target_info[0][0]["kind"] == "output" and top.target_info[0][0]["output"] == "a"
 
 
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_output_classes_given_as_a_list_pick_those_components_whatever_the_batch_size(count):
+    model = two_heads()
+    x = images(count, seed=11)
+    twin = keras.Model(model.inputs, model.outputs[0])
+    e = sk.explain(model, x, "gradient", sk.targets.output("a", classes=[1]))
+    assert e.targets.tolist() == [[1]] * count
+    np.testing.assert_allclose(e.attributions[:, 0], tape_gradient(lambda z: twin(z)[:, 1], x), rtol=1e-5, atol=1e-7)
+    both = sk.explain(model, x, "gradient", sk.targets.output("a", classes=[2, 0]))
+    assert both.targets.tolist() == [[2, 0]] * count
+
+
+class Smallest(sk.targets.Target):
+    """The smallest target of one's own: ``score`` alone, its payload given as ``payload=``."""
+
+    kind = "smallest"
+
+    def score(self, outputs, payload):  # [n, D], [n, D] -> [n, 1]
+        return keras.ops.sum(outputs * payload, axis=1, keepdims=True)
+
+
+def test_the_smallest_target_of_ones_own_is_score_alone_with_a_payload():
+    inputs = keras.Input((5,))
+    dense = keras.layers.Dense(3, use_bias=False)
+    model = keras.Model(inputs, dense(inputs))
+    weights = np.random.default_rng(13).normal(size=(7, 3)).astype("float32")
+    x = images(7, (5,), seed=13)
+    e = sk.explain(model, x, "gradient_x_input", Smallest(payload=weights), batch_size=2)
+    expected = (weights @ dense.get_weights()[0].T) * x
+    np.testing.assert_allclose(e.attributions[:, 0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(e.scores[:, 0], np.sum(model(x).numpy() * weights, axis=1), rtol=1e-5, atol=1e-6)
+    assert e.targets.tolist() == [[0]] * 7 and e.target_info[3] == [{"kind": "smallest"}]
+    with pytest.raises(ValueError, match="one row per input"):
+        sk.explain(model, x[:3], "gradient", Smallest(payload=weights))
+
+
 class Weighted(sk.targets.Target):
     """A target of one's own: a weighted sum of the outputs, one weight vector per input."""
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 import saliency_kit as sk
 from saliency_kit import engine
 from saliency_kit.api import resolve_targets
-from saliency_kit.model.scores import score_columns
+from saliency_kit.model.scores import callable_columns
 from saliency_kit.targets import parse, resolve
 
 B, F, C = 4, 5, 3
@@ -84,8 +84,8 @@ def test_callable_target_shape_is_checked_symbolically(linear):
     with pytest.raises(ValueError, match=r"\[B\] or \[B, K\]"):
         sk.explain(model, x, "gradient", lambda z: tf.reduce_sum(z))
     assert engine.call_count() == calls
-    assert score_columns(model, lambda z: z[:, :2]) == 2
-    assert score_columns(model, lambda z: z[:, 0]) == 1
+    assert callable_columns(model, lambda z: z[:, :2]) == 2
+    assert callable_columns(model, lambda z: z[:, 0]) == 1
 
 
 def test_callable_target_differentiates_its_score(linear):
@@ -209,8 +209,8 @@ def test_bad_score_and_inputs(linear):
 def test_resolve_without_the_number_of_inputs_says_what_it_needs():
     with pytest.raises(ValueError, match="num_inputs"):
         resolve(parse(2, B, C))
-    with pytest.raises(ValueError, match="num_columns"):
-        resolve(parse(lambda outputs: outputs, B, C), num_inputs=B)
+    with pytest.raises(TypeError, match="as_target"):
+        parse(lambda outputs: outputs, B, C)  # a callable is a target of its own
 
 
 def test_a_target_request_without_a_forward_pass_says_so():
