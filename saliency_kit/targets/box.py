@@ -165,43 +165,43 @@ class Box(Target):
     # -- kernel --------------------------------------------------------------------------------
     def _parts(self, outputs: Any) -> tuple[Any, Any, Any]:
         """``(proposals [n, N, 4], objectness [n, N], class logits [n, N, C])`` float32."""
-        import tensorflow as tf
+        from keras import ops
 
         proposals, objectness, logits = fields(outputs)
-        proposals, logits = tf.cast(proposals, tf.float32), tf.cast(logits, tf.float32)
+        proposals, logits = ops.cast(proposals, "float32"), ops.cast(logits, "float32")
         if objectness is None:  # the dict form
-            return proposals, tf.ones_like(logits[..., 0]), logits
-        objectness = tf.cast(objectness, tf.float32)
-        return proposals, tf.sigmoid(objectness) if self.objectness == "logit" else objectness, logits
+            return proposals, ops.ones_like(logits[..., 0]), logits
+        objectness = ops.cast(objectness, "float32")
+        return proposals, ops.sigmoid(objectness) if self.objectness == "logit" else objectness, logits
 
     def _probabilities(self, logits: Any) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
         if self.class_activation == "softmax":
-            return tf.nn.softmax(logits, axis=-1)
+            return ops.softmax(logits, axis=-1)
         if self.class_activation == "sigmoid":
-            return tf.sigmoid(logits)
+            return ops.sigmoid(logits)
         return logits
 
     def _matched(self, outputs: Any, payload: Any, probability: bool) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
         proposals, objectness, logits = self._parts(outputs)
-        targets = tf.cast(payload["boxes"], tf.float32)  # [n, K, 4]
-        classes = tf.cast(payload["classes"], tf.int32)  # [n, K]
+        targets = ops.cast(payload["boxes"], "float32")  # [n, K, 4]
+        classes = ops.cast(payload["classes"], "int32")  # [n, K]
         overlaps = iou(targets, proposals)  # [n, K, N]
+        # Rows and columns are picked by one-hot sums (element-wise: a gather and a transpose, or
+        # a matrix product, add kernels with a large fixed cost to each of the K backward passes).
+        class_of_box = ops.one_hot(classes, int(logits.shape[-1]), dtype=logits.dtype)  # [n, K, C]
         if self.mode == "drise":
-            # [n, K, N]: each box's class probability at every proposal, summed against one-hot
-            # classes (element-wise: a gather and a transpose, or a matrix product, add kernels
-            # with a large fixed cost to each of the K backward passes)
-            chosen = tf.one_hot(classes, tf.shape(logits)[-1], dtype=logits.dtype)  # [n, K, C]
-            p = tf.reduce_sum(chosen[:, :, None, :] * self._probabilities(logits)[:, None], axis=-1)
-            return tf.reduce_max(overlaps * objectness[:, None, :] * p, axis=-1)
-        best = tf.argmax(overlaps, axis=-1, output_type=tf.int32)  # [n, K]
-        chosen = tf.gather(logits, best, axis=1, batch_dims=1)  # [n, K, C]
+            # [n, K, N]: each box's class probability at every proposal
+            p = ops.sum(class_of_box[:, :, None, :] * self._probabilities(logits)[:, None], axis=-1)
+            return ops.max(overlaps * objectness[:, None, :] * p, axis=-1)
+        best = ops.one_hot(ops.argmax(overlaps, axis=-1), int(overlaps.shape[-1]), dtype=logits.dtype)  # [n, K, N]
+        chosen = ops.sum(best[..., None] * logits[:, None], axis=2)  # [n, K, C]: the best proposal's logits
         if probability:
             chosen = self._probabilities(chosen)
-        return tf.gather(chosen, classes, axis=2, batch_dims=2)
+        return ops.sum(class_of_box * chosen, axis=-1)
 
     def score(self, outputs: Any, payload: Any) -> Any:
         return self._matched(outputs, payload, probability=False)
