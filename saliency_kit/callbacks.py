@@ -93,7 +93,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.last: tuple[int, object] | None = None
         self._writer: Any = None  # a tf.summary writer, made on the first image
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if (epoch + 1) % self.every_n_epochs:
             return
         explanation = self._explain()
@@ -108,7 +108,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         if self.log_dir is not None:
             self._log_image(png, step=epoch)
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class Explanation:
 
     # Display: an Explanation shows itself as its grid in Jupyter (see saliency_kit.render.grid), a
     # volume as slices (render.volume), tokens as coloured spans (with_tokens, render.tokens_html).
-    def with_originals(self, originals, class_names=None) -> Explanation:
+    def with_originals(self, originals: Any, class_names: Any = None) -> Explanation:
         """A copy that displays with ``originals`` (the images as loaded; for several inputs, in
         the inputs' structure: a dict by name or a list in the model's input order) and
         ``class_names``; the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
@@ -128,7 +129,7 @@ class Explanation:
         shown.__dict__["_display"] = (originals, class_names)
         return shown
 
-    def with_tokens(self, tokens) -> Explanation:
+    def with_tokens(self, tokens: Any) -> Explanation:
         """A copy that displays in notebooks as its ``tokens`` coloured by their maps
         (:func:`saliency_kit.render.tokens_html`), for maps ``[B, K, T]`` of token sequences:
         ``tokens`` is a list of str per input (or one list for one input), at most ``T`` each.

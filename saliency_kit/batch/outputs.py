@@ -28,6 +28,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,7 @@ def inside(root: str, path: str) -> bool:
     return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
-def class_name_of(class_names, index: int) -> str:
+def class_name_of(class_names: Sequence[str] | None, index: int) -> str:
     """The name of class ``index``, or the index as text when the model has no name for it."""
     if class_names is not None and 0 <= index < len(class_names):
         return str(class_names[index])
@@ -225,7 +226,7 @@ def write_image_outputs(
     folder: str,
     original: np.ndarray,
     results: Sequence[MethodMaps],
-    class_names,
+    class_names: Sequence[str] | None,
     formats: Sequence[str],
     *,
     durable: bool = True,
@@ -435,7 +436,7 @@ def one_line(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def subject_mark(subject, frame: Sequence[int]) -> render.Mark | None:
+def subject_mark(subject: Any, frame: Sequence[int]) -> render.Mark | None:
     """The :class:`saliency_kit.render.Mark` drawn for ``subject`` (a region's outline, a box
     and its class), in the pixels of ``frame`` ``(H, W)``; ``None`` for a class."""
     if getattr(subject, "mask", None) is None and getattr(subject, "box", None) is None:

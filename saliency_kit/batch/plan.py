@@ -14,7 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from ..files import write_json
 from ..images import ImageLoadError
@@ -154,7 +154,7 @@ def model_fingerprint(model: str, weights: str | None) -> dict:
 
 
 @contextlib.contextmanager
-def locked(directory: str):
+def locked(directory: str) -> Iterator[None]:
     """An exclusive lock on ``directory`` (``flock`` on the folder itself: no lock file is left)."""
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -42,7 +42,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -82,8 +82,8 @@ class OutputNotShared(RuntimeError):
     """A Ray node cannot see ``--out`` (or ``INPUT_DIR``): its outputs would be lost."""
 
 
-def import_ray():
-    """``ray`` and ``ray.data``, or :class:`RayUnavailable` saying how to install them."""
+def import_ray() -> Any:
+    """The ``ray`` module with ``ray.data`` imported, or :class:`RayUnavailable` saying how to install them."""
     try:
         import ray
         import ray.data  # noqa: F401 - the part this runner needs
@@ -202,7 +202,7 @@ def _decode_results(text: str) -> list:
     ]
 
 
-def connect(address: str | None, *, num_cpus: int | None = None):
+def connect(address: str | None, *, num_cpus: int | None = None) -> Any:
     """Join the cluster at ``address`` (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``), or start a
     local Ray instance when ``address`` is None. Returns ``(ray, started)``: whether this call
     started (and the caller must shut down) Ray. An already initialised Ray is used as it is."""
@@ -226,7 +226,7 @@ def connect(address: str | None, *, num_cpus: int | None = None):
     return ray, True
 
 
-def check_nodes(ray, job: Job) -> None:
+def check_nodes(ray: Any, job: Job) -> None:
     """Run :func:`check_visible` once on every alive node; raise the first node's refusal."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -271,7 +271,7 @@ def run(
     gpus_per_worker: float = 0,
     batch_images: int | None = None,
     num_cpus: int | None = None,
-    progress_stream=None,
+    progress_stream: IO[str] | None = None,
 ) -> pipeline.Summary:
     """:func:`saliency_kit.batch.run.run` on Ray Data: the same files and manifest lines, computed
     by a pool of actors.
@@ -368,7 +368,7 @@ def remove_stale_probes(out_dir: str) -> None:
             pass
 
 
-def with_suppressed_errors(function, *args) -> None:
+def with_suppressed_errors(function: Callable[..., Any], *args: Any) -> None:
     try:
         function(*args)
     except OSError:

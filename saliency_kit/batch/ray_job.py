@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
+from typing import Any
 
 from . import run as pipeline
 
@@ -35,12 +36,12 @@ class ModelSource:
 
         return cls(absolute(model), absolute(weights), bool(unsafe))
 
-    def load(self):
+    def load(self) -> tuple[Any, Any]:
         from ..keras_backend import require_tensorflow
         from ..zoo import load_model
 
         require_tensorflow()
-        kwargs = {"unsafe": True} if self.unsafe else {}
+        kwargs: dict[str, Any] = {"unsafe": True} if self.unsafe else {}
         if self.weights is not None:
             kwargs["weights"] = self.weights
         return load_model(self.model, **kwargs)
@@ -63,7 +64,7 @@ class Job:
     formats: tuple
 
 
-def targets(target_spec, batch_size: int) -> Callable:
+def targets(target_spec: Any, batch_size: int) -> Callable:
     """``targets_for_model`` for the command line's parsed ``--target`` values: what
     :func:`saliency_kit.batch.run.targets_for` resolves locally, in a form Ray can send."""
     return functools.partial(_targets_for, target_spec, batch_size)
@@ -73,7 +74,7 @@ def _targets_for(target_spec, batch_size: int, model):
     return pipeline.targets_for(target_spec, model, batch_size)
 
 
-def fixed_targets(value) -> Callable:
+def fixed_targets(value: Any) -> Callable:
     """``targets_for_model`` giving every batch the same ``targets`` argument of ``sk.explain``
     (``"top1"``, a class index, ...), which the engine resolves."""
     return functools.partial(_fixed_targets, value)

@@ -37,7 +37,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class Summary:
     seconds: float = 0.0  # the processing loop, model loading excluded
 
 
-def targets_for(spec, model, batch_size: int) -> Callable:
+def targets_for(spec: Any, model: Any, batch_size: int) -> Callable:
     """A function ``inputs -> int [B, K]`` resolving the parsed ``--target`` values ``spec`` for one
     batch: the forward pass runs in the engine, only when a topK target needs it, and once per batch
     whatever the number of methods."""
@@ -107,7 +107,7 @@ class TaskAsker:
 
 
 def explain_batch(
-    model,
+    model: Any,
     inputs: np.ndarray,
     methods: Sequence[tuple[str, dict]],
     targets_for: Callable,
@@ -127,7 +127,7 @@ def explain_batch(
 
 
 def explain_asked(
-    model,
+    model: Any,
     inputs: np.ndarray,
     methods: Sequence[tuple[str, dict]],
     ask: Callable,
@@ -159,8 +159,8 @@ def run(
     input_dir: str,
     out_dir: str,
     plan: Plan,
-    model,
-    spec,
+    model: Any,
+    spec: Any,
     methods: Sequence[tuple[str, dict]],
     targets_for: Callable,
     looks: dict,
@@ -168,7 +168,7 @@ def run(
     formats: Sequence[str],
     decode_workers: int = 2,
     write_processes: int = 2,
-    progress_stream=None,
+    progress_stream: IO[str] | None = None,
 ) -> Summary:
     """Explain every image of ``plan.todo``; write outputs and manifest lines.
 
@@ -208,46 +208,10 @@ def run(
             decoded = pending_decode.pop(0)
             if index + prefetch < len(chunks):
                 pending_decode.append([decoders.submit(decode, p) for p in chunks[index + prefetch]])
-            good, inputs, originals, failed = [], [], [], []
-            for path, future in zip(chunk, decoded):
-                try:
-                    item, original = future.result()
-                except ImageLoadError as error:  # an unreadable file is reported, not fatal
-                    failed.append((path, one_line(error)))
-                    continue
-                good.append(path)
-                inputs.append(item)
-                originals.append(original)
-
-            items = []
-            if good and getattr(targets_for, "asks_questions", False):
-                explanations, asked = explain_asked(
-                    model, np.stack(inputs), methods, targets_for, batch_size, good, [o.shape[:2] for o in originals]
-                )
-                items = [
-                    (
-                        path,
-                        plan.folders[path],
-                        originals[row],
-                        []
-                        if at is None
-                        else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
-                    )
-                    for row, (path, (at, questions)) in enumerate(zip(good, asked))
-                ]
-                del explanations
-            elif good:
-                explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
-                items = [
-                    (
-                        path,
-                        plan.folders[path],
-                        originals[row],
-                        out_files.per_image(explanations, row, looks, "npz" in formats),
-                    )
-                    for row, path in enumerate(good)
-                ]
-                del explanations
+            good, inputs, originals, failed = _decoded(chunk, decoded)
+            items = _explained_items(
+                model, methods, targets_for, batch_size, looks, formats, plan, good, inputs, originals
+            )
             job = (
                 writers.submit(write_batch, out_dir, items, spec.class_names, formats, tuple(spec.input_size))
                 if items
@@ -264,6 +228,63 @@ def run(
     progress.close()
     summary.seconds = time.monotonic() - start
     return summary
+
+
+def _decoded(chunk: Sequence[str], decoded: Sequence[futures.Future]) -> tuple[list, list, list, list]:
+    """``(paths, inputs, originals, failed)`` of one batch's decoded files: an unreadable file is
+    reported in ``failed`` as ``(path, one line)``, not fatal."""
+    good: list[str] = []
+    inputs: list[np.ndarray] = []
+    originals: list[np.ndarray] = []
+    failed: list[tuple[str, str]] = []
+    for path, future in zip(chunk, decoded):
+        try:
+            item, original = future.result()
+        except ImageLoadError as error:
+            failed.append((path, one_line(error)))
+            continue
+        good.append(path)
+        inputs.append(item)
+        originals.append(original)
+    return good, inputs, originals, failed
+
+
+def _explained_items(
+    model: Any,
+    methods: Sequence[tuple[str, dict]],
+    targets_for: Callable,
+    batch_size: int,
+    looks: dict,
+    formats: Sequence[str],
+    plan: Plan,
+    good: list[str],
+    inputs: list[np.ndarray],
+    originals: list[np.ndarray],
+) -> list[tuple]:
+    """One batch explained: ``(path, folder, original, outputs)`` per readable image, the write
+    job's items (see :func:`write_batch`)."""
+    if not good:
+        return []
+    if getattr(targets_for, "asks_questions", False):
+        explanations, asked = explain_asked(
+            model, np.stack(inputs), methods, targets_for, batch_size, good, [o.shape[:2] for o in originals]
+        )
+        return [
+            (
+                path,
+                plan.folders[path],
+                originals[row],
+                []
+                if at is None
+                else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
+            )
+            for row, (path, (at, questions)) in enumerate(zip(good, asked))
+        ]
+    explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
+    return [
+        (path, plan.folders[path], originals[row], out_files.per_image(explanations, row, looks, "npz" in formats))
+        for row, path in enumerate(good)
+    ]
 
 
 def _writer_pool(processes: int) -> futures.Executor:
@@ -306,7 +327,13 @@ def _warm_up() -> None:
     png_bytes(np.zeros((2, 2, 3), np.uint8))
 
 
-def write_batch(out_dir: str, items, class_names, formats, input_size=None) -> list[tuple[str, list | str]]:
+def write_batch(
+    out_dir: str,
+    items: Sequence[tuple],
+    class_names: Sequence[str] | None,
+    formats: Sequence[str],
+    input_size: tuple[int, int] | None = None,
+) -> list[tuple[str, list | str]]:
     """Worker job: write the outputs of a batch's images -> ``[(image, outputs or error message)]``;
     boxes are drawn from the pixels of ``input_size``, the model's input."""
     done: list[tuple[str, list | str]] = []
@@ -325,7 +352,7 @@ def write_batch(out_dir: str, items, class_names, formats, input_size=None) -> l
     return done
 
 
-def finish_batch(batch, plan: Plan, summary: Summary, progress: Progress) -> None:
+def finish_batch(batch: tuple, plan: Plan, summary: Summary, progress: Progress) -> None:
     """Wait for one batch's files, then record them (and its failures) in the manifest."""
     job, failed = batch
     records, done = [], 0

@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,8 @@ def token_file_name(method: str, target: int, class_name: str) -> str:
 
 def write_token_outputs(
     out_dir: str | os.PathLike,
-    explanation,
-    tokens,
+    explanation: Any,
+    tokens: Any,
     *,
     names: Sequence[str] | None = None,
     class_names: Sequence[str] | None = None,
