@@ -109,8 +109,11 @@ def test_only_the_accessor_imports_the_tensorflow_backend():
 # -- the import graph ---------------------------------------------------------------------------
 def import_graph(root: pathlib.Path) -> dict:
     """``{module: {modules it imports}}`` over the package, counting imports anywhere (inside
-    functions too); ``from pkg import name`` counts the submodule ``pkg.name`` when it is one.
-    A parent package's ``__init__`` (which Python runs first) is not counted as an import."""
+    functions too; not those under ``if TYPE_CHECKING:``, which never run); ``from pkg import
+    name`` counts the submodule ``pkg.name`` when it is one. Importing ``a.b.c`` runs the package
+    ``__init__`` of ``a.b`` first, so it counts as importing ``a.b`` too, unless the importer lies
+    inside ``a.b`` (its ``__init__`` is already running); the top package's own ``__init__``
+    imports lazily and is not counted."""
     files = {}
     for path in root.rglob("*.py"):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
@@ -119,7 +122,7 @@ def import_graph(root: pathlib.Path) -> dict:
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _executed_nodes(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -135,8 +138,26 @@ def import_graph(root: pathlib.Path) -> dict:
                     target = target.rpartition(".")[0]
                 if target and target != module:
                     edges.add(target)
+                    edges |= _packages_run_first(target, module, root.name) & files.keys()
         graph[module] = edges
     return graph
+
+
+def _packages_run_first(target: str, importer: str, top: str) -> set:
+    """The package ``__init__``s Python runs before ``target`` that ``importer`` is not inside."""
+    parts = target.split(".")
+    parents = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return {p for p in parents if p != top and not (importer == p or importer.startswith(p + "."))}
+
+
+def _executed_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under an ``if TYPE_CHECKING:`` block."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in [child, *_executed_nodes(child)])
+            continue
+        yield node
+        yield from _executed_nodes(node)
 
 
 def cycles(graph: dict) -> list[list[str]]:
@@ -185,6 +206,21 @@ def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
     graph = import_graph(tmp_path / "pkg")
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.c"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_cycle_finder_counts_the_package_init_an_import_runs_first(tmp_path):
+    """``a`` imports ``pkg.sub.x``, whose package ``__init__`` imports ``a``: a cycle, though no
+    two modules name each other; an import under ``if TYPE_CHECKING:`` never runs and is not one."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("from .x import y\nfrom .. import a\n")
+    (tmp_path / "pkg" / "sub" / "x.py").write_text("y = 1\n")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from .sub.x import y\n")
+    (tmp_path / "pkg" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n")
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.a"] == {"pkg.sub.x", "pkg.sub"} and graph["pkg.b"] == set()
+    assert graph["pkg.sub.x"] == set()  # inside pkg.sub: its own package is already running
+    assert cycles(graph) == [["pkg.a", "pkg.sub"]]
 
 
 # -- the context's seeded draws and host steps ----------------------------------------------------
