@@ -103,7 +103,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) 
     return path
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """JSON-ready: NumPy scalars as Python numbers, NaN and infinities as ``null``."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}

@@ -41,7 +41,7 @@ __all__ = ["ImageLoadError", "load_image", "load_images", "to_rgb", "read_rgb"]
 class ImageLoadError(ValueError):
     """A file could not be read as an image. ``.path`` is the file; the message says why."""
 
-    def __init__(self, path, reason: str):
+    def __init__(self, path: Any, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
         super().__init__(f"cannot load image {self.path}: {reason}")
@@ -121,7 +121,7 @@ def read_rgb(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.nd
         raise ImageLoadError(path, f"unsupported colour mode {image.mode!r} ({e})") from None
 
 
-def _resize(rgb: np.ndarray, size) -> np.ndarray:
+def _resize(rgb: np.ndarray, size: Any) -> np.ndarray:
     """uint8 RGB -> uint8 RGB of ``size = (H, W)``; antialiased bilinear; unchanged if same size."""
     height, width = int(size[0]), int(size[1])
     if rgb.shape[:2] == (height, width):

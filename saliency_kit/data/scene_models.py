@@ -50,7 +50,7 @@ class CellBoxes(layers.Layer):
     ``x1 = s·(j + ½ + right)`` (likewise y). Affine in the distances.
     """
 
-    def __init__(self, stride: int, **kwargs):
+    def __init__(self, stride: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stride = int(stride)
 

@@ -32,7 +32,7 @@ Data specification (what ``make_scenes`` guarantees):
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -73,7 +73,7 @@ def _place(rng: np.random.Generator, count: int) -> list:
     return circles
 
 
-def _one_scene(seed: int, index: int, objects: tuple[int, int]):
+def _one_scene(seed: int, index: int, objects: tuple[int, int]) -> Any:
     """Image ``index`` for ``seed``: (uint8 [64, 64, 3], uint8 label map, boxes [m, 4], labels [m])."""
     rng = np.random.default_rng((seed, index, _STREAM))
     count = int(rng.integers(objects[0], objects[1] + 1))
@@ -103,7 +103,7 @@ def _one_scene(seed: int, index: int, objects: tuple[int, int]):
             return image, label_map, np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
 
 
-def _far_colour(rng: np.random.Generator, beneath: np.ndarray):
+def _far_colour(rng: np.random.Generator, beneath: np.ndarray) -> Any:
     """A colour at least ``MIN_COLOUR_DISTANCE`` from every pixel of ``beneath`` [P, 3], or None."""
     beneath = beneath.astype(np.int16)
     for _ in range(8):

@@ -110,7 +110,7 @@ def gradient_background(rng: np.random.Generator) -> np.ndarray:
     return c0 + t[..., None] * (c1 - c0)
 
 
-def _one_image(seed: int, index: int):
+def _one_image(seed: int, index: int) -> Any:
     """Image ``index`` of the data set for ``seed``: (uint8 [64,64,3], bool [64,64], label, info)."""
     rng = np.random.default_rng((seed, index))
     label = int(rng.integers(len(CLASS_NAMES)))
@@ -165,7 +165,7 @@ def make_dataset(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndar
     return images, masks, labels
 
 
-def _make_dataset_with_info(n: int, seed: int = 0):
+def _make_dataset_with_info(n: int, seed: int = 0) -> Any:
     """``make_dataset`` plus one dict per image for tests: ``radius``, ``centre`` (x, y),
     ``angle``, ``colour``, ``lines`` (how many) and ``background`` (the image before the shape)."""
     images, masks, labels = _allocate(n)
@@ -176,7 +176,7 @@ def _make_dataset_with_info(n: int, seed: int = 0):
     return images, masks, labels, infos
 
 
-def _allocate(n):
+def _allocate(n: Any) -> Any:
     if int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     n = int(n)

@@ -16,11 +16,11 @@ __all__ = ["GradientScale", "GradientClip", "GradientClipNorm"]
 
 
 class _GradientLayer(keras.layers.Layer):
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.supports_masking = True
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape
 
 
@@ -28,7 +28,7 @@ class _GradientLayer(keras.layers.Layer):
 class GradientScale(_GradientLayer):
     """Identity forward; gradient multiplied by ``factor`` (``-1``: gradient reversal)."""
 
-    def __init__(self, factor: float, **kwargs):
+    def __init__(self, factor: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.factor = float(factor)
 
@@ -43,7 +43,7 @@ class GradientScale(_GradientLayer):
 class GradientClip(_GradientLayer):
     """Identity forward; gradient clipped element-wise to ``[low, high]``."""
 
-    def __init__(self, low: float, high: float, **kwargs):
+    def __init__(self, low: float, high: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if low > high:
             raise ValueError(f"GradientClip needs low <= high; received low={low}, high={high}")
@@ -64,7 +64,7 @@ class GradientClipNorm(_GradientLayer):
     ``tf.clip_by_norm`` does; ``per_sample=True`` clips each sample's gradient separately.
     """
 
-    def __init__(self, max_norm: float, per_sample: bool = False, **kwargs):
+    def __init__(self, max_norm: float, per_sample: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if max_norm <= 0:
             raise ValueError(f"GradientClipNorm needs max_norm > 0; received {max_norm}")

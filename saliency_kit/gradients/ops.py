@@ -31,7 +31,7 @@ import tensorflow as tf
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]
 
 
-def _as_tensor(x):
+def _as_tensor(x: Any) -> Any:
     return x if isinstance(x, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(x)
 
 
@@ -43,8 +43,8 @@ def scale(x: Any, factor: Any) -> Any:
     """
 
     @tf.custom_gradient
-    def _scale(x):
-        def backward(dy):
+    def _scale(x: Any) -> Any:
+        def backward(dy: Any) -> Any:
             return dy * tf.cast(factor, dy.dtype)
 
         return tf.identity(x), backward
@@ -58,8 +58,8 @@ def clip(x: Any, low: Any, high: Any) -> Any:
         raise ValueError(f"clip needs low <= high; received low={low}, high={high}")
 
     @tf.custom_gradient
-    def _clip(x):
-        def backward(dy):
+    def _clip(x: Any) -> Any:
+        def backward(dy: Any) -> Any:
             return tf.clip_by_value(dy, tf.cast(low, dy.dtype), tf.cast(high, dy.dtype))
 
         return tf.identity(x), backward
@@ -81,8 +81,8 @@ def clip_norm(x: Any, max_norm: Any, axes: Any = None) -> Any:
         raise ValueError(f"clip_norm needs max_norm > 0; received {max_norm}")
 
     @tf.custom_gradient
-    def _clip_norm(x):
-        def backward(dy):
+    def _clip_norm(x: Any) -> Any:
+        def backward(dy: Any) -> Any:
             return tf.clip_by_norm(dy, tf.cast(max_norm, dy.dtype), axes=axes)
 
         return tf.identity(x), backward
@@ -100,12 +100,12 @@ def straight_through(forward: Callable, backward: Callable) -> Callable:
     ``backward(x) + stop_gradient(forward(x) - backward(x))``, which rounds differently).
     """
 
-    def f(x):
+    def f(x: Any) -> Any:
         x = _as_tensor(x)
 
         @tf.custom_gradient
-        def _straight_through(x):
-            def grad(dy):
+        def _straight_through(x: Any) -> Any:
+            def grad(dy: Any) -> Any:
                 with tf.GradientTape() as tape:
                     tape.watch(x)
                     surrogate = backward(x)
@@ -140,17 +140,17 @@ def numpy_function(fn: Callable, grad_fn: Callable, output_dtype: Any = tf.float
     """
     output_dtype = tf.as_dtype(output_dtype)
 
-    def op(*tensors):
-        tensors = [_as_tensor(t) for t in tensors]
+    def op(*given: Any) -> Any:
+        tensors = [_as_tensor(t) for t in given]
         if not tensors:
             raise ValueError("a numpy_function op needs at least one input tensor")
 
         @tf.custom_gradient
-        def _op(*xs):
+        def _op(*xs: Any) -> Any:
             y = tf.numpy_function(fn, list(xs), output_dtype, stateful=False)
             y.set_shape(_broadcast_static_shape(xs))
 
-            def backward(dy):
+            def backward(dy: Any) -> Any:
                 dtypes = [x.dtype if x.dtype.is_floating or x.dtype.is_complex else tf.float32 for x in xs]
                 grads = tf.numpy_function(
                     lambda *args: _checked_grads(grad_fn, args, len(xs), dtypes),
@@ -159,7 +159,7 @@ def numpy_function(fn: Callable, grad_fn: Callable, output_dtype: Any = tf.float
                     stateful=False,
                 )
                 grads = grads if isinstance(grads, (list, tuple)) else [grads]
-                result = []
+                result: list[Any] = []
                 for x, g in zip(xs, grads):
                     if not (x.dtype.is_floating or x.dtype.is_complex):
                         result.append(None)  # integer inputs have no gradient
@@ -186,7 +186,7 @@ def _broadcast_static_shape(xs: Sequence[tf.Tensor]) -> tf.TensorShape:
     return shape
 
 
-def _checked_grads(grad_fn, args, n_inputs, dtypes):
+def _checked_grads(grad_fn: Any, args: Any, n_inputs: Any, dtypes: Any) -> Any:
     """Call ``grad_fn`` and return one array per input, of the input's shape and dtype."""
     *inputs, dy = args
     grads = grad_fn(*inputs, dy)

@@ -78,7 +78,7 @@ def gaussian_matrices(size: int, widths: Any) -> Any:
     return ops.where((widths <= 1e-15)[:, None, None], identity, blur)
 
 
-def _tail(widths, size, far):
+def _tail(widths: Any, size: Any, far: Any) -> Any:
     """Σ of the Gaussian taps at offsets ``|d| ≥ size`` within the radius (they fall outside
     every row but count in the kernel's normalisation): ``2 Σ_{d=size}^{size+far−1} e^{−d²/2σ²}``."""
     from keras import ops
@@ -100,7 +100,7 @@ def prepare(request: Request, options: dict) -> dict:
     return {**options, "max_sigma": float(options["max_sigma"]), "grad_step": float(options["grad_step"])}
 
 
-def _apply(x, mats):
+def _apply(x: Any, mats: Any) -> Any:
     """``x [n, *spatial, C]`` blurred by one matrix per spatial axis ``[m, L, L]`` -> ``[n, m, ...]``."""
     from keras import ops
 
@@ -136,7 +136,7 @@ def blur_ig(ctx: Any, steps: int, max_sigma: float, grad_step: float, sqrt: bool
     increments = np.diff(widths)
     ones = [1] * len(ctx.shape)
 
-    def along_path(i):  # steps i [m] -> Δσ_i · ∂x/∂σ ⊙ ∂s/∂x at x(σ_i): [n, m, K, *input]
+    def along_path(i: Any) -> Any:  # steps i [m] -> Δσ_i · ∂x/∂σ ⊙ ∂s/∂x at x(σ_i): [n, m, K, *input]
         here = ops.take(widths[:-1], i)
         blur64 = [gaussian_matrices(size, here) for size in spatial]
         ahead64 = [gaussian_matrices(size, here + grad_step) for size in spatial]

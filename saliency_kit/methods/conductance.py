@@ -60,7 +60,7 @@ def conductance(ctx: Any, layer: str, steps: int, baseline: Any) -> Any:
     delta = x - baseline  # [n, *input]
     ones = [1] * len(ctx.shape)
 
-    def interval(i):  # intervals i [m] -> their conductance [n, m, K, *layer]
+    def interval(i: Any) -> Any:  # intervals i [m] -> their conductance [n, m, K, *layer]
         ends = ops.stack([ops.take(alphas, i), ops.take(alphas, i + 1)], axis=1)  # [m, 2]
         a = ops.reshape(ops.cast(ends, x.dtype), [1, *ends.shape, *ones])
         y, g = ctx.layer(layer, points=baseline + a * delta[:, None, None])  # [n, m, 2, *L], [n, m, 2, K, *L]

@@ -82,7 +82,7 @@ def expected_gradients(ctx: Any, samples: int, baselines: Any, seed: int) -> Any
     x = ctx.inputs
     ones = [1] * len(ctx.shape)
 
-    def draw(i):  # draws i [m] -> (x − x′) ⊙ ∂s/∂x at x′ + α (x − x′): [n, m, K, *input]
+    def draw(i: Any) -> Any:  # draws i [m] -> (x − x′) ⊙ ∂s/∂x at x′ + α (x − x′): [n, m, K, *input]
         which, alpha = draws(ctx, i, samples, baselines.shape[0])  # [n, m] each
         reference = ops.take(baselines, which, axis=0)  # [n, m, *input]
         a = ops.reshape(ops.cast(alpha, x.dtype), [x.shape[0], -1, *ones])

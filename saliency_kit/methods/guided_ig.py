@@ -95,17 +95,17 @@ def guided_ig(ctx: Any, steps: int, baseline: Any, fraction: float, max_dist: fl
     moving = ops.not_equal(span, 0.0)
     inf = ops.convert_to_tensor(np.inf, f64)
 
-    def flat_l1(v):
+    def flat_l1(v: Any) -> Any:
         return ops.sum(ops.abs(v), axis=1)
 
-    def per_row(v):  # [rows] -> [rows, 1]
+    def per_row(v: Any) -> Any:  # [rows] -> [rows, 1]
         return v[:, None]
 
     total = flat_l1(span)
     safe_span = ops.where(moving, span, 1.0)
     inf_x = ops.convert_to_tensor(np.inf, x.dtype)
 
-    def step(t, z, attributions):
+    def step(t: Any, z: Any, attributions: Any) -> Any:
         g = ops.reshape(ctx.gradients_per_target(ops.reshape(ops.cast(z, x.dtype), [n, group, *shape])), [rows, -1])
         size = ops.abs(g)  # |g| in x's dtype, where the quantile is selected: exact there
         g = ops.cast(g, f64)
@@ -114,7 +114,7 @@ def guided_ig(ctx: Any, steps: int, baseline: Any, fraction: float, max_dist: fl
         low, high = start + span * alpha_min, start + span * alpha_max
         target = total * (1.0 - alpha)
 
-        def inner(active, z, attributions):
+        def inner(active: Any, z: Any, attributions: Any) -> Any:
             old = z
             lagging = moving & ((z - start) / safe_span < alpha_min)  # a fixed feature is never behind
             z = ops.where(per_row(active) & lagging, low, z)  # laggards catch up

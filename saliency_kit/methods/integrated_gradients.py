@@ -46,7 +46,7 @@ def integrated_gradients(ctx: Any, steps: int, baseline: Any, rule: str) -> Any:
     delta = x - baseline  # [n, *input]
     ones = [1] * len(ctx.shape)
 
-    def along_path(i):  # points i of the path [m] -> weighted gradients [n, m, K, *input]
+    def along_path(i: Any) -> Any:  # points i of the path [m] -> weighted gradients [n, m, K, *input]
         a = ops.reshape(ops.cast(ops.take(alphas, i), x.dtype), [1, -1, *ones])
         w = ops.reshape(ops.cast(ops.take(weights, i), "float32"), [1, -1, 1, *ones])
         scores, g = ctx.gradients(baseline + a * delta[:, None], with_scores=True)  # [n, m, K], ...

@@ -18,7 +18,7 @@ from .base import Option, Request, register
 __all__ = ["prepare", "lrp"]
 
 
-def _bound(name, value):
+def _bound(name: Any, value: Any) -> Any:
     if value is None:
         return None
     array = np.asarray(value, dtype=np.float64)
@@ -37,7 +37,7 @@ def _composite_options(options: dict) -> dict:
     return {k: options[k] for k in ("epsilon", "gamma", "low", "high")}
 
 
-def _freeze(value):
+def _freeze(value: Any) -> Any:
     return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
 
 

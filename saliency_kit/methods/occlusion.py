@@ -25,7 +25,7 @@ from .base import Option, Request, register
 __all__ = ["occlusion", "windows", "prepare"]
 
 
-def _per_axis(name, value, shape, slid, default):
+def _per_axis(name: Any, value: Any, shape: Any, slid: Any, default: Any) -> Any:
     """``value`` as one size per axis of one input (``len(shape)``)."""
     if value is None:
         sizes = [default(shape[a]) if a in slid else shape[a] for a in range(len(shape))]
@@ -73,7 +73,7 @@ def windows(shape: Any, window: Any = None, stride: Any = None, channel_axis: An
     return [tuple(slice(b, b + w) for b, w in zip(corner, size)) for corner in itertools.product(*starts)]
 
 
-def _sizes(value):
+def _sizes(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
 
 
@@ -127,9 +127,9 @@ def occlusion(ctx: Any, window: Any, stride: Any, value: Any, **resolved: Any) -
     scores = ctx.scores(x)  # [n, K]
     ones = [1] * len(shape)
 
-    def occlude(i):  # windows i, [m] -> score drops spread over each window, [n, m, K, *input]
+    def occlude(i: Any) -> Any:  # windows i, [m] -> score drops spread over each window, [n, m, K, *input]
         starts = ops.take(corners, i, axis=0)  # [m, rank]
-        inside = None
+        inside: Any = None
         for axis, (length, width) in enumerate(zip(shape, size)):
             position = ops.reshape(
                 ops.arange(length, dtype="int32"), [1] * (axis + 1) + [length] + [1] * (len(shape) - axis - 1)

@@ -67,7 +67,7 @@ class Option:
         at random when the method is called (:meth:`resolve`)."""
         return cls(name, None, type=int, help=help, low=0, high=SEED_LIMIT - 1, kind="seed")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"an option name must be a Python identifier; received {self.name!r}.")
         kind = self.type
@@ -90,7 +90,7 @@ class Option:
         bounded = self.low is not None or self.high is not None
         if bounded and self.type not in (int, float):
             raise TypeError(
-                f"option {self.name!r}: only int and float options take low=/high=; received type {self.type.__name__}."
+                f"option {self.name!r}: only int and float options take low=/high=; received type {kind.__name__}."
             )
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(
@@ -160,7 +160,7 @@ class Option:
             raise ValueError(f"{where}{self.name} must be {self.range_text}{tail}; received {value!r}.")
         return value
 
-    def _in_range(self, value) -> bool:
+    def _in_range(self, value: Any) -> bool:
         if self.low is None and self.high is None:
             return True
         if self.type is float and not math.isfinite(float(value)):
@@ -177,14 +177,14 @@ class Option:
         return value
 
 
-def _number(value) -> str:
+def _number(value: Any) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _is_keras_layer(value) -> bool:
+def _is_keras_layer(value: Any) -> bool:
     keras = sys.modules.get("keras")  # a layer object exists only once Keras is imported: never import it here
     return keras is not None and isinstance(value, keras.layers.Layer)
 
 
-def _is_scalar(value) -> bool:
+def _is_scalar(value: Any) -> bool:
     return isinstance(value, (numbers.Number, str)) or (hasattr(value, "ndim") and value.ndim == 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["reduce_map"]
@@ -13,7 +15,7 @@ __all__ = ["reduce_map"]
 SHORT_AXIS = 8
 
 
-def _fold(attributions: np.ndarray, axis: int, combine, each=None) -> np.ndarray:
+def _fold(attributions: np.ndarray, axis: int, combine: Any, each: Any = None) -> np.ndarray:
     """``combine`` over ``axis`` one slice at a time (``each`` applied to every slice first)."""
     slices = np.moveaxis(attributions, axis, 0)
     each = each or (lambda a: a)

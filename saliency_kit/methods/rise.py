@@ -82,7 +82,7 @@ def rise(ctx: Any, masks: int, cells: int, p: float, seed: int) -> Any:
     x = ctx.inputs
     size = ctx.shape[:2]
 
-    def mask(i):  # masks i [m] -> s_k(x ⊙ M_i) · M_i: [n, m, K, H, W]
+    def mask(i: Any) -> Any:  # masks i [m] -> s_k(x ⊙ M_i) · M_i: [n, m, K, H, W]
         chosen = smooth_masks(ctx, i, masks, cells, p, size)  # [m, H, W]
         scores = ctx.scores(x[:, None] * ops.cast(chosen, x.dtype)[None, ..., None])  # [n, m, K]
         return scores[..., None, None] * chosen[None, :, None]

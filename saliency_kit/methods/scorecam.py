@@ -77,7 +77,7 @@ def scorecam(ctx: Any, layer: str, max_channels: int | None) -> Any:
     color = 2 if ctx.channel_axis == 0 else -1  # where the input's channels go in [n, m, ...]
     within = tuple(range(2, 2 + len(size)))  # the spatial axes of [n, m, *S]
 
-    def channel(i):  # channels i [m] -> w_c^k · A_c: [n, m, K, *s]
+    def channel(i: Any) -> Any:  # channels i [m] -> w_c^k · A_c: [n, m, K, *s]
         chosen = ops.take(maps, i, axis=1)  # [n, m, *s]
         up = ctx.resize(chosen, size)  # [n, m, *S]
         low = ops.min(up, axis=within, keepdims=True)

@@ -66,7 +66,7 @@ def smoothgrad(ctx: Any, base: str, samples: int, noise: Any, aggregate: str, se
     n = x.shape[0]
     sigma = ops.expand_dims(ops.cast(noise, x.dtype) * ctx.spread(x), 1)  # [n, 1, ...]: per input (or part)
 
-    def noisy(ids):  # copies ids of each input, [m] -> base attributions [n, m, K, *input]
+    def noisy(ids: Any) -> Any:  # copies ids of each input, [m] -> base attributions [n, m, K, *input]
         copies = x[:, None] + sigma * ctx.normal(ids, samples)
         a = method.compute(ctx.at(copies), **base_options)
         a = a["attributions"] if isinstance(a, dict) else a

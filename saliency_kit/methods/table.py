@@ -5,6 +5,8 @@ writes both; a test fails when either is stale). No TensorFlow.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Method, builtins, get
 from .option import Option
 
@@ -69,7 +71,7 @@ def rst() -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
     rule = "  ".join("=" * w for w in widths)
 
-    def line(row):
+    def line(row: Any) -> Any:
         return "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
 
     return "\n".join([rule, line(header), rule, *map(line, rows), rule])

@@ -181,7 +181,7 @@ def prepare(request: Request, options: dict) -> dict:
     }
 
 
-def _rank_chunk(images, per_pixel, regions, threshold, given):
+def _rank_chunk(images: Any, per_pixel: Any, regions: Any, threshold: Any, given: Any) -> Any:
     """NumPy: XRAI maps ``[n, K, H, W]`` of a chunk (segmenting each image unless ``given``)."""
     out = np.zeros(per_pixel.shape, np.float32)
     for b in range(len(images)):

@@ -237,7 +237,7 @@ def classify(op: Any, path: str, *, final: bool = False) -> str:
     _refuse(op, path, "no LRP/DeepLIFT rule covers this kind of layer")
 
 
-def _check_attention(op, path: str) -> None:
+def _check_attention(op: Any, path: str) -> None:
     """Refuse a ``MultiHeadAttention`` whose computation the attention rules do not mirror."""
     overridden = keras_private.attention_overrides(op)
     if overridden:
@@ -269,11 +269,11 @@ def _refuse(op: object, path: str, why: str) -> NoReturn:
     )
 
 
-def _channel_axis(layer) -> int:
+def _channel_axis(layer: Any) -> int:
     return 1 if getattr(layer, "data_format", "channels_last") == "channels_first" else -1
 
 
-def _mergeable(producer, bn) -> bool:
+def _mergeable(producer: Any, bn: Any) -> bool:
     if not isinstance(producer, LINEAR) or not is_linear_activation(getattr(producer, "activation", None)):
         return False
     if (
@@ -289,11 +289,11 @@ def _mergeable(producer, bn) -> bool:
     return axis % rank == _channel_axis(producer) % rank
 
 
-def _is_float(tensor) -> bool:
+def _is_float(tensor: Any) -> bool:
     return keras.backend.standardize_dtype(tensor.dtype).startswith(("float", "bfloat"))
 
 
-def _product_kind(op, path: str, live: list) -> str | None:
+def _product_kind(op: Any, path: str, live: list) -> str | None:
     """``"product"``, ``"routing"`` (one factor varies: linear in it) or ``None`` (not a product)."""
     if type(op).__name__ != "Multiply":  # keras.layers.Multiply, keras.ops.multiply / *
         return None
@@ -309,11 +309,11 @@ def _product_kind(op, path: str, live: list) -> str | None:
     return "product"
 
 
-def _is_sum(op) -> bool:
+def _is_sum(op: Any) -> bool:
     return isinstance(op, SUMS) or (not isinstance(op, keras.layers.Layer) and type(op).__name__ in SUM_OPS)
 
 
-def _output_nonnegative(op, kind: str, inputs_nonnegative: bool) -> bool:
+def _output_nonnegative(op: Any, kind: str, inputs_nonnegative: bool) -> bool:
     """Whether ``op``'s output is ``>= 0`` by construction: a ReLU without negative slope (alone or
     fused into a linear layer), or a layer that keeps the sign of inputs that all are."""
     if kind == "relu":

@@ -62,7 +62,7 @@ def register(name: str, factory: Callable | None = None) -> Callable:
     return factory
 
 
-def _keras_kinds():
+def _keras_kinds() -> Any:
     """Layer classes the named composites speak of (imported late: keras is heavy)."""
     import keras
 
@@ -89,7 +89,7 @@ class Composite:
         pooling_stabilizer: the ε of the ε-rule that average pooling gets when no key matches it.
     """
 
-    def __init__(self, rules, *, pooling_stabilizer: float = AVERAGE_POOLING_EPSILON):
+    def __init__(self, rules: Any, *, pooling_stabilizer: float = AVERAGE_POOLING_EPSILON) -> None:
         self.pooling_stabilizer = float(pooling_stabilizer)
         from .core import LinearRule
         from .lrp_rules import Pass
@@ -142,7 +142,9 @@ class Composite:
 class _Named(Composite):
     """A named composite: ``first`` rule (or None), then conv and dense rules."""
 
-    def __init__(self, conv_rule, dense_rule, first_rule=None, stabilizer=AVERAGE_POOLING_EPSILON):
+    def __init__(
+        self, conv_rule: Any, dense_rule: Any, first_rule: Any = None, stabilizer: Any = AVERAGE_POOLING_EPSILON
+    ) -> None:
         dense, convolution = _keras_kinds()
         entries = []
         if first_rule is not None:
@@ -155,7 +157,7 @@ class _Named(Composite):
 class EpsilonPlus(_Named):
     """ε for dense layers, z⁺ for convolutions."""
 
-    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
+    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6) -> None:
         from . import lrp_rules
 
         super().__init__(lrp_rules.ZPlus(stabilizer), lrp_rules.Epsilon(epsilon), stabilizer=stabilizer)
@@ -165,7 +167,7 @@ class EpsilonPlus(_Named):
 class EpsilonPlusFlat(_Named):
     """ε for dense layers, z⁺ for convolutions, flat for the first linear layer."""
 
-    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
+    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6) -> None:
         from . import lrp_rules
 
         super().__init__(
@@ -177,7 +179,9 @@ class EpsilonPlusFlat(_Named):
 class EpsilonGammaBox(_Named):
     """ε for dense layers, γ for convolutions, ZBox(low, high) for the first convolution."""
 
-    def __init__(self, low, high, epsilon: float = 1e-6, gamma: float = 0.25, stabilizer: float = 1e-6):
+    def __init__(
+        self, low: Any, high: Any, epsilon: float = 1e-6, gamma: float = 0.25, stabilizer: float = 1e-6
+    ) -> None:
         from . import lrp_rules
 
         dense, convolution = _keras_kinds()
@@ -196,7 +200,7 @@ class FirstOf:
     """For the key ``"first"``: ``rule`` only where the first layer is one of ``kinds`` (Zennit's
     ``EpsilonGammaBox`` gives ZBox to a first *convolution* only)."""
 
-    def __init__(self, kinds, rule):
+    def __init__(self, kinds: Any, rule: Any) -> None:
         self.kinds, self.rule = kinds, rule
 
     def __repr__(self) -> str:
@@ -207,7 +211,7 @@ class FirstOf:
 class EpsilonAlpha2Beta1(_Named):
     """ε for dense layers, α2β1 for convolutions."""
 
-    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
+    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6) -> None:
         from . import lrp_rules
 
         super().__init__(lrp_rules.AlphaBeta(2.0, 1.0, stabilizer), lrp_rules.Epsilon(epsilon), stabilizer=stabilizer)
@@ -217,7 +221,7 @@ class EpsilonAlpha2Beta1(_Named):
 class EpsilonAlpha2Beta1Flat(_Named):
     """ε for dense layers, α2β1 for convolutions, flat for the first linear layer."""
 
-    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6):
+    def __init__(self, epsilon: float = 1e-6, stabilizer: float = 1e-6) -> None:
         from . import lrp_rules
 
         super().__init__(
@@ -229,7 +233,7 @@ class EpsilonAlpha2Beta1Flat(_Named):
 
 
 def _one_rule(make_rule: Callable) -> Callable:
-    def build(pooling_stabilizer: float = AVERAGE_POOLING_EPSILON, **options):
+    def build(pooling_stabilizer: float = AVERAGE_POOLING_EPSILON, **options: Any) -> Any:
         rule = make_rule(**options)
         dense, convolution = _keras_kinds()
         return Composite([(dense + convolution, rule)], pooling_stabilizer=pooling_stabilizer)
@@ -240,7 +244,7 @@ def _one_rule(make_rule: Callable) -> Callable:
 
 @register("epsilon")
 @_one_rule
-def _epsilon(epsilon: float = 1e-6):
+def _epsilon(epsilon: float = 1e-6) -> Any:
     from .lrp_rules import Epsilon
 
     return Epsilon(epsilon)
@@ -248,7 +252,7 @@ def _epsilon(epsilon: float = 1e-6):
 
 @register("gamma")
 @_one_rule
-def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6):
+def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6) -> Any:
     from .lrp_rules import Gamma
 
     return Gamma(gamma, stabilizer)
@@ -256,7 +260,7 @@ def _gamma(gamma: float = 0.25, stabilizer: float = 1e-6):
 
 @register("alpha1_beta0")
 @_one_rule
-def _alpha1_beta0(stabilizer: float = 1e-6):
+def _alpha1_beta0(stabilizer: float = 1e-6) -> Any:
     from .lrp_rules import AlphaBeta
 
     return AlphaBeta(1.0, 0.0, stabilizer)

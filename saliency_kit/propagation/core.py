@@ -64,7 +64,7 @@ class LinearPart:
     bias: object = None
 
 
-def _add_bias(z, bias, layer):
+def _add_bias(z: Any, bias: Any, layer: Any) -> Any:
     if bias is None:
         return z
     if getattr(layer, "data_format", "channels_last") == "channels_first":
@@ -77,7 +77,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     current parameters; ``absorbed_bn`` a BatchNormalization merged into the last one."""
     dtype = layer.compute_dtype
 
-    def value(variable):
+    def value(variable: Any) -> Any:
         return tf.cast(tf.convert_to_tensor(variable), dtype)
 
     bias = value(layer.bias) if getattr(layer, "use_bias", False) else None
@@ -94,7 +94,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     elif isinstance(layer, keras.layers.EinsumDense):
         _refuse_modified_einsum(layer)
 
-        def einsum(x, k, b):
+        def einsum(x: Any, k: Any, b: Any) -> Any:
             z = tf.einsum(layer.equation, x, k["kernel"])
             return z if b is None else z + b
 
@@ -104,7 +104,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
         parts = _separable_parts(layer, value, bias)
     elif isinstance(layer, (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)):
 
-        def depthwise(x, k, b):
+        def depthwise(x: Any, k: Any, b: Any) -> Any:
             z = keras.ops.depthwise_conv(
                 x,
                 k["kernel"],
@@ -135,7 +135,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     return parts
 
 
-def _refuse_modified_einsum(layer) -> None:
+def _refuse_modified_einsum(layer: Any) -> None:
     if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False):
         raise ValueError(
             f"layer {layer.name!r} (EinsumDense) is quantized or has LoRA weights; the LRP rules read a "
@@ -145,10 +145,10 @@ def _refuse_modified_einsum(layer) -> None:
         )
 
 
-def _separable_parts(layer, value, bias):
+def _separable_parts(layer: Any, value: Any, bias: Any) -> Any:
     rank = 1 if isinstance(layer, keras.layers.SeparableConv1D) else 2
 
-    def depthwise(x, k, b):
+    def depthwise(x: Any, k: Any, b: Any) -> Any:
         return keras.ops.depthwise_conv(
             x,
             k["depthwise_kernel"],
@@ -158,7 +158,7 @@ def _separable_parts(layer, value, bias):
             dilation_rate=layer.dilation_rate,
         )
 
-    def pointwise(x, k, b):
+    def pointwise(x: Any, k: Any, b: Any) -> Any:
         z = keras.ops.conv(
             x, k["pointwise_kernel"], strides=(1,) * rank, padding="valid", data_format=layer.data_format
         )
@@ -170,7 +170,7 @@ def _separable_parts(layer, value, bias):
     ]
 
 
-def _merge(part: LinearPart, layer, bn, dtype) -> LinearPart:
+def _merge(part: LinearPart, layer: Any, bn: Any, dtype: Any) -> LinearPart:
     """``part`` followed by ``bn`` as one linear part: ``w·s``, ``b·s + t`` (canonizers' merge)."""
     scale, shift = canonizers.batchnorm_affine(bn, dtype)
     ((name, kernel),) = part.kernels.items()
@@ -222,7 +222,7 @@ class LinearRule:
 
     branches: Sequence[Branch] = ()
 
-    def __init__(self, stabilizer: float = 1e-6):
+    def __init__(self, stabilizer: float = 1e-6) -> None:
         stabilizer = float(stabilizer)
         if not stabilizer >= 0:
             raise ValueError(f"stabilizer must be a non-negative number; received {stabilizer!r}.")
@@ -241,7 +241,7 @@ class LinearRule:
             return tf.ones_like(x)
         raise ValueError(f"{type(self).__name__} has no input kind {name!r}")
 
-    def _modified_input(self, kind: str, x):
+    def _modified_input(self, kind: str, x: Any) -> Any:
         if kind == "x":
             return x
         if kind == "positive":
@@ -271,7 +271,7 @@ class LinearRule:
             bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
             kind = "x" if nonnegative and branch.inputs == "positive" else branch.inputs
 
-            def run(kernels=kernels, bias=bias, kind=kind):
+            def run(kernels: Any = kernels, bias: Any = bias, kind: Any = kind) -> Any:
                 return part.apply(self._modified_input(kind, x), kernels, bias)
 
             if kind == "negative":

@@ -87,11 +87,11 @@ _ONE_FACTOR_OPS = {
 _REDUCTIONS = ("Sum", "Mean")
 
 
-def _is_float(dtype) -> bool:
+def _is_float(dtype: Any) -> bool:
     return dtype.is_floating
 
 
-def _refuse_op(layer, path: str, op, why: str):
+def _refuse_op(layer: Any, path: str, op: Any, why: str) -> None:
     canonizers.refuse(
         layer,
         path,
@@ -118,7 +118,7 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
         positions = [i for i, v in enumerate(flat) if isinstance(v, keras.KerasTensor)]
     scopes: list = []
 
-    def run(*tensors):
+    def run(*tensors: Any) -> Any:
         values = list(flat)
         for i, t in zip(positions, tensors):
             values[i] = t
@@ -161,7 +161,7 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
     return any(getattr(t, "name", None) in alive for t in outputs)
 
 
-def _constant_axes(op) -> tuple:
+def _constant_axes(op: Any) -> tuple:
     value = tf.get_static_value(op.inputs[1])
     if value is None:
         return (0,)  # unknown axes: taken as mixing rows
@@ -186,7 +186,7 @@ def install_rules(layer: Any, path: str, wrap_sublayer: Callable) -> list:
     return placed
 
 
-def _replacement(sublayer, path: str, wrap_sublayer: Callable, placed: list):
+def _replacement(sublayer: Any, path: str, wrap_sublayer: Callable, placed: list) -> Any:
     sub_path = f"{path}/{sublayer.name}"
     try:
         kind = canonizers.classify(sublayer, sub_path)
@@ -207,7 +207,7 @@ class CustomLayer(WrapperLayer):
     (``relevance``: which flattened tensor arguments read an explained value directly), those
     arguments' input gradient is their relevance (LRP)."""
 
-    def __init__(self, inner, relevance: list | None = None, **kwargs):
+    def __init__(self, inner: Any, relevance: list | None = None, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.relevance = relevance
         self.to_relevance = False
@@ -232,7 +232,7 @@ class CustomLayer(WrapperLayer):
         return self.inner(*args, **kwargs)
 
 
-def _fresh(arguments):
+def _fresh(arguments: Any) -> Any:
     """``arguments`` with each symbolic tensor replaced by a new ``keras.Input`` of its shape and
     dtype (building a clone must not add calls to the user's graph)."""
     return keras.tree.map_structure(

@@ -52,10 +52,10 @@ class DeepLiftRewrite:
     def rewrite_model(self, model: Any) -> Any:
         return rewrite_deeplift(model)
 
-    def __eq__(self, other):
+    def __eq__(self, other: Any) -> Any:
         return type(other) is type(self)
 
-    def __hash__(self):
+    def __hash__(self) -> Any:
         return hash(type(self))
 
     def __repr__(self) -> str:
@@ -66,7 +66,7 @@ class DeepLiftLayer(WrapperLayer):
     """A layer of the copy with DeepLIFT's backward: ``kind`` is ``"max_pooling"``, ``"relu"``
     (``family`` its ReLU family) or ``"linear"`` (``family``: its fused activation's, or ``None``)."""
 
-    def __init__(self, inner, kind: str, family=None, **kwargs):
+    def __init__(self, inner: Any, kind: str, family: Any = None, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.kind = kind
         self.family = family
@@ -103,7 +103,7 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
         if rule is not None:
             plan[id(fact.op)] = (fact, rule)
 
-    def wrap(fact, rule):
+    def wrap(fact: Any, rule: Any) -> Any:
         return _wrap(fact)
 
     new_model = rewrite_planned(model, facts, plan, wrap, what="DeepLIFT rewrite")
@@ -112,7 +112,7 @@ def rewrite_deeplift(model: keras.Model) -> keras.Model:
     return new_model
 
 
-def _rule_of(fact) -> str | None:
+def _rule_of(fact: Any) -> str | None:
     """The DeepLIFT rule of ``fact``'s layer, or ``None`` (its gradient is its multiplier)."""
     op = fact.op
     if fact.kind == "max_pooling":
@@ -130,14 +130,14 @@ def _rule_of(fact) -> str | None:
     return None
 
 
-def _fused_family(fact):
+def _fused_family(fact: Any) -> Any:
     activation = getattr(fact.op, "activation", None)
     if fact.final and canonizers.activation_name(activation) in canonizers.SQUASHERS:
         return None
     return activation_family(activation)
 
 
-def _wrap(fact, inner=None):
+def _wrap(fact: Any, inner: Any = None) -> Any:
     """The layer put in place of ``fact``'s (``inner``: the existing layer to run, inside a
     custom layer's clone; else a clone of it)."""
     op = fact.op
@@ -157,12 +157,12 @@ def _wrap(fact, inner=None):
     if fact.kind == "max_pooling":
         return DeepLiftLayer(inner, "max_pooling")
     if fact.kind in ("relu", "elementwise"):
-        family = canonizers.relu_family_of(op) or activation_family(getattr(op, "activation", None))
-        return DeepLiftLayer(inner, "relu", family)
+        activation = canonizers.relu_family_of(op) or activation_family(getattr(op, "activation", None))
+        return DeepLiftLayer(inner, "relu", activation)
     return DeepLiftLayer(inner, "linear", _fused_family(fact))
 
 
-def _wrap_sublayer(fact):
+def _wrap_sublayer(fact: Any) -> Any:
     """A sublayer of a custom layer with its rule, around the sublayer itself (or ``None``)."""
     if _rule_of(fact) in (None, "product", "squash apart"):
         return None

@@ -79,7 +79,7 @@ def _known() -> dict:
     return known
 
 
-def _is_kerashub_gelu(fn) -> bool:
+def _is_kerashub_gelu(fn: Any) -> bool:
     return getattr(fn, "__name__", "") == "gelu_approximate" and (getattr(fn, "__module__", "") or "").startswith(
         "keras_hub."
     )

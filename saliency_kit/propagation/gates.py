@@ -45,8 +45,8 @@ def rule_gate(rule: LinearRule, part: LinearPart, x: Any, z: Any, to_relevance: 
     the relevance itself when ``to_relevance``); ``nonnegative``: ``x >= 0`` by construction."""
 
     @tf.custom_gradient
-    def gate(x, z):
-        def backward(dz):
+    def gate(x: Any, z: Any) -> Any:
+        def backward(dz: Any) -> Any:
             coefficients, constant = rule.backward(part, x, z, z * dz, nonnegative)
             if to_relevance:
                 dx = x * coefficients + (constant if constant is not None else 0)
@@ -65,8 +65,8 @@ def pass_gate(rule: Any, x: Any, y: Any, to_relevance: bool, family: Any = None)
     when ``to_relevance``."""
 
     @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
+    def gate(x: Any, y: Any) -> Any:
+        def backward(dy: Any) -> Any:
             if to_relevance:
                 return dy, None
             return rule.gradient(x, y, dy, family), None
@@ -160,7 +160,7 @@ class SharedReference:
         return saved
 
 
-def _named(site) -> str:
+def _named(site: Any) -> str:
     return repr(getattr(site, "name", site))
 
 
@@ -197,16 +197,16 @@ def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
         x0, y0 = shared.exchange(site, x, None)
 
         @tf.custom_gradient
-        def against_reference(x):
+        def against_reference(x: Any) -> Any:
             return family.forward(x), lambda dy: _rescaled(family, x, x0, y0, dy)
 
         return against_reference(x)
 
     @tf.custom_gradient
-    def gate(x):
+    def gate(x: Any) -> Any:
         y = family.forward(x)
 
-        def backward(dy):
+        def backward(dy: Any) -> Any:
             x1, x0 = halves(x)
             _, y0 = halves(y)
             dy1, _ = halves(dy)
@@ -217,21 +217,21 @@ def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
     return gate(x)
 
 
-def _rescaled(family, x, x0, y0, dy):
+def _rescaled(family: Any, x: Any, x0: Any, y0: Any, dy: Any) -> Any:
     """``dy · (y − y₀) / (x − x₀)``, or ``dy · f'(x)`` (``family.backward``) where ``|x − x₀| ≤ 1e-7``;
     ``y = f(x)``, ``y₀ = f(x₀)``."""
     return _rescale_kernel(family)(x, x0, y0, dy)
 
 
 @functools.lru_cache(maxsize=64)
-def _rescale_kernel(family):
+def _rescale_kernel(family: Any) -> Any:
     """:func:`_rescaled` for one ReLU family, compiled by XLA: its element-wise steps fused into
     one pass that reads ``x`` and ``dy`` (``y`` recomputed, exactly, from ``x``; ``x₀``, ``y₀`` one
     row when shared). Run apart, each step reads and writes the whole tensor, and together they
     cost a quarter of a ResNet's forward and backward."""
 
     @tf.function(jit_compile=True, reduce_retracing=True)
-    def rescaled(x, x0, y0, dy):
+    def rescaled(x: Any, x0: Any, y0: Any, dy: Any) -> Any:
         delta_x = x - x0
         apart = tf.abs(delta_x) > DELTA_EPSILON
         multiplier = (family.forward(x) - y0) / tf.where(apart, delta_x, tf.ones((), delta_x.dtype))
@@ -251,14 +251,14 @@ def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
         x0, y0 = reference
 
         @tf.custom_gradient
-        def against_reference(x, y):
+        def against_reference(x: Any, y: Any) -> Any:
             return tf.identity(y), lambda dy: (_pooled(pool, x, x0, y, y0, dy), None)
 
         return against_reference(x, y)
 
     @tf.custom_gradient
-    def gate(x, y):
-        def backward(dy):
+    def gate(x: Any, y: Any) -> Any:
+        def backward(dy: Any) -> Any:
             x1, x0 = halves(x)
             y1, y0 = halves(y)
             dy1, _ = halves(dy)
@@ -269,7 +269,7 @@ def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
     return gate(x, y)
 
 
-def _pooled(pool, x, x0, y, y0, dy):
+def _pooled(pool: Any, x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:
     """The max-pooling multiplier: of ``Δy``, ``max(y, y₀) − y₀`` goes to the winner in ``x`` and
     ``y − max(y, y₀)`` to the winner in ``x₀``, each input's share divided by its ``x − x₀``
     (``x₀``, ``y₀``: one row each or one per row)."""
@@ -309,17 +309,17 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
         x0, y0 = shared.exchange(site, x, None)
 
         @tf.custom_gradient
-        def against_reference(x):
+        def against_reference(x: Any) -> Any:
             y = function(x)
             return y, lambda dy: _midpoint_multipliers(function, x, x0, y, y0, dy)
 
         return against_reference(x)
 
     @tf.custom_gradient
-    def gate(x):
+    def gate(x: Any) -> Any:
         y = function(x)
 
-        def backward(dy):
+        def backward(dy: Any) -> Any:
             # in the full layout (each reference beside its input, the input rows' cotangent, zero
             # in the reference rows, whose Δx is zero): ``function`` may read tensors of all rows (a mask)
             _, x0 = halves(x)
@@ -334,7 +334,7 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
     return gate(x)
 
 
-def _midpoint_multipliers(function, x, x0, y, y0, dy):
+def _midpoint_multipliers(function: Any, x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:
     """``J_midᵀ (dy ⊙ Δy / (J_mid Δx))`` (see :func:`midpoint_gate`); ``x₀``, ``y₀``: one row or
     one per row. One forward-mode product (``J_mid Δx``) and one reverse-mode product."""
     delta_x = x - x0

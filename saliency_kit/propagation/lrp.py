@@ -45,7 +45,7 @@ class RuleLayer(WrapperLayer):
     """A linear layer with an LRP rule on its backward pass, its fused activation split off with
     :class:`~saliency_kit.propagation.lrp_rules.Pass`, and possibly a BatchNorm merged in."""
 
-    def __init__(self, inner, rule: LinearRule, family=None, **kwargs):
+    def __init__(self, inner: Any, rule: LinearRule, family: Any = None, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.rule = rule
         self.family = family  # its fused element-wise activation (Pass), or None
@@ -69,7 +69,7 @@ class PassLayer(WrapperLayer):
     """An element-wise layer (ReLU family, unmerged BatchNorm, Rescaling) with ``Pass``; a
     BatchNorm merged into the layer before it is the identity once ``merged`` is set."""
 
-    def __init__(self, inner, **kwargs):
+    def __init__(self, inner: Any, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.to_relevance = False
         self.merged = False
@@ -121,10 +121,10 @@ def rewrite_lrp(model: keras.Model, composite: Any, *, input_relevance: bool = F
     if not plan:
         raise ValueError(f"model {model.name!r} has no layer for an LRP rule; received {len(facts)} layers.")
 
-    def wrap(fact, rule):
+    def wrap(fact: Any, rule: Any) -> Any:
         return _wrap(fact, rule, composite)
 
-    def link(wrappers):
+    def link(wrappers: Any) -> None:
         """Canonizers that link layers of the copy: merged BatchNorms, the first layers' relevance."""
         for fact in facts:
             if fact.absorbs is not None and id(fact.op) in wrappers:
@@ -147,7 +147,7 @@ def rewrite_lrp(model: keras.Model, composite: Any, *, input_relevance: bool = F
     return new_model
 
 
-def _rule_of(fact, composite, first: bool = False):
+def _rule_of(fact: Any, composite: Any, first: bool = False) -> Any:
     """The rule ``fact``'s layer gets (a ``LinearRule``, ``Pass``, or the name of a layer rule:
     ``"product"``, ``"layer_norm"``, ``"attention"``, ``"custom"``, ``"sum"``), or ``None``."""
     if fact.kind in ("linear", "average_pooling"):
@@ -167,7 +167,7 @@ def _rule_of(fact, composite, first: bool = False):
     return None
 
 
-def _wrap(fact, rule, composite, inner=None):
+def _wrap(fact: Any, rule: Any, composite: Any, inner: Any = None) -> Any:
     """The layer put in place of ``fact``'s (``inner``: the existing layer to run, inside a
     custom layer's clone; else a clone of it)."""
     op = fact.op
@@ -186,12 +186,12 @@ def _wrap(fact, rule, composite, inner=None):
     if isinstance(rule, LinearRule):
         return RuleLayer(inner, rule, family=_fused_family(fact))
     if fact.kind == "relu" and not isinstance(op, keras.layers.Layer):
-        family = canonizers.relu_family_of(op)
+        family: Any = canonizers.relu_family_of(op)
         return PassLayer(keras.layers.Activation(lambda x: family.forward(x), name=op.name))
     return PassLayer(inner)
 
 
-def _wrap_sublayer(fact, composite):
+def _wrap_sublayer(fact: Any, composite: Any) -> Any:
     """A sublayer of a custom layer with its rule, around the sublayer itself (or ``None``)."""
     rule = _rule_of(fact, composite)
     if rule is None or fact.kind in ("product", "sum"):
@@ -199,13 +199,13 @@ def _wrap_sublayer(fact, composite):
     return _wrap(fact, rule, composite, inner=fact.op)
 
 
-def _projection_rules(path: str, composite):
+def _projection_rules(path: str, composite: Any) -> Any:
     """``projection(einsum_dense, role)`` for an attention: the value and output projections with
     the composite's rule (never a first layer's: the value projection's relevance, where it
     reads the input, is its gradient times its input); the query and key projections, which
     receive no gradient (the probabilities are constant), as they are."""
 
-    def projection(layer, role):
+    def projection(layer: Any, role: Any) -> Any:
         if role in ("query", "key"):
             return None
         fact = canonizers.LayerFacts(f"{path}/{layer.name}", layer, "linear")
@@ -214,7 +214,7 @@ def _projection_rules(path: str, composite):
     return projection
 
 
-def _fused_family(fact):
+def _fused_family(fact: Any) -> Any:
     """The element-wise activation fused into a linear layer that its wrapper applies (with
     ``Pass``), or ``None`` (linear, or a final softmax/sigmoid split apart)."""
     activation = getattr(fact.op, "activation", None)
@@ -237,7 +237,7 @@ class SumLayer(keras.layers.Layer):
     addend's input gradient is its relevance, ``a ⊙ ∂s/∂a`` (``relevance``: which flattened
     tensor arguments), so what is added to it (a position embedding) keeps its own share."""
 
-    def __init__(self, op, relevance, **kwargs):
+    def __init__(self, op: Any, relevance: Any, **kwargs: Any) -> None:
         super().__init__(name=op.name, **kwargs)
         self.op = op
         self.relevance = list(relevance)

@@ -36,28 +36,28 @@ __all__ = [
 ]
 
 
-def _identity(w):
+def _identity(w: Any) -> Any:
     return w
 
 
-def _positive(w):
+def _positive(w: Any) -> Any:
     return tf.maximum(w, 0)
 
 
-def _negative(w):
+def _negative(w: Any) -> Any:
     return tf.minimum(w, 0)
 
 
-def _ones(w):
+def _ones(w: Any) -> Any:
     return tf.ones_like(w)
 
 
-def _square(w):
+def _square(w: Any) -> Any:
     return tf.square(w)
 
 
-def _gamma_mod(gamma: float, part: Callable):
-    def modify(w):
+def _gamma_mod(gamma: float, part: Callable) -> Any:
+    def modify(w: Any) -> Any:
         return w + gamma * part(w)
 
     return modify
@@ -71,7 +71,7 @@ class Epsilon(LinearRule):
 
     branches = (Branch("x"),)
 
-    def __init__(self, epsilon: float = 1e-6):
+    def __init__(self, epsilon: float = 1e-6) -> None:
         super().__init__(stabilizer=epsilon)
         self.epsilon = self.stabilizer
 
@@ -85,7 +85,7 @@ class Gamma(LinearRule):
     this is the textbook ``R_i = Σ_j x_i (w_ij + γw⁺_ij) R_j / Σ_i' x_i' (w_i'j + γw⁺_i'j) + b + γb⁺``.
     """
 
-    def __init__(self, gamma: float = 0.25, stabilizer: float = 1e-6):
+    def __init__(self, gamma: float = 0.25, stabilizer: float = 1e-6) -> None:
         super().__init__(stabilizer)
         gamma = float(gamma)
         if not gamma >= 0:
@@ -141,7 +141,7 @@ class AlphaBeta(LinearRule):
     ``R⁻_i = Σ_j (x⁺_i w⁻_ij + x⁻_i w⁺_ij) R_j / stab(z⁻_j)``, ``z⁻_j = Σ_i (x⁺ w⁻ + x⁻ w⁺) + b⁻_j``.
     """
 
-    def __init__(self, alpha: float = 2.0, beta: float = 1.0, stabilizer: float = 1e-6):
+    def __init__(self, alpha: float = 2.0, beta: float = 1.0, stabilizer: float = 1e-6) -> None:
         super().__init__(stabilizer)
         alpha, beta = float(alpha), float(beta)
         if alpha < 0 or beta < 0 or not np.isclose(alpha - beta, 1.0, rtol=0, atol=1e-12):
@@ -200,7 +200,7 @@ class ZBox(LinearRule):
     i.e. after preprocessing).
     """
 
-    def __init__(self, low, high, stabilizer: float = 1e-6):
+    def __init__(self, low: Any, high: Any, stabilizer: float = 1e-6) -> None:
         super().__init__(stabilizer)
         low_array, high_array = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
         if not (np.all(np.isfinite(low_array)) and np.all(np.isfinite(high_array))):

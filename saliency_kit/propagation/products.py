@@ -47,16 +47,18 @@ def product_gate(a: Any, b: Any, rule: str, to_relevance: bool = False, site: An
         return a * b
 
     @tf.custom_gradient
-    def gate(a, b):
+    def gate(a: Any, b: Any) -> Any:
         y = a * b
 
-        def midpoints(t, t0=None):  # (t + t₀)/2 in the input rows (0 in interleaved baseline rows), at y's shape
+        def midpoints(
+            t: Any, t0: Any = None
+        ) -> Any:  # (t + t₀)/2 in the input rows (0 in interleaved baseline rows), at y's shape
             if t0 is not None:
                 return (tf.broadcast_to(t, tf.shape(y)) + t0) / 2
             t1, t0 = halves(tf.broadcast_to(t, tf.shape(y)))
             return interleave((t1 + t0) / 2, tf.zeros_like(t1))
 
-        def backward(dy):
+        def backward(dy: Any) -> Any:
             if rule != "deeplift":
                 share_a, share_b = b / 2, a / 2
             elif reference is not None:
@@ -84,15 +86,15 @@ def bilinear_gate(function: Any, a: Any, b: Any, site: Any = None) -> Any:
     if shared is not None and reference is None:  # the shared reference's own pass
         return function(a, b)
 
-    def midpoint(t, t0=None):  # (t + t₀)/2 in the input rows; 0 in interleaved baseline rows
+    def midpoint(t: Any, t0: Any = None) -> Any:  # (t + t₀)/2 in the input rows; 0 in interleaved baseline rows
         if t0 is not None:
             return t + (t0 - t) / 2
         t1, t0 = halves(t)
         return interleave(t1 + (t0 - t1) / 2, tf.zeros_like(t1))
 
     @tf.custom_gradient
-    def gate(a, b):
-        def backward(dy):
+    def gate(a: Any, b: Any) -> Any:
+        def backward(dy: Any) -> Any:
             if reference is not None:
                 a_mid, b_mid = midpoint(a, reference[0]), midpoint(b, reference[1])
             else:
@@ -111,7 +113,7 @@ class ProductLayer(keras.layers.Layer):
     """In the copy, the place of a product of two branches (a ``Multiply`` layer, called on a
     list, or ``keras.ops.multiply``, called on two tensors), with :func:`product_gate`'s rule."""
 
-    def __init__(self, rule: str, **kwargs):
+    def __init__(self, rule: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rule = rule
         self.to_relevance = False

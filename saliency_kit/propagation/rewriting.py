@@ -60,11 +60,11 @@ class WrapperLayer(keras.layers.Layer):
     """A layer of the copy that runs ``inner`` (a clone of the original layer, whose weights it
     uses) with a rule on its backward pass; subclasses define ``call``."""
 
-    def __init__(self, inner, **kwargs):
+    def __init__(self, inner: Any, **kwargs: Any) -> None:
         super().__init__(name=inner.name, dtype=inner.dtype_policy, **kwargs)
         self.inner = inner
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with covered():  # its operations are covered by its rule (a custom layer's check)
             return super().__call__(*args, **kwargs)
 
@@ -114,7 +114,7 @@ def rewrite_planned(
     """
     wrappers = {}
 
-    def replace(op):
+    def replace(op: Any) -> Any:
         if id(op) not in plan:
             return None
         wrappers[id(op)] = wrap(*plan[id(op)])

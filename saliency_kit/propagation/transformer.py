@@ -48,12 +48,12 @@ def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
     beta = None if getattr(layer, "beta", None) is None else tf.cast(tf.convert_to_tensor(layer.beta), compute)
     epsilon = tf.cast(layer.epsilon, compute)
 
-    def normalise(x):
+    def normalise(x: Any) -> Any:
         rank = len(x.shape)
         axes = sorted(a % rank for a in ([layer.axis] if isinstance(layer.axis, int) else layer.axis))
         shape = [x.shape[a] if a in axes else 1 for a in range(rank)]
 
-        def parameter(value):
+        def parameter(value: Any) -> Any:
             return value if axes == [rank - 1] else tf.reshape(value, shape)
 
         x = tf.cast(x, compute)
@@ -75,7 +75,7 @@ class LayerNormLayer(WrapperLayer):
     """A ``LayerNormalization`` with the LRP rule (``method="lrp"``: ``1/σ`` constant; with
     ``to_relevance`` its input gradient is the relevance) or DeepLIFT's midpoint rule."""
 
-    def __init__(self, inner, method: str, **kwargs):
+    def __init__(self, inner: Any, method: str, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.method = method
         self.to_relevance = False
@@ -96,7 +96,7 @@ class AttentionLayer(WrapperLayer):
     or ``None`` for the projection itself.
     """
 
-    def __init__(self, inner, method: str, projection=None, **kwargs):
+    def __init__(self, inner: Any, method: str, projection: Any = None, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
         self.method = method
         self.to_relevance = False  # LRP: the value projection's input gradient is the relevance
@@ -146,13 +146,13 @@ class AttentionLayer(WrapperLayer):
         q = q * tf.cast(keras_private.attention_scale(mha), q.dtype)
         dot_product, combination = keras_private.attention_equations(mha)
 
-        def scores_of(k, q):
+        def scores_of(k: Any, q: Any) -> Any:
             return tf.einsum(dot_product, k, q)
 
-        def softmax(scores):
+        def softmax(scores: Any) -> Any:
             return keras_private.attention_softmax(mha, scores, mask)
 
-        def combine(p, v):
+        def combine(p: Any, v: Any) -> Any:
             return tf.einsum(combination, p, v)
 
         if self.method == "lrp":

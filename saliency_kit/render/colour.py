@@ -67,7 +67,7 @@ def normalize(map_: Any, *, sign: str = "abs", clip_percentile: float = 99.0) ->
 
 
 @functools.cache
-def _named_colormap(name: str):
+def _named_colormap(name: str) -> Any:
     """A registered colormap by name (``matplotlib.colormaps[name]`` makes a copy at every call)."""
     import matplotlib
 
@@ -91,7 +91,7 @@ def _named_table(name: str) -> np.ndarray:
     return _table(_named_colormap(name))
 
 
-def _table(colormap) -> np.ndarray:
+def _table(colormap: Any) -> np.ndarray:
     """uint8 ``[N, 3]``: the colormap's own N colours (what matplotlib indexes into)."""
     return np.ascontiguousarray(colormap(np.arange(colormap.N), bytes=True)[:, :3])
 
@@ -109,7 +109,7 @@ def colorize(unit: np.ndarray, cmap: Any, sign: str) -> np.ndarray:
     return table[np.maximum(index, 0)]
 
 
-def _as_map(map_, *, allow_1d: bool) -> np.ndarray:
+def _as_map(map_: Any, *, allow_1d: bool) -> np.ndarray:
     array = np.asarray(map_)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]

@@ -50,7 +50,7 @@ def part_explanations(explanation: Any) -> list[tuple[str, str, object]]:
     return out
 
 
-def _first_inputs(part):
+def _first_inputs(part: Any) -> Any:
     rows = {
         name: np.asarray(getattr(part, name))[:MAX_INPUTS]
         for name in ("attributions", "maps", "targets", "scores", "completeness_gap")
@@ -60,7 +60,7 @@ def _first_inputs(part):
     return dataclasses.replace(part, target_info=info, **rows)
 
 
-def _token_part(explanation) -> str | None:
+def _token_part(explanation: Any) -> str | None:
     """The name of the part the explanation's tokens (:meth:`~saliency_kit.Explanation.with_tokens`)
     belong to: its first embedding part (its ``token_maps``), or its one part."""
     if explanation.parts is None:
@@ -68,11 +68,11 @@ def _token_part(explanation) -> str | None:
     return next((name for name, kind in explanation.parts.items() if kind == "embedding"), None)
 
 
-def _is_tokens(explanation, name: str, kind: str) -> bool:
+def _is_tokens(explanation: Any, name: str, kind: str) -> bool:
     return kind == "embedding" or explanation.tokens is not None and name == _token_part(explanation)
 
 
-def _tokens_of(explanation, name: str, part) -> tuple[list, bool]:
+def _tokens_of(explanation: Any, name: str, part: Any) -> tuple[list, bool]:
     """``(tokens per input, given)``: the explanation's tokens for its token part, else each
     position's index."""
     count, length = np.shape(part.maps)[0], np.shape(part.maps)[2]
@@ -81,7 +81,7 @@ def _tokens_of(explanation, name: str, part) -> tuple[list, bool]:
     return [[str(t) for t in range(length)] for _ in range(count)], False
 
 
-def _originals_of(explanation, originals, name: str):
+def _originals_of(explanation: Any, originals: Any, name: str) -> Any:
     """The originals of part ``name``: ``originals`` itself for one part; for several, its entry
     (``originals`` in the structure the maps have: a dict by name, or a list in the model's
     input order), else None."""
@@ -97,7 +97,7 @@ def _originals_of(explanation, originals, name: str):
     return None if found is None else found[:MAX_INPUTS]
 
 
-def _part_png(explanation, name: str, part, originals, class_names) -> bytes:
+def _part_png(explanation: Any, name: str, part: Any, originals: Any, class_names: Any) -> bytes:
     return explanation_png(part, _originals_of(explanation, originals, name), class_names, max_inputs=MAX_INPUTS)
 
 
@@ -156,7 +156,7 @@ def display_html(explanation: Any, originals: Any = None, class_names: Any = Non
     return "\n".join(sections)
 
 
-def _tokens_section(explanation, name: str, part, class_names) -> str:
+def _tokens_section(explanation: Any, name: str, part: Any, class_names: Any) -> str:
     tokens, given = _tokens_of(explanation, name, part)
     fragment = tokens_html(part, tokens, class_names=class_names)
     if given:

@@ -20,7 +20,7 @@ from .titles import fit_text, method_display, method_title
 __all__ = ["explanation_png", "grid", "show"]
 
 
-def _explanations(explanation) -> list:
+def _explanations(explanation: Any) -> list:
     items = list(explanation) if isinstance(explanation, (list, tuple)) else [explanation]
     if not items:
         raise ValueError("grid() needs at least one Explanation; received an empty list.")
@@ -30,25 +30,25 @@ def _explanations(explanation) -> list:
     return items
 
 
-def _class_label(class_names, index: int) -> str:
+def _class_label(class_names: Any, index: int) -> str:
     if class_names is not None and 0 <= index < len(class_names):
         return str(class_names[index])
     return f"class {index}"
 
 
-def _is_image(original) -> bool:
+def _is_image(original: Any) -> bool:
     array = np.asarray(original)
     return array.ndim == 3 and array.shape[-1] in (1, 3, 4)
 
 
-def _is_tabular(e) -> bool:
+def _is_tabular(e: Any) -> bool:
     """Attributions ``[B, K, F]``: one value per feature of a flat input (no spatial axes).
     (Objects with only ``maps``, ``targets``, ``scores`` and ``method`` are drawn from the maps.)"""
     attributions = getattr(e, "attributions", None)
     return attributions is not None and np.ndim(attributions) == 3 and not method_display(e.method)[1]
 
 
-def _display_image(original, max_side: int) -> np.ndarray:
+def _display_image(original: Any, max_side: int) -> np.ndarray:
     """The original as uint8 RGB, shrunk (never enlarged) so that its longer side is ``max_side``."""
     from PIL import Image
 
@@ -61,7 +61,7 @@ def _display_image(original, max_side: int) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.LANCZOS))
 
 
-def _show_original(ax, original) -> None:
+def _show_original(ax: Any, original: Any) -> None:
     array = np.asarray(original)
     if array.ndim == 3 and array.shape[-1] in (1, 3, 4):
         ax.imshow(as_rgb(array))
@@ -77,14 +77,14 @@ def _show_original(ax, original) -> None:
         )
 
 
-def _style(ax) -> None:
+def _style(ax: Any) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
 
 
-def _bars(ax, values, features, feature_names, *, max_features: int) -> None:
+def _bars(ax: Any, values: Any, features: Any, feature_names: Any, *, max_features: int) -> None:
     """Horizontal bars of a tabular attribution ``[F]``: the largest magnitudes, red for evidence
     for the class and blue against it, each labelled with the feature's name (and value)."""
     values = np.nan_to_num(np.asarray(values, dtype=np.float64).reshape(-1))
@@ -108,7 +108,7 @@ def _bars(ax, values, features, feature_names, *, max_features: int) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _panel_rows(items, max_columns: int) -> list[list[tuple]]:
+def _panel_rows(items: Any, max_columns: int) -> list[list[tuple]]:
     """The (explanation, k) panels of one input, in rows: one row per method (wrapped after
     ``max_columns``) when some method explains several classes, else every method side by side."""
     if max(np.asarray(e.maps).shape[1] for e in items) == 1:
@@ -219,7 +219,7 @@ def grid(
     return fig
 
 
-def _first_inputs(e, n: int):
+def _first_inputs(e: Any, n: int) -> Any:
     """``e`` restricted to its first ``n`` inputs (the arrays a grid reads), for display."""
     if len(np.asarray(e.maps)) <= n or not dataclasses.is_dataclass(e) or isinstance(e, type):
         return e
@@ -323,7 +323,7 @@ def show(
 _TITLE_POINTS = 7.5  # panel titles: two lines of this size, under a header of 8.5 points
 
 
-def _column_header(ax, text: str) -> None:
+def _column_header(ax: Any, text: str) -> None:
     """A bold header above the axes' two-line title (plain text: no mathtext surprises with '-' or '_')."""
     from matplotlib.transforms import ScaledTranslation
 

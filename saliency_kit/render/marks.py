@@ -30,7 +30,7 @@ class Mark:
     frame: tuple | None = None
 
 
-def _line_width(shape_hw) -> int:
+def _line_width(shape_hw: Any) -> int:
     """Outline width in pixels: 1 up to 192 px pictures, then 1 more per 192 px of the short side."""
     return max(1, int(min(shape_hw[:2])) // 192 + 1)
 

@@ -21,7 +21,7 @@ from .titles import method_title
 __all__ = ["series", "volume", "tokens_html", "check_tokens", "token_colours", "legend_stops"]
 
 
-def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
+def _one_map(explanation: Any, index: int, k: int, what: str) -> np.ndarray:
     """``explanation.maps[index, k]`` with ``index`` and ``k`` checked (of its token input, when
     a model's several inputs were explained)."""
     maps = np.asarray(getattr(explanation, "token_maps", explanation.maps))
@@ -35,7 +35,7 @@ def _one_map(explanation, index: int, k: int, what: str) -> np.ndarray:
     return maps[index, k]
 
 
-def _default_sign(explanation, values: np.ndarray) -> str:
+def _default_sign(explanation: Any, values: np.ndarray) -> str:
     """``"all"`` (diverging) for a method whose sign matters, or a map with negative values;
     ``"abs"`` otherwise."""
     from ..methods import get
@@ -62,7 +62,7 @@ def _colour_scale(values: np.ndarray, sign: str, clip_percentile: float) -> floa
     return scale if scale > 0 else float(magnitude.max())
 
 
-def _scale_bar(fig, axes, sign: str, cmap, scale: float, label: str) -> None:
+def _scale_bar(fig: Any, axes: Any, sign: str, cmap: Any, scale: float, label: str) -> None:
     """A colour bar beside ``axes`` labelled in the map's own units."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -74,7 +74,7 @@ def _scale_bar(fig, axes, sign: str, cmap, scale: float, label: str) -> None:
     bar.ax.tick_params(labelsize=6)
 
 
-def _figure_heading(explanation, index: int, k: int, class_names) -> str:
+def _figure_heading(explanation: Any, index: int, k: int, class_names: Any) -> str:
     target = int(np.asarray(explanation.targets)[index, k])
     name = str(class_names[target]) if class_names is not None and 0 <= target < len(class_names) else f"class {target}"
     heading = f"{method_title(explanation.method)} \u00b7 input {index} \u00b7 {name}"
@@ -83,14 +83,14 @@ def _figure_heading(explanation, index: int, k: int, class_names) -> str:
     return f"{heading} \u00b7 score {float(np.asarray(explanation.scores)[index, k]):.3g}"
 
 
-def _sign_and_colormap(sign, cmap, clip_percentile, explanation, values):
+def _sign_and_colormap(sign: Any, cmap: Any, clip_percentile: Any, explanation: Any, values: Any) -> Any:
     sign = _default_sign(explanation, values) if sign is None else sign
     normalize(np.zeros(1), sign=sign, clip_percentile=clip_percentile)  # checks sign and clip_percentile
     return sign, find_colormap(cmap if cmap is not None else DEFAULT_CMAPS[sign], sign)
 
 
 # -- time series -----------------------------------------------------------------------------------------
-def _series_input(inputs, index: int, length: int, count: int) -> np.ndarray:
+def _series_input(inputs: Any, index: int, length: int, count: int) -> np.ndarray:
     """One input of ``inputs`` as ``[T, F]`` (channels-first ``[F, T]`` and univariate ``[T]`` accepted)."""
     array = np.asarray(inputs)
     if array.ndim not in (2, 3) or len(array) != count:
@@ -216,7 +216,7 @@ def series(
 _AXIS_NAMES = ("depth", "height", "width")
 
 
-def _volume_input(inputs, index: int, shape: tuple, count: int) -> np.ndarray:
+def _volume_input(inputs: Any, index: int, shape: tuple, count: int) -> np.ndarray:
     """One input of ``inputs`` as a grey volume ``[D, H, W]`` in [0, 1] (channels averaged)."""
     array = np.asarray(inputs)
     if len(array) != count:
@@ -237,7 +237,7 @@ def _volume_input(inputs, index: int, shape: tuple, count: int) -> np.ndarray:
     return (grey - low) / (high - low) if high > low else np.zeros_like(grey)
 
 
-def _slice_indices(slices, length: int) -> list[int]:
+def _slice_indices(slices: Any, length: int) -> list[int]:
     if isinstance(slices, (int, np.integer)) and not isinstance(slices, bool):
         if slices < 1:
             raise ValueError(f"volume() needs slices >= 1 or a list of slice indices; received {slices!r}.")
@@ -338,12 +338,12 @@ def check_tokens(tokens: Any, maps_shape: tuple) -> list[list[str]]:
     return checked
 
 
-def _hex_colour(rgb) -> str:
+def _hex_colour(rgb: Any) -> str:
     r, g, b = (int(round(float(c) * 255)) for c in rgb[:3])
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def _text_colour(rgb) -> str:
+def _text_colour(rgb: Any) -> str:
     """Black or white text, whichever reads better on ``rgb``."""
     return "#000000" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 0.55 else "#ffffff"
 

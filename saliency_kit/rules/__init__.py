@@ -9,6 +9,7 @@ propagation package may itself import :mod:`.relu`).
 """
 
 import importlib
+from typing import Any
 
 from .relu import (
     DeconvBackprop,
@@ -45,7 +46,7 @@ _PROPAGATION = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _PROPAGATION:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"saliency_kit.propagation.{_PROPAGATION[name]}"), name)

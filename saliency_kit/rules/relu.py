@@ -123,7 +123,7 @@ class ModifiedBackprop:
             rewrites, so one rule object serves a whole model.
     """
 
-    def __init__(self, activation: ReluFamily | None = None):
+    def __init__(self, activation: ReluFamily | None = None) -> None:
         self.activation = activation if activation is not None else PLAIN_RELU
 
     def grad(self, x: Any, y: Any, dy: Any) -> Any:
@@ -141,14 +141,14 @@ class ModifiedBackprop:
         bound.activation = activation
         return bound
 
-    def __call__(self, x):
+    def __call__(self, x: Any) -> Any:
         """``f(x)`` on the forward pass, :meth:`grad` on the backward pass."""
 
         @tf.custom_gradient
-        def modified(x):
+        def modified(x: Any) -> Any:
             y = self.activation.forward(x)
 
-            def backward(dy):
+            def backward(dy: Any) -> Any:
                 return self.grad(x, y, dy)
 
             return y, backward

@@ -130,7 +130,7 @@ class Preprocessing:
             return cls(**kwargs)
         raise ValueError(f"preprocess must be a mode name or a table, got {value!r}")
 
-    def __call__(self, images) -> np.ndarray:
+    def __call__(self, images: Any) -> np.ndarray:
         """uint8 (or float 0..255) ``[..., 3]`` RGB -> float32, computed in float64 and rounded
         once (so ``"unit"`` is exactly ``np.float32(x) / 255``)."""
         x = np.asarray(images, dtype=np.float64)
@@ -212,7 +212,7 @@ def list_models() -> list:
     return sorted(_named_configs())
 
 
-def _read_toml(path) -> dict:
+def _read_toml(path: Any) -> dict:
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
@@ -285,7 +285,7 @@ def warn_repeated_names(names: Sequence[str], where: str) -> None:
     )
 
 
-def _read_classes(value, base) -> list | None:
+def _read_classes(value: Any, base: Any) -> list | None:
     if value is None:
         return None
     if isinstance(value, list):
@@ -300,7 +300,7 @@ def _read_classes(value, base) -> list | None:
     return read_class_names(text, path)
 
 
-def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpec:
+def _spec_from_config(config: dict, source: Any, *, allowed: Any = _CONFIG_KEYS) -> ModelSpec:
     """A ModelSpec from a parsed config; ``input_size``/``class_names`` may be None until the model
     is known (filled in by ``_complete``)."""
     unknown = set(config) - allowed
@@ -346,7 +346,7 @@ def _spec_from_config(config: dict, source, *, allowed=_CONFIG_KEYS) -> ModelSpe
     )
 
 
-def _stem(source) -> str:
+def _stem(source: Any) -> str:
     """``resnet50.toml`` -> ``resnet50``; ``net.keras.toml`` and ``net.keras`` -> ``net``."""
     name = Path(str(source)).name
     if name.endswith(".toml"):

@@ -57,7 +57,7 @@ def load_model(name_or_path: Any, weights: Any = "imagenet", *, unsafe: bool = F
     return model, spec
 
 
-def _complete(spec: ModelSpec, model) -> ModelSpec:
+def _complete(spec: ModelSpec, model: Any) -> ModelSpec:
     """Fill what only the model knows (input size, class count, Grad-CAM layer) and check the
     config agrees with the model."""
     in_shape = tuple(model.input_shape) if not isinstance(model.input_shape, list) else None
@@ -83,7 +83,7 @@ def _complete(spec: ModelSpec, model) -> ModelSpec:
     )
 
 
-def _takes_channels_first(model, in_shape) -> bool:
+def _takes_channels_first(model: Any, in_shape: Any) -> bool:
     """Whether ``model`` takes ``[B, C, H, W]`` images (channels-first layers, or a conversion
     inside the model as PyTorch converters write it): then images are fed transposed."""
     from ..model.inspect import channel_axis
@@ -103,7 +103,7 @@ def keras_dtype(model: Any) -> str:
     return keras.backend.standardize_dtype(model.inputs[0].dtype) if getattr(model, "inputs", None) else "float32"
 
 
-def _class_count(spec: ModelSpec, output_shape) -> int | None:
+def _class_count(spec: ModelSpec, output_shape: Any) -> int | None:
     """How many classes the output of a ``spec.task`` model scores (``None``: several outputs,
     or not known); an output that does not fit the task is a ``ValueError``."""
     if isinstance(output_shape, (list, dict)):
@@ -129,7 +129,7 @@ def _class_count(spec: ModelSpec, output_shape) -> int | None:
     return shape[-1]
 
 
-def _last_4d_layer(model) -> str | None:
+def _last_4d_layer(model: Any) -> str | None:
     """Path of the last layer (nested models included) whose output is 4-D, or ``None``."""
     from ..model.walker import layer_paths, output_rank
 
@@ -137,7 +137,7 @@ def _last_4d_layer(model) -> str | None:
     return found[-1] if found else None
 
 
-def _get_layer(model, path: str, spec=None):
+def _get_layer(model: Any, path: str, spec: Any = None) -> Any:
     """The layer at ``"outer/inner"`` (or a bare layer name); ValueError naming what exists."""
     from ..model.walker import find_layer, layer_at
 
@@ -162,7 +162,7 @@ def spec_of(model: Any) -> ModelSpec | None:
         return None
 
 
-def _build_application(spec: ModelSpec, weights):
+def _build_application(spec: ModelSpec, weights: Any) -> Any:
     import keras
 
     if spec.constructor is None or spec.input_size is None:
@@ -183,7 +183,7 @@ def _build_application(spec: ModelSpec, weights):
     return model
 
 
-def _load_model_file(path: Path, weights, unsafe: bool):
+def _load_model_file(path: Path, weights: Any, unsafe: bool) -> Any:
     """A ``.keras``/``.h5`` model (safe mode unless ``unsafe``), with its own weights, fresh
     random ones (``"random"``: a clone), or those of another file."""
     import keras

@@ -57,7 +57,7 @@ def _server_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
 
     result = []
 
-    def probe():
+    def probe() -> None:
         try:
             urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
             result.append(True)
