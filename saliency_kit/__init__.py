@@ -21,8 +21,8 @@ _NAMES = {
     "GuidedBackprop": "rules",
     "DeconvBackprop": "rules",
     "rewrite": "model.rewrite",
-    "explain": "api",
-    "jacobian": "api",
+    "explain": "pipeline.api",
+    "jacobian": "pipeline.api",
     "Explanation": "explanation",
     "load_model": "zoo",
     "list_models": "zoo",
@@ -47,12 +47,12 @@ __all__ = sorted([*_NAMES, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same names
     from . import callbacks, evaluate, gradients, methods, render, rules, targets
-    from .api import explain, jacobian
     from .batch import gallery
     from .explanation import Explanation
     from .gradients import layers
     from .images import load_images
     from .model.rewrite import rewrite
+    from .pipeline.api import explain, jacobian
     from .propagation import composites
     from .rules import DeconvBackprop, GuidedBackprop, ModifiedBackprop
     from .zoo import ModelSpec, list_models, load_model

@@ -115,7 +115,7 @@ class SaliencyCallback(keras.callbacks.Callback):
 
     def _explain(self):
         """``sk.explain`` on the model as it is, leaving the global random generators as they were."""
-        from .api import explain
+        from .pipeline.api import explain
 
         numpy_state, python_state = np.random.get_state(), random.getstate()
         try:

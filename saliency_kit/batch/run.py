@@ -116,7 +116,7 @@ def explain_batch(
 ) -> list:
     """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
     the targets are resolved once for all methods; seeded noise is keyed by each path."""
-    from ..api import explain
+    from ..pipeline.api import explain
 
     targets = targets_for(inputs)
     keys = [image_key(path) for path in paths]
@@ -139,7 +139,7 @@ def explain_asked(
     (classes, regions, boxes, components; :class:`saliency_kit.targets.Subject`) and ``targets``
     for the images that ask something, which alone are explained. Returns ``(explanations,
     asked)`` with ``asked[row] = (row in the explanations or None, subjects)``."""
-    from ..api import explain
+    from ..pipeline.api import explain
 
     per_row, targets = ask(inputs, sizes)
     rows = [row for row, questions in enumerate(per_row) if questions]

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     opt.preflight(model, spec, inputs[:1], plan, args.batch_size)
 
-    from ..api import explain  # TensorFlow: started by load_model_from_args
+    from ..pipeline.api import explain  # TensorFlow: started by load_model_from_args
 
     found = _task_targets(model, inputs, asked, spec, [o.shape[:2] for o in originals], args.batch_size)
     explanations = (

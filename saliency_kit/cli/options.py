@@ -316,12 +316,12 @@ def method_plan(args: argparse.Namespace) -> list[tuple[str, dict]]:
 
 def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, dict]], batch_size: int) -> None:
     """Check each method's option values against the model and a sample input before any work,
-    with the checks ``sk.explain`` makes first (:func:`saliency_kit.api.check`: the method's
+    with the checks ``sk.explain`` makes first (:func:`saliency_kit.pipeline.api.check`: the method's
     declared ``prepare`` included): a --layer the model lacks, a noise level below zero, a baseline
     of the wrong shape. ``spec``: the model's ``ModelSpec`` (its class names and Grad-CAM layer,
     which ``check`` reads from it). Problems are usage errors; anything raised later, while working,
     is not."""
-    from ..api import check
+    from ..pipeline.api import check
 
     for name, options in plan:
         if options.get("layer") is not None:

@@ -245,7 +245,7 @@ def target_scores(
     model: keras.Model, inputs: Any, selection: Any, *, score: str = "logits", batch_size: int = 32
 ) -> np.ndarray:
     """Scores ``[B, K]`` (float32) of a resolved target (``saliency_kit.targets.Resolved``, e.g.
-    from ``saliency_kit.api.resolve_selection``) at ``inputs`` ``[B, ...]``, row b scored with
+    from ``saliency_kit.pipeline.api.resolve_selection``) at ``inputs`` ``[B, ...]``, row b scored with
     row b of the payload: batched and compiled like :func:`run` (new payloads do not recompile).
     For perturbed copies of inputs, pass ``selection.take(rows)``."""
     inputs = check_inputs(model, inputs)

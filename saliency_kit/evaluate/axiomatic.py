@@ -189,7 +189,7 @@ def input_invariance(
     if (
         scored.target is not None
     ):  # a target object, bound again to the shifted model (a unit's layer path, a head's key)
-        from ..request import resolve_request
+        from ..pipeline.request import resolve_request
 
         selection = resolve_request(
             shifted_model,

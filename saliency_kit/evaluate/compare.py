@@ -38,9 +38,9 @@ def explanation_of(
     """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
     (uniform per element; its map the channel sum), of the parts ``explain`` would explain (in the
     inputs' structure) for a model with several inputs or token ids."""
-    from ..api import explain
     from ..explanation import Explanation
-    from ..parts import structure
+    from ..pipeline.api import explain
+    from ..pipeline.parts import structure
 
     if method != RANDOM:
         seed_noise(method, options, seed)

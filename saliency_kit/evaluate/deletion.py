@@ -80,7 +80,7 @@ def deletion_insertion(
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
     from ..engine import channel_axis, forward_scores, target_scores
-    from ..parts import structured
+    from ..pipeline.parts import structured
 
     scored = None
     if structured(model, inputs, list(getattr(explanation, "parts", None) or []) or None):
@@ -114,7 +114,7 @@ def deletion_insertion(
     n_pixels = height * width
     selection = None
     if targets is not None and scored is None:
-        from ..api import resolve_selection
+        from ..pipeline.api import resolve_selection
 
         selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
         if not selection.target.score_vector and np.asarray(selection.columns).shape != tgt.shape:
@@ -288,7 +288,7 @@ def _curves(
     curve_options = {key: options.pop(key) for key in _CURVE_OPTIONS if key in options}
     explanation = explanation_or_method
     if isinstance(explanation, str):
-        from ..api import explain
+        from ..pipeline.api import explain
 
         seed_noise(explanation, options, seed)
         explanation = explain(model, inputs, explanation, targets, batch_size=batch_size, **options)

@@ -12,7 +12,7 @@ A metric is called as ``NAME(model, inputs, explanation_or_method, targets, *, s
 The two views of an attribution (``elements``, ``pixels``) are :mod:`._common`'s.
 
 What is explained need not be a model's one input: with several model inputs or token ids
-(:mod:`saliency_kit.parts`), ``x`` is the explained part's values in its own shape (an image of an
+(:mod:`saliency_kit.pipeline.parts`), ``x`` is the explained part's values in its own shape (an image of an
 image + metadata model, token ids' embeddings), or several parts flattened side by side
 ``[B, E]``; every row a metric builds is a copy of one input (its *source*) and carries that
 input's values of the model inputs not explained. A target object (``region``, ``box``,
@@ -68,7 +68,7 @@ class Scored:
         selection: the target resolved on the clean inputs (:class:`~saliency_kit.targets.Resolved`,
             its ``target`` the bound target object: a class target's, a callable's, a region's, ...).
         target: the target object as given (None unless a target object was given).
-        parts: the model's inputs and the parts explained (:class:`saliency_kit.parts.Parts`) when
+        parts: the model's inputs and the parts explained (:class:`saliency_kit.pipeline.parts.Parts`) when
             the request is not one float input; ``space`` their :class:`~saliency_kit.engine.space.Space`.
         baseline_token: the token whose embedding is a token part's baseline (as ``explain``'s).
     """
@@ -123,7 +123,7 @@ class Scored:
         targets = self._targets_of(sources, columns)
         if self.parts is not None:
             return self._explain_parts(points, sources, keys, targets)
-        from ..api import explain
+        from ..pipeline.api import explain
 
         expl = explain(
             self.model,
@@ -152,8 +152,8 @@ class Scored:
         """:meth:`explain` with parts: every model input at its source's values, the explained
         parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
         from .. import engine, methods
-        from ..explain_parts import explain_parts
-        from ..request import ExplainCall
+        from ..pipeline.explain_parts import explain_parts
+        from ..pipeline.request import ExplainCall
 
         parts = self.parts
         values = self.space.unpack(np.asarray(points), lead=1)
@@ -230,10 +230,10 @@ def prepare(
     and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
     evaluates the model at perturbed values of what was explained (no inner layer, then)."""
     from .. import engine
-    from ..api import explain
     from ..explanation import Explanation
-    from ..parts import read, structured
-    from ..request import resolve_request
+    from ..pipeline.api import explain
+    from ..pipeline.parts import read, structured
+    from ..pipeline.request import resolve_request
     from ..targets import as_target, is_target
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):

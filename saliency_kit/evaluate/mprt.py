@@ -43,7 +43,7 @@ def mprt(
 ) -> list[dict]:
     """:func:`~.randomisation.randomization_test` in Quantus' modes ``"mprt"``, ``"smooth_mprt"``
     and ``"efficient_mprt"`` (see its docstring): one dict per step, or one for ``"efficient_mprt"``."""
-    from ..api import explain
+    from ..pipeline.api import explain
 
     smooth = mode == "smooth_mprt"
     if smooth:
@@ -115,7 +115,7 @@ def _smoothed(
     embedding's or an inner layer's values are read again at each step's weights."""
     import dataclasses
 
-    from ..parts import read
+    from ..pipeline.parts import read
 
     options = dict(method_options)
     score, batch_size = options.pop("score", "logits"), options.pop("batch_size", 32)

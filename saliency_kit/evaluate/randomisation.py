@@ -174,7 +174,7 @@ def iter_randomization(
     Yields ``(layer_path, explanation, randomized_paths)``: first ``(None, original, [])`` for the
     unchanged clone, then one tuple per step. Arguments as for :func:`randomization_test`.
     """
-    from ..api import explain
+    from ..pipeline.api import explain
 
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES + _QUANTUS_MODES))}; received {mode!r}.")

@@ -55,8 +55,8 @@ def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) 
     on all of them as given. ``options``: ``explain``'s (``score``, ``batch_size``,
     ``attribute_to``, ``class_names``)."""
     from ..engine import check_batch_size, check_inputs
-    from ..parts import read, structured
-    from ..request import resolve_request
+    from ..pipeline.parts import read, structured
+    from ..pipeline.request import resolve_request
     from .explained import Given
 
     batch_size = check_batch_size(options.get("batch_size", 32))

@@ -198,7 +198,7 @@ def test_road_works_on_three_channels(model, x):
 
 
 def test_robustness_re_runs_the_explainer_in_one_batched_call(model, x, monkeypatch):
-    import saliency_kit.api as api
+    import saliency_kit.pipeline.api as api
 
     calls = []
     real = api.explain

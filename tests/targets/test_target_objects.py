@@ -228,7 +228,7 @@ def test_box_gradient_on_a_dict_detector_keras_hubs_raw_form_equals_the_hand_der
 def test_conductance_takes_target_objects_and_keeps_its_completeness():
     """Conductance through layer ``c1`` summed over the layer: the score at the input minus at the
     baseline, for a region of a segmentation and for boxes of a detector."""
-    from saliency_kit.api import resolve_selection
+    from saliency_kit.pipeline.api import resolve_selection
 
     BASELINE = 2.0  # far from the inputs: the detector's score moves by more than 1e-3
     # the D-RISE maximum switches proposals along the path: the Riemann sum takes many steps there
@@ -635,7 +635,7 @@ def test_target_scores_of_perturbed_copies_keep_each_inputs_payload():
     model = segmenter()
     x = images(3, seed=20)
     masks = np.random.default_rng(20).random((3, H, W)) > 0.5
-    from saliency_kit.api import resolve_selection
+    from saliency_kit.pipeline.api import resolve_selection
 
     selection = resolve_selection(model, x, sk.targets.region(masks, [[1], [2], [3]]))
     rows = np.array([2, 0, 0, 1, 2])

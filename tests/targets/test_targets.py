@@ -7,8 +7,8 @@ import tensorflow as tf
 
 import saliency_kit as sk
 from saliency_kit import engine
-from saliency_kit.api import resolve_targets
 from saliency_kit.model.scores import callable_columns
+from saliency_kit.pipeline.api import resolve_targets
 from saliency_kit.targets import parse, resolve
 
 B, F, C = 4, 5, 3

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import engine, methods
-from . import targets as targets_module
+from .. import engine, methods
+from .. import targets as targets_module
 
 if TYPE_CHECKING:
     import keras

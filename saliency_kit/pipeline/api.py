@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import engine, methods
-from . import targets as targets_module
+from .. import engine, methods
+from .. import targets as targets_module
+from ..explanation import Explanation
+from ..model.scores import score_columns
 from .explain_parts import explain_parts
-from .explanation import Explanation
-from .model.scores import score_columns
 from .parts import structured
 from .request import (
     ExplainCall,
