@@ -21,6 +21,7 @@ seeded run trains to the same weights with or without the callback.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 from typing import Any
@@ -126,7 +127,6 @@ class SaliencyCallback(keras.callbacks.Callback):
             random.setstate(python_state)
 
     def _log_image(self, png: bytes, *, step: int) -> None:
-        import io
 
         import tensorflow as tf
         from PIL import Image

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +124,6 @@ class Explanation:
         """A copy that displays with ``originals`` (the images as loaded; for several inputs, in
         the inputs' structure: a dict by name or a list in the model's input order) and
         ``class_names``; the arrays are shared, not copied. ``sk.render.show(expl, originals)`` does the same once."""
-        import copy
 
         shown = copy.copy(self)
         shown.__dict__["_display"] = (originals, class_names)
@@ -134,7 +134,6 @@ class Explanation:
         (:func:`saliency_kit.render.tokens_html`), for maps ``[B, K, T]`` of token sequences:
         ``tokens`` is a list of str per input (or one list for one input), at most ``T`` each.
         The arrays are shared, not copied."""
-        import copy
 
         from .render import check_tokens
 

@@ -360,3 +360,108 @@ def test_public_functions_are_fully_typed():
     assert not grown, f"public functions not fully typed (annotate every parameter and the return): {grown}"
     done = [area for area in WAITING_FOR_TYPES if area not in untyped]
     assert not done, f"typed in full now: remove them from WAITING_FOR_TYPES: {done}"
+
+
+#: What a function may import inside itself: heavy third-party libraries, loaded only when needed so
+#: that ``import saliency_kit`` and the command line's ``--help`` stay quick and framework-free.
+#: Everything else (the standard library, the package's own modules) is imported at the top.
+HEAVY_LIBRARIES = {
+    "tensorflow", "keras", "keras_hub", "matplotlib", "PIL", "skimage", "scipy", "ray", "torch", "jax",
+    "IPython", "selenium", "tensorboard", "numpy", "tqdm",
+}  # fmt: skip
+
+#: Modules that still import the package's own modules inside functions, each with its count when
+#: it was listed: the test fails if one grows, and a module with none left must leave this table.
+WAITING_FOR_TOP_LEVEL_IMPORTS: dict[str, int] = {
+    "saliency_kit/__init__.py": 1,
+    "saliency_kit/batch/gallery.py": 3,
+    "saliency_kit/batch/plan.py": 2,
+    "saliency_kit/batch/ray.py": 1,
+    "saliency_kit/batch/ray_job.py": 2,
+    "saliency_kit/batch/run.py": 8,
+    "saliency_kit/batch/tokens.py": 2,
+    "saliency_kit/callbacks.py": 2,
+    "saliency_kit/cli/evaluate.py": 15,
+    "saliency_kit/cli/explain.py": 2,
+    "saliency_kit/cli/listing.py": 2,
+    "saliency_kit/cli/options.py": 8,
+    "saliency_kit/cli/sanity.py": 7,
+    "saliency_kit/engine/backend.py": 1,
+    "saliency_kit/engine/forward.py": 1,
+    "saliency_kit/engine/inputs.py": 3,
+    "saliency_kit/engine/space.py": 1,
+    "saliency_kit/engine/tf.py": 4,
+    "saliency_kit/engine/tf_context.py": 1,
+    "saliency_kit/engine/tf_gradients.py": 3,
+    "saliency_kit/engine/views.py": 4,
+    "saliency_kit/evaluate/_common.py": 2,
+    "saliency_kit/evaluate/axiomatic.py": 3,
+    "saliency_kit/evaluate/compare.py": 4,
+    "saliency_kit/evaluate/deletion.py": 8,
+    "saliency_kit/evaluate/explained.py": 14,
+    "saliency_kit/evaluate/mprt.py": 3,
+    "saliency_kit/evaluate/randomisation.py": 3,
+    "saliency_kit/evaluate/reinitialise.py": 7,
+    "saliency_kit/evaluate/scoring.py": 3,
+    "saliency_kit/evaluate/views.py": 1,
+    "saliency_kit/explanation.py": 3,
+    "saliency_kit/methods/_common.py": 2,
+    "saliency_kit/methods/conductance.py": 1,
+    "saliency_kit/methods/deeplift.py": 2,
+    "saliency_kit/methods/lrp.py": 1,
+    "saliency_kit/model/input_axes.py": 3,
+    "saliency_kit/model/inspect.py": 1,
+    "saliency_kit/model/scores.py": 6,
+    "saliency_kit/model/taps.py": 1,
+    "saliency_kit/propagation/composites.py": 12,
+    "saliency_kit/render/figure.py": 1,
+    "saliency_kit/render/sequences.py": 1,
+    "saliency_kit/render/titles.py": 1,
+    "saliency_kit/targets/box.py": 2,
+    "saliency_kit/targets/classes.py": 3,
+    "saliency_kit/targets/errors.py": 2,
+    "saliency_kit/targets/heads.py": 3,
+    "saliency_kit/targets/region.py": 1,
+    "saliency_kit/targets/tasks.py": 2,
+    "saliency_kit/zoo/load.py": 7,
+}
+
+
+def _imports_inside_functions(path: pathlib.Path) -> int:
+    """How many modules ``path`` imports inside its functions that are not heavy libraries."""
+    import ast
+
+    def inside(node, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import) and in_function:
+                yield from (alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and in_function:
+                yield "." if child.level else child.module or ""
+            else:
+                yield from inside(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    modules = inside(ast.parse(path.read_text(encoding="utf-8")), False)
+    return sum(module.split(".")[0] not in HEAVY_LIBRARIES for module in modules)
+
+
+def test_functions_import_only_heavy_libraries_inside_themselves():
+    counts = {
+        str(path.relative_to(ROOT)): _imports_inside_functions(path)
+        for path in sorted((ROOT / "saliency_kit").rglob("*.py"))
+    }
+    grown = {path: n for path, n in counts.items() if n > WAITING_FOR_TOP_LEVEL_IMPORTS.get(path, 0)}
+    assert not grown, (
+        f"import these at the top of the module (only heavy libraries may wait inside a function): {grown}"
+    )
+    done = [path for path in WAITING_FOR_TOP_LEVEL_IMPORTS if counts.get(path, 0) == 0]
+    assert not done, f"no imports inside functions left: remove them from WAITING_FOR_TOP_LEVEL_IMPORTS: {done}"
+
+
+def test_the_import_rule_counts_what_it_should(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import json\n"
+        "def f():\n    import keras\n    from matplotlib import pyplot\n"
+        "    from . import sibling\n    import json\n    def g():\n        from .x import y\n"
+    )
+    assert _imports_inside_functions(module) == 3

@@ -37,6 +37,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import socket
@@ -206,7 +207,6 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Any:
     """Join the cluster at ``address`` (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``), or start a
     local Ray instance when ``address`` is None. Returns ``(ray, started)``: whether this call
     started (and the caller must shut down) Ray. An already initialised Ray is used as it is."""
-    import logging
 
     ray = import_ray()
     if ray.is_initialized():
@@ -383,7 +383,6 @@ def _default_workers(ray, gpus_per_worker: float) -> int:
 
 
 def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
-    import logging
 
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # only the project's lines on stderr
     context = ray.data.DataContext.get_current()

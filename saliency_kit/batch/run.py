@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import dataclasses
+import multiprocessing
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -290,7 +293,6 @@ def _explained_items(
 def _writer_pool(processes: int) -> futures.Executor:
     if processes <= 0:
         return futures.ThreadPoolExecutor(2, thread_name_prefix="write")
-    import multiprocessing
 
     # "spawn": fresh interpreters that never touch TensorFlow (forking a process that runs it is
     # unsafe), children of this process so that they can notice when it is gone.
@@ -306,8 +308,6 @@ def _worker_start(parent: int) -> None:
     """In each writer process: leave Ctrl-C to the parent, and exit as soon as the parent is gone
     (e.g. killed with SIGKILL) instead of lingering as an orphan. (Not run at a lower priority:
     on a busy machine the writers then starve and the engine waits for them.)"""
-    import signal
-    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

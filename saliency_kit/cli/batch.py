@@ -52,7 +52,6 @@ def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    import argparse
 
     try:
         return parse_shard(text)

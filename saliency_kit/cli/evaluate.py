@@ -23,6 +23,7 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -291,7 +292,6 @@ def run(args: argparse.Namespace) -> int:
 def _check_settings(out_dir: str, settings: dict) -> None:
     """The run's settings recorded in ``out_dir/metrics_settings.json``, or checked against those
     recorded there (another run in the same folder is refused)."""
-    import json
 
     from ..batch import plan as planning
     from ..files import write_json
@@ -319,7 +319,6 @@ def _check_settings(out_dir: str, settings: dict) -> None:
 def collect(parts: str, images: list[str], methods: list[str], metrics: list[str]) -> dict:
     """The table of every scored image: ``{"images", "rows": [{method, metric, mean, std, per_input,
     higher_is_better}]}`` (``per_input`` in the order of ``images``; NaN where a metric has no value)."""
-    import json
 
     from ..evaluate import registry
 

@@ -10,6 +10,7 @@ at a temporary file, then forwards every line that is not such noise. Numerics a
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -64,7 +65,6 @@ def import_tensorflow(debug: bool = False) -> None:
     kept = [line for line in text.splitlines() if line.strip() and not is_noise(line)]
     if kept:
         print("\n".join(kept), file=sys.stderr)
-    import logging
 
     import tensorflow as tf
 

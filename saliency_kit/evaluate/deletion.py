@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -185,7 +186,6 @@ def _one_image(model: keras.Model, inputs: Any, explanation: Any, targets: Any, 
     :class:`~.explained.Scored` (its ``x`` the image ``[B, H, W, C]``, ``pixels`` the explanation's
     maps of it, ``score`` this metric's): ``ValueError`` for several explained parts or one that
     is not an image input."""
-    import dataclasses
 
     from ._common import several_parts_error
     from .explained import prepare

@@ -12,6 +12,7 @@ the trained weights and kept for every step.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +114,6 @@ def _smoothed(
     Gaussian noise of standard deviation ``noise_magnitude`` × the range of ``x``, then ``x`` itself
     (Quantus' last sample). The standard normal draws are made once per input (seeded); an
     embedding's or an inner layer's values are read again at each step's weights."""
-    import dataclasses
 
     from ..pipeline.parts import read
 

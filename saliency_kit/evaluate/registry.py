@@ -18,10 +18,12 @@ the standard library and NumPy.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 import numpy as np
@@ -155,7 +157,6 @@ def unregister(name: str) -> Metric:
 @functools.cache
 def _load_plugins() -> None:
     """Import every module named in the entry-point group ``saliency_kit.metrics``, once."""
-    from importlib.metadata import entry_points
 
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         entry.load()  # importing the module declares its metrics
@@ -189,7 +190,6 @@ def get(name: str) -> Metric:
     registry = _registry()
     if isinstance(name, str) and name in registry:
         return registry[name]
-    import difflib
 
     close = difflib.get_close_matches(str(name), list(registry), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -18,9 +18,11 @@ the first time the registry is read.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from .option import Option
@@ -341,7 +343,6 @@ def unregister(name: str) -> Method:
 @functools.cache
 def _load_plugins() -> None:
     """Import every module named in the entry-point group ``saliency_kit.methods``, once."""
-    from importlib.metadata import entry_points
 
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         entry.load()  # importing the module registers its methods
@@ -371,8 +372,6 @@ def get(name: str) -> Method:
     try:
         return registry[name]
     except KeyError:
-        import difflib
-
         close = difflib.get_close_matches(name, list(registry), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown method{hint}; known methods: {', '.join(registry)}; received {name!r}.") from None

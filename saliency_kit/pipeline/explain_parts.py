@@ -19,6 +19,8 @@ import numpy as np
 from .. import engine, methods
 from .. import targets as targets_module
 from ..explanation import Explanation
+from ..model.model_inputs import inputs_reaching
+from ..model.walker import find_layer
 from .parts import part_options, read, run_rows, structure
 from .request import (
     ExplainCall,
@@ -173,7 +175,6 @@ def _kind(part: Any) -> str:
 
 
 def _conductance_layer(model: keras.Model, attribute_to: Any, given: dict) -> str:
-    from ..model.walker import find_layer
 
     layer = given.get("layer") if attribute_to is None else attribute_to
     if layer is None:
@@ -199,7 +200,6 @@ def _check_reached(model: keras.Model, run: list, values: dict, conductance: boo
     that input): ``ValueError`` otherwise."""
     if conductance or "layer" not in values or run[0].input is None:
         return
-    from ..model.model_inputs import inputs_reaching
 
     if run[0].input not in inputs_reaching(model, values["layer"]):
         raise ValueError(

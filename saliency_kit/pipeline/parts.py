@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import engine
 from ..engine.space import Part, Space
+from ..engine.views import structure_fact
+from ..model.model_inputs import calls_of, check_ids, embedded_spec, embedding_of, lookup, model_inputs
+from ..model.walker import find_layer, is_graph_model, layer_at
 
 if TYPE_CHECKING:
     import keras
@@ -79,15 +83,12 @@ def _structure(model: keras.Model, name: str, compute: Any) -> Any:
     """``compute()``, once per functional model and fingerprint
     (:func:`~saliency_kit.engine.views.structure_fact`: its inputs, and which ``Embedding`` reads
     which, are fixed when it is built); every time for other models."""
-    from ..engine.views import structure_fact
-    from ..model.walker import is_graph_model
 
     return structure_fact(model, name, compute) if is_graph_model(model) else compute()
 
 
 def _inputs(model: keras.Model) -> tuple:
     """:func:`~saliency_kit.model.model_inputs.model_inputs` of ``model`` (see :func:`_structure`)."""
-    from ..model.model_inputs import model_inputs
 
     return _structure(model, "inputs", lambda: tuple(model_inputs(model)))
 
@@ -136,9 +137,6 @@ def read(
     asks to explain, with their values (an inner layer's by one batched forward pass, an
     embedding's by its lookup). ``embedded=False``: token parts' values are left ``None`` (their
     ids checked against the vocabulary): :func:`run_rows` gives a run's rows."""
-    from .. import engine
-    from ..model.model_inputs import check_ids, embedded_spec, lookup
-    from ..model.walker import layer_at
 
     infos = _inputs(model)
     given, kind = _arrange(infos, inputs)
@@ -180,7 +178,6 @@ def run_rows(model: keras.Model, parts: Parts, run: list) -> tuple[Space, np.nda
     ids, which the kernel embeds (:attr:`Space.lookup`): ``points`` are then zeros of the
     embedding rows' shape (read-only; their values are never the points). Token parts packed
     with others are embedded here, each once."""
-    from ..model.model_inputs import lookup
 
     indices = [parts.parts.index(part) for part in run]
     if len(run) == 1 and parts.points[indices[0]] is None:
@@ -216,7 +213,6 @@ def _choose(model: keras.Model, infos: Sequence, attribute_to: Any) -> tuple[lis
 
 def _default_parts(model: keras.Model, infos: Any) -> tuple:
     """What a request explains by default (see the module), as :func:`_choose` gives it."""
-    from ..model.model_inputs import embedding_of
 
     chosen: list[tuple[int, str | None, bool]] = []
     for i, info in enumerate(infos):
@@ -236,8 +232,6 @@ def _default_parts(model: keras.Model, infos: Any) -> tuple:
 
 
 def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
-    from ..model.model_inputs import calls_of, embedding_of
-    from ..model.walker import find_layer
 
     names = [info.name for info in infos]
     index = None
@@ -284,7 +278,6 @@ def _per_input(value: Any, names: list) -> dict | None:
 def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.ndarray:
     """Token ids ``[N, T]`` (one row ``[T]``, or one id for every position) of ``part``'s input,
     embedded ``[N, T, D]`` by its embedding layer alone (no forward pass of the model)."""
-    from ..model.model_inputs import lookup
 
     assert part.input is not None and part.layer is not None
     reference = parts.held[part.input]
@@ -317,7 +310,6 @@ def part_options(
     (``baseline_token``, or one id given) is embedded inside the kernel, not here: the option
     holds zeros of the part's shape, and the space returned names it with its token
     (:attr:`Space.fills`)."""
-    from ..model.model_inputs import check_ids
 
     out = dict(options)
     fills: list = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -253,7 +255,6 @@ def explanation_png(
 
 
 def _in_notebook() -> bool:
-    import sys
 
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
@@ -308,8 +309,6 @@ def show(
         axes.set_axis_off()
         pyplot.show(block=block)
     elif path is None:
-        import warnings
-
         import matplotlib
 
         warnings.warn(

@@ -3,6 +3,8 @@ read from the method's declaration), and text fitted to a panel's width."""
 
 from __future__ import annotations
 
+import textwrap
+
 __all__ = ["fit_text", "method_display", "method_title"]
 
 
@@ -29,7 +31,6 @@ def fit_text(text: str, width_inches: float, fontsize: float = 8.0, *, lines: in
     ``/``, ``_`` or anywhere onto at most ``lines`` lines, the last shortened with an ellipsis.
     ``$`` is escaped so that matplotlib shows it as typed (no mathtext). For panel titles that must
     not run into their neighbours, e.g. ``ax.set_title(fit_text(layer_name, 1.25, 7, lines=2))``."""
-    import textwrap
 
     limit = max(4, int(width_inches * 72 / (fontsize * 0.6)))
     text = " ".join(str(text).split())

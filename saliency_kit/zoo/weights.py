@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +54,6 @@ def _server_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
     if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
         return False
     url = url or KERAS_WEIGHTS_URL
-    import urllib.error
-    import urllib.request
 
     result = []
 
