@@ -62,7 +62,7 @@ def resolve_targets(
     ``"topK"`` costs one batched forward pass (through the engine); a callable gives its column
     indices ``arange(K)`` per row. Raises like :func:`explain`.
     """
-    return resolve_request(model, x, targets, score, batch_size, class_names).columns
+    return resolve_selection(model, x, targets, score=score, batch_size=batch_size, class_names=class_names).columns
 
 
 def resolve_selection(
