@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
-from saliency_kit import api, engine
+from saliency_kit import engine
 from saliency_kit.cli.options import UsageError, preflight
+from saliency_kit.pipeline import api
 
 
 @pytest.fixture(scope="module")
