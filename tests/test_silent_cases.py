@@ -18,6 +18,7 @@ from method_support import input_methods, small_options
 
 import saliency_kit as sk
 from saliency_kit import errors, methods
+from saliency_kit.pipeline import api
 
 RNG = np.random.default_rng(24)
 
@@ -216,10 +217,10 @@ def test_a_conversion_that_cannot_be_followed_is_refused_until_channels_axis_is_
         sk.explain(model, first, "gradient", targets=0, channels_axis=2)
     # the check made before any work (the command line's pre-flight) takes the same axis
     with pytest.raises(ValueError, match="pass channels_axis=1"):
-        sk.api.check(model, first, "gradcam")
-    assert sk.api.check(model, first, "smoothgrad", channels_axis=1, samples=2)["samples"] == 2
+        api.check(model, first, "gradcam")
+    assert api.check(model, first, "smoothgrad", channels_axis=1, samples=2)["samples"] == 2
     with pytest.raises(ValueError, match="channels_axis must be 1 .* or -1"):
-        sk.api.check(model, first, "gradient", channels_axis=2)
+        api.check(model, first, "gradient", channels_axis=2)
 
 
 def test_channels_in_a_middle_axis_are_refused():
