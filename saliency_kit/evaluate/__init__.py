@@ -12,9 +12,10 @@ faithfulness (:mod:`.faithfulness`, :mod:`.perturbation`, :mod:`.deletion`), rob
 :mod:`.reinitialise`), axiomatic (:mod:`.axiomatic`). Beside the metrics: :func:`deletion_insertion`
 (both curves), :func:`pointing_game` (bool ``[B, K]``), :func:`randomization_test` (modes
 ``"cascading"``, ``"independent"``, ``"mprt"``, ``"smooth_mprt"``, ``"efficient_mprt"``), and
-:func:`compare`, every method × metric with a seeded ``"random"`` method always in the table. The
-options many metrics share (``normalise``, ``abs``, ``score``, ``softmax``, ``perturb_baseline``)
-are read in one place, :class:`~.shared.Shared`.
+:func:`compare`, every method × metric with a seeded ``"random"`` method always in the table
+(:func:`iter_compare`: its rows one at a time). The options many metrics share (``normalise``,
+``abs``, ``score``, ``softmax``, ``perturb_baseline``, ``return_nan_when_prediction_changes``) are
+read in one place, :class:`~.shared.Shared`.
 
 Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
 batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
@@ -54,7 +55,7 @@ from . import faithfulness, perturbation, deletion, robustness, localisation  # 
 from . import complexity, randomisation, axiomatic  # noqa: F401
 
 # isort: on
-from .compare import compare
+from .compare import compare, iter_compare
 from .deletion import deletion_insertion
 from .localisation import pointing_game
 from .randomisation import compare_maps, comparison_maps, iter_randomization, randomization_test
@@ -74,6 +75,7 @@ __all__ = [
     "compare_maps",
     "comparison_maps",
     "compare",
+    "iter_compare",
     "metric",
     "metrics",
     "Metric",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..pipeline.request import resolve_request
 from ._common import baseline_values, check_float, check_int
 from .draws import rng
 from .registry import metric
@@ -189,8 +190,6 @@ def input_invariance(
     if (
         scored.target is not None
     ):  # a target object, bound again to the shifted model (a unit's layer path, a head's key)
-        from ..pipeline.request import resolve_request
-
         selection = resolve_request(
             shifted_model,
             x_shifted,

@@ -8,11 +8,13 @@ across settings.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..explanation import Explanation
+from ..targets import is_target
 from . import registry
 from ._common import RANDOM, part_axes, seed_noise, to_pixels
 from .explained import prepare
@@ -20,9 +22,7 @@ from .explained import prepare
 if TYPE_CHECKING:
     import keras
 
-    from ..explanation import Explanation
-
-__all__ = ["compare", "explanation_of"]
+__all__ = ["compare", "iter_compare", "explanation_of"]
 
 
 def explanation_of(
@@ -38,7 +38,6 @@ def explanation_of(
     """:func:`saliency_kit.explain`, or for ``"random"`` an Explanation holding the seeded random map
     (uniform per element; its map the channel sum), of the parts ``explain`` would explain (in the
     inputs' structure) for a model with several inputs or token ids."""
-    from ..explanation import Explanation
     from ..pipeline.api import explain
     from ..pipeline.parts import structure
 
@@ -84,28 +83,19 @@ def compare(
     methods: Sequence[str],
     metrics: Sequence[str],
     *,
-    targets: Any = "top1",
-    masks: Any = None,
-    seed: int = 0,
-    batch_size: int = 32,
-    metric_options: dict | None = None,
-    method_options: dict | None = None,
     progress: Callable[[str, str], None] | None = None,
+    **settings: Any,
 ) -> dict:
-    """Score every method with every metric on the same inputs.
+    """Score every method with every metric on the same inputs: the rows of :func:`iter_compare`.
 
     Each method is explained once (``"random"``, a seeded random map, is always added); every metric
     then scores that explanation (the robustness metrics re-run the method on perturbed inputs).
 
     Args:
-        model, inputs, targets: as for :func:`saliency_kit.explain`.
-        methods: method names (``saliency_kit.methods.names()``).
-        metrics: names of declared metrics (``saliency_kit.evaluate.metrics()``; those that need
-            masks, the localisation metrics, need ``masks``).
-        masks: bool ``[B, H, W]``, each input's object.
-        metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
-        method_options: ``{method: {option: value}}``.
+        model, inputs, methods, metrics: as for :func:`iter_compare`.
         progress: called as ``progress(method, metric)`` after each cell.
+        settings: :func:`iter_compare`'s keywords: ``targets="top1"``, ``masks=None``, ``seed=0``,
+            ``batch_size=32``, ``metric_options=None``, ``method_options=None``.
 
     Returns:
         ``{"rows": [{"method", "metric", "mean", "std", "per_input", "higher_is_better"}, ...]}``:
@@ -116,8 +106,42 @@ def compare(
     do not flag a random or constant explanation by themselves; read each metric against the
     ``"random"`` row.
     """
-    from ..targets import is_target
+    rows = []
+    for row in iter_compare(model, inputs, methods, metrics, **settings):
+        rows.append(row)
+        if progress is not None:
+            progress(row["method"], row["metric"])
+    return {"rows": rows}
 
+
+def iter_compare(
+    model: keras.Model,
+    inputs: Any,
+    methods: Sequence[str],
+    metrics: Sequence[str],
+    *,
+    targets: Any = "top1",
+    masks: Any = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    metric_options: dict | None = None,
+    method_options: dict | None = None,
+) -> Iterator[dict]:
+    """The rows of :func:`compare`, one cell (method, metric) at a time, methods in order.
+
+    Args:
+        model, inputs, targets: as for :func:`saliency_kit.explain`.
+        methods: method names (``saliency_kit.methods.names()``).
+        metrics: names of declared metrics (``saliency_kit.evaluate.metrics()``; those that need
+            masks, the localisation metrics, need ``masks``).
+        masks: bool ``[B, H, W]``, each input's object.
+        seed, batch_size: every metric's and method's (the random map's and noisy methods' seed).
+        metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
+        method_options: ``{method: {option: value}}``.
+
+    Yields:
+        ``{"method", "metric", "mean", "std", "per_input", "higher_is_better"}`` (see :func:`compare`).
+    """
     metric_options, method_options = dict(metric_options or {}), dict(method_options or {})
     declared = {name: registry.get(name) for name in metrics}
     if isinstance(methods, str):
@@ -126,7 +150,6 @@ def compare(
     needs = [m for m in metrics if declared[m].needs_masks]
     if needs and masks is None:
         raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
-    rows = []
     for method in methods:
         expl = explanation_of(
             model, inputs, method, targets, seed=seed, batch_size=batch_size, **method_options.get(method, {})
@@ -149,16 +172,11 @@ def compare(
                 else (values.mean(axis=1) if values.ndim == 2 else values)
             )
             finite = per_input[~np.isnan(per_input)]
-            rows.append(
-                {
-                    "method": method,
-                    "metric": name,
-                    "mean": float(finite.mean()) if finite.size else float("nan"),
-                    "std": float(finite.std()) if finite.size else float("nan"),
-                    "per_input": [float(v) for v in per_input],
-                    "higher_is_better": metric.higher_is_better,
-                }
-            )
-            if progress is not None:
-                progress(method, name)
-    return {"rows": rows}
+            yield {
+                "method": method,
+                "metric": name,
+                "mean": float(finite.mean()) if finite.size else float("nan"),
+                "std": float(finite.std()) if finite.size else float("nan"),
+                "per_input": [float(v) for v in per_input],
+                "higher_is_better": metric.higher_is_better,
+            }

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import check_float, preprocess
+from ._common import check_float
 from .registry import metric
 from .shared import Shared
-from .views import pixel_maps
 
 if TYPE_CHECKING:
     import keras
@@ -33,7 +32,7 @@ __all__ = ["sparseness", "complexity", "effective_complexity"]
 
 def _flat(
     name: str,
-    model: keras.Model,
+    model: keras.Model | None,
     inputs: Any,
     explanation_or_method: Any,
     targets: Any,
@@ -41,19 +40,7 @@ def _flat(
     shared: Shared,
 ) -> np.ndarray:
     """The pixel maps ``[B, K, F]`` a complexity metric scores, after Quantus' preprocessing."""
-    values = pixel_maps(
-        name,
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        seed=shared.seed,
-        batch_size=shared.batch_size,
-        method_options=dict(shared.method_options),
-    )
-    values = preprocess(values, normalise=shared.normalise, absolute=shared.absolute)
-    return values.reshape(*values.shape[:2], -1)
+    return shared.flat(shared.pixel_maps(name, model, inputs, explanation_or_method, targets, maps))
 
 
 @metric("sparseness", family="complexity", higher_is_better=True)

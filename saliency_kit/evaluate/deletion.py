@@ -5,19 +5,27 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import ndimage
 
+from ..engine import channel_axis, forward_scores, target_scores
+from ..targets import is_target
 from . import similarity as metrics
+from ._common import seed_noise, several_parts_error
+from .explained import Scored, prepare
 from .registry import metric
 from .scoring import forward
 
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["deletion_insertion", "deletion_auc", "insertion_auc"]
+__all__ = ["deletion_insertion", "deletion_auc", "insertion_auc", "MAX_BATCH_BYTES"]
+
+#: The perturbed images of several inputs are built and scored together up to about this many bytes.
+MAX_BATCH_BYTES = 256 * 2**20
 
 
 def deletion_insertion(
@@ -32,7 +40,6 @@ def deletion_insertion(
     score: str = "output",
     batch_size: int = 32,
     seed: int = 0,
-    max_batch_bytes: int = 256 * 2**20,
 ) -> dict:
     """RISE's deletion and insertion curves of each input and target of ``explanation``.
 
@@ -71,8 +78,9 @@ def deletion_insertion(
         blur_sigma: σ in pixels of the insertion start image.
         score, batch_size: passed to ``forward_scores``.
         seed: seed of the random order and of the tie-breaking.
-        max_batch_bytes: the perturbed images of several inputs are built and scored together, up
-            to about this many bytes at a time.
+
+    The perturbed images of several inputs are built and scored together, up to about
+    :data:`MAX_BATCH_BYTES` at a time.
 
     Returns:
         A dict of NumPy arrays: ``fractions [S+1]`` (fraction of pixels changed at each step),
@@ -80,23 +88,68 @@ def deletion_insertion(
         ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
-    from ..engine import channel_axis, forward_scores, target_scores
-    from ..pipeline.parts import structured
-
-    scored = None
-    if structured(model, inputs, list(getattr(explanation, "parts", None) or []) or None):
-        scored = _one_image(model, inputs, explanation, targets, score, batch_size)
-        given, maps, tgt = scored.x.astype(np.float32), scored.pixels, scored.targets
-        channels_first = scored.channel_axis == 0
-    else:
-        given = np.asarray(inputs, dtype=np.float32)
-        maps = np.asarray(explanation.maps)
-        tgt = np.asarray(explanation.targets)
-        if given.ndim != 4:
-            raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
-        channels_first = channel_axis(model, given) == 0  # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
+    scored, given, maps, tgt, channels_first = _explained_images(model, inputs, explanation, targets, score, batch_size)
     x = np.moveaxis(given, 1, -1) if channels_first else given
     batch, height, width, _ = x.shape
+    _check_curves(maps, tgt, (batch, height, width), steps)
+    score_rows = _row_scorer(model, given, scored, targets, tgt, score, batch_size)
+
+    blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
+    base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
+    if channels_first:
+        base = np.moveaxis(base, 1, -1)
+    n_targets = maps.shape[1]
+    counts = np.rint(np.arange(steps + 1) * height * width / steps).astype(np.int64)
+    rng = np.random.default_rng(seed)
+
+    per_input_bytes = (2 * n_targets + 2) * (steps + 1) * x[0].nbytes
+    chunk = max(1, int(MAX_BATCH_BYTES // max(per_input_bytes, 1)))
+    curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
+    for start in range(0, batch, chunk):
+        images, positions = _perturbed(x, base, blurred, maps, counts, range(start, min(start + chunk, batch)), rng)
+        stacked = np.concatenate(images).astype(x.dtype, copy=False)
+        if channels_first:
+            stacked = np.ascontiguousarray(np.moveaxis(stacked, -1, 1))
+        scores = score_rows(stacked, np.repeat([b for _, b, _ in positions], steps + 1))
+        scores = scores.reshape(len(positions), steps + 1, n_targets)
+        for (name, row, column), s in zip(positions, scores):
+            if column is None:
+                curves[name][row] = s.T  # random order: one set of images scored for every target
+            else:
+                curves[name][row, column] = s[:, column]
+
+    fractions = counts / (height * width)
+    result = {"fractions": fractions, **curves}
+    for name in _CURVES:
+        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
+    return result
+
+
+def _explained_images(
+    model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int
+) -> tuple[Scored | None, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``(scored, images, maps [B, K, H, W], targets [B, K], channels_first)``: the images whose
+    pixels are removed (float32, as the model takes them), the explanation's maps of them and
+    its columns; ``scored`` (a :class:`~.explained.Scored`) for a model with several inputs or
+    inputs given as a structure, else ``None``."""
+    from ..pipeline.parts import structured
+
+    if structured(model, inputs, list(getattr(explanation, "parts", None) or []) or None):
+        scored = _one_image(model, inputs, explanation, targets, score, batch_size)
+        return scored, scored.x.astype(np.float32), scored.pixels, scored.targets, scored.channel_axis == 0
+    given = np.asarray(inputs, dtype=np.float32)
+    maps = np.asarray(explanation.maps)
+    tgt = np.asarray(explanation.targets)
+    if given.ndim != 4:
+        raise ValueError(f"deletion_insertion needs image inputs [B, H, W, C]; received shape {given.shape}.")
+    # [B, C, H, W]: perturbed as [B, H, W, C], scored as given
+    return None, given, maps, tgt, channel_axis(model, given) == 0
+
+
+def _check_curves(maps: np.ndarray, tgt: np.ndarray, images: tuple[int, int, int], steps: Any) -> None:
+    """``ValueError``/``TypeError`` unless ``maps`` are ``[B, K, H, W]`` of the ``images``'
+    ``(B, H, W)``, ``tgt`` class indices ``[B, K]`` and ``steps`` a positive int."""
+    batch, height, width = images
     if maps.ndim != 4 or maps.shape[0] != batch or maps.shape[2:] != (height, width):
         raise ValueError(
             f"explanation.maps must be [B, K, H, W] = [{batch}, K, {height}, {width}] to match the inputs "
@@ -111,12 +164,26 @@ def deletion_insertion(
         raise TypeError(f"steps must be a positive int; received {steps!r}.")
     if steps < 1:
         raise ValueError(f"steps must be a positive int; received {steps!r}.")
-    n_targets = maps.shape[1]
-    n_pixels = height * width
-    selection = None
-    if targets is not None and scored is None:
-        from ..pipeline.api import resolve_selection
 
+
+def _row_scorer(
+    model: keras.Model,
+    given: np.ndarray,
+    scored: Scored | None,
+    targets: Any,
+    tgt: np.ndarray,
+    score: str,
+    batch_size: int,
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``score_rows(images [N, ...], sources int [N]) -> [N, K]``: the scores of perturbed copies
+    of the inputs ``sources``, each with its input's target (a target object's payload, the
+    explanation's classes ``tgt``) and, for ``scored``, its input's other model inputs."""
+    from ..pipeline.api import resolve_selection
+
+    if scored is not None:
+        return lambda images, sources: forward(scored, images, sources)
+    selection = None
+    if targets is not None:
         selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
         if not selection.target.score_vector and np.asarray(selection.columns).shape != tgt.shape:
             raise ValueError(
@@ -124,61 +191,48 @@ def deletion_insertion(
                 f"{np.asarray(selection.columns).shape[1]} columns per input, the explanation "
                 f"{tgt.shape[1]}; received {targets!r}."
             )
-        if selection.target.score_vector:  # the explanation's classes, read from the score vector
-            selection = None
+    if selection is None or selection.target.score_vector:  # the explanation's classes, read from the score vector
+        return lambda images, sources: np.asarray(
+            forward_scores(model, images, tgt[sources], score=score, batch_size=batch_size)
+        )
+    chosen = selection
+    return lambda images, sources: np.asarray(
+        target_scores(model, images, chosen.take(sources), score=score, batch_size=batch_size)
+    )
 
-    blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
-    base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
-    if channels_first:
-        base = np.moveaxis(base, 1, -1)
-    counts = np.rint(np.arange(steps + 1) * n_pixels / steps).astype(np.int64)
-    fractions = counts / n_pixels
-    rng = np.random.default_rng(seed)
 
-    rows_per_input = (2 * n_targets + 2) * (steps + 1)
-    per_input_bytes = rows_per_input * x[0].nbytes
-    chunk = max(1, int(max_batch_bytes // max(per_input_bytes, 1)))
-    curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
-    for start in range(0, batch, chunk):
-        images: list[np.ndarray] = []
-        positions: list[tuple[str, int, int | None]] = []
-        for b in range(start, min(start + chunk, batch)):
-            ranks = [_ranks(maps[b, k], rng) for k in range(n_targets)]
-            random_rank = rng.permutation(n_pixels)
-            firsts = [(counts[:, None] > r[None, :]).reshape(steps + 1, height, width, 1) for r in ranks]
-            rand_first = (counts[:, None] > random_rank[None, :]).reshape(steps + 1, height, width, 1)
-            for k, first in enumerate(firsts):
-                images.append(np.where(first, base[b], x[b]))
-                positions.append(("deletion_curve", b, k))
-                images.append(np.where(first, x[b], blurred[b]))
-                positions.append(("insertion_curve", b, k))
-            images.append(np.where(rand_first, base[b], x[b]))
-            positions.append(("random_deletion_curve", b, None))
-            images.append(np.where(rand_first, x[b], blurred[b]))
-            positions.append(("random_insertion_curve", b, None))
-        stacked = np.concatenate(images).astype(x.dtype, copy=False)
-        if channels_first:
-            stacked = np.ascontiguousarray(np.moveaxis(stacked, -1, 1))
-        if scored is not None:  # each row with its input's other model inputs and target payload
-            sources = np.repeat([b for _, b, _ in positions], steps + 1)
-            scores = forward(scored, stacked, sources)
-        elif selection is None:
-            row_targets = np.concatenate([np.tile(tgt[b], (steps + 1, 1)) for _, b, _ in positions])
-            scores = np.asarray(forward_scores(model, stacked, row_targets, score=score, batch_size=batch_size))
-        else:
-            rows = np.repeat([b for _, b, _ in positions], steps + 1)
-            scores = np.asarray(target_scores(model, stacked, selection.take(rows), score=score, batch_size=batch_size))
-        scores = scores.reshape(len(positions), steps + 1, n_targets)
-        for (name, row, column), s in zip(positions, scores):
-            if column is None:
-                curves[name][row] = s.T  # random order: one set of images scored for every target
-            else:
-                curves[name][row, column] = s[:, column]
-
-    result = {"fractions": fractions, **curves}
-    for name in _CURVES:
-        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
-    return result
+def _perturbed(
+    x: np.ndarray,
+    base: np.ndarray,
+    blurred: np.ndarray,
+    maps: np.ndarray,
+    counts: np.ndarray,
+    inputs: range,
+    rng: np.random.Generator,
+) -> tuple[list[np.ndarray], list[tuple[str, int, int | None]]]:
+    """The images of every curve of the ``inputs`` (``x``, ``base`` and ``blurred`` ``[B, H, W, C]``):
+    per input, for each target its deletion and insertion images in the map's order, then the
+    random order's; each ``[S+1, H, W, C]`` (the top ``counts[i]`` pixels changed at step ``i``),
+    with its ``(curve, input, target)`` (``None``: the random order, for every target)."""
+    _, height, width, _ = x.shape
+    steps = len(counts)
+    images: list[np.ndarray] = []
+    positions: list[tuple[str, int, int | None]] = []
+    for b in inputs:
+        ranks = [_ranks(maps[b, k], rng) for k in range(maps.shape[1])]
+        random_rank = rng.permutation(height * width)
+        firsts = [(counts[:, None] > r[None, :]).reshape(steps, height, width, 1) for r in ranks]
+        rand_first = (counts[:, None] > random_rank[None, :]).reshape(steps, height, width, 1)
+        for k, first in enumerate(firsts):
+            images.append(np.where(first, base[b], x[b]))
+            positions.append(("deletion_curve", b, k))
+            images.append(np.where(first, x[b], blurred[b]))
+            positions.append(("insertion_curve", b, k))
+        images.append(np.where(rand_first, base[b], x[b]))
+        positions.append(("random_deletion_curve", b, None))
+        images.append(np.where(rand_first, x[b], blurred[b]))
+        positions.append(("random_insertion_curve", b, None))
+    return images, positions
 
 
 def _one_image(model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int) -> Any:
@@ -186,10 +240,6 @@ def _one_image(model: keras.Model, inputs: Any, explanation: Any, targets: Any, 
     :class:`~.explained.Scored` (its ``x`` the image ``[B, H, W, C]``, ``pixels`` the explanation's
     maps of it, ``score`` this metric's): ``ValueError`` for several explained parts or one that
     is not an image input."""
-
-    from ._common import several_parts_error
-    from .explained import prepare
-
     given = "top1" if targets is None else targets  # class targets: the explanation's own
     scored = prepare(model, inputs, explanation, given, score=score, batch_size=batch_size, perturbs=True)
     if scored.packed:
@@ -267,7 +317,7 @@ def insertion_auc(
     return _curves(model, inputs, explanation_or_method, targets, seed, batch_size, options)["insertion_auc"]
 
 
-_CURVE_OPTIONS = ("steps", "baseline", "blur_sigma", "score", "max_batch_bytes")
+_CURVE_OPTIONS = ("steps", "baseline", "blur_sigma", "score")
 
 
 def _curves(
@@ -282,9 +332,6 @@ def _curves(
     """:func:`deletion_insertion` of an Explanation (a method name is explained first, with the
     options that are not the curves'); a target object is passed on, class targets are the
     explanation's own."""
-    from ..targets import is_target
-    from ._common import seed_noise
-
     curve_options = {key: options.pop(key) for key in _CURVE_OPTIONS if key in options}
     explanation = explanation_or_method
     if isinstance(explanation, str):

@@ -17,8 +17,11 @@ object per target); a region or box target gives its own (a box: the pixels insi
 Maps are normalised per map (Quantus normalises by the batch's maximum; the shares and ranks here
 do not change, only thresholds would). Rankings break ties in a stable order (Quantus uses NumPy's
 unstable quicksort order). An input with an empty mask scores NaN. These metrics need no model:
-``auc(maps=maps, masks=masks)``. They reward maps that look like segmentations: a map can be
-faithful to a model that uses the context and still localise badly.
+``auc(maps=maps, masks=masks)``. Every one reads its pixel maps through
+:meth:`~saliency_kit.evaluate.shared.Shared.pixel_maps`; the keywords that are not its own are the
+shared ``normalise`` and ``abs`` and, when a method is named, the method's options. They reward
+maps that look like segmentations: a map can be faithful to a model that uses the context and
+still localise badly.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from scipy import stats
 
 from ..targets.base import Target
 from . import similarity as metrics
-from ._common import check_int, preprocess
+from ._common import check_int
 from .registry import metric
-from .views import pixel_maps
+from .shared import Shared
 
 if TYPE_CHECKING:
     import keras
@@ -70,37 +73,22 @@ def object_masks(masks: Any, count: int, shape: tuple | None = None) -> np.ndarr
 
 def _maps_and_masks(
     name: str,
-    model: keras.Model,
+    model: keras.Model | None,
     inputs: Any,
     explanation_or_method: Any,
     targets: Any,
     maps: np.ndarray | None,
     masks: Any,
-    normalise: bool,
-    absolute: bool,
-    seed: int,
-    batch_size: int,
-    method_options: Any,
+    shared: Shared,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(maps [B, K, F], masks bool [B, 1, F])`` flattened, after Quantus' preprocessing."""
-    values = pixel_maps(
-        name,
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        seed=seed,
-        batch_size=batch_size,
-        method_options=method_options,
-        image=True,
-    )
+    """``(maps [B, K, F], masks bool [B, 1, F] or [B, K, F])`` flattened, the maps after Quantus'
+    preprocessing (``shared``'s ``normalise`` and ``abs``)."""
+    values = shared.pixel_maps(name, model, inputs, explanation_or_method, targets, maps, image=True)
     if masks is None:
         raise ValueError(f"{name} needs masks: bool [B, H, W], True on each input's object; received None.")
     masks = _checked_masks(name, masks, values.shape)
-    values = preprocess(values, normalise=normalise, absolute=absolute)
     per_target = masks.shape[1] if masks.ndim == values.ndim else 1
-    return values.reshape(*values.shape[:2], -1), masks.reshape(len(masks), per_target, -1)
+    return shared.flat(values), masks.reshape(len(masks), per_target, -1)
 
 
 def _checked_masks(name: str, masks: Any, maps_shape: tuple) -> np.ndarray:
@@ -132,27 +120,16 @@ def relevance_mass_accuracy(
     *,
     maps: np.ndarray | None = None,
     masks: Any = None,
-    normalise: bool = True,
-    abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """``Σ_{object} a / Σ a`` of each map: float ``[B, K]`` (1 = all of the mass on the object). With
-    signed maps (``abs=False``, Quantus' default) negative mass outside can push it above 1."""
+    signed maps (``abs=False``, Quantus' default) negative mass outside can push it above 1. Shared
+    options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``, ``abs=False``."""
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=False)
     a, s = _maps_and_masks(
-        "relevance_mass_accuracy",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        masks,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
+        "relevance_mass_accuracy", model, inputs, explanation_or_method, targets, maps, masks, shared
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         result = (a * s).sum(-1) / a.sum(-1)
@@ -169,27 +146,16 @@ def relevance_rank_accuracy(
     *,
     maps: np.ndarray | None = None,
     masks: Any = None,
-    normalise: bool = True,
-    abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Of the ``n = |object|`` highest-ranked pixels of each map, the share on the object: float
-    ``[B, K]`` in ``[0, 1]``."""
+    ``[B, K]`` in ``[0, 1]``. Shared options (:class:`~saliency_kit.evaluate.shared.Shared`):
+    ``normalise=True``, ``abs=False``."""
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=False)
     a, s = _maps_and_masks(
-        "relevance_rank_accuracy",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        masks,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
+        "relevance_rank_accuracy", model, inputs, explanation_or_method, targets, maps, masks, shared
     )
     on_object = _ranked_on_object(a, s)
     sizes = s.sum(-1)  # [B, 1]
@@ -211,30 +177,17 @@ def top_k_intersection(
     masks: Any = None,
     k: int = 1000,
     concept_influence: bool = False,
-    normalise: bool = True,
-    abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Of the ``k`` highest-ranked pixels of each map (all of them when the map has fewer), the share
     on the object: float ``[B, K]``. ``concept_influence=True`` divides by the object's share of the
-    image (``|object| / n``)."""
+    image (``|object| / n``). Shared options (:class:`~saliency_kit.evaluate.shared.Shared`):
+    ``normalise=True``, ``abs=False``."""
     k = check_int("k", k)
-    a, s = _maps_and_masks(
-        "top_k_intersection",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        masks,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
-    )
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=False)
+    a, s = _maps_and_masks("top_k_intersection", model, inputs, explanation_or_method, targets, maps, masks, shared)
     result = _ranked_on_object(a, s)[..., :k].mean(-1)
     sizes = np.broadcast_to(s.sum(-1), result.shape)
     if concept_influence:
@@ -255,32 +208,21 @@ def attribution_localisation(
     masks: Any = None,
     weighted: bool = False,
     positive_attributions: bool = False,
-    normalise: bool = True,
-    abs: bool = True,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """``Σ_{object} a / (Σ a + 1e-9)`` of each map's magnitudes (Quantus' defaults), float ``[B, K]``;
     NaN for an empty object or a share above 1 (possible only with signed maps).
 
     ``positive_attributions=True`` clips the (preprocessed) map at 0; ``weighted=True`` multiplies by the
     object's share of the image ``|object| / (H·W)`` (Kohlbrenner et al.'s weighting; Quantus 0.6.0
-    divides by the size of a slice of the batch instead of the image's).
+    divides by the size of a slice of the batch instead of the image's). Shared options
+    (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``, ``abs=True``.
     """
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=True)
     a, s = _maps_and_masks(
-        "attribution_localisation",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        masks,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
+        "attribution_localisation", model, inputs, explanation_or_method, targets, maps, masks, shared
     )
     if positive_attributions:
         a = np.clip(a, 0, None)
@@ -302,28 +244,15 @@ def auc(
     *,
     maps: np.ndarray | None = None,
     masks: Any = None,
-    normalise: bool = True,
-    abs: bool = False,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """ROC AUC of each map as a score for "this pixel is on the object": float ``[B, K]`` (0.5 is
-    chance, 1 a perfect ranking; ties count one half). NaN when the object is empty or the whole image."""
-    a, s = _maps_and_masks(
-        "auc",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        masks,
-        normalise,
-        abs,
-        seed,
-        batch_size,
-        method_options,
-    )
+    chance, 1 a perfect ranking; ties count one half). NaN when the object is empty or the whole image.
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``, ``abs=False``."""
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=False)
+    a, s = _maps_and_masks("auc", model, inputs, explanation_or_method, targets, maps, masks, shared)
     result = np.full(a.shape[:2], np.nan)
     for b in range(a.shape[0]):
         positives = int(s[b, 0].sum())
@@ -385,23 +314,13 @@ def pointing_game_score(
     tolerance: float = 0,
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """:func:`pointing_game` as a metric of the common signature: float ``[B, K]``, 1 where the
     map's maximum falls on the object, 0 where it misses (the maps as the other localisation
     metrics read them, ``[B, K, H, W]``; bare ``maps`` as :func:`pointing_game` reads them)."""
     if maps is not None and model is None and inputs is None:
         return pointing_game(maps, masks, tolerance=tolerance).astype(np.float64)
-    values = pixel_maps(
-        "pointing_game",
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        maps,
-        seed=seed,
-        batch_size=batch_size,
-        method_options=method_options,
-        image=True,
-    )
+    shared = Shared.read(options, seed=seed, batch_size=batch_size)
+    values = shared.pixel_maps("pointing_game", model, inputs, explanation_or_method, targets, maps, image=True)
     return pointing_game(values, masks, tolerance=tolerance).astype(np.float64)

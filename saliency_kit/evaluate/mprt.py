@@ -22,6 +22,7 @@ from ._common import check_float, check_int, preprocess, seed_noise
 from .draws import perturbed_keys, rng
 from .explained import prepare
 from .reinitialise import fixed_targets, randomized_copies
+from .similarity import spearman_rows
 
 if TYPE_CHECKING:
     import keras
@@ -43,7 +44,35 @@ def mprt(
     **method_options: Any,
 ) -> list[dict]:
     """:func:`~.randomisation.randomization_test` in Quantus' modes ``"mprt"``, ``"smooth_mprt"``
-    and ``"efficient_mprt"`` (see its docstring): one dict per step, or one for ``"efficient_mprt"``."""
+    and ``"efficient_mprt"`` (its other arguments and the dicts' other keys as it says): one dict per
+    step, or one for ``"efficient_mprt"``.
+
+    - ``"mprt"``: cascading from the output down; each step also has ``similarity``, the mean
+      of ``per_input [B, K]``: the Spearman correlation of the magnitudes of the element
+      attributions (Quantus' ``MPRT`` defaults);
+    - ``"smooth_mprt"``: the same from the input up, each explanation the mean over
+      ``nr_samples`` (50) copies of the input: ``nr_samples - 1`` with Gaussian noise of
+      standard deviation ``noise_magnitude`` (0.1) × the input's range, and the input
+      itself (Quantus' ``SmoothMPRT``; one sample is the plain explanation). The noisy
+      copies are drawn once and explained at every step, so the steps differ only by
+      their weights (Quantus draws new noise for every explanation). With several inputs
+      or token ids the noise is added to what is explained (token ids' embeddings at the
+      step's weights; several parts side by side, the range theirs together), the other
+      inputs held at the input's own values;
+    - ``"efficient_mprt"``: one step, every chosen layer random; ``per_input`` is the ratio
+      ``H(randomised) / H(original)`` of the discrete entropies (100-bin histograms) of the
+      explanations, ``similarity`` its mean — above 1 is what a model-sensitive method
+      shows. Quantus' ``EfficientMPRT`` returns the relative rise, this ratio minus 1 (the
+      ratio is its ``scores_fraction_explanation``).
+
+    These three compare element attributions (several explained parts flattened side by
+    side ``[B, K, E]``: :func:`element_attributions`).
+
+    ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only. Given the
+    same randomised weights, the numbers are Quantus 0.6.0's; the randomisation differs:
+    each layer is re-drawn from its own initialisers here, where Quantus permutes a
+    TensorFlow layer's weights and calls a PyTorch layer's ``reset_parameters``.
+    """
     from ..pipeline.api import explain
 
     smooth = mode == "smooth_mprt"
@@ -114,7 +143,6 @@ def _smoothed(
     Gaussian noise of standard deviation ``noise_magnitude`` × the range of ``x``, then ``x`` itself
     (Quantus' last sample). The standard normal draws are made once per input (seeded); an
     embedding's or an inner layer's values are read again at each step's weights."""
-
     from ..pipeline.parts import read
 
     options = dict(method_options)
@@ -153,7 +181,6 @@ def _smoothed(
 
 def _spearman_per_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Spearman correlation of each pair of maps ``[B, K, ...]`` -> ``[B, K]``."""
-    from .similarity import spearman_rows
 
     flat_a, flat_b = a.reshape(*a.shape[:2], -1), b.reshape(*b.shape[:2], -1)
     return np.array([[spearman_rows(p, q) for p, q in zip(ra, rb)] for ra, rb in zip(flat_a, flat_b)])

@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..explanation import Explanation
 from . import similarity as metrics
 from ._common import RANDOM, check_int, preprocess, seed_noise
 from .draws import rng
-from .explained import prepare, rerun_options
+from .explained import rerun_options
 from .mprt import discrete_entropy, mprt, parts_of
 from .registry import metric
 from .reinitialise import fixed_targets, randomized_copies
+from .selected import class_count
+from .shared import Shared
 
 if TYPE_CHECKING:
     import keras
-
-    from ..explanation import Explanation
 
 __all__ = [
     "randomization_test",
@@ -95,33 +96,10 @@ def randomization_test(
         method, targets, method_options: passed to :func:`saliency_kit.explain` (``score``,
             ``batch_size``, ``attribute_to`` and ``baseline_token`` too). A noisy method
             (``smoothgrad``) gets ``seed=seed`` unless given, so every step sees the same noise.
-        mode: ``"cascading"`` or ``"independent"`` (Adebayo et al.), or Quantus' variants:
-
-            - ``"mprt"``: cascading from the output down; each step also has ``similarity``, the mean
-              of ``per_input [B, K]``: the Spearman correlation of the magnitudes of the element
-              attributions (Quantus' ``MPRT`` defaults);
-            - ``"smooth_mprt"``: the same from the input up, each explanation the mean over
-              ``nr_samples`` (50) copies of the input: ``nr_samples - 1`` with Gaussian noise of
-              standard deviation ``noise_magnitude`` (0.1) × the input's range, and the input
-              itself (Quantus' ``SmoothMPRT``; one sample is the plain explanation). The noisy
-              copies are drawn once and explained at every step, so the steps differ only by
-              their weights (Quantus draws new noise for every explanation). With several inputs
-              or token ids the noise is added to what is explained (token ids' embeddings at the
-              step's weights; several parts side by side, the range theirs together), the other
-              inputs held at the input's own values;
-            - ``"efficient_mprt"``: one step, every chosen layer random; ``per_input`` is the ratio
-              ``H(randomised) / H(original)`` of the discrete entropies (100-bin histograms) of the
-              explanations, ``similarity`` its mean — above 1 is what a model-sensitive method
-              shows. Quantus' ``EfficientMPRT`` returns the relative rise, this ratio minus 1 (the
-              ratio is its ``scores_fraction_explanation``).
-
-            These three compare element attributions (several explained parts flattened side by
-            side ``[B, K, E]``: :func:`~saliency_kit.evaluate.mprt.element_attributions`).
-
-            ``nr_samples`` and ``noise_magnitude`` are options of ``"smooth_mprt"`` only. Given the
-            same randomised weights, the numbers are Quantus 0.6.0's; the randomisation differs:
-            each layer is re-drawn from its own initialisers here, where Quantus permutes a
-            TensorFlow layer's weights and calls a PyTorch layer's ``reset_parameters``.
+        mode: ``"cascading"`` or ``"independent"`` (Adebayo et al.), or Quantus' variants
+            ``"mprt"``, ``"smooth_mprt"`` (options ``nr_samples``, ``noise_magnitude``) and
+            ``"efficient_mprt"``, whose steps also have ``similarity`` and ``per_input [B, K]``
+            (:func:`~saliency_kit.evaluate.mprt.mprt` says what each compares).
         layers: paths of the layers to randomise (a nested model's name stands for all its
             weighted layers); default all weighted layers. Always visited from the output down.
         seed: seed of the re-initialisation.
@@ -266,12 +244,9 @@ def random_logit(
     targets: Any = "top1",
     *,
     num_classes: int | None = None,
-    normalise: bool = True,
-    abs: bool = False,
-    score: str = "logits",
     seed: int = 0,
     batch_size: int = 32,
-    **method_options: Any,
+    **options: Any,
 ) -> np.ndarray:
     """Sixt et al.'s random logit test: SSIM between the map of each target and the map of a class
     drawn uniformly among the others: float ``[B, K]``; lower is better (a class-sensitive map).
@@ -284,20 +259,13 @@ def random_logit(
     A target object is explained again at another of its classes, everything else kept: a
     region's other class over the same mask, a box's other class, another component of a head,
     another unit of a layer (``num_classes`` defaults to how many there are).
-    """
-    from .selected import class_count
 
-    scored = prepare(
-        model,
-        inputs,
-        explanation_or_method,
-        targets,
-        seed=seed,
-        batch_size=batch_size,
-        score=score,
-        method_options=method_options,
-    )
-    if scored.selection.target.kind == "callable":
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=True``, ``abs=False``,
+    ``score="logits"``.
+    """
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=True, abs=False, score="logits")
+    scored = shared.prepare(model, inputs, explanation_or_method, targets, perturbs=False)
+    if not scored.selection.target.other_classes:
         raise ValueError(
             "random_logit draws other classes: give class targets, not a score function; received a callable."
         )
@@ -312,8 +280,8 @@ def random_logit(
             other[b, k] = choice + (choice >= target)
     inputs_at = np.arange(len(scored.x))
     off = scored.explain(scored.x, inputs_at, inputs_at, other)
-    a = preprocess(scored.elements, normalise=normalise, absolute=abs)
-    o = preprocess(off, normalise=normalise, absolute=abs)
+    a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
+    o = preprocess(off, normalise=shared.normalise, absolute=shared.absolute)
     return np.array([[ssim_flat(p.ravel(), q.ravel()) for p, q in zip(ra, rb)] for ra, rb in zip(a, o)])
 
 
@@ -341,8 +309,6 @@ def randomization_score(
     of the fully randomised model's map to the original's) per input: float ``[B, K]``. An
     Explanation is run again as it was made (its method, options, score and parts; a noisy method
     with this ``seed``); the seeded ``"random"`` map, which does not depend on the weights, scores 1."""
-    from ..explanation import Explanation
-
     method = explanation_or_method
     if isinstance(method, Explanation):
         if method.method == RANDOM:  # the same map whatever the weights: an entropy ratio of 1

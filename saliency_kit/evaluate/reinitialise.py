@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine import check_batch_size, check_inputs
+from ..pipeline.request import resolve_request
+from .explained import Given
+
 if TYPE_CHECKING:
     import keras
 
@@ -54,10 +58,7 @@ def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) 
     region keeps the trained model's mask). With several model inputs or token ids the model runs
     on all of them as given. ``options``: ``explain``'s (``score``, ``batch_size``,
     ``attribute_to``, ``class_names``)."""
-    from ..engine import check_batch_size, check_inputs
     from ..pipeline.parts import read, structured
-    from ..pipeline.request import resolve_request
-    from .explained import Given
 
     batch_size = check_batch_size(options.get("batch_size", 32))
     attribute_to = options.get("attribute_to")

@@ -19,6 +19,7 @@ stable. Read them next to a faithfulness metric, and against the ``"random"`` ro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,10 @@ __all__ = ["max_sensitivity", "avg_sensitivity", "relative_input_stability"]
 
 #: The explanations of the perturbed copies are computed together up to about this many bytes.
 MAX_EXPLAIN_BYTES = 1024 * 2**20
+#: The shared options of :func:`max_sensitivity` and :func:`avg_sensitivity`, with their defaults (Quantus').
+_SENSITIVITY_DEFAULTS = MappingProxyType(
+    {"normalise": False, "abs": False, "score": "logits", "return_nan_when_prediction_changes": False}
+)
 
 
 def _perturbed_runs(
@@ -45,19 +50,18 @@ def _perturbed_runs(
     low: float,
     high: float,
     salt: str,
-    normalise: bool,
-    absolute: bool,
-    check_changes: bool,
+    shared: Shared,
 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """Yields ``(b, copies [S, *input], attributions [S, K, *input], changed bool [S, K])`` per input:
     the copies ``x + U(low, high)`` of the explained values (every explained part; the other model
-    inputs held at the input's own) and their re-run explanations, one explain call per group of
-    inputs; ``changed``: the copy changes the model's prediction for that target."""
+    inputs held at the input's own) and their re-run explanations (preprocessed as ``shared`` says),
+    one explain call per group of inputs; ``changed``: the copy changes the model's prediction for
+    that target (all False unless ``shared.nan_when_prediction_changes``)."""
     x = scored.x
     keys = perturbed_keys(scored.seed, len(x), nr_samples)
     per_copy = x[0].nbytes * (1 + scored.targets.shape[1] * 2)
     asked = f"{salt} with return_nan_when_prediction_changes=True"
-    clean = predicted(scored, x, np.arange(len(x)), metric=asked) if check_changes else None
+    clean = predicted(scored, x, np.arange(len(x)), metric=asked) if shared.nan_when_prediction_changes else None
     for group in input_groups(len(x), nr_samples, per_copy, MAX_EXPLAIN_BYTES):
         copies = np.concatenate(
             [
@@ -67,7 +71,9 @@ def _perturbed_runs(
         ).astype(x.dtype)
         sources = np.repeat(list(group), nr_samples)
         rows = [b * nr_samples + s for b in group for s in range(nr_samples)]
-        attributions = preprocess(scored.explain(copies, sources, keys[rows]), normalise=normalise, absolute=absolute)
+        attributions = preprocess(
+            scored.explain(copies, sources, keys[rows]), normalise=shared.normalise, absolute=shared.absolute
+        )
         changed = (
             predicted(scored, copies, sources, metric=asked) != clean[sources]
             if clean is not None
@@ -87,10 +93,10 @@ def _sensitivities(
     nr_samples: int,
     lower_bound: float,
     upper_bound: float | None,
-    nan_when_changed: bool,
     shared: Shared,
 ) -> np.ndarray:
-    """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and asked."""
+    """``[B, K, S]``: ``‖a − a_s‖ / ‖a‖`` (Frobenius) per copy, NaN where the prediction changed and
+    ``shared.nan_when_prediction_changes``."""
     nr_samples = check_int("nr_samples", nr_samples)
     lower_bound = check_float("lower_bound", lower_bound)
     low, high = (
@@ -99,16 +105,13 @@ def _sensitivities(
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
     scored = shared.prepare(model, inputs, explanation_or_method, targets)
-    a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
-    a = a.reshape(*a.shape[:2], -1)
+    a = shared.flat(scored.elements)
     result = np.zeros((*a.shape[:2], nr_samples))
-    for b, _, perturbed, changed in _perturbed_runs(
-        scored, nr_samples, low, high, name, shared.normalise, shared.absolute, nan_when_changed
-    ):
+    for b, _, perturbed, changed in _perturbed_runs(scored, nr_samples, low, high, name, shared):
         difference = np.linalg.norm(a[b][None] - perturbed.reshape(nr_samples, a.shape[1], -1), axis=-1)  # [S, K]
         with np.errstate(invalid="ignore", divide="ignore"):
             result[b] = (difference / np.linalg.norm(a[b], axis=-1)[None]).T
-        if nan_when_changed:
+        if shared.nan_when_prediction_changes:
             result[b][changed.T] = np.nan
     return result
 
@@ -123,7 +126,6 @@ def max_sensitivity(
     nr_samples: int = 200,
     lower_bound: float = 0.2,
     upper_bound: float | None = None,
-    return_nan_when_prediction_changes: bool = False,
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
@@ -135,9 +137,9 @@ def max_sensitivity(
     or an Explanation (the method is re-run on the copies).
 
     Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
-    ``score="logits"``.
+    ``score="logits"``, ``return_nan_when_prediction_changes=False``.
     """
-    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, **_SENSITIVITY_DEFAULTS)
     values = _sensitivities(
         "max_sensitivity",
         model,
@@ -147,7 +149,6 @@ def max_sensitivity(
         nr_samples,
         lower_bound,
         upper_bound,
-        return_nan_when_prediction_changes,
         shared,
     )
     return _nan_reduce(np.nanmax, values)
@@ -163,7 +164,6 @@ def avg_sensitivity(
     nr_samples: int = 200,
     lower_bound: float = 0.2,
     upper_bound: float | None = None,
-    return_nan_when_prediction_changes: bool = False,
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
@@ -171,9 +171,9 @@ def avg_sensitivity(
     """The mean of :func:`max_sensitivity`'s ratios over the copies: float ``[B, K]``; lower is better.
 
     Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
-    ``score="logits"``.
+    ``score="logits"``, ``return_nan_when_prediction_changes=False``.
     """
-    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
+    shared = Shared.read(options, seed=seed, batch_size=batch_size, **_SENSITIVITY_DEFAULTS)
     values = _sensitivities(
         "avg_sensitivity",
         model,
@@ -183,7 +183,6 @@ def avg_sensitivity(
         nr_samples,
         lower_bound,
         upper_bound,
-        return_nan_when_prediction_changes,
         shared,
     )
     return _nan_reduce(np.nanmean, values)
@@ -207,7 +206,6 @@ def relative_input_stability(
     lower_bound: float = 0.02,
     upper_bound: float = 0.2,
     eps_min: float = 1e-6,
-    return_nan_when_prediction_changes: bool = True,
     seed: int = 0,
     batch_size: int = 32,
     **options: Any,
@@ -221,27 +219,28 @@ def relative_input_stability(
     copies that change the prediction are left out (NaN only if all do), as in the paper.
 
     Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``normalise=False``, ``abs=False``,
-    ``score="logits"``.
+    ``score="logits"``, ``return_nan_when_prediction_changes=True``.
     """
     nr_samples = check_int("nr_samples", nr_samples)
     low, high = check_float("lower_bound", lower_bound), check_float("upper_bound", upper_bound)
     eps_min = check_float("eps_min", eps_min, positive=True)
     if high <= low:
         raise ValueError(f"upper_bound must be greater than lower_bound; received {lower_bound} and {upper_bound}.")
-    shared = Shared.read(options, seed=seed, batch_size=batch_size, normalise=False, abs=False, score="logits")
+    shared = Shared.read(
+        options,
+        seed=seed,
+        batch_size=batch_size,
+        normalise=False,
+        abs=False,
+        score="logits",
+        return_nan_when_prediction_changes=True,
+    )
     scored = shared.prepare(model, inputs, explanation_or_method, targets)
     a = preprocess(scored.elements, normalise=shared.normalise, absolute=shared.absolute)
     x = scored.x.astype(np.float64)
     result = np.zeros((*a.shape[:2], nr_samples))
     for b, copies, perturbed, changed in _perturbed_runs(
-        scored,
-        nr_samples,
-        low,
-        high,
-        "relative_input_stability",
-        shared.normalise,
-        shared.absolute,
-        return_nan_when_prediction_changes,
+        scored, nr_samples, low, high, "relative_input_stability", shared
     ):
         ab = a[b][None]
         numerator = np.linalg.norm(
@@ -251,6 +250,6 @@ def relative_input_stability(
         denominator = np.linalg.norm(((xb - copies) / (xb + (xb == 0) * eps_min)).reshape(nr_samples, -1), axis=-1)
         denominator = denominator + (denominator == 0) * eps_min
         result[b] = (numerator / denominator[:, None]).T
-        if return_nan_when_prediction_changes:
+        if shared.nan_when_prediction_changes:
             result[b][changed.T] = np.nan
     return _nan_reduce(np.nanmax, result)

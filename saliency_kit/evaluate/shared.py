@@ -9,7 +9,8 @@ metric's own default (Quantus' defaults differ between metrics)::
 
 A metric reads only the shared options it names defaults for; every other key of ``options`` is
 an option of the method run when ``explanation_or_method`` names one (``attribute_to=`` among
-them), as before.
+them), as before. The model-free metrics read their pixel maps through :meth:`Shared.pixel_maps`
+and :meth:`Shared.flat`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ._common import preprocess
 from .explained import prepare
+from .views import pixel_maps
 
 if TYPE_CHECKING:
     import keras
@@ -36,6 +41,7 @@ SHARED_OPTIONS = MappingProxyType(
         "score": "score",
         "softmax": "softmax",
         "perturb_baseline": "perturb_baseline",
+        "return_nan_when_prediction_changes": "nan_when_prediction_changes",
     }
 )
 
@@ -51,6 +57,8 @@ class Shared:
     - ``softmax`` (``softmax=``): the softmax of the target's scores is scored;
     - ``perturb_baseline`` (``perturb_baseline=``): what replaces a removed feature (``"black"``
       each input's minimum, ``"white"``, ``"mean"``, ``"uniform"``, a number or an array);
+    - ``nan_when_prediction_changes`` (``return_nan_when_prediction_changes=``): a perturbed copy
+      that changes the model's prediction for a target is left out (the robustness metrics);
     - ``seed``, ``batch_size``: the metric's draws' seed; inputs per forward pass;
     - ``method_options``: the rest of the metric's ``**options``, the method's.
     """
@@ -60,6 +68,7 @@ class Shared:
     score: str = "logits"
     softmax: bool = False
     perturb_baseline: Any = "black"
+    nan_when_prediction_changes: bool = False
     seed: int = 0
     batch_size: int = 32
     method_options: Mapping[str, Any] = field(default_factory=dict)
@@ -93,3 +102,37 @@ class Shared:
             method_options=dict(self.method_options),
             perturbs=perturbs,
         )
+
+    def pixel_maps(
+        self,
+        name: str,
+        model: keras.Model | None,
+        inputs: Any,
+        explanation_or_method: Any,
+        targets: Any,
+        maps: np.ndarray | None,
+        *,
+        image: bool = False,
+    ) -> np.ndarray:
+        """The pixel maps ``[B, K, ...]`` metric ``name`` scores
+        (:func:`~saliency_kit.evaluate.views.pixel_maps` with these options): the bare ``maps`` when
+        given, else those of the explanation or method (``image``: of one image, for a metric that
+        needs one image's axes)."""
+        return pixel_maps(
+            name,
+            model,
+            inputs,
+            explanation_or_method,
+            targets,
+            maps,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            method_options=dict(self.method_options),
+            image=image,
+        )
+
+    def flat(self, maps: np.ndarray) -> np.ndarray:
+        """``maps [B, K, ...]`` after Quantus' preprocessing with these options (``normalise``, then
+        ``absolute``), flattened: float64 ``[B, K, F]``."""
+        values = preprocess(maps, normalise=self.normalise, absolute=self.absolute)
+        return values.reshape(*values.shape[:2], -1)

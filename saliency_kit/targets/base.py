@@ -144,6 +144,8 @@ class Target:
             :meth:`score` reads it (a detector's boxes must be read as the model gives them).
         score_vector: whether the columns index the model's own score vector ``[B, C]`` (class
             targets): scores may then be read from a forward pass of the model alone.
+        other_classes: whether the target may be explained again at other classes of its columns
+            (``random_logit`` does): not for a score function, whose columns are its outputs.
         payload: the per-input array ``[B, ...]`` given as ``payload=`` (or ``None``).
     """
 
@@ -151,6 +153,7 @@ class Target:
     taps: tuple = ()
     logits: bool = True
     score_vector: bool = False
+    other_classes: bool = True
 
     def __init__(self, payload: Any = None):
         self.payload = None if payload is None else np.asarray(payload)

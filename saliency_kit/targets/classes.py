@@ -93,6 +93,7 @@ class Function(_VectorTarget):
     outputs as ``score`` selects them; column k is ``score_fn(values)[:, k]``."""
 
     kind = "callable"
+    other_classes = False
 
     def __init__(self, score_fn: Callable):
         self.score_fn = score_fn

@@ -257,6 +257,21 @@ def test_compare_always_has_the_random_row(model, x, masks):
     assert again == [r for r in evaluate.compare(model, x, ["gradient"], ["sparseness"])["rows"]]
 
 
+def test_compare_collects_the_rows_of_iter_compare_and_reports_each_cell(model, x):
+    cells = []
+    table = evaluate.compare(model, x, ["gradient"], ["sparseness"], seed=3, progress=lambda *cell: cells.append(cell))
+    assert table["rows"] == list(evaluate.iter_compare(model, x, ["gradient"], ["sparseness"], seed=3))
+    assert cells == [("gradient", "sparseness"), ("random", "sparseness")]
+    with pytest.raises(TypeError, match="metric_option"):
+        evaluate.compare(model, x, ["gradient"], ["sparseness"], metric_option={})
+
+
+def test_random_logit_asks_the_target_for_other_classes(model, x):
+    """A score function's columns are its outputs, not classes: refused, even with num_classes."""
+    with pytest.raises(ValueError, match="not a score function"):
+        evaluate.random_logit(model, x, "gradient", lambda values: values[:, 0], num_classes=5)
+
+
 def test_compare_scores_the_deletion_and_insertion_curves(model, x):
     rows = evaluate.compare(
         model,
