@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .spec import KernelSpec
+
 __all__ = ["Backend", "active"]
 
 
@@ -25,32 +27,11 @@ class Backend(Protocol):
     """What a method's function sees inside a kernel: the chunk's inputs and targets and the
     primitives (gradients, scores, layer taps, running sums, seeded draws, resizing, host steps)."""
 
-    def build_kernel(
-        self,
-        compute: Callable,
-        options: dict,
-        array_names: tuple,
-        views: Callable,
-        layout: Any,
-        shape: tuple,
-        dtype: Any,
-        array_specs: list,
-        vectorise: bool,
-        channel_axis: int,
-        traced: Callable[[], None],
-        reports: list,
-        doing: str = "the method",
-        layer_axis: int | None = None,
-        target: Any = None,
-        payload: Any = None,
-        space: Any = None,
-    ) -> Callable:
-        """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
-        running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
-        naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers; ``target``
-        and ``payload`` (a target object and its payload's structure) are how a target scores;
-        ``space`` (:class:`~saliency_kit.engine.space.Space`): the points are in it, and the
-        payload carries the held model inputs."""
+    def build_kernel(self, spec: KernelSpec) -> Callable:
+        """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays)`` returning
+        ``{name: [n, K, ...]}``: ``spec.compute(ctx, **spec.options)`` run on one chunk (what it is
+        built from: :class:`~saliency_kit.engine.spec.KernelSpec`); an error inside it leaves as
+        one line naming ``spec.doing``."""
 
     def build_values_kernel(
         self,
