@@ -20,8 +20,11 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import translated
+from ..model.inspect import derived_state, weight_sync
 from ..model.model_inputs import embedding_table
 from ..model.placed import Placed
+from ..model.rewrite import rewrite
+from ..model.scores import ScoreView, score_columns
 from ..model.walker import is_recurrent, layer_at
 from .spec import KernelSpec
 from .tf_context import Context
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Context",
+    "ScoreView",
     "Selection",
     "build_kernel",
     "build_values_kernel",
@@ -40,6 +44,10 @@ __all__ = [
     "array_spec",
     "to_numpy",
     "translating",
+    "rewrite",
+    "weight_sync",
+    "derived_state",
+    "score_columns",
 ]
 
 
