@@ -88,7 +88,7 @@ def eagerly(fn: Callable) -> Any:
 # ----------------------------------------------------------------------------------- kernels
 def build_kernel(spec: KernelSpec) -> Callable:
     """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method
-    (what it is built from: :class:`~saliency_kit.engine.backend.KernelSpec`).
+    (what it is built from: :class:`~saliency_kit.engine.spec.KernelSpec`).
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
     ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the

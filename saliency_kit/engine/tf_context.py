@@ -10,7 +10,7 @@ combines into its formula:
 * ``ctx.gradients_per_target(points)`` — one point per input and target, each differentiated
   for its own target only;
 * ``ctx.layer(path, points=None)`` — a layer's activations and the gradients of the scores with
-  respect to them, at the inputs or at other points (conductance's path);
+  respect to them, at the inputs or at other points (a path from a baseline);
 * ``ctx.spread(points)`` — each input's ``max − min`` (each part's, when several inputs are
   explained together), the scale of a noisy method's noise;
 * ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
@@ -51,7 +51,7 @@ class Context:
     """What a method's function sees: one chunk of inputs and targets, and the primitives.
 
     Attributes:
-        spec: the :class:`~saliency_kit.engine.backend.KernelSpec` of the kernel it runs in.
+        spec: the :class:`~saliency_kit.engine.spec.KernelSpec` of the kernel it runs in.
         inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
         targets: int32 ``[n, K]`` the columns to explain (the classes of class targets; what a
             target object resolved to otherwise).
@@ -366,7 +366,7 @@ class Context:
         """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
         like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
         noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
-        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
+        input, keyed by ``(−1 − seed, s)`` (masks every input shares)."""
         shape = tuple(int(d) for d in shape)
         dtype = tf.as_dtype(dtype)
         ids = tf.cast(ids, tf.int64)
