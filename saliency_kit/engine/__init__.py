@@ -46,6 +46,7 @@ from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
 from .job import Job
 from .payload import PerInput
+from .spec import KernelSpec
 from .views import clear_views, fingerprint, one_call, rewritten_model, score_view, views_of
 
 if TYPE_CHECKING:
@@ -144,26 +145,26 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
     def build() -> tuple[Callable, list, list, Any]:
         rules_used: list = []
         reports: list = []
-        views = views_of(model, score, rules_used)
-        kernel = backend.build_kernel(
-            compute,
-            {k: v for k, v in options.items() if k not in array_names},
-            array_names,
-            views,
-            layout,
-            shape,
-            dtype,
-            [backend.array_spec(a) for a in arrays],
-            backend.vectorise_classes(model),
-            channel_axis,
-            traced,
-            reports,
+        spec = KernelSpec(
+            compute=compute,
+            options={k: v for k, v in options.items() if k not in array_names},
+            array_names=array_names,
+            array_specs=[backend.array_spec(a) for a in arrays],
+            views=views_of(model, score, rules_used),
+            layout=layout,
+            shape=shape,
+            dtype=dtype,
+            vectorise=backend.vectorise_classes(model),
+            traced=traced,
+            reports=reports,
             doing=f"{getattr(compute, '__name__', 'the method')} on model {model.name!r}",
+            channel_axis=channel_axis,
             layer_axis=layer_axis,
             target=kernel_target,
             payload=(structure, per_input, payload_module.specs(per_input, leaves, layout.n, layout.group)),
             space=space,
         )
+        kernel = backend.build_kernel(spec)
         return kernel, rules_used, reports, kernel_target
 
     kernel_target: list = [target]

@@ -2,7 +2,8 @@
 
 :class:`Backend` declares it; :func:`active` returns the backend in use (the TensorFlow one,
 :mod:`saliency_kit.engine.tf`, a module satisfying the protocol). The engine reaches the
-framework only through :func:`active`; the methods reach it only through the
+framework, and the model machinery built on it (score views, rewrites), only through
+:func:`active`; the methods reach it only through the
 :class:`~saliency_kit.engine.tf_context.Context` the kernels hand them (and ``keras.ops``). A second
 backend is a module with these names, returned by :func:`active`.
 """
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from .spec import KernelSpec
 
 __all__ = ["Backend", "active"]
 
@@ -25,32 +28,15 @@ class Backend(Protocol):
     """What a method's function sees inside a kernel: the chunk's inputs and targets and the
     primitives (gradients, scores, layer taps, running sums, seeded draws, resizing, host steps)."""
 
-    def build_kernel(
-        self,
-        compute: Callable,
-        options: dict,
-        array_names: tuple,
-        views: Callable,
-        layout: Any,
-        shape: tuple,
-        dtype: Any,
-        array_specs: list,
-        vectorise: bool,
-        channel_axis: int,
-        traced: Callable[[], None],
-        reports: list,
-        doing: str = "the method",
-        layer_axis: int | None = None,
-        target: Any = None,
-        payload: Any = None,
-        space: Any = None,
-    ) -> Callable:
-        """The compiled ``kernel(x, targets, index, keys, seed, *arrays) -> {name: [n, K, ...]}``
-        running ``compute(ctx, **options)`` on one chunk; an error inside it leaves as one line
-        naming ``doing``; ``layer_axis`` is the channel axis of the model's spatial layers; ``target``
-        and ``payload`` (a target object and its payload's structure) are how a target scores;
-        ``space`` (:class:`~saliency_kit.engine.space.Space`): the points are in it, and the
-        payload carries the held model inputs."""
+    ScoreView: type
+    """``ScoreView(model, score)``: ``view(x) -> [n, C]`` the model's scores (``"logits"`` or
+    ``"output"``), the score view a kernel evaluates."""
+
+    def build_kernel(self, spec: KernelSpec) -> Callable:
+        """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays)`` returning
+        ``{name: [n, K, ...]}``: ``spec.compute(ctx, **spec.options)`` run on one chunk (what it is
+        built from: :class:`~saliency_kit.engine.spec.KernelSpec`); an error inside it leaves as
+        one line naming ``spec.doing``."""
 
     def build_values_kernel(
         self,
@@ -66,6 +52,18 @@ class Backend(Protocol):
         """The compiled ``kernel(x [n, ...]) -> [n, C]``: the whole score vector, forward only
         (``raw``: the model's outputs instead, ``"unstripped"`` with a final squash kept; ``taps``:
         the activations of those layers); ``x`` a tuple of arrays for a multi-input model."""
+
+    def rewrite(self, model: Any, rule: Any) -> Any:
+        """A copy of ``model`` whose backward pass follows ``rule`` (``sk.rewrite``)."""
+
+    def weight_sync(self, source: Any, copy: Any) -> Callable[[], None]:
+        """``sync()`` copying the weights of ``source`` (a model) into its rewritten ``copy``."""
+
+    def derived_state(self, layer: Any) -> tuple:
+        """The state ``layer`` derives from its variables outside them (part of the cache keys)."""
+
+    def score_columns(self, model: Any) -> int | None:
+        """``C`` of a model whose output is ``[batch, C]`` scores, else ``None``."""
 
     def vectorise_classes(self, model: Any) -> bool:
         """Whether the K backward passes of a kernel run vectorised rather than in a loop."""

@@ -162,15 +162,13 @@ def forward_scores(
     (model, score, input shape, chunk size) and reused: meant for evaluating many perturbed
     images (deletion/insertion curves). ``inputs`` are checked like ``explain``'s.
     """
-    from ..model.scores import score_columns
-
     inputs = check_inputs(model, inputs)
     targets = np.asarray(targets)
     if targets.ndim == 1:
         targets = targets[:, None]
     if targets.ndim != 2 or len(targets) != len(inputs) or not np.issubdtype(targets.dtype, np.integer):
         raise ValueError(f"targets must be an int array [{len(inputs)}, K]; received {targets.dtype} {targets.shape}.")
-    columns = score_columns(model)
+    columns = active_backend().score_columns(model)
     if columns is None:
         raise ValueError(
             "forward_scores needs a model whose output is [batch, classes] (for other targets, "

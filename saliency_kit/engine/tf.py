@@ -11,6 +11,7 @@ a ``jax.py`` sibling offering the same :class:`Context` and kernel builders coul
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from ..model.walker import is_recurrent
+from ..errors import translated
+from ..model.inspect import derived_state, weight_sync
+from ..model.model_inputs import embedding_table
+from ..model.placed import Placed
+from ..model.rewrite import rewrite
+from ..model.scores import ScoreView, score_columns
+from ..model.walker import is_recurrent, layer_at
+from .spec import KernelSpec
 from .tf_context import Context
 from .tf_gradients import Selection
 
@@ -27,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Context",
+    "ScoreView",
     "Selection",
     "build_kernel",
     "build_values_kernel",
@@ -35,6 +44,10 @@ __all__ = [
     "array_spec",
     "to_numpy",
     "translating",
+    "rewrite",
+    "weight_sync",
+    "derived_state",
+    "score_columns",
 ]
 
 
@@ -73,26 +86,9 @@ def eagerly(fn: Callable) -> Any:
 
 
 # ----------------------------------------------------------------------------------- kernels
-def build_kernel(
-    compute: Callable,
-    options: dict,
-    array_names: tuple,
-    views: Any,
-    layout: Any,
-    shape: tuple,
-    dtype: Any,
-    array_specs: Any,
-    vectorise: bool,
-    channel_axis: int,
-    traced: Any,
-    reports: list,
-    doing: str = "the method",
-    layer_axis: int | None = None,
-    target: Any = None,
-    payload: Any = None,
-    space: Any = None,
-) -> Callable:
-    """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method.
+def build_kernel(spec: KernelSpec) -> Callable:
+    """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method
+    (what it is built from: :class:`~saliency_kit.engine.spec.KernelSpec`).
 
     ``compute(ctx, **options)`` returns attributions ``[n, K, ...]`` or a dict holding them under
     ``"attributions"`` plus per-target extras ``[n, K, ...]`` (``"scores"`` among them when the
@@ -101,78 +97,59 @@ def build_kernel(
     a forward pass of the ``n`` clean inputs in every call would cost more than one batched pass
     over all of them afterwards (:func:`saliency_kit.engine.run` does that, or reuses the scores
     ``"topK"`` targets were ranked by).
-    Options named in ``array_names`` arrive as tensors (so a new baseline does not recompile);
-    ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level backward
-    rules it applies are appended to ``reports`` (:class:`~saliency_kit.model.override.OverrideReport`).
-    An error raised inside leaves as one line naming ``doing`` (:func:`translating`).
-
-    ``target``: a one-element list holding the target object (``None`` for class columns), read
-    when tracing; ``payload``: ``(structure, per_input flags, leaf specs)`` of its payload, whose
-    leaves arrive as the tuple argument ``payload`` (``[n, group, ...]`` per column, ``[n, ...]``
-    per input): new masks or boxes reuse the compiled kernel. With ``space`` (a
-    :class:`~saliency_kit.engine.space.Space`), the payload is ``{"held": model inputs, "target":
-    the target's payload}`` and ``x`` are the space's rows: its points, or token ids the kernel
-    embeds first (:attr:`~saliency_kit.engine.space.Space.lookup`).
+    Options named in ``spec.array_names`` arrive as tensors (so a new baseline does not
+    recompile); ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level
+    backward rules it applies are appended to ``spec.reports``. An error raised inside leaves as
+    one line naming ``spec.doing`` (:func:`translating`). The target's payload leaves arrive as
+    the tuple argument ``payload``; with ``spec.space``, the payload is ``{"held": model inputs,
+    "target": the target's payload}`` and ``x`` are the space's rows: its points, or token ids
+    the kernel embeds first (:attr:`~saliency_kit.engine.space.Space.lookup`).
     """
-    n, group = layout.n, layout.group
-    views = tf.autograph.experimental.do_not_convert(views)  # cache look-ups, not model code
-    target = target or [None]
-    structure, per_input, leaf_specs = payload or (None, (), ())
+    n, group = spec.layout.n, spec.layout.group
+    views = tf.autograph.experimental.do_not_convert(spec.views)  # cache look-ups, not model code
+    spec = dataclasses.replace(spec, views=views)
+    structure, per_input, leaf_specs = spec.payload
+    space = spec.space
 
     def kernel(x: Any, targets: Any, index: int, keys: Any, seed: int, leaves: Any, *arrays: Any) -> dict:
-        traced()
-        del reports[:]  # a retrace reports afresh
+        spec.traced()
+        del spec.reports[:]  # a retrace reports afresh
         tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
         held, flags = (None if space is None else ()), per_input
         if space is not None and tree is not None:  # the held inputs ride beside the target's payload
             held, flags = tree["held"], per_input[len(tree["held"]) :]
             tree = tree.get("target")
-        selection = Selection(targets, target[0], tree, flags, held, space)
-        values = dict(options)
-        values.update(zip(array_names, arrays))
+        selection = Selection(targets, spec.target[0], tree, flags, held, space)
+        values = dict(spec.options)
+        values.update(zip(spec.array_names, arrays))
         if space is not None and space.lookup:  # token ids, and token baselines, embedded here
             embed = _embedder(views().model, space.parts[0])
             x, values = embed(x), space.fill(values, embed)
-        ctx = Context(
-            views,
-            x,
-            selection,
-            index,
-            keys,
-            seed,
-            layout.budget,
-            vectorise,
-            channel_axis,
-            reports=reports,
-            layer_axis=layer_axis,
-            segments=space.segments if space is not None and space.packed else None,
-        )
+        ctx = Context(spec, x, selection, index, keys, seed, spec.layout.budget)
         if "seed" in values:
             values["seed"] = seed
-        out = compute(ctx, **values)
+        out = spec.compute(ctx, **values)
         out = dict(out) if isinstance(out, dict) else {"attributions": out}
         if "scores" not in out and "scores" in ctx.memo:
             out["scores"] = ctx.memo["scores"]
         return {name: tf.cast(value, tf.float32) for name, value in out.items()}
 
     signature = [
-        tf.TensorSpec([n, *shape], dtype),
+        tf.TensorSpec([n, *spec.shape], spec.dtype),
         tf.TensorSpec([n, group], tf.int32),
         tf.TensorSpec([n], tf.int32),
         tf.TensorSpec([n], tf.int64),
         tf.TensorSpec([], tf.int64),
         tuple(leaf_specs),
-        *array_specs,
+        *spec.array_specs,
     ]
-    return translating(tf.function(kernel, input_signature=signature, autograph=False), doing)
+    return translating(tf.function(kernel, input_signature=signature, autograph=False), spec.doing)
 
 
 def _embedder(model: keras.Model, part: Any) -> Callable:
     """``embed(ids [n, T]) -> [n, T, D]`` in the dtype of ``part`` (a token part): the rows of its
     embedding layer's table, gathered from the variable (read at every call), or the layer
     called when its call is more than a row lookup."""
-    from ..model.model_inputs import embedding_table
-    from ..model.walker import layer_at
 
     layer = layer_at(model, part.layer)
     table = embedding_table(layer)
@@ -191,7 +168,6 @@ def translating(compiled: Any, doing: str) -> Callable:
     Its one concrete function is traced at the first call and called directly from then on:
     the same graph, without the dispatch a ``tf.function`` repeats on every call to choose it
     (a fixed cost of about half a millisecond, the whole difference on a small model)."""
-    from ..errors import translated
 
     concrete: list = []
 
@@ -221,7 +197,6 @@ def build_values_kernel(
     ``{path: activations}`` of those layers, in their own dtype). For a model with
     several inputs ``shape`` and ``dtype`` are lists (one per input, graph order) and ``x`` a
     tuple of them."""
-    from ..model.placed import Placed
 
     views = tf.autograph.experimental.do_not_convert(views)
     several = isinstance(shape, list)

@@ -10,9 +10,9 @@ combines into its formula:
 * ``ctx.gradients_per_target(points)`` — one point per input and target, each differentiated
   for its own target only;
 * ``ctx.layer(path, points=None)`` — a layer's activations and the gradients of the scores with
-  respect to them, at the inputs or at other points (conductance's path);
+  respect to them, at the inputs or at other points (a path from a baseline);
 * ``ctx.spread(points)`` — each input's ``max − min`` (each part's, when several inputs are
-  explained together), SmoothGrad's noise scale;
+  explained together), the scale of a noisy method's noise;
 * ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
   ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
 * ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ..model.taps import Tap
+from .spec import KernelSpec
 from .tf_gradients import Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
 
 __all__ = ["Context"]
@@ -49,6 +51,7 @@ class Context:
     """What a method's function sees: one chunk of inputs and targets, and the primitives.
 
     Attributes:
+        spec: the :class:`~saliency_kit.engine.spec.KernelSpec` of the kernel it runs in.
         inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
         targets: int32 ``[n, K]`` the columns to explain (the classes of class targets; what a
             target object resolved to otherwise).
@@ -70,22 +73,20 @@ class Context:
 
     def __init__(
         self,
-        views: Any,
+        spec: KernelSpec,
         inputs: Any,
         selection: Any,
         index: tf.Tensor,
         keys: tf.Tensor,
         seed: tf.Tensor,
         budget: int,
-        vectorise: bool,
-        channel_axis: int = -1,
         top: bool = True,
-        reports: Any = None,
-        layer_axis: int | None = None,
-        segments: Any = None,
     ):
-        self._views = views  # views(rule) -> ScoreView
-        self._reports = [] if reports is None else reports  # what the op-level rules changed
+        """The context of kernel ``spec`` at ``inputs``; ``top``: the kernel's own inputs, not
+        copies (:meth:`at`), so gradients and scores taken at them are kept in :attr:`memo`."""
+        self.spec = spec  # what every context of the kernel shares
+        self._views = spec.views  # views(rule) -> ScoreView
+        self._reports = spec.reports  # what the op-level rules changed
         self.inputs = inputs
         self.selection = selection
         self.targets = self.selection.columns
@@ -93,11 +94,11 @@ class Context:
         self.keys = keys
         self.seed = seed
         self.budget = max(1, int(budget))
-        self.channel_axis = channel_axis
-        self.layer_channel_axis = channel_axis if layer_axis is None else layer_axis
-        self._vectorise = vectorise
+        self.channel_axis = spec.channel_axis
+        self.layer_channel_axis = spec.channel_axis if spec.layer_axis is None else spec.layer_axis
+        self._vectorise = spec.vectorise
         self._top = top
-        self.segments = segments  # ((offset, size), ...) of each part of packed points, else None
+        self.segments = spec.segments  # ((offset, size), ...) of each part of packed points, else None
         self.memo: dict = {}
 
     @property
@@ -248,7 +249,6 @@ class Context:
     def _tap(self, path: str) -> Any:
         """What :meth:`layer` taps: the call of ``path`` on the explained input's path when the
         points are one input of several, else the layer's one call (``path`` itself)."""
-        from ..model.taps import Tap
 
         space = self.selection.space
         if space is None or space.packed or space.parts[0].input is None:
@@ -320,21 +320,7 @@ class Context:
         copies = int(np.prod(lead)) if lead else 1
         index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
         keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1])
-        return Context(
-            self._views,
-            rows,
-            selection,
-            index,
-            keys,
-            self.seed,
-            max(1, self.budget // copies),
-            self._vectorise,
-            self.channel_axis,
-            top=False,
-            reports=self._reports,
-            layer_axis=self.layer_channel_axis,
-            segments=self.segments,
-        )
+        return Context(self.spec, rows, selection, index, keys, self.seed, max(1, self.budget // copies), top=False)
 
     # -- helpers ------------------------------------------------------------------------------
     def normal(self, ids: Any, count: int) -> tf.Tensor:
@@ -380,7 +366,7 @@ class Context:
         """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
         like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
         noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
-        input, keyed by ``(−1 − seed, s)`` (RISE's masks)."""
+        input, keyed by ``(−1 − seed, s)`` (masks every input shares)."""
         shape = tuple(int(d) for d in shape)
         dtype = tf.as_dtype(dtype)
         ids = tf.cast(ids, tf.int64)

@@ -12,6 +12,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from ..model.override import relu_rule
+from ..model.rewrite import nothing_to_rewrite
+from ..rules import ModifiedBackprop
+
 __all__ = [
     "SMALL_FLOATS",
     "Selection",
@@ -168,7 +172,6 @@ def is_relu_rule(rule: Any) -> bool:
     """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
     ``ModifiedBackprop``), which the op-level override applies; LRP composites and DeepLIFT
     rewrite linear layers too and go through ``sk.rewrite``."""
-    from ..rules import ModifiedBackprop
 
     return isinstance(rule, (str, ModifiedBackprop))
 
@@ -178,7 +181,6 @@ def gradient_by_rule(view: Any, z: Any, selection: Any, rule: Any, reports: list
     activation the model runs (the op-level override: ``tf.gradients`` of the graph traced in the
     block). The block's report goes to ``reports``; a ReLU the rule cannot reach, or a model with
     none for it to change, is a ``ValueError``."""
-    from ..model.override import relu_rule
 
     with relu_rule(rule) as report:
         scores, _ = selection.scores(view, z)
@@ -186,8 +188,6 @@ def gradient_by_rule(view: Any, z: Any, selection: Any, rule: Any, reports: list
             scores = tf.cast(scores, z.dtype)
     report.check(f"model {view.model.name!r}")
     if not report.ops:
-        from ..model.rewrite import nothing_to_rewrite
-
         raise nothing_to_rewrite(view.model)  # else the map would silently be the plain gradient
     reports.append(report)
     columns = []

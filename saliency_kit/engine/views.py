@@ -63,14 +63,13 @@ def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
     """
     if rule is None:
         return model
-    from ..model.inspect import weight_sync
-    from ..model.rewrite import rewrite
 
     def build() -> tuple[keras.Model, Callable[[], None]]:
-        copy = rewrite(model, rule)
-        return copy, weight_sync(model, copy)
+        copy = backend.rewrite(model, rule)
+        return copy, backend.weight_sync(model, copy)
 
-    eagerly = active_backend().eagerly
+    backend = active_backend()
+    eagerly = backend.eagerly
     copy, sync = eagerly(lambda: _rewritten.get(model, (rule_key(rule), fingerprint(model)), build))
     eagerly(sync)
     return copy
@@ -78,12 +77,11 @@ def rewritten_model(model: keras.Model, rule: Any) -> keras.Model:
 
 def score_view(model: keras.Model, score: str = "logits", rule: Any = None) -> ScoreView:
     """The cached ``ScoreView`` of ``model`` (rewritten by ``rule``)."""
-    from ..model.scores import ScoreView
-
-    eagerly = active_backend().eagerly
+    backend = active_backend()
+    eagerly = backend.eagerly
     target_model = rewritten_model(model, rule)
     key = (score, rule_key(rule), fingerprint(model))
-    return eagerly(lambda: _views.get(model, key, lambda: ScoreView(target_model, score)))
+    return eagerly(lambda: _views.get(model, key, lambda: backend.ScoreView(target_model, score)))
 
 
 @contextlib.contextmanager
@@ -125,8 +123,7 @@ def fingerprint(model: keras.Model) -> tuple:
 
 
 def _fingerprint(model: keras.Model) -> tuple:
-    from ..model.inspect import derived_state
-
+    derived_state = active_backend().derived_state
     parts = []
     stack = [model]
     while stack:

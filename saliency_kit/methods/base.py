@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -30,6 +30,7 @@ from .option import Option
 __all__ = [
     "Option",
     "Method",
+    "Traits",
     "register",
     "unregister",
     "get",
@@ -199,21 +200,43 @@ def _as_options(options: Any) -> tuple:
     return tuple(result)
 
 
+@dataclass(frozen=True)
+class Traits:
+    """The rarely given keywords of :func:`register`, beyond ``summary``, ``options`` and ``reduce``.
+
+    ``title``: a short display title (default: the name, underscores as spaces, capitalised);
+    ``cam``: attributions are ``[B, K, H, W]`` maps on a layer; ``signed``: the sign matters
+    (rendered diverging by default); ``prepare(request, options) -> options``: the method's own
+    checks and resolutions (the registered :attr:`Method.prepare` also draws seeds and prepares
+    the extended method); ``cost``, ``extends``, ``warn_zero`` (default: not ``cam``),
+    ``spatial`` (default: ``cam``), ``layered``: see :class:`Method`.
+    """
+
+    title: str | None = None
+    cam: bool = False
+    signed: bool = False
+    prepare: Callable | None = None
+    cost: Callable | None = None
+    extends: str | None = None
+    warn_zero: bool | None = None
+    spatial: bool | None = None
+    layered: bool = False
+
+    @classmethod
+    def of(cls, name: str, keywords: dict) -> Traits:
+        """The traits ``keywords`` give method ``name``; ``TypeError`` naming an unknown keyword."""
+        known = [field.name for field in fields(cls)]
+        unknown = sorted(set(keywords) - set(known))
+        if unknown:
+            raise TypeError(
+                f"register({name!r}) takes no keyword {', '.join(map(repr, unknown))}; its keywords are "
+                f"summary, options, reduce, {', '.join(known)}; received {', '.join(unknown)}."
+            )
+        return cls(**keywords)
+
+
 def register(
-    name: str,
-    *,
-    summary: str,
-    options: Any = (),
-    reduce: str = "abs_max",
-    title: str | None = None,
-    cam: bool = False,
-    signed: bool = False,
-    prepare: Callable | None = None,
-    cost: Callable | None = None,
-    extends: str | None = None,
-    warn_zero: bool | None = None,
-    spatial: bool | None = None,
-    layered: bool = False,
+    name: str, *, summary: str, options: Any = (), reduce: str = "abs_max", **traits: Any
 ) -> Callable[[Callable], Callable]:
     """Decorator registering ``fn(ctx, **options) -> attributions`` as method ``name``.
 
@@ -222,19 +245,15 @@ def register(
         options: ``{name: default}`` or a list of :class:`Option`.
         reduce: how maps are made: ``"abs_max"``, ``"sum"``, ``"mean"`` or ``"none"``
             (attributions are already maps, as for CAM methods).
-        title: a short display title (default: the name, underscores as spaces, capitalised).
-        cam: attributions are ``[B, K, H, W]`` maps on a layer.
-        signed: the sign matters (rendered diverging by default).
-        prepare: ``prepare(request, options) -> options``, the method's own checks and
-            resolutions; the registered :attr:`Method.prepare` also draws seeds and prepares
-            the extended method.
-        cost, extends, warn_zero, spatial, layered: see :class:`Method` (``spatial`` defaults to
-            ``cam``).
+        traits: the rarely given keywords ``title``, ``cam``, ``signed``, ``prepare``, ``cost``,
+            ``extends``, ``warn_zero``, ``spatial``, ``layered``: see :class:`Traits`.
 
     Raises ``ValueError`` for a name registered twice, an option whose name the command line
     uses itself (:data:`RESERVED_OPTION_NAMES`), or an option declared by another method with
-    another type.
+    another type; ``TypeError`` for an unknown keyword.
     """
+    given = Traits.of(name, traits)
+    extends = given.extends
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"a method name must be a Python identifier; received {name!r}.")
     if reduce not in REDUCTIONS:
@@ -274,15 +293,15 @@ def register(
             compute=fn,
             options=declared,
             reduce=reduce,
-            title=title or name.replace("_", " ").capitalize(),
-            cam=bool(cam),
-            signed=bool(signed),
-            prepare=_preparation(name, prepare),
-            cost=cost,
+            title=given.title or name.replace("_", " ").capitalize(),
+            cam=bool(given.cam),
+            signed=bool(given.signed),
+            prepare=_preparation(name, given.prepare),
+            cost=given.cost,
             extends=extends,
-            warn_zero=(not cam) if warn_zero is None else bool(warn_zero),
-            spatial=bool(cam) if spatial is None else bool(spatial),
-            layered=bool(layered),
+            warn_zero=(not given.cam) if given.warn_zero is None else bool(given.warn_zero),
+            spatial=bool(given.cam) if given.spatial is None else bool(given.spatial),
+            layered=bool(given.layered),
         )
         return fn
 

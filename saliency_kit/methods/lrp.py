@@ -63,12 +63,10 @@ def _freeze(value: Any) -> Any:
     prepare=prepare,
 )
 def lrp(ctx: Any, composite: str, epsilon: float, gamma: float, low: Any, high: Any) -> Any:
-    from ..propagation.composites import LRPRewrite
-
     options = {
         k: _freeze(v)
         for k, v in _composite_options({"epsilon": epsilon, "gamma": gamma, "low": low, "high": high}).items()
         if v is not None
     }
-    rule = LRPRewrite(composite, tuple(sorted(options.items())), input_relevance=True)
+    rule = composites.LRPRewrite(composite, tuple(sorted(options.items())), input_relevance=True)
     return ctx.gradients(ctx.inputs, rule=rule)

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from . import keras_private
+from .walker import is_graph_model, walk
+
 if TYPE_CHECKING:
     import keras
 
@@ -164,8 +167,6 @@ def may_move_axes(model: keras.Model) -> bool:
     the user's own (its ``call`` is not known)."""
     import keras
 
-    from .walker import is_graph_model, walk
-
     for layer in [model, *(visit.layer for visit in walk(model))]:
         if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape, keras.layers.Lambda)):
             return True
@@ -185,9 +186,6 @@ def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
     input of its first spatial layer (or of a nested model of Keras layers holding them),
     ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""
     import keras
-
-    from . import keras_private
-    from .walker import is_graph_model
 
     graph = keras_private.functional_graph(model)
     if graph is None or len(graph.inputs) != 1:

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from .copy import input_signature as copy_signature
+from .input_axes import SPATIAL_LAYER_KINDS, may_move_axes, traced_channel_axis
 from .walker import walk
 
 __all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
@@ -40,9 +41,6 @@ def input_signature(model: keras.Model) -> tuple[tuple, str]:
     return (None, *shape[1:]), dtype
 
 
-from .input_axes import SPATIAL_LAYER_KINDS as _SPATIAL_KINDS  # noqa: E402
-
-
 def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
     """``model`` and every layer inside it (nested models, wrappers, cells): the one walker."""
     yield model
@@ -66,7 +64,7 @@ def layer_channel_axis(model: keras.Model, rank: int) -> int:
     for layer in _sublayers(model):
         kind = type(layer).__name__
         data_format = getattr(layer, "data_format", None)
-        if data_format in ("channels_first", "channels_last") and any(k in kind for k in _SPATIAL_KINDS):
+        if data_format in ("channels_first", "channels_last") and any(k in kind for k in SPATIAL_LAYER_KINDS):
             formats.setdefault(data_format, layer.name)
     if len(formats) > 1:
         raise ValueError(
@@ -100,8 +98,6 @@ def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtyp
     way that cannot be followed: ``explain(..., channels_axis=)`` says it then.
     """
     declared = layer_channel_axis(model, rank)
-    from .input_axes import may_move_axes, traced_channel_axis
-
     if rank < 2 or shape is None or not may_move_axes(model):
         return declared
 

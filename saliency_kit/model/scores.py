@@ -36,7 +36,9 @@ import keras
 import numpy as np
 
 from . import keras_private
+from .copy import input_signature, probe_input
 from .placed import Placed
+from .squash import eager_or_traced, traced_squash
 from .taps import Reach, Tap, not_reached, path_of, recording
 from .walker import is_graph_model
 
@@ -95,8 +97,6 @@ def _specs(op: Any) -> list | None:
     import tensorflow as tf
 
     if isinstance(op, keras.Model) and not keras_private.inbound_nodes(op):
-        from .copy import input_signature
-
         return [tf.TensorSpec(shape, dtype) for shape, dtype in input_signature(op)]
     inputs = keras_private.first_call_inputs(op)
     if not inputs or not all(keras_private.has_producer(t) for t in inputs):
@@ -108,7 +108,6 @@ def _traced(op: Any) -> tuple[str, str] | None:
     """``("traced" | "opaque", squash)`` when ``op``'s computation ends in a softmax/sigmoid.
 
     Traced once per layer (and again when its ``activation`` or ``function`` is replaced)."""
-    from .squash import traced_squash
 
     token = (getattr(op, "activation", None), getattr(op, "function", None))
     known = _traced_memo.get(op)
@@ -293,7 +292,6 @@ class ScoreView:
                 "targets need a functional or Sequential model (build one from its layers), or use a "
                 f"gradient method; received layer {shown!r}."
             )
-        from .squash import eager_or_traced
 
         squash = final_squash(model) if strip else None
         kind, final = squash if squash else (None, None)
@@ -353,8 +351,6 @@ class ScoreView:
         if not taps and not strip and not swaps:
             return self.model(called, training=False), taken
         if not taps and not swaps and self._squash is not None and self._squash[1] is self.model:  # subclassed
-            from .squash import eager_or_traced
-
             return eager_or_traced(_call_op(self.model))(called), taken
         wanted = tuple((tuple(path_of(tap).split("/")), tap) for tap in taps)
         reach = Reach(x if isinstance(x, list) else [x]) if any(isinstance(tap, Tap) for tap in taps) else None
@@ -383,8 +379,8 @@ def _output_spec(model: keras.Model) -> tuple[tuple, str] | None:
         if len(outputs) != 1:
             return None
         return tuple(outputs[0].shape), keras.backend.standardize_dtype(outputs[0].dtype)
-    from .copy import probe_input  # a subclassed model: run it once on a generated input
 
+    # a subclassed model: run it once on a generated input
     outputs = keras.tree.flatten(model(probe_input(model), training=False))
     if len(outputs) != 1:
         return None
@@ -397,8 +393,6 @@ def output_structure(model: keras.Model) -> Any:
     if is_graph_model(model):
         outputs = model.output
     else:
-        from .copy import probe_input
-
         outputs = model(probe_input(model), training=False)
     structure = keras.tree.map_structure(lambda t: (None, *tuple(t.shape)[1:]), outputs)
     if isinstance(structure, tuple) and structure and isinstance(structure[0], tuple):

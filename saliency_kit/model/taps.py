@@ -16,6 +16,8 @@ from typing import Any
 
 import keras
 
+from .model_inputs import model_inputs
+
 __all__ = ["Tap", "Reach", "path_of", "recording", "not_reached"]
 
 
@@ -84,7 +86,6 @@ def recording(fn: Callable, keys: list, taken: dict, reach: Reach | None, model:
 
 
 def _input_name(model: keras.Model, index: int) -> str:
-    from .model_inputs import model_inputs
 
     names = [info.name for info in model_inputs(model)]
     return names[index] if 0 <= index < len(names) else f"input_{index}"

@@ -28,6 +28,7 @@ import numpy as np
 
 from .base import Resolved, Target, TargetRequest
 from .detections import box_iou, fields, iou, split
+from .parse import parse_string
 
 if TYPE_CHECKING:
     import keras
@@ -134,8 +135,6 @@ class Box(Target):
             best = np.argmax(box_iou(boxes, proposals), axis=-1)  # [B, K]
             return np.argmax(np.take_along_axis(logits, best[..., None], axis=1), axis=-1).astype(np.int64)
         if isinstance(given, str):
-            from .parse import parse_string
-
             given = parse_string(given, C, request.class_names).parts[0]
             if given[0] != "class":
                 raise ValueError(f"box classes must be a class index or name, not 'topK'; received {self.classes!r}.")

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ..engine import all_scores
+from ..engine import outputs as outputs_of
 from .box import box as box_target
 from .detections import Detection, decode
 from .heads import output as output_target
@@ -183,14 +185,12 @@ def task_targets(
     (``with_outputs``: also its outputs ``[B, C]``, the probabilities behind a softmax). Requests
     that do not fit are :class:`AskError`.
     """
-    from .. import engine  # the engine runs target objects: it is imported when used, not with them
-
     if plan.task not in TASKS:
         raise ValueError(f"a task is one of {', '.join(TASKS)}; received {plan.task!r}.")
     sizes = list(image_sizes) if image_sizes is not None else [tuple(spec.input_size)] * len(inputs)
     if plan.task == "classification":
         return _class_targets(model, inputs, plan, spec, batch_size, with_outputs)
-    outputs = engine.outputs(model, inputs, strip=False, batch_size=batch_size)
+    outputs = outputs_of(model, inputs, strip=False, batch_size=batch_size)
     if plan.output is not None:
         outputs = _head_values(model, outputs, plan.output)
     elif isinstance(outputs, (list, tuple, dict)):
@@ -208,17 +208,15 @@ def _class_targets(
     model: keras.Model, inputs: np.ndarray, plan: TaskPlan, spec: Any, batch_size: int, with_outputs: bool
 ) -> TaskTargets:
     """:func:`task_targets` of a classifier: int ``[B, K]``, the requests' columns side by side."""
-    from .. import engine  # see task_targets
-
     parts = tuple(
         ("top", r.count) if r.kind == "top" else ("class", _given(r.index, "class", r.text)) for r in plan.requests
     )
     classes = TargetSpec(parts)
     logits = outputs = None
     if classes.needs_scores or with_outputs:
-        logits = engine.all_scores(model, inputs, score="logits", batch_size=batch_size)
+        logits = all_scores(model, inputs, score="logits", batch_size=batch_size)
     if with_outputs:
-        outputs = engine.all_scores(model, inputs, score="output", batch_size=batch_size)
+        outputs = all_scores(model, inputs, score="output", batch_size=batch_size)
     columns = resolve(classes, logits, num_inputs=len(inputs))
     names = spec.class_names
     per_image = [[Subject("class", int(c), _class_name(names, int(c)), "", {}) for c in row] for row in columns]

@@ -81,6 +81,29 @@ def test_registering_a_name_twice_is_a_value_error():
         register("gradient", summary="again")(lambda ctx: ctx.gradients(ctx.inputs))
 
 
+def test_an_unknown_keyword_is_a_type_error_listing_the_keywords():
+    with pytest.raises(TypeError, match="register\\('typo'\\) takes no keyword 'sigend'; its keywords are summary"):
+        register("typo", summary="x", sigend=True)
+    assert "typo" not in methods.names()
+
+
+def test_the_rarely_given_keywords_reach_the_declaration():
+    register("traits_given", summary="x", title="Given", signed=True, spatial=True, warn_zero=False)(
+        lambda ctx: ctx.inputs
+    )
+    try:
+        method = methods.get("traits_given")
+        assert (method.title, method.signed, method.spatial, method.warn_zero, method.cam) == (
+            "Given",
+            True,
+            True,
+            False,
+            False,
+        )
+    finally:
+        methods.unregister("traits_given")
+
+
 @pytest.mark.parametrize("reserved", ["model", "target", "batch_size", "out", "sign", "workers"])
 def test_an_option_named_like_a_command_line_flag_is_refused(reserved):
     assert reserved in methods.RESERVED_OPTION_NAMES
