@@ -167,7 +167,9 @@ def test_a_layer_inside_a_nested_model_is_reached_by_its_path(nested_net):
     for b, cls in enumerate(classes):
         want = y[b] * _rest_gradients(rest, y[b : b + 1], x[b : b + 1], cls)[0]
         np.testing.assert_allclose(g.attributions[b, 0], want, rtol=1e-6, atol=1e-6)
-    ig = sk.explain(model, x, "integrated_gradients", targets=1, attribute_to="outer/inner_layer", steps=6)
+    ig = sk.explain(
+        model, x, "integrated_gradients", targets=1, attribute_to="outer/inner_layer", steps=6, layer_start="zero"
+    )
     np.testing.assert_allclose(ig.attributions[:, 0], _hand_layer_ig(rest, y, 0 * y, x, 1, 6), rtol=1e-6, atol=1e-6)
     c = sk.explain(model, x, "conductance", targets=1, attribute_to="outer/inner_layer", steps=6, baseline=0.0)
     assert c.layer == "outer/inner_layer"
