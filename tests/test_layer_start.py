@@ -189,3 +189,11 @@ def test_a_noisy_method_on_a_layer_does_not_depend_on_the_start(mlp):
 def test_an_unknown_start_is_refused(mlp):
     with pytest.raises(ValueError, match=r"layer_start must be one of \['baseline', 'zero'\]; received 'input'"):
         sk.explain(mlp, X, "integrated_gradients", attribute_to="h", layer_start="input")
+
+
+def test_a_layer_baseline_of_the_wrong_shape_is_refused_in_the_layers_words(mlp):
+    with pytest.raises(ValueError, match=r"one row of what is explained \(4,\) \(an input, or the layer's output"):
+        sk.explain(mlp, X, "integrated_gradients", attribute_to="h", baseline=np.zeros(3))
+    for name in ("integrated_gradients", "guided_ig", "deeplift"):
+        (baseline,) = [option for option in sk.methods.get(name).options if option.name == "baseline"]
+        assert "one input" not in baseline.help and "the layer's output" in baseline.help
