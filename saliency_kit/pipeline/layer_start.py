@@ -20,14 +20,14 @@ The baseline input holds, for each model input:
 * otherwise (segment/position/type ids, masks, integers feeding no ``Embedding``): its own
   values, as Captum's ``additional_forward_args``.
 
-Integrated gradients' ``completeness_gap`` compares with the score at the start (the layer at
-its start, every path around the layer reading ``x``): ``s(x′)`` when the layer is a cut of the
-model, as Captum's convergence delta then.
-
 Those held inputs must then be the same in every row when they reach the layer (the start is
 one row, shared by every row of the call); a call whose rows differ there is refused. A
 ``baseline`` given as one value (not per input) is the start itself, in the layer's space.
 Conductance's path lies in input space already and is not concerned.
+
+Integrated gradients' ``completeness_gap`` compares with the score at the start (the layer at
+its start, every path around the layer reading ``x``): ``s(x′)`` when the layer is a cut of the
+model, as Captum's convergence delta then.
 """
 
 from __future__ import annotations
