@@ -158,6 +158,18 @@ def test_layer_ig_is_integrated_gradients_of_the_rest_of_the_model_in_the_layers
         assert np.abs(e.completeness_gap).max() > 1e-4  # 7 steps on a curved rest: the gap is not 0
 
 
+def test_layer_ig_starts_by_default_at_the_layers_output_at_the_baseline_input(skip_net):
+    """No baseline given: the path starts at ``h1(x′)``, ``x′ = 0``; the skip keeps reading each
+    row's input, so the gap is against the score at that start, not ``s(x′)``."""
+    model, x, h1, rest = skip_net
+    y, y0 = h1(x).numpy(), np.broadcast_to(h1(np.zeros((1, 4))).numpy(), (3, 5))
+    e = sk.explain(model, x, "integrated_gradients", targets=0, attribute_to="h1", steps=9)
+    want = _hand_layer_ig(rest, y, y0, x, 0, 9)
+    np.testing.assert_allclose(e.attributions[:, 0], want, rtol=1e-6, atol=1e-6)
+    change = rest(y, x).numpy()[:, 0] - rest(y0, x).numpy()[:, 0]
+    np.testing.assert_allclose(e.completeness_gap[:, 0], want.sum(axis=1) - change, atol=1e-5)
+
+
 def test_a_layer_inside_a_nested_model_is_reached_by_its_path(nested_net):
     model, x, before, rest = nested_net
     y = before(x).numpy()
@@ -167,7 +179,9 @@ def test_a_layer_inside_a_nested_model_is_reached_by_its_path(nested_net):
     for b, cls in enumerate(classes):
         want = y[b] * _rest_gradients(rest, y[b : b + 1], x[b : b + 1], cls)[0]
         np.testing.assert_allclose(g.attributions[b, 0], want, rtol=1e-6, atol=1e-6)
-    ig = sk.explain(model, x, "integrated_gradients", targets=1, attribute_to="outer/inner_layer", steps=6)
+    ig = sk.explain(
+        model, x, "integrated_gradients", targets=1, attribute_to="outer/inner_layer", steps=6, layer_start="zero"
+    )
     np.testing.assert_allclose(ig.attributions[:, 0], _hand_layer_ig(rest, y, 0 * y, x, 1, 6), rtol=1e-6, atol=1e-6)
     c = sk.explain(model, x, "conductance", targets=1, attribute_to="outer/inner_layer", steps=6, baseline=0.0)
     assert c.layer == "outer/inner_layer"

@@ -315,7 +315,7 @@ def test_smoothgrad_noise_as_an_array_is_a_fraction_per_element():
     x = RNG.normal(size=(2, 4)).astype("float32")
     zero = sk.explain(model, x, "smoothgrad", targets=0, samples=5, seed=1, noise=np.zeros(4))
     np.testing.assert_allclose(zero.attributions, sk.explain(model, x, "gradient", targets=0).attributions, rtol=1e-6)
-    with pytest.raises(ValueError, match="broadcastable to one input"):
+    with pytest.raises(ValueError, match="broadcastable to one row of what is explained"):
         sk.explain(model, x, "smoothgrad", targets=0, samples=2, noise=np.zeros(3))
     with pytest.raises(ValueError, match="non-negative"):
         sk.explain(model, x, "smoothgrad", targets=0, samples=2, noise=np.full(4, -0.1))

@@ -63,19 +63,21 @@ def quadrature(rule: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def baseline_array(baseline: Any, inputs: np.ndarray) -> np.ndarray:
-    """``baseline`` broadcast to one input of ``inputs [B, ...]``, in its dtype; finite."""
+    """``baseline`` broadcast to one row of ``inputs [B, ...]`` (what is explained: a model input,
+    several packed, or an inner layer's output), in its dtype; finite."""
     return input_shaped(baseline, inputs, "baseline")
 
 
 def input_shaped(value: Any, inputs: np.ndarray, name: str, *, non_negative: bool = False) -> np.ndarray:
-    """Option ``name``'s ``value`` broadcast to one input of ``inputs [B, ...]``, in its dtype;
+    """Option ``name``'s ``value`` broadcast to one row of ``inputs [B, ...]``, in its dtype;
     finite (and ``≥ 0`` with ``non_negative``), else a ``ValueError`` saying what was expected."""
     shape = inputs.shape[1:]
     try:
         array = np.broadcast_to(np.asarray(value, dtype=np.float64), shape)
     except (ValueError, TypeError):
         raise ValueError(
-            f"{name} must be a number or an array broadcastable to one input {shape}; received {np.shape(value)}."
+            f"{name} must be a number or an array broadcastable to one row of what is explained {shape} (an "
+            f"input, or the layer's output with attribute_to=LAYER); received {np.shape(value)}."
         ) from None
     if not np.all(np.isfinite(array)) or (non_negative and np.any(array < 0)):
         kind = "finite and non-negative" if non_negative else "finite"

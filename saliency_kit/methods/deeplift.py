@@ -6,10 +6,11 @@ activation passes ``(f(x) − f(x′)) / (x − x′)``, max pooling Captum's ru
 weights. Summation to delta: ``Σ a = s(x) − s(x′)``; ``completeness_gap`` reports
 ``Σ a − (s(x) − s(x′))``. Map: signed sum over the last axis.
 
-The baseline is one input, so it runs through the model once per call, on its own: one row
-forward, no backward (``ctx.gradients_against``). When the model's other inputs are held at each
-row's own values (a request explaining some of several inputs), every input is paired with its
-own reference instead (``2n`` rows).
+The baseline is one row (an input; with ``attribute_to=LAYER`` the layer's output), so it runs
+through the model once per call, on its own: one row forward, no backward
+(``ctx.gradients_against``). When the model's other inputs are held at each row's own values (a
+request explaining some of several inputs), every input is paired with its own reference
+instead (``2n`` rows).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ def prepare(request: Request, options: dict) -> dict:
     summary="(x − baseline) × DeepLIFT Rescale multipliers (Shrikumar et al. 2017), with completeness_gap; "
     "map: sum over the last axis",
     options=[
-        Option("baseline", 0.0, array=True, help="the reference input: a number or an array broadcastable to one input")
+        Option(
+            "baseline",
+            0.0,
+            array=True,
+            help="the reference: a number or an array broadcastable to one row of what is explained (an input; with "
+            "attribute_to=LAYER, the layer's output)",
+        )
     ],
     reduce="sum",
     signed=True,

@@ -29,7 +29,13 @@ def prepare(request: Request, options: dict) -> dict:
     "map: sum over the last axis",
     options=[
         Option("steps", 50, low=1, help="points on the path from the baseline to the input"),
-        Option("baseline", 0.0, array=True, help="the path's start: a number or an array broadcastable to one input"),
+        Option(
+            "baseline",
+            0.0,
+            array=True,
+            help="the path's start: a number or an array broadcastable to one row of what is explained (an input; with "
+            "attribute_to=LAYER, the layer's output)",
+        ),
         Option("rule", "riemann_trapezoid", choices=RULES, help="quadrature rule of the path integral"),
     ],
     reduce="sum",

@@ -18,6 +18,7 @@ from .. import targets as targets_module
 from ..explanation import Explanation
 from ..model.scores import score_columns
 from .explain_parts import explain_parts
+from .layer_start import check_layer_start
 from .parts import structured
 from .request import (
     ExplainCall,
@@ -133,7 +134,8 @@ def explain(
             told, a ``ValueError`` asks for it.
         attribute_to: what to explain: the name (or position) of an input, a list of them, or
             an inner layer (a name, a path ``"outer/inner"``, or the layer): attributions of that
-            layer's output ``[B, K, *layer output]``. Default: every float input, and integer
+            layer's output ``[B, K, *layer output]``, whose ``baseline`` (integrated gradients,
+            Guided IG, DeepLIFT) is set by ``layer_start``. Default: every float input, and integer
             inputs feeding an ``Embedding`` (token ids, explained in embedding space:
             attributions ``[B, K, T, D]``, maps ``[B, K, T]``; segment/position/type ids and
             masks are held); inputs not explained keep their values. With
@@ -145,7 +147,17 @@ def explain(
             gradients, XRAI, RISE) then skip the batched forward pass that computes them: for
             SmoothGrad with S samples, a forward pass of B rows beside its S·B rows' forward and
             backward passes.
-        **options: the method's options (``saliency_kit.methods.get(m).options``).
+        **options: the method's options (``saliency_kit.methods.get(m).options``), and
+            ``layer_start`` (``"baseline"`` or ``"zero"``): where the path (DeepLIFT: the
+            reference) of an inner layer's attributions starts when no ``baseline`` is given in
+            the layer's space. ``"baseline"`` (default, as Captum's layer integrated gradients):
+            the layer's output when the model runs on the baseline input — the inputs the
+            default explanation explains at their baseline (the method's, or ``baseline=`` given
+            per input by name; token ids at ``baseline_token``), the others at their values,
+            which must then be the same in every row where they reach the layer — so
+            completeness reads ``s(x) − s(baseline input)`` and ``attribute_to=`` an
+            ``Embedding`` gives the default explanation's numbers. ``"zero"``: zero in the
+            layer's space.
 
     Returns:
         an :class:`~saliency_kit.Explanation`; its ``target_info[b][k]`` says what column k of
@@ -162,7 +174,8 @@ def explain(
     with_scores = _flag("with_scores", with_scores)
 
     arguments = (targets, score, batch_size, class_names, input_keys, channels_axis, attribute_to, baseline_token)
-    call = ExplainCall(model, inputs, method, chosen, *arguments, with_scores, options)
+    start = check_layer_start(options.pop("layer_start", "baseline"))
+    call = ExplainCall(model, inputs, method, chosen, *arguments, with_scores, options, layer_start=start)
     with engine.one_call(model):
         if structured(model, inputs, attribute_to) or chosen.layered:
             return explain_parts(call)

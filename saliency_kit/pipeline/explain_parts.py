@@ -21,6 +21,7 @@ from .. import targets as targets_module
 from ..explanation import Explanation
 from ..model.model_inputs import inputs_reaching
 from ..model.walker import find_layer
+from .layer_start import layer_baselines
 from .parts import part_options, read, run_rows, structure
 from .request import (
     ExplainCall,
@@ -74,6 +75,10 @@ def explain_parts(call: ExplainCall) -> Explanation:
         layer_axis = engine.layer_channel_axis(model, x)
         channel_axis = _channel_axis(run, x, call.channels_axis, layer_axis)
         values, space = part_options(model, parts, run, space, given, baseline_token=token, defaults=chosen.defaults)
+        values = layer_baselines(
+            model, parts, run, space, values, given=given, defaults=chosen.defaults, baseline_token=token,
+            layer_start=call.layer_start, batch_size=batch_size,
+        )  # fmt: skip
         values = chosen.check_options(values)
         request = method_request(model, x, call.score, batch_size, call.class_names, channel_axis)
         try:

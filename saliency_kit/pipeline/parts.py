@@ -34,7 +34,7 @@ from ..model.walker import find_layer, is_graph_model, layer_at
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["Parts", "structured", "read", "run_rows", "part_options", "structure", "HELD_BY_NAME"]
+__all__ = ["Parts", "structured", "read", "run_rows", "part_options", "per_input", "structure", "HELD_BY_NAME"]
 
 #: Integer inputs whose name contains one of these are held by default, not explained.
 HELD_BY_NAME = ("segment", "position", "type", "mask")
@@ -263,7 +263,7 @@ def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
 
 
 # ------------------------------------------------------------------------------------ options
-def _per_input(value: Any, names: list) -> dict | None:
+def per_input(value: Any, names: list) -> dict | None:
     """``value`` as ``{input name: value}`` when given in the inputs' structure, else ``None``."""
     if isinstance(value, dict):
         unknown = sorted(set(map(str, value)) - set(names))
@@ -318,7 +318,7 @@ def part_options(
         if not given and (name not in defaults or not any(part.embedding for part in run)):
             continue  # the method's default, the same for every input
         value = out.get(name, defaults.get(name))
-        entries = _per_input(value, parts.names) if given else None
+        entries = per_input(value, parts.names) if given else None
         pieces: list = []
         for part in run:
             piece = entries.get(part.name, defaults.get(name)) if entries is not None else value

@@ -17,6 +17,8 @@ from .. import targets as targets_module
 if TYPE_CHECKING:
     import keras
 
+    from .layer_start import LayerStart
+
 __all__ = [
     "ExplainCall",
     "resolve_request",
@@ -35,7 +37,9 @@ class ExplainCall:
     ``method`` as given (a name) and ``chosen`` the method it names; ``options`` the method's
     options; ``points``: the explained parts' values when they are not the inputs' own (one array
     ``[B, *part.shape]`` per part: ``sk.evaluate``'s robustness metrics explain token ids at
-    perturbed points of their embedding space); the rest as :func:`saliency_kit.explain` takes them.
+    perturbed points of their embedding space); ``layer_start`` checked
+    (:func:`~saliency_kit.pipeline.layer_start.check_layer_start`); the rest as
+    :func:`saliency_kit.explain` takes them.
     """
 
     model: Any
@@ -53,6 +57,7 @@ class ExplainCall:
     with_scores: bool = True
     options: dict = field(default_factory=dict)
     points: list | None = None
+    layer_start: LayerStart = "baseline"
 
 
 def resolve_request(
