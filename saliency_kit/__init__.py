@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .keras_backend import require_tensorflow
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -66,8 +68,6 @@ _WITHOUT_TENSORFLOW = {"methods", "render", "gallery", "Explanation", "list_mode
 
 def __getattr__(name: str):
     if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_TENSORFLOW:
-        from .keras_backend import require_tensorflow
-
         require_tensorflow()
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)

@@ -29,6 +29,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from . import files, render
+
 __all__ = ["SaliencyCallback"]
 
 
@@ -99,7 +101,6 @@ class SaliencyCallback(keras.callbacks.Callback):
             return
         explanation = self._explain()
         self.last = (epoch, explanation)
-        from . import files, render
 
         figure = render.grid(explanation, self.originals, self.class_names, dpi=100)
         png = files.png_bytes(figure)

@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .render import check_tokens
+from .render.display import display_html, display_png
+
 __all__ = ["Explanation"]
 
 
@@ -135,8 +138,6 @@ class Explanation:
         ``tokens`` is a list of str per input (or one list for one input), at most ``T`` each.
         The arrays are shared, not copied."""
 
-        from .render import check_tokens
-
         shown = copy.copy(self)
         shown.__dict__["_tokens"] = check_tokens(tokens, np.shape(self.token_maps))
         return shown
@@ -151,8 +152,6 @@ class Explanation:
         :meth:`with_tokens`) as coloured, escaped HTML spans, their positions as labels when no
         tokens were given; several inputs as one section per input; None otherwise, so that
         notebooks show the grid (:meth:`_repr_png_`). See :mod:`saliency_kit.render.display`."""
-        from .render.display import display_html
-
         originals, class_names = self.__dict__.get("_display", (None, None))
         return display_html(self, originals, class_names)
 
@@ -160,8 +159,6 @@ class Explanation:
         """The grid as PNG bytes (its first 8 inputs), for Jupyter and IPython; for volumes, the
         slices of the first input and target (render.volume); for several inputs, each input's
         picture under its name; None for token explanations, which display as HTML."""
-        from .render.display import display_png
-
         originals, class_names = self.__dict__.get("_display", (None, None))
         return display_png(self, originals, class_names)
 

@@ -27,31 +27,7 @@ LOADED_AT_START = {"numpy", "PIL", "tqdm"}
 #: Modules that still import light modules (the standard library, the package's own) inside
 #: functions, each with its count when it was listed: the test fails if one grows, and a module with
 #: none left must leave this table.
-WAITING_FOR_TOP_LEVEL_IMPORTS: dict[str, int] = {
-    "saliency_kit/__init__.py": 1,
-    "saliency_kit/batch/gallery.py": 3,
-    "saliency_kit/batch/plan.py": 2,
-    "saliency_kit/batch/ray.py": 2,
-    "saliency_kit/batch/ray_job.py": 2,
-    "saliency_kit/batch/run.py": 6,
-    "saliency_kit/batch/tokens.py": 2,
-    "saliency_kit/callbacks.py": 2,
-    "saliency_kit/cli/evaluate.py": 14,
-    "saliency_kit/cli/explain.py": 1,
-    "saliency_kit/cli/listing.py": 2,
-    "saliency_kit/cli/options.py": 7,
-    "saliency_kit/cli/sanity.py": 9,
-    "saliency_kit/engine/space.py": 1,
-    "saliency_kit/evaluate/_common.py": 2,
-    "saliency_kit/evaluate/explained.py": 12,
-    "saliency_kit/evaluate/scoring.py": 4,
-    "saliency_kit/evaluate/views.py": 1,
-    "saliency_kit/explanation.py": 3,
-    "saliency_kit/render/figure.py": 1,
-    "saliency_kit/render/sequences.py": 1,
-    "saliency_kit/render/titles.py": 1,
-    "saliency_kit/zoo/load.py": 1,
-}
+WAITING_FOR_TOP_LEVEL_IMPORTS: dict[str, int] = {}
 
 
 def _modules(package: pathlib.Path) -> dict[str, pathlib.Path]:

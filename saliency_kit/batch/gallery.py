@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from ..files import write_atomic
+from ..render import method_title
+from ..render.sequences import legend_stops, token_colours
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
@@ -109,9 +111,6 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
-    from ..render import method_title
-    from ..render.sequences import legend_stops
-
     out_root = os.path.realpath(os.fspath(out_dir))
     images: dict[str, dict[tuple, dict]] = {}
     failed: dict[str, str] = {}
@@ -181,8 +180,6 @@ def _token_view(path: str) -> dict | None:
     """What the page shows of a token file: its tokens, their values and colours on one diverging
     scale (:func:`saliency_kit.render.sequences.token_colours`) and the scale's end; None for a
     file that is not a token file's JSON (one list of str and one of finite numbers, as long)."""
-    from ..render.sequences import token_colours
-
     try:
         with open(path, "rb") as handle:
             content = json.loads(handle.read())

@@ -16,8 +16,9 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 
+from .. import zoo
 from ..files import write_json
-from ..images import ImageLoadError
+from ..images import ImageLoadError, read_rgb
 from . import outputs as out_files
 from .discovery import IMAGE_EXTENSIONS, discover_images, select_shard
 from .outputs import one_line
@@ -97,8 +98,6 @@ def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, res
 def still_unreadable(input_dir: str, paths: Sequence[str]) -> dict[str, str]:
     """Of ``paths``, those that still cannot be read as images -> the reason (no model needed):
     a resume whose only work left is files that failed before can finish without the model."""
-    from ..images import read_rgb
-
     bad = {}
     for path in paths:
         try:
@@ -122,8 +121,6 @@ def model_fingerprint(model: str, weights: str | None) -> dict:
     """What identifies the model a run uses, whatever path it was given by: the contents of the
     model file, its sidecar or named config, its class names, and a weights file. Reads files
     only (no TensorFlow). ``ValueError``/``FileNotFoundError`` as :func:`saliency_kit.zoo.get_spec`."""
-    from .. import zoo
-
     path = os.fspath(model)
     fingerprint: dict = {}
     if path.lower().endswith(zoo.MODEL_SUFFIXES):

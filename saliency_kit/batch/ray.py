@@ -48,6 +48,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..files import remove_partials, write_atomic
+from ..images import ImageLoadError, load_image
 from . import outputs
 from . import run as pipeline
 from .outputs import one_line
@@ -157,8 +158,6 @@ class ChunkExplainer:
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
         """What the local loop does with one batch (:func:`saliency_kit.batch.run.run`), through
         the same functions: ``[(image, [Output fields] or error message)]``."""
-        from ..images import ImageLoadError, load_image
-
         job = self.job
         folders = dict(chunk)
         for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write

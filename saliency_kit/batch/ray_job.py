@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..keras_backend import require_tensorflow
+from ..zoo import load_model
 from . import run as pipeline
 
 __all__ = ["Job", "ModelSource", "fixed_targets", "targets"]
@@ -37,9 +39,6 @@ class ModelSource:
         return cls(absolute(model), absolute(weights), bool(unsafe))
 
     def load(self) -> tuple[Any, Any]:
-        from ..keras_backend import require_tensorflow
-        from ..zoo import load_model
-
         require_tensorflow()
         kwargs: dict[str, Any] = {"unsafe": True} if self.unsafe else {}
         if self.weights is not None:

@@ -44,8 +44,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..files import remove_partials
-from ..images import ImageLoadError
+from .. import render
+from ..engine import all_scores
+from ..files import png_bytes, remove_partials
+from ..images import ImageLoadError, load_image
+from ..targets import resolve as resolve_targets
+from ..targets import task_targets
 from . import outputs as out_files
 from .discovery import image_key
 from .outputs import one_line
@@ -78,14 +82,11 @@ def targets_for(spec: Any, model: Any, batch_size: int) -> Callable:
     """A function ``inputs -> int [B, K]`` resolving the parsed ``--target`` values ``spec`` for one
     batch: the forward pass runs in the engine, only when a topK target needs it, and once per batch
     whatever the number of methods."""
-    from .. import targets
 
     def resolve(inputs):
         if spec.needs_scores:
-            from ..engine import all_scores
-
-            return targets.resolve(spec, all_scores(model, inputs, score="logits", batch_size=batch_size))
-        return targets.resolve(spec, num_inputs=len(inputs))
+            return resolve_targets(spec, all_scores(model, inputs, score="logits", batch_size=batch_size))
+        return resolve_targets(spec, num_inputs=len(inputs))
 
     return resolve
 
@@ -101,8 +102,6 @@ class TaskAsker:
         self.model, self.plan, self.spec, self.batch_size = model, plan, spec, batch_size
 
     def __call__(self, inputs: np.ndarray, sizes: Sequence[tuple[int, int]]) -> tuple[list, Any]:
-        from ..targets import task_targets
-
         found = task_targets(
             self.model, inputs, self.plan, self.spec, image_sizes=sizes, batch_size=self.batch_size, with_outputs=False
         )
@@ -188,8 +187,6 @@ def run(
     was measured, writer threads slowed ``explain`` by ~40%). Runs of fewer than four batches,
     or ``write_processes=0``, write from threads instead: starting processes would cost more.
     """
-    from ..images import load_image
-
     todo = plan.todo
     summary = Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     for path in todo:  # a killed run may have left temporary files behind
@@ -320,9 +317,6 @@ def _worker_start(parent: int) -> None:
 
 
 def _warm_up() -> None:
-    from .. import render
-    from ..files import png_bytes
-
     render.heatmap(np.zeros((2, 2)))  # imports matplotlib's colormaps and Pillow in the worker
     png_bytes(np.zeros((2, 2, 3), np.uint8))
 

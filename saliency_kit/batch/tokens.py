@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..files import write_atomic
+from ..render import check_tokens
+from .gallery import write_gallery
 from .outputs import MANIFEST, Manifest, class_name_of, explain_dirs, inside, output_name
 
 __all__ = ["write_token_outputs", "token_file_name", "SUFFIX"]
@@ -56,9 +58,6 @@ def write_token_outputs(
     ``"text 0"``, ``"text 1"``, ...), shown on its card and naming its folder. Writing the same
     names again replaces their earlier outputs in the manifest.
     """
-    from ..render import check_tokens
-    from .gallery import write_gallery
-
     maps = np.asarray(getattr(explanation, "token_maps", explanation.maps))
     rows = check_tokens(tokens, maps.shape)
     count = maps.shape[0]

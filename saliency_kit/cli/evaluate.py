@@ -31,8 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..batch import plan as planning
+from ..batch.gallery import write_gallery
+from ..batch.progress import Progress
+from ..files import remove_partials, write_atomic, write_json
+from ..images import ImageLoadError, load_image
+from ..render import save_png
 from . import options as opt
-from .options import UsageError
+from .explain import with_model_defaults
+from .options import UsageError, did_you_mean
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -156,8 +163,6 @@ def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _metrics(args: argparse.Namespace, have_masks: bool) -> list[str]:
-    from .options import did_you_mean
-
     chosen = list(dict.fromkeys(args.metric or [*DEFAULT_METRICS, *(DEFAULT_LOCALISATION if have_masks else ())]))
     known = metric_names()
     for name in chosen:
@@ -190,12 +195,7 @@ def _part_name(image: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency evaluate``: returns the exit status."""
-    from ..batch import plan as planning
-    from ..batch.progress import Progress
     from ..evaluate import compare, registry
-    from ..files import remove_partials, write_json
-    from ..images import ImageLoadError, load_image
-    from .explain import with_model_defaults
 
     missing = [p for p in args.images if not os.path.isfile(p)]
     if missing:
@@ -281,8 +281,6 @@ def run(args: argparse.Namespace) -> int:
     table = collect(parts, done, [*methods, "random"], metrics)
     written = write_table(args.out, table, settings)
     if os.path.isfile(os.path.join(args.out, "index.html")):  # a batch run's gallery: rebuilt to link the table
-        from ..batch.gallery import write_gallery
-
         write_gallery(args.out)
     for path in written:
         print(path)
@@ -292,9 +290,6 @@ def run(args: argparse.Namespace) -> int:
 def _check_settings(out_dir: str, settings: dict) -> None:
     """The run's settings recorded in ``out_dir/metrics_settings.json``, or checked against those
     recorded there (another run in the same folder is refused)."""
-
-    from ..batch import plan as planning
-    from ..files import write_json
 
     settings = json.loads(json.dumps(settings))
     path = os.path.join(out_dir, SETTINGS)
@@ -352,9 +347,6 @@ def collect(parts: str, images: list[str], methods: list[str], metrics: list[str
 
 def write_table(out: str, table: dict, settings: dict) -> list[str]:
     """``metrics.csv``, ``metrics.json`` and ``metrics.png`` in ``out`` (each written atomically)."""
-    from ..files import write_atomic, write_json
-    from ..render import save_png
-
     text = io.StringIO()
     writer = csv.writer(text)
     writer.writerow(["method", "metric", "image", "value", "higher_is_better"])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import render
+from .. import methods, render
 from ..batch import gallery, outputs
 from ..images import ImageLoadError, load_image
 from ..targets.tasks import AskError, Subject, TaskPlan, TaskTargets, task_targets
@@ -100,8 +100,6 @@ def check_before_loading(args: argparse.Namespace) -> tuple[list[tuple[str, dict
 
 def with_model_defaults(plan: list[tuple[str, dict]], spec: ModelSpec) -> list[tuple[str, dict]]:
     """The model's configured Grad-CAM layer as the default ``layer`` of the methods that take one."""
-    from .. import methods
-
     completed = []
     for name, options in plan:
         if "layer" in methods.get(name).accepted(options) and options.get("layer") is None and spec.gradcam_layer:

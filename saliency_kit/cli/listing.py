@@ -6,19 +6,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .. import methods, zoo
+
 __all__ = ["add_parser", "list_models", "list_methods"]
 
 
 def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
     models = subcommands.add_parser("models", parents=[common], help="list the named models")
     models.set_defaults(handler=list_models)
-    methods = subcommands.add_parser("methods", parents=[common], help="list the attribution methods")
-    methods.set_defaults(handler=list_methods)
+    listing = subcommands.add_parser("methods", parents=[common], help="list the attribution methods")
+    listing.set_defaults(handler=list_methods)
 
 
 def list_models(args: argparse.Namespace) -> int:
-    from .. import zoo
-
     names = [str(name) for name in zoo.list_models()]
     width = max((len(name) for name in names), default=0)
     for name in names:
@@ -31,8 +31,6 @@ def list_models(args: argparse.Namespace) -> int:
 
 
 def list_methods(args: argparse.Namespace) -> int:
-    from .. import methods
-
     entries = methods.describe()
     width = max(len(name) for name, _ in entries)
     for name, summary in entries:

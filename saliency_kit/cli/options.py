@@ -18,7 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
+from .. import zoo
 from ..batch.outputs import FORMATS, SIGNS, Look
+from ..keras_backend import require_tensorflow
+from ..targets import combine, parse_string
+from ..zoo import load_model
+from .startup import BackendError, import_tensorflow
 
 if TYPE_CHECKING:
     import keras
@@ -139,8 +144,6 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
     """The model's spec from its config alone (no TensorFlow); for a model file, from its sidecar
     config if any (without one, ``class_names`` and ``input_size`` are still ``None``: loading the
     model completes them). Problems -> :class:`UsageError`."""
-    from .. import zoo
-
     path = str(args.model)
     try:
         if path.lower().endswith(zoo.MODEL_SUFFIXES):
@@ -154,8 +157,6 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
 
 def start_tensorflow(debug: bool) -> None:
     """Import TensorFlow quietly (see :mod:`.startup`); another Keras backend is a usage error."""
-    from .startup import BackendError, import_tensorflow
-
     try:
         import_tensorflow(debug)
     except BackendError as error:
@@ -167,8 +168,6 @@ def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     (:mod:`.startup`): the model and its ``ModelSpec``, completed (its class names and input size
     set); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
-    from ..keras_backend import require_tensorflow
-    from ..zoo import load_model
 
     require_tensorflow()
 
@@ -204,7 +203,6 @@ def model_notes(
             f"(see 'saliency models')"
         )
     path = str(args.model)
-    from .. import zoo
 
     if (
         path.lower().endswith(zoo.MODEL_SUFFIXES)
@@ -355,15 +353,13 @@ def parse_targets(
     values are usage errors (the parser names the closest class names). Starts no TensorFlow:
     ``saliency_kit.targets`` imports neither it nor Keras, so a misspelt class name is refused
     at once. (``debug`` is accepted for the callers that pass it; nothing here logs.)"""
-    from .. import targets
-
     specs = []
     for text in texts or [DEFAULT_TARGET]:
         try:
-            specs.append(targets.parse_string(text, n_classes, class_names))
+            specs.append(parse_string(text, n_classes, class_names))
         except (TypeError, ValueError) as error:
             raise UsageError(f"--target {text!r}: {message(error)}") from error
-    return targets.combine(specs)
+    return combine(specs)
 
 
 # ------------------------------------------------------------------------------ rendering

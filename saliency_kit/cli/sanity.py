@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import methods as registry
+from ..files import save_png, write_json
+from ..images import ImageLoadError, load_images
+from ..render import fit_text, heatmap
 from . import options as opt
+from .explain import with_model_defaults
 from .options import UsageError
 
 if TYPE_CHECKING:
@@ -35,9 +40,7 @@ MAX_STEP_COLUMNS = 16  # a figure for a 100-layer model shows this many steps, e
 def default_methods() -> list[str]:
     """From the declarations: the first plain gradient-like method (no options, unsigned), the
     command line's default method, and the first CAM method."""
-    from .. import methods
-
-    declared = [methods.get(name) for name in methods.names()]
+    declared = [registry.get(name) for name in registry.names()]
     plain = next((m.name for m in declared if not m.options and not m.cam and not m.signed), None)
     cam = next((m.name for m in declared if m.cam), None)
     return list(dict.fromkeys(name for name in (plain, opt.DEFAULT_METHOD, cam) if name))
@@ -83,10 +86,6 @@ def add_parser(subcommands: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency sanity``: returns the exit status."""
-    from ..files import save_png, write_json
-    from ..images import ImageLoadError, load_images
-    from .explain import with_model_defaults
-
     if not os.path.isfile(args.image):
         raise UsageError(f"no such file: {args.image}")
     args.method = list(dict.fromkeys(args.method or default_methods()))
@@ -205,9 +204,6 @@ def sanity_figure(
     """
     from matplotlib.figure import Figure
 
-    from .. import methods as registry
-    from ..render import fit_text, heatmap
-
     methods = list(result)
     n_steps = max(len(r["layers"]) for r in result.values())
     cols = _columns(n_steps)
@@ -244,7 +240,7 @@ def sanity_figure(
             ax.imshow(picture, interpolation="nearest")
             label = fit_text(title, panel_inches, 7, lines=2)
             ax.set_title(label if rho is None else f"{label}\n\u03c1={rho:.2f}", fontsize=7)
-        axes[row, 0].set_ylabel(f"{_title(registry, method)}\n({target})", fontsize=8)
+        axes[row, 0].set_ylabel(f"{_title(method)}\n({target})", fontsize=8)
     mode = result[methods[0]].get("mode", "cascading")
     fig.suptitle(
         f"{mode.capitalize()} randomisation: re-initialised layer \u2192 map (\u03c1 = Spearman |map| vs original)",
@@ -253,7 +249,7 @@ def sanity_figure(
     return fig
 
 
-def _title(registry, method: str) -> str:
+def _title(method: str) -> str:
     try:
         return registry.get(method).title
     except ValueError:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..model.placed import Placed
+
 __all__ = ["Part", "Space"]
 
 
@@ -138,8 +140,6 @@ class Space:
         ``[rows, ...]``) as what the model runs on: input parts take their input's place, layer
         parts swap their layer's output."""
         from keras import ops
-
-        from ..model.placed import Placed
 
         inputs: list = [None] * self.num_inputs
         for index, value in zip(self.held_inputs, held):

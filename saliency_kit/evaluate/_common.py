@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import engine
+from ..methods import get as get_method
+
 if TYPE_CHECKING:
     import keras
 
@@ -143,8 +146,6 @@ def element_view(values: np.ndarray, x: np.ndarray, channel_axis: int | None, wh
 def part_axes(model: keras.Model, parts: Any, points: list) -> list:
     """The channel axis of each part's rows ``points[i]`` when it is an image input (as ``explain``
     reads its maps: its spatial layers' data format), else None."""
-    from .. import engine
-
     return [
         engine.layer_channel_axis(model, value) if part.layer is None and np.ndim(value) == 4 else None
         for part, value in zip(parts, points)
@@ -199,8 +200,6 @@ def part_elements(value: Any, parts: Any, points: list, axes: list, what: str) -
 
 def seed_noise(method: str, method_options: dict, seed: int) -> None:
     """A noisy method (SmoothGrad, ...) gets ``seed=seed`` unless given, so a metric is reproducible."""
-    from ..methods import get as get_method
-
     chosen = get_method(method)
     if hasattr(chosen, "seed_option"):  # the registry names a method's seed option
         option = chosen.seed_option(method_options)

@@ -32,6 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import engine, methods
+from ..engine.space import Space
+from ..explanation import Explanation
+from ..methods import get as get_method
+from ..pipeline.request import ExplainCall, resolve_request
+from ..targets import Resolved, as_target, is_target
 from ..targets.base import Target
 from ._common import RANDOM, element_view, part_axes, part_elements, part_values, seed_noise, to_pixels
 from .draws import random_attributions
@@ -151,9 +157,7 @@ class Scored:
     def _explain_parts(self, points: np.ndarray, sources: np.ndarray, keys: np.ndarray, targets: Any) -> np.ndarray:
         """:meth:`explain` with parts: every model input at its source's values, the explained
         parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
-        from .. import engine, methods
         from ..pipeline.explain_parts import explain_parts
-        from ..pipeline.request import ExplainCall
 
         parts = self.parts
         values = self.space.unpack(np.asarray(points), lead=1)
@@ -195,8 +199,6 @@ class Given(Target):
         self.resolved = resolved
 
     def resolve(self, request: Any) -> Any:
-        from ..targets import Resolved
-
         columns = np.asarray(self.resolved.columns)
         if len(columns) != request.num_inputs:
             raise ValueError(
@@ -208,7 +210,6 @@ class Given(Target):
 def _image_channel_axis(model: keras.Model, x: np.ndarray) -> int | None:
     if x.ndim != 4:
         return None
-    from .. import engine
 
     return engine.channel_axis(model, x)
 
@@ -229,12 +230,8 @@ def prepare(
     """Resolve a metric's arguments into a :class:`Scored` (see the module docstring). ``attribute_to``
     and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
     evaluates the model at perturbed values of what was explained (no inner layer, then)."""
-    from .. import engine
-    from ..explanation import Explanation
     from ..pipeline.api import explain
     from ..pipeline.parts import read, structured
-    from ..pipeline.request import resolve_request
-    from ..targets import as_target, is_target
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int; received {seed!r}.")
@@ -320,7 +317,6 @@ def _explained_points(model: keras.Model, parts: Any, first: np.ndarray) -> tupl
     or the parts packed in their space), the parts' channel axes and the channel axis of ``x``."""
     if parts is None:
         return first, None, [], _image_channel_axis(model, first)
-    from ..engine.space import Space
 
     space = Space(tuple(parts.parts), len(parts.names))
     axes = part_axes(model, parts.parts, parts.points)
@@ -382,8 +378,6 @@ def rerun_options(expl: Any) -> dict:
     takes (an extended method's included), without ``score`` (given apart) and without what it
     recorded of its own (occlusion's ``windows``, a count of the windows it made). A method not
     registered here (the seeded ``random`` map, a plugin not loaded) keeps what it recorded."""
-    from ..methods import get as get_method
-
     given = {key: value for key, value in expl.options.items() if key != "score"}
     try:
         accepted = get_method(expl.method).accepted(expl.options)

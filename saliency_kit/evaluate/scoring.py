@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import engine
+from ..engine import all_scores, forward_scores
 from ..targets.base import Resolved
 from .selected import class_count, select, with_columns
 
@@ -55,8 +57,6 @@ def forward(scored: Scored, rows: np.ndarray, sources: np.ndarray, columns: np.n
     Class targets of one model input run the engine's forward kernel on the rows; a target object
     scores each row with its source's payload (a region's mask, a box), and with several model
     inputs each row carries its source's values of the inputs not explained."""
-    from ..engine import all_scores, forward_scores
-
     sources, index = _sources_and_columns(scored, rows, sources, columns)
     row_targets = np.take_along_axis(scored.targets[sources], index, axis=1)
     count = len(rows)
@@ -118,8 +118,6 @@ def predicted(
 def predicted_classes(scored: Scored, rows: np.ndarray) -> np.ndarray:
     """The arg-max class of the model's output for ``rows`` of one model input (one batched forward
     pass)."""
-    from ..engine import all_scores
-
     rows_in_chunks = _at_least_one_chunk(rows.astype(scored.x.dtype, copy=False), scored.batch_size)
     return np.argmax(
         all_scores(scored.model, rows_in_chunks, score=scored.score, batch_size=scored.batch_size), axis=-1
@@ -160,8 +158,6 @@ def _kernel(
     """``compute``'s float64 results ``[N, W, ...]`` at ``rows`` through the engine's compiled
     kernels, each row with its source's target payload (``selection``: the resolved columns of
     the rows; ``True``: ``scored.selection`` at ``index``) and held inputs."""
-    from .. import engine
-
     count = len(rows)
     if selection is True:
         selection = select(scored.selection, sources, index)

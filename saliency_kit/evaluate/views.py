@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..explanation import Explanation
 from ._common import maps_only, preprocess, several_parts_error
 from .explained import Scored, prepare
 
@@ -48,7 +49,6 @@ def pixel_maps(
         return values[:, None] if values.ndim == 3 else values
     if model is None or inputs is None:
         raise ValueError(f"{name} needs (model, inputs, explanation_or_method) or maps=; received neither.")
-    from ..explanation import Explanation
 
     if isinstance(explanation_or_method, Explanation):
         named = list(explanation_or_method.parts or [])

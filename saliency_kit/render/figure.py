@@ -17,6 +17,7 @@ import numpy as np
 from ..files import png_bytes, save_png
 from .colour import as_rgb, colorize, heatmap, normalize, overlay, resize_unit
 from .marks import Mark, draw_mark
+from .sequences import volume
 from .titles import fit_text, method_display, method_title
 
 __all__ = ["explanation_png", "grid", "show"]
@@ -239,8 +240,6 @@ def explanation_png(
     of a large batch stays quick. Without ``originals`` the grid has no input column.
     """
     if not isinstance(explanation, (list, tuple)) and np.ndim(explanation.maps) == 5:  # a volume: its slices
-        from .sequences import volume
-
         return png_bytes(volume(explanation, originals, class_names=class_names))
     items = [_first_inputs(e, max_inputs) for e in _explanations(explanation)]
     if originals is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..methods import get
 from .colour import DEFAULT_CMAPS, normalize
 from .colour import colormap as find_colormap
 from .titles import method_title
@@ -38,8 +39,6 @@ def _one_map(explanation: Any, index: int, k: int, what: str) -> np.ndarray:
 def _default_sign(explanation: Any, values: np.ndarray) -> str:
     """``"all"`` (diverging) for a method whose sign matters, or a map with negative values;
     ``"abs"`` otherwise."""
-    from ..methods import get
-
     try:
         if get(explanation.method).signed:
             return "all"

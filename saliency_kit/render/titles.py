@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+from ..methods import get
+
 __all__ = ["fit_text", "method_display", "method_title"]
 
 
@@ -12,8 +14,6 @@ def method_display(method: str) -> tuple[str, bool]:
     """``(title, cam)`` of a method: its short display title, and whether its maps are coarse
     class-activation maps (drawn over the image), from its declaration (``Method.title``,
     ``Method.cam``). The one place rendering looks these up; an unknown name is its own title."""
-    from ..methods import get
-
     try:
         declared = get(method)
     except (ValueError, TypeError):
