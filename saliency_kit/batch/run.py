@@ -44,8 +44,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .. import render
-from ..engine import all_scores
+from .. import engine, render
 from ..files import png_bytes, remove_partials
 from ..images import ImageLoadError, load_image
 from ..targets import resolve as resolve_targets
@@ -85,7 +84,7 @@ def targets_for(spec: Any, model: Any, batch_size: int) -> Callable:
 
     def resolve(inputs):
         if spec.needs_scores:
-            return resolve_targets(spec, all_scores(model, inputs, score="logits", batch_size=batch_size))
+            return resolve_targets(spec, engine.all_scores(model, inputs, score="logits", batch_size=batch_size))
         return resolve_targets(spec, num_inputs=len(inputs))
 
     return resolve

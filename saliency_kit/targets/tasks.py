@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ..engine import all_scores
-from ..engine import outputs as outputs_of
+from .. import engine
 from .box import box as box_target
 from .detections import Detection, decode
 from .heads import output as output_target
@@ -190,7 +189,7 @@ def task_targets(
     sizes = list(image_sizes) if image_sizes is not None else [tuple(spec.input_size)] * len(inputs)
     if plan.task == "classification":
         return _class_targets(model, inputs, plan, spec, batch_size, with_outputs)
-    outputs = outputs_of(model, inputs, strip=False, batch_size=batch_size)
+    outputs = engine.outputs(model, inputs, strip=False, batch_size=batch_size)
     if plan.output is not None:
         outputs = _head_values(model, outputs, plan.output)
     elif isinstance(outputs, (list, tuple, dict)):
@@ -214,9 +213,9 @@ def _class_targets(
     classes = TargetSpec(parts)
     logits = outputs = None
     if classes.needs_scores or with_outputs:
-        logits = all_scores(model, inputs, score="logits", batch_size=batch_size)
+        logits = engine.all_scores(model, inputs, score="logits", batch_size=batch_size)
     if with_outputs:
-        outputs = all_scores(model, inputs, score="output", batch_size=batch_size)
+        outputs = engine.all_scores(model, inputs, score="output", batch_size=batch_size)
     columns = resolve(classes, logits, num_inputs=len(inputs))
     names = spec.class_names
     per_image = [[Subject("class", int(c), _class_name(names, int(c)), "", {}) for c in row] for row in columns]
