@@ -36,7 +36,7 @@ from .. import engine, methods
 from ..engine.space import Space
 from ..explanation import Explanation
 from ..methods import get as get_method
-from ..pipeline.request import ExplainCall, resolve_request
+from ..pipeline.request import ExplainCall
 from ..targets import Resolved, as_target, is_target
 from ..targets.base import Target
 from ._common import RANDOM, element_view, part_axes, part_elements, part_values, seed_noise, to_pixels
@@ -157,7 +157,8 @@ class Scored:
     def _explain_parts(self, points: np.ndarray, sources: np.ndarray, keys: np.ndarray, targets: Any) -> np.ndarray:
         """:meth:`explain` with parts: every model input at its source's values, the explained
         parts at ``points`` (an embedding's or a layer's swapped in by the engine)."""
-        from ..pipeline.explain_parts import explain_parts
+        from ..pipeline.prepare import prepare
+        from ..pipeline.results import explain_prepared
 
         parts = self.parts
         values = self.space.unpack(np.asarray(points), lead=1)
@@ -183,7 +184,7 @@ class Scored:
             points=values if inner else None,
         )
         with engine.one_call(self.model):
-            expl = explain_parts(call)
+            expl = explain_prepared(prepare(call))
         axes = part_axes(self.model, parts.parts, values)
         return part_elements(expl.attributions, parts, values, axes, "the explanation's attributions")
 
@@ -231,7 +232,8 @@ def prepare(
     and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
     evaluates the model at perturbed values of what was explained (no inner layer, then)."""
     from ..pipeline.api import explain
-    from ..pipeline.parts import read, structured
+    from ..pipeline.parts import read
+    from ..pipeline.prepare import resolve_parts
 
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int; received {seed!r}.")
@@ -248,20 +250,16 @@ def prepare(
                 f"attribute_to must be what the explanation explains ({named}) or left out; received {attribute_to!r}."
             )
         attribute_to = named
-    parts = None
-    if structured(model, inputs, attribute_to):
-        parts = read(model, inputs, attribute_to, batch_size=batch_size)
-        if perturbs:
-            _refuse_layers(parts)
-        first, at = parts.points[0], parts.held
-    else:
-        first = engine.check_inputs(model, inputs)
-        at = None
+    read_parts = read(model, inputs, attribute_to, batch_size=batch_size)
+    if perturbs:
+        _refuse_layers(read_parts)
+    first = read_parts.points[0]
+    parts = None if read_parts.plain else read_parts  # the model's one input: x itself
     target = as_target(targets)
     if expl is not None and target.score_vector:  # an explanation of classes is scored at its own classes
         _refuse_classes_for_objects(expl, targets)
         target = as_target(np.asarray(expl.targets, dtype=np.int64))
-    selection = resolve_request(model, first, target, score, batch_size, None, at=at)
+    selection = resolve_parts(model, read_parts, target, score, batch_size)
     if softmax and target.kind == "callable":
         raise ValueError(
             "softmax=True scores the softmax of the model's classes: give class targets or "

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine import check_batch_size, check_inputs
-from ..pipeline.request import resolve_request
+from ..engine import check_batch_size
 from .explained import Given
 
 if TYPE_CHECKING:
@@ -58,17 +57,13 @@ def fixed_targets(model: keras.Model, inputs: Any, targets: Any, options: dict) 
     region keeps the trained model's mask). With several model inputs or token ids the model runs
     on all of them as given. ``options``: ``explain``'s (``score``, ``batch_size``,
     ``attribute_to``, ``class_names``)."""
-    from ..pipeline.parts import read, structured
+    from ..pipeline.parts import read
+    from ..pipeline.prepare import resolve_parts
 
     batch_size = check_batch_size(options.get("batch_size", 32))
-    attribute_to = options.get("attribute_to")
-    if structured(model, inputs, attribute_to):
-        parts = read(model, inputs, attribute_to, batch_size=batch_size)
-        first, at = parts.points[0], parts.held
-    else:
-        first, at = check_inputs(model, inputs), None
+    parts = read(model, inputs, options.get("attribute_to"), batch_size=batch_size)
     score, class_names = options.get("score", "logits"), options.get("class_names")
-    return Given(resolve_request(model, first, targets, score, batch_size, class_names, at=at))
+    return Given(resolve_parts(model, parts, targets, score, batch_size, class_names))
 
 
 def clone_with_weights(model: keras.Model) -> keras.Model:

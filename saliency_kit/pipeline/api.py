@@ -7,46 +7,28 @@ through the engine and builds the :class:`~saliency_kit.Explanation`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import engine, methods
-from .. import targets as targets_module
 from ..explanation import Explanation
 from ..model.scores import score_columns
-from .explain_parts import explain_parts
-from .layer_start import check_layer_start
-from .parts import structured
-from .request import (
-    ExplainCall,
-    check_input_keys,
-    differentiated_score,
-    method_request,
-    recorded_options,
-    resolve_request,
-)
+from ..targets.base import Resolved
+from .parts import Parts
+from .prepare import check_options, prepare, resolve_parts
+from .request import ExplainCall, resolve_request
+from .results import explain_prepared
 
 if TYPE_CHECKING:
     import keras
 
 __all__ = ["check", "explain", "jacobian", "resolve_selection", "resolve_targets"]
 
-
-def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
-    flat = attributions.reshape(*attributions.shape[:2], -1)
-    dead = ~np.any(flat != 0, axis=-1)
-    if dead.any():
-        b, k = map(int, np.argwhere(dead)[0])
-        warnings.warn(
-            f"{method}: {int(dead.sum())} of {dead.size} attribution maps are all zero (first: input "
-            f"{b}, target {int(targets[b, k])}). The score may not depend on the input "
-            "(tf.stop_gradient, an unconnected output) or every path to it is inactive.",
-            RuntimeWarning,
-            stacklevel=4,  # explain's caller: _warn_zero_maps < _explain_input < explain < caller
-        )
+#: ``explain``'s keywords that say what to explain rather than configure the method: they come
+#: through ``**options`` and are documented with them.
+REQUEST_OPTIONS = ("attribute_to", "baseline_token", "layer_start")
 
 
 def resolve_targets(
@@ -74,7 +56,7 @@ def resolve_selection(
     score: str = "logits",
     batch_size: int = 32,
     class_names: Sequence[str] | None = None,
-) -> targets_module.Resolved:
+) -> Resolved:
     """Any target form (target objects included) as a :class:`saliency_kit.targets.Resolved`:
     ``columns`` int ``[B, K]``, ``payload``, ``info`` (what each column explains) and ``target``
     (the bound target object). Raises like :func:`explain`."""
@@ -92,8 +74,6 @@ def explain(
     class_names: Sequence[str] | None = None,
     input_keys: Any = None,
     channels_axis: int | None = None,
-    attribute_to: Any = None,
-    baseline_token: int = 0,
     with_scores: bool = True,
     **options: Any,
 ) -> Explanation:
@@ -123,114 +103,65 @@ def explain(
         class_names: a list of str or a ``ModelSpec`` (whose ``gradcam_layer`` then is the CAM
             methods' default layer): targets may be class names.
         input_keys: one int in ``[0, 2**31)`` per input, keying its seeded noise (SmoothGrad's
-            noisy copies and every method drawing noise through ``ctx.normal``): an input with the
+            noisy copies, every method drawing noise through ``ctx.normal``): an input with the
             same key, seed and options gets the same noise whichever call or batch position it
-            is in. Default: the input's position in ``inputs``. ``saliency batch`` passes a hash
-            of each image's path, so its outputs do not depend on how images are batched.
+            is in. Default: the input's position. ``saliency batch`` passes a hash of each
+            image's path, so its outputs do not depend on how images are batched.
         channels_axis: the axis of ``inputs`` holding the channels: ``1`` (``[B, C, H, W]``) or
             ``-1`` (``[B, H, W, C]``). Default ``None``: found from the model (its layers'
             ``data_format``, or, when it transposes its input before its first convolution as
             models converted from PyTorch do, by following the graph to it); where it cannot be
             told, a ``ValueError`` asks for it.
-        attribute_to: what to explain: the name (or position) of an input, a list of them, or
-            an inner layer (a name, a path ``"outer/inner"``, or the layer): attributions of that
-            layer's output ``[B, K, *layer output]``, whose ``baseline`` (integrated gradients,
-            Guided IG, DeepLIFT) is set by ``layer_start``. Default: every float input, and integer
-            inputs feeding an ``Embedding`` (token ids, explained in embedding space:
-            attributions ``[B, K, T, D]``, maps ``[B, K, T]``; segment/position/type ids and
-            masks are held); inputs not explained keep their values. With
-            ``method="conductance"``, the layer whose conductance is wanted.
-        baseline_token: the token id whose embedding is the baseline of token inputs (IG,
-            DeepLIFT) and occlusion's replacement; default 0, the padding id.
         with_scores: ``False`` leaves ``Explanation.scores`` ``None``: the methods that do not
             meet the targets' scores on their way (SmoothGrad, Guided IG, Blur IG, expected
-            gradients, XRAI, RISE) then skip the batched forward pass that computes them: for
-            SmoothGrad with S samples, a forward pass of B rows beside its S·B rows' forward and
-            backward passes.
-        **options: the method's options (``saliency_kit.methods.get(m).options``), and
-            ``layer_start`` (``"baseline"`` or ``"zero"``): where the path (DeepLIFT: the
-            reference) of an inner layer's attributions starts when no ``baseline`` is given in
-            the layer's space. ``"baseline"`` (default, as Captum's layer integrated gradients):
-            the layer's output when the model runs on the baseline input — the inputs the
-            default explanation explains at their baseline (the method's, or ``baseline=`` given
-            per input by name; token ids at ``baseline_token``), the others at their values,
-            which must then be the same in every row where they reach the layer — so
-            completeness reads ``s(x) − s(baseline input)`` and ``attribute_to=`` an
-            ``Embedding`` gives the default explanation's numbers. ``"zero"``: zero in the
-            layer's space.
+            gradients, XRAI, RISE) then skip the batched forward pass that computes them.
+        **options: the method's options (``saliency_kit.methods.get(m).options``), and what to
+            explain when it is not every input:
+
+            - ``attribute_to``: the name (or position) of an input, a list of them, or an inner
+              layer (a name, a path ``"outer/inner"``, or the layer): attributions of that
+              layer's output ``[B, K, *layer output]``. Default: every float input, and integer
+              inputs feeding an ``Embedding`` (token ids, explained in embedding space:
+              attributions ``[B, K, T, D]``, maps ``[B, K, T]``; segment/position/type ids and
+              masks are held); inputs not explained keep their values. With
+              ``method="conductance"``, the layer whose conductance is wanted.
+            - ``baseline_token``: the token id whose embedding is the baseline of token inputs
+              (IG, DeepLIFT) and occlusion's replacement; default 0, the padding id.
+            - ``layer_start``: where the path (DeepLIFT: the reference) of an inner layer's
+              attributions starts when no ``baseline`` is given in the layer's space.
+              ``"baseline"`` (default, as Captum's layer integrated gradients): the layer's
+              output when the model runs on the baseline input (the explained inputs at their
+              baseline, token ids at ``baseline_token``, the others at their values, which must
+              then be the same in every row where they reach the layer), so completeness reads
+              ``s(x) − s(baseline input)`` and ``attribute_to=`` an ``Embedding`` gives the
+              default explanation's numbers. ``"zero"``: zero in the layer's space.
 
     Returns:
         an :class:`~saliency_kit.Explanation`; its ``target_info[b][k]`` says what column k of
-        input b explains; its ``options`` are the method's options as used
-        (defaults and a drawn seed included) and ``"score"``: what was differentiated,
-        ``"output"`` when ``score="logits"`` could not look behind the model's final
-        softmax/sigmoid.
+        input b explains; its ``options`` are the method's options as used (defaults and a
+        drawn seed included) and ``"score"``: what was differentiated, ``"output"`` when
+        ``score="logits"`` could not look behind the model's final softmax/sigmoid.
 
     Raises:
         TypeError: wrong types (model, inputs, options, targets).
         ValueError: unknown method or option, bad values — before any model evaluation.
     """
     chosen = methods.get(method)
+    request = {name: options.pop(name) for name in REQUEST_OPTIONS if name in options}
+    settings: dict[str, Any] = dict(score=score, batch_size=batch_size, class_names=class_names, input_keys=input_keys)
     with_scores = _flag("with_scores", with_scores)
-
-    arguments = (targets, score, batch_size, class_names, input_keys, channels_axis, attribute_to, baseline_token)
-    start = check_layer_start(options.pop("layer_start", "baseline"))
-    call = ExplainCall(model, inputs, method, chosen, *arguments, with_scores, options, layer_start=start)
+    call = ExplainCall(
+        model, inputs, method, chosen, targets, **settings, channels_axis=channels_axis, with_scores=with_scores,
+        options=options, **request,
+    )  # fmt: skip
     with engine.one_call(model):
-        if structured(model, inputs, attribute_to) or chosen.layered:
-            return explain_parts(call)
-        return _explain_input(call)
+        return explain_prepared(prepare(call))
 
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False; received {value!r}.")
     return bool(value)
-
-
-def _explain_input(call: ExplainCall) -> Explanation:
-    """:func:`explain` of a model's one float input."""
-    model, chosen, method, score, class_names = call.model, call.chosen, call.method, call.score, call.class_names
-    options, batch_size = call.options, call.batch_size
-    given = dict(options)
-    x, channel_axis, values = _checked(
-        model, call.inputs, chosen, score, batch_size, class_names, given, call.channels_axis
-    )
-    batch_size = engine.check_batch_size(batch_size)
-    keys = check_input_keys(call.input_keys, len(x))
-    names = targets_module.class_names_of(class_names)
-    layer_axis = engine.layer_channel_axis(model, x)
-    selection = resolve_request(model, x, call.targets, score, batch_size, names)
-    resolved = selection.columns
-    job = engine.Job(
-        model,
-        x,
-        selection,
-        values,
-        score=score,
-        batch_size=batch_size,
-        keys=keys,
-        channel_axis=channel_axis,
-        layer_axis=layer_axis,
-        cost=chosen.cost(values) if chosen.cost else 1,
-    )
-    out = engine.run(chosen.compute, job, with_scores=call.with_scores)
-    attributions = out.pop("attributions")
-    scores = out.pop("scores", None)
-    if chosen.warn_zero:
-        _warn_zero_maps(attributions, resolved, method)
-    return Explanation(
-        attributions=attributions,
-        maps=methods.reduce_map(attributions, chosen.reduction(values), 2 + channel_axis if channel_axis >= 0 else -1),
-        targets=resolved,
-        scores=scores,
-        method=method,
-        options={**recorded_options(given, values), "score": differentiated_score(model, score)},
-        layer=values.get("layer") if chosen.cam or "layer" in chosen.defaults else None,
-        completeness_gap=out.get("completeness_gap"),
-        rewritten=out.get("rewritten"),
-        target_info=selection.info,
-    )
 
 
 def check(
@@ -250,29 +181,11 @@ def check(
     :func:`explain` takes it) — without explaining. Returns the method's options
     as :func:`explain` would use them (defaults filled in, a seed drawn). Raises as :func:`explain`."""
     chosen = methods.get(method)
-    return _checked(model, inputs, chosen, score, batch_size, class_names, dict(options), channels_axis)[2]
-
-
-def _checked(
-    model: keras.Model,
-    inputs: Any,
-    chosen: Any,
-    score: str,
-    batch_size: int,
-    class_names: Sequence[str] | None,
-    given: dict,
-    channels_axis: int | None = None,
-) -> tuple[np.ndarray, int, dict]:
-    """``(inputs as checked, channel axis, prepared option values)``: every check made before any work."""
-    values = chosen.check_options(given)
-    engine.check_score(score)
-    batch_size = engine.check_batch_size(batch_size)
-    x = engine.check_inputs(model, inputs)
-    channel_axis = engine.channel_axis(model, x, channels_axis)
-    request = method_request(model, x, score, batch_size, class_names, channel_axis)
-    if chosen.prepare is not None:
-        values = chosen.prepare(request, values)
-    return x, channel_axis, values
+    request = {name: options.pop(name) for name in REQUEST_OPTIONS if name in options}
+    settings: dict[str, Any] = dict(
+        score=score, batch_size=batch_size, class_names=class_names, channels_axis=channels_axis
+    )
+    return check_options(ExplainCall(model, inputs, method, chosen, **settings, options=options, **request))
 
 
 def jacobian(
@@ -312,5 +225,5 @@ def jacobian(
         array = np.tile(array, (len(x), 1))
     elif array.ndim == 0:
         array = np.full((len(x), 1), array)
-    selection = resolve_request(model, x, array, score, batch_size, None)
+    selection = resolve_parts(model, Parts.single(x), array, score, batch_size)
     return engine.gradients(model, x, selection, score=score, rule=rule, batch_size=batch_size)

@@ -52,7 +52,9 @@ class Parts:
     ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
     ``[B, *part.shape]`` (``None`` for a token part left to the kernel, see :func:`read`);
     ``layer_only``: ``attribute_to`` named one inner layer; ``embeddings``: ``{embedding path:
-    the layer}`` of the token parts."""
+    the layer}`` of the token parts; ``plain``: the request is the model's one float input given
+    as one array, nothing else asked (:meth:`single`): the engine runs on it as it is, with no
+    :class:`~saliency_kit.engine.space.Space` around it."""
 
     names: list
     held: list
@@ -61,10 +63,22 @@ class Parts:
     points: list
     layer_only: bool = False
     embeddings: dict = field(default_factory=dict)
+    plain: bool = False
+
+    @classmethod
+    def single(cls, x: np.ndarray) -> Parts:
+        """The parts of a model's one float input ``x`` ``[B, ...]`` (checked): one part, itself."""
+        part = Part("inputs", 0, None, tuple(x.shape[1:]), x.dtype.name)
+        return cls(["inputs"], [x], "array", [part], [x], plain=True)
 
     @property
     def count(self) -> int:
         return len(self.held[0])
+
+    @property
+    def model_inputs(self) -> Any:
+        """What the model runs on: the one array of a plain request, else every input (a list)."""
+        return self.held[0] if self.plain else self.held
 
 
 def structured(model: keras.Model, inputs: Any, attribute_to: Any) -> bool:
@@ -136,8 +150,10 @@ def read(
     """The checked inputs of ``model`` and the parts ``attribute_to`` (default: see the module)
     asks to explain, with their values (an inner layer's by one batched forward pass, an
     embedding's by its lookup). ``embedded=False``: token parts' values are left ``None`` (their
-    ids checked against the vocabulary): :func:`run_rows` gives a run's rows."""
-
+    ids checked against the vocabulary): :func:`run_rows` gives a run's rows. A model's one float
+    input given as one array, nothing else asked, is :meth:`Parts.single`."""
+    if not structured(model, inputs, attribute_to):
+        return Parts.single(engine.check_inputs(model, inputs))
     infos = _inputs(model)
     given, kind = _arrange(infos, inputs)
     held = [
@@ -179,6 +195,8 @@ def run_rows(model: keras.Model, parts: Parts, run: list) -> tuple[Space, np.nda
     embedding rows' shape (read-only; their values are never the points). Token parts packed
     with others are embedded here, each once."""
 
+    if parts.plain:
+        return Space(tuple(run), 1), parts.held[0], parts.held[0]
     indices = [parts.parts.index(part) for part in run]
     if len(run) == 1 and parts.points[indices[0]] is None:
         part = run[0]
