@@ -30,8 +30,9 @@ __all__ = ["Part", "Space"]
 class Part:
     """One explained part. ``name``: the input's name, or the layer's path; ``input``: its index
     among the model's inputs (graph order) for an input part; ``layer``: the path of the layer
-    whose output it is, else ``None``; ``shape``/``dtype``: one row's; ``embedding``: a token
-    input explained at its ``Embedding``'s output (``layer`` is that embedding)."""
+    whose output it is, else ``None``; ``shape``/``dtype``: one row's; ``embedding``: integer
+    ids explained at the output of the layer that reads them (token ids at their ``Embedding``'s:
+    ``layer`` is that layer), ``reads`` the label of their input kind."""
 
     name: str
     input: int | None
@@ -39,6 +40,12 @@ class Part:
     shape: tuple
     dtype: str
     embedding: bool = False
+    reads: str = "embedding"
+
+    @property
+    def kind(self) -> str:
+        """What ``Explanation.parts`` calls it: its input kind's label for ids, else ``"input"`` or ``"layer"``."""
+        return self.reads if self.embedding else "input" if self.input is not None else "layer"
 
     @property
     def size(self) -> int:

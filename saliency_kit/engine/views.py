@@ -96,7 +96,7 @@ def one_call(model: keras.Model) -> Iterator[None]:
         _pinned.reset(token)
 
 
-def structure_fact(model: keras.Model, name: str, compute: Callable[[], Any]) -> Any:
+def structure_fact(model: keras.Model, name: Any, compute: Callable[[], Any]) -> Any:
     """``compute()``, kept per ``model`` (weakly) and :func:`fingerprint`: a fact about its
     structure that cannot change while the fingerprint does not (a functional model's inputs,
     which layer reads which), computed once instead of walking the model on every request. The

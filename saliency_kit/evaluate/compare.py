@@ -60,10 +60,7 @@ def explanation_of(
         part.name: to_pixels(values[part.name], axis) if axis is not None else _last_summed(values[part.name])
         for part, axis in zip(parts.parts, axes)
     }
-    kinds = {
-        part.name: "embedding" if part.embedding else "input" if part.input is not None else "layer"
-        for part in parts.parts
-    }
+    kinds = {part.name: part.kind for part in parts.parts}
     return Explanation(
         attributions=structure(parts, values),
         maps=structure(parts, part_maps),

@@ -1,9 +1,11 @@
 """A model's inputs as a request sees them: their names, shapes and dtypes in graph order, the
-``Embedding`` each integer input feeds, and which inputs a layer's output depends on.
+layer reading each integer input (an ``Embedding``, :func:`reading_layer`), what it gives for
+ids, and which inputs a layer's output depends on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +19,9 @@ from .walker import find_layer, is_graph_model, layer_at
 __all__ = [
     "InputInfo",
     "model_inputs",
-    "embedding_of",
+    "reading_layer",
     "embedding_table",
     "embedded_spec",
-    "check_ids",
     "lookup",
     "inputs_reaching",
     "calls_of",
@@ -70,33 +71,19 @@ def embedding_table(layer: Any) -> Any:
     return None
 
 
-def check_ids(layer: Any, path: str, ids: Any) -> None:
-    """Token ids ``ids`` lie in the vocabulary of ``layer`` (the ``Embedding`` at ``path``), else a
-    ``ValueError`` naming the first outside it and where it is."""
-    ids = np.asarray(ids)
-    vocabulary = getattr(layer, "input_dim", None)
-    if isinstance(vocabulary, int) and ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
-        at = np.argwhere((ids < 0) | (ids >= vocabulary))[0]
-        raise ValueError(
-            f"token ids for the Embedding {path!r} must lie in [0, {vocabulary}), its vocabulary; received "
-            f"{ids[tuple(at)]} at position {at.tolist()}."
-        )
-
-
 def embedded_spec(layer: Any, shape: tuple) -> tuple[tuple, str]:
-    """``(shape, dtype)`` of one row of what the ``Embedding`` ``layer`` gives for one row of token
-    ids of ``shape`` (``[T]`` -> ``[T, D]``), without running it."""
+    """``(shape, dtype)`` of one row of what ``layer`` (an ``Embedding``, or another layer reading
+    ids) gives for one row of ids of ``shape`` (``[T]`` -> ``[T, D]``), without running it."""
     return tuple(layer.compute_output_shape((None, *shape)))[1:], keras.backend.standardize_dtype(layer.compute_dtype)
 
 
-def lookup(layer: Any, path: str, ids: Any) -> Any:
-    """``[N, T, D]``: what the ``Embedding`` ``layer`` (at ``path``) gives for token ids ``[N, T]``
-    (checked, :func:`check_ids`): the rows of its table (:func:`embedding_table`; the same rows
-    its call takes, read from the variable alone, without an eager layer call) when it has a
-    plain one, else the layer called."""
+def lookup(layer: Any, ids: Any) -> Any:
+    """``[N, T, D]``: what ``layer`` (an ``Embedding``, or another layer reading ids) gives for
+    checked ids ``[N, T]``: the rows of its table (:func:`embedding_table`; the same rows its
+    call takes, read from the variable alone, without an eager layer call) when it has a plain
+    one, else the layer called."""
     import tensorflow as tf
 
-    check_ids(layer, path, ids)
     ids = np.asarray(ids)
     table = embedding_table(layer)
     if table is not None:
@@ -104,8 +91,8 @@ def lookup(layer: Any, path: str, ids: Any) -> Any:
     return keras.ops.convert_to_numpy(layer(ids))
 
 
-def embedding_of(model: keras.Model, index: int) -> str | None:
-    """The path of the ``keras.layers.Embedding`` that reads model input ``index`` directly (in
+def reading_layer(model: keras.Model, index: int, reads: Callable[[Any], bool]) -> str | None:
+    """The path of the first layer ``reads`` accepts that reads model input ``index`` directly (in
     ``model``'s graph or a nested functional model's, e.g. a KerasHub backbone's), else ``None``."""
     graph = _graph(model)
     if graph is None:
@@ -114,12 +101,12 @@ def embedding_of(model: keras.Model, index: int) -> str | None:
     for op, call in keras_private.graph_calls(graph):
         if not any(t is source for t in call):
             continue
-        if isinstance(op, keras.layers.Embedding):
+        if reads(op):
             return op.name
         inner_graph = _graph(op) if is_graph_model(op) else None
         if inner_graph is not None:
             position = next(i for i, t in enumerate(call) if t is source)
-            inner = embedding_of(op, position) if position < len(inner_graph.inputs) else None
+            inner = reading_layer(op, position, reads) if position < len(inner_graph.inputs) else None
             if inner is not None:
                 return f"{op.name}/{inner}"
     return None

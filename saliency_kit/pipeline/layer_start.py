@@ -38,8 +38,9 @@ import numpy as np
 
 from .. import engine
 from ..engine.space import Space
-from ..model.model_inputs import embedding_of, inputs_reaching
-from .parts import HELD_BY_NAME, Parts, per_input
+from ..model.model_inputs import inputs_reaching
+from .kinds import explained_by_default
+from .parts import Parts, per_input
 
 if TYPE_CHECKING:
     import keras
@@ -109,7 +110,7 @@ def _baseline_input(model: keras.Model, parts: Parts, entries: dict, default: An
                 )
         elif not integer:
             value = default
-        elif embedding_of(model, index) is not None and not any(word in name.lower() for word in HELD_BY_NAME):
+        elif explained_by_default(model, index, name) is not None:
             value = token
         else:
             if index in reaching and np.any(held != held[:1]):

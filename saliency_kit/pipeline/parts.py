@@ -9,11 +9,11 @@ gives each run its per-input options (baselines, occlusion values) in the run's 
 :func:`structure` puts per-part results back in the shape the inputs came in.
 :func:`saliency_kit.explain` drives them.
 
-Integer inputs feeding an ``Embedding`` are explained in embedding space, except those whose
-name marks them as segment, position or type ids, or masks (``segment_ids``, ``token_type_ids``,
-``position_ids``, ``padding_mask``, ...): their embeddings are left as they are, as the
-inputs a request does not explain are (held at their values). ``attribute_to=`` chooses
-otherwise.
+Integer inputs read by a layer of a declared input kind (:mod:`.kinds`: token ids feeding an
+``Embedding``) are explained at its output, except those whose name marks them as segment,
+position or type ids, or masks (``segment_ids``, ``token_type_ids``, ``position_ids``,
+``padding_mask``, ...): their embeddings are left as they are, as the inputs a request does not
+explain are (held at their values). ``attribute_to=`` chooses otherwise.
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ import numpy as np
 from .. import engine
 from ..engine.space import Part, Space
 from ..engine.views import structure_fact
-from ..model.model_inputs import calls_of, check_ids, embedded_spec, embedding_of, lookup, model_inputs
+from ..model.model_inputs import calls_of, embedded_spec, lookup, model_inputs
 from ..model.walker import find_layer, is_graph_model, layer_at
+from . import kinds
 
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["Parts", "structured", "read", "run_rows", "part_options", "per_input", "structure", "HELD_BY_NAME"]
-
-#: Integer inputs whose name contains one of these are held by default, not explained.
-HELD_BY_NAME = ("segment", "position", "type", "mask")
+__all__ = ["Parts", "structured", "read", "run_rows", "part_options", "per_input", "structure"]
 
 #: Options that may be given once or once per input (in the inputs' structure).
 PER_INPUT_OPTIONS = ("baseline", "value", "baselines", "noise")
@@ -51,9 +49,10 @@ class Parts:
     (graph order, the model's dtypes); ``kind``: how the inputs came (``"dict"``, ``"list"``,
     ``"tuple"`` or ``"array"``); ``parts`` the explained parts; ``points`` each part's values
     ``[B, *part.shape]`` (``None`` for a token part left to the kernel, see :func:`read`);
-    ``layer_only``: ``attribute_to`` named one inner layer; ``embeddings``: ``{embedding path:
-    the layer}`` of the token parts; ``plain``: the request is the model's one float input given
-    as one array, nothing else asked (:meth:`single`): the engine runs on it as it is, with no
+    ``layer_only``: ``attribute_to`` named one inner layer; ``embeddings``: ``{path: (the layer,
+    its input kind)}`` of the layers reading the id parts (:class:`~.kinds.IdsKind`);
+    ``plain``: the request is the model's one float input given as one array, nothing else asked
+    (:meth:`single`): the engine runs on it as it is, with no
     :class:`~saliency_kit.engine.space.Space` around it."""
 
     names: list
@@ -75,6 +74,12 @@ class Parts:
     def count(self) -> int:
         return len(self.held[0])
 
+    def lookup(self, part: Part, ids: Any) -> np.ndarray:
+        """What ``part``'s reading layer gives for ids ``[N, T]``, checked against its vocabulary."""
+        layer, kind = self.embeddings[part.layer]
+        kind.check_ids(layer, part.layer, ids)
+        return np.asarray(lookup(layer, ids))
+
     @property
     def model_inputs(self) -> Any:
         """What the model runs on: the one array of a plain request, else every input (a list)."""
@@ -93,7 +98,7 @@ def structured(model: keras.Model, inputs: Any, attribute_to: Any) -> bool:
     return len(infos) > 1 or infos[0].integer
 
 
-def _structure(model: keras.Model, name: str, compute: Any) -> Any:
+def _structure(model: keras.Model, name: Any, compute: Any) -> Any:
     """``compute()``, once per functional model and fingerprint
     (:func:`~saliency_kit.engine.views.structure_fact`: its inputs, and which ``Embedding`` reads
     which, are fixed when it is built); every time for other models."""
@@ -165,23 +170,25 @@ def read(
         raise ValueError(f"every input must hold the same number of rows; received {[len(a) for a in held]}.")
     names = [info.name for info in infos]
     chosen, layer_only = _choose(model, infos, attribute_to)
-    paths = tuple(path for _, path, embedding in chosen if path is not None and not embedding)
+    paths = tuple(path for _, path, reader in chosen if path is not None and reader is None)
     values = engine.activations(model, held, paths, batch_size=batch_size) if paths else {}
-    embeddings = {path: layer_at(model, path) for _, path, embedding in chosen if embedding}
+    embeddings = {path: (layer_at(model, path), reader) for _, path, reader in chosen if reader is not None}
     parts: list = []
     points: list = []
-    for index, path, embedding in chosen:
+    for index, path, reader in chosen:
         name = names[index] if index is not None else path
-        if embedding and not embedded:
-            check_ids(embeddings[path], path, held[index])
-            shape, dtype = embedded_spec(embeddings[path], held[index].shape[1:])
-            parts.append(Part(name, index, path, shape, dtype, embedding))
+        label = reader.label if reader is not None else "embedding"
+        if reader is not None and not embedded:
+            reader.check_ids(embeddings[path][0], path, held[index])
+            shape, dtype = embedded_spec(embeddings[path][0], held[index].shape[1:])
+            parts.append(Part(name, index, path, shape, dtype, True, label))
             points.append(None)
             continue
-        if embedding:
-            values[path] = lookup(embeddings[path], path, held[index])
+        if reader is not None:
+            reader.check_ids(embeddings[path][0], path, held[index])
+            values[path] = np.asarray(lookup(embeddings[path][0], held[index]))
         array = held[index] if path is None else values[path]
-        parts.append(Part(name, index, path, tuple(array.shape[1:]), array.dtype.name, embedding))
+        parts.append(Part(name, index, path, tuple(array.shape[1:]), array.dtype.name, reader is not None, label))
         points.append(array)
     return Parts(names, held, kind, parts, points, layer_only, embeddings)
 
@@ -205,17 +212,18 @@ def run_rows(model: keras.Model, parts: Parts, run: list) -> tuple[Space, np.nda
     for i in indices:
         part = parts.parts[i]
         if parts.points[i] is None:
-            parts.points[i] = lookup(parts.embeddings[part.layer], part.layer, parts.held[part.input])
+            parts.points[i] = parts.lookup(part, parts.held[part.input])
     space = Space(tuple(run), len(parts.names))
     x = space.pack([parts.points[i] for i in indices])
     return space, x, x
 
 
 def _choose(model: keras.Model, infos: Sequence, attribute_to: Any) -> tuple[list, bool]:
-    """``([(input index or None, layer path or None, embedding?)], layer_only)``."""
+    """``([(input index or None, layer path or None, its input kind when it reads ids)], layer_only)``."""
     if attribute_to is None:
-        return list(_structure(model, "default parts", lambda: _default_parts(model, infos))), False
-    chosen: list[tuple[int | None, str | None, bool]] = []
+        labels = tuple(kind.label for kind in kinds.kinds())
+        return list(_structure(model, ("default parts", labels), lambda: _default_parts(model, infos))), False
+    chosen: list[tuple[int | None, str | None, Any]] = []
     items = list(attribute_to) if isinstance(attribute_to, (list, tuple)) else [attribute_to]
     if not items:
         raise ValueError("attribute_to must name at least one input or layer; received an empty list.")
@@ -232,18 +240,19 @@ def _choose(model: keras.Model, infos: Sequence, attribute_to: Any) -> tuple[lis
 def _default_parts(model: keras.Model, infos: Any) -> tuple:
     """What a request explains by default (see the module), as :func:`_choose` gives it."""
 
-    chosen: list[tuple[int, str | None, bool]] = []
+    chosen: list[tuple[int, str | None, Any]] = []
     for i, info in enumerate(infos):
         if not info.integer:
-            chosen.append((i, None, False))
+            chosen.append((i, None, None))
             continue
-        path = embedding_of(model, i)
-        if path is not None and not any(word in info.name.lower() for word in HELD_BY_NAME):
-            chosen.append((i, path, True))
+        found = kinds.explained_by_default(model, i, info.name)
+        if found is not None:
+            chosen.append((i, *found))
     if not chosen:
         raise ValueError(
             f"nothing to explain in model {model.name!r}: its inputs {[info.name for info in infos]} are integers "
-            "that feed no Embedding; name a layer to explain with attribute_to=; received inputs of dtypes "
+            f"that feed no {_layer_names()}; name a layer to explain with attribute_to=; "
+            "received inputs of dtypes "
             f"{[info.dtype for info in infos]}."
         )
     return tuple(chosen)
@@ -261,15 +270,16 @@ def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
         index = int(item)
     if index is not None:
         if not infos[index].integer:
-            return (index, None, False)
-        path = embedding_of(model, index)
-        if path is None:
+            return (index, None, None)
+        found = kinds.reader(model, index)
+        if found is None:
             raise ValueError(
-                f"input {names[index]!r} holds integers that feed no Embedding, so it has no space to "
+                f"input {names[index]!r} holds integers that feed no {_layer_names()}, "
+                "so it has no space to "
                 "explain in; name the layer to explain with attribute_to=LAYER; received "
                 f"attribute_to={item!r}."
             )
-        return (index, path, True)
+        return (index, *found)
     path = find_layer(model, item)
     if calls_of(model, path) > 1:
         raise ValueError(
@@ -277,7 +287,12 @@ def _one(model: keras.Model, infos: Sequence, item: Any) -> tuple:
             "output is not one tensor to explain; name one of the layers after it; received "
             f"attribute_to={path!r}."
         )
-    return (None, path, False)
+    return (None, path, None)
+
+
+def _layer_names() -> str:
+    """The layers the declared input kinds read ids through: ``"Embedding"``, ``"Embedding or ..."``."""
+    return " or ".join(kind.layer_name for kind in kinds.kinds())
 
 
 # ------------------------------------------------------------------------------------ options
@@ -302,7 +317,7 @@ def _embedded(model: keras.Model, parts: Parts, part: Part, tokens: Any) -> np.n
     ids = np.asarray(tokens)
     if ids.ndim < reference.ndim:
         ids = np.broadcast_to(ids, (1, *reference.shape[1:]))
-    return np.asarray(lookup(parts.embeddings[part.layer], part.layer, ids.astype(reference.dtype)))
+    return parts.lookup(part, ids.astype(reference.dtype))
 
 
 def _integer(value: Any) -> bool:
@@ -348,7 +363,8 @@ def part_options(
             if part.embedding and name in ("baseline", "value"):
                 token = baseline_token if not explicit else piece if np.ndim(piece) == 0 and _integer(piece) else None
             if token is not None and space.lookup:
-                check_ids(parts.embeddings[part.layer], part.layer, np.asarray([token]))
+                layer, kind = parts.embeddings[part.layer]
+                kind.check_ids(layer, part.layer, np.asarray([token]))
                 fills.append((name, int(token)))
                 piece = np.zeros(part.shape, part.dtype)
             elif token is not None:

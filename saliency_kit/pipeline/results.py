@@ -64,7 +64,7 @@ def _explanation(prepared: Prepared, done: tuple, out: dict) -> Explanation:
     else:
         if not parts.plain:
             ordered = sorted(parts.parts, key=lambda p: len(parts.names) if p.input is None else p.input)
-            kinds = {p.name: _kind(p) for p in ordered if p.name in results}  # the model's order, as list maps
+            kinds = {p.name: p.kind for p in ordered if p.name in results}  # the model's order, as list maps
         attributions_out, maps_out = structure(parts, results), structure(parts, maps)
     return Explanation(
         attributions=attributions_out,
@@ -79,10 +79,6 @@ def _explanation(prepared: Prepared, done: tuple, out: dict) -> Explanation:
         target_info=prepared.selection.info,
         parts=kinds,
     )
-
-
-def _kind(part: Any) -> str:
-    return "embedding" if part.embedding else "input" if part.input is not None else "layer"
 
 
 def _map(chosen: Any, values: dict, part: Any, attributions: np.ndarray, channel_axis: int) -> np.ndarray:
