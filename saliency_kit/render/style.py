@@ -69,10 +69,11 @@ class Style:
     row_inches: float = 0.9
 
     def __post_init__(self) -> None:
-        for name, (valid, accepts) in _VALID.items():
-            value = getattr(self, name)
+        for field in dataclasses.fields(self):
+            valid, accepts = _VALID[field.name]  # every field declares its valid values
+            value = getattr(self, field.name)
             if not accepts(value):
-                raise ValueError(f"Style needs {name} {valid}; received {value!r}.")
+                raise ValueError(f"Style needs {field.name} {valid}; received {value!r}.")
         if isinstance(self.cmap, str):
             colormap(self.cmap, "abs")  # an unknown name: ValueError naming the colormaps to use
 
