@@ -147,14 +147,13 @@ def series(
     ``[B, T, F]`` (``[B, F, T]`` for a channels-first model, found from the map's length; ``[B, T]``
     for one feature). Draws input ``index`` and target ``k``. ``per_feature=True``: each band is
     that feature's own attribution ``attributions[index, k, :, f]`` rather than the map (methods
-    with a feature axis). Bands share one colour scale, with a colour bar in the map's units;
-    ``sign`` defaults to ``"all"`` (diverging, zero at the centre colour) for signed methods and
-    maps with negative values, else ``"abs"``. At most ``max_features`` features are drawn (the
-    first ones; the title says so). Returns a bare matplotlib Figure.
+    with a feature axis). Bands share one colour scale, with a colour bar in the map's units. At
+    most ``max_features`` features are drawn (the first ones; the title says so). Returns a bare
+    matplotlib Figure.
 
-    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign``,
-    ``clip_percentile``, ``cmap``, ``dpi`` (default 100), ``max_features``, ``width_inches`` and
-    ``row_inches``.
+    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign`` (default: chosen
+    from the map), ``clip_percentile``, ``cmap``, ``dpi`` (default 100), ``max_features``,
+    ``width_inches`` and ``row_inches``.
     """
     from matplotlib.figure import Figure
 
@@ -280,9 +279,9 @@ def volume(
     colour scale (:func:`saliency_kit.render.normalize`), shown by a colour bar. Returns a bare
     matplotlib Figure.
 
-    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign``,
-    ``clip_percentile``, ``cmap``, ``alpha``, ``dpi`` (default 100) and ``panel_inches`` (default
-    1.5).
+    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign`` (default: chosen
+    from the map), ``clip_percentile``, ``cmap``, ``alpha``, ``dpi`` (default 100) and
+    ``panel_inches`` (default 1.5).
     """
     style = resolve(volume, style, style_options)
     map_ = _map_of_rank(explanation, index, k, 3)
