@@ -8,6 +8,8 @@
     sk.render.save_png(fig, "figure.png")
     fig = sk.render.series(expl_1d, series)                  # time series [B, T, F]: lines over bands
     fig = sk.render.volume(expl_3d, volumes)                 # volumes: a row of slices
+    style = sk.render.Style(sign="all", dpi=200)             # how the figures look, declared once
+    fig = sk.render.grid(expl, originals, style=style)       # the same as grid(..., sign="all", dpi=200)
     page = sk.render.tokens_html(expl_text, tokens)          # tokens: escaped, coloured HTML spans
 
 Everything here works on NumPy arrays and a bare :class:`matplotlib.figure.Figure`: the pyplot
@@ -28,12 +30,14 @@ from .colour import DEFAULT_CMAPS, heatmap, normalize, overlay
 from .figure import explanation_png, grid, show
 from .marks import MARK_COLOUR, Mark, draw_box, draw_mark, outline
 from .sequences import check_tokens, series, tokens_html, volume
+from .style import Style
 from .titles import fit_text, method_title
 
 __all__ = [
     "DEFAULT_CMAPS",
     "MARK_COLOUR",
     "Mark",
+    "Style",
     "check_tokens",
     "draw_box",
     "draw_mark",

@@ -17,6 +17,7 @@ import numpy as np
 from ..methods import get
 from .colour import DEFAULT_CMAPS, normalize
 from .colour import colormap as find_colormap
+from .style import Style, resolve
 from .titles import method_title
 
 __all__ = ["series", "volume", "tokens_html", "check_tokens", "token_colours", "legend_stops"]
@@ -82,10 +83,28 @@ def _figure_heading(explanation: Any, index: int, k: int, class_names: Any) -> s
     return f"{heading} \u00b7 score {float(np.asarray(explanation.scores)[index, k]):.3g}"
 
 
-def _sign_and_colormap(sign: Any, cmap: Any, clip_percentile: Any, explanation: Any, values: Any) -> Any:
-    sign = _default_sign(explanation, values) if sign is None else sign
-    normalize(np.zeros(1), sign=sign, clip_percentile=clip_percentile)  # checks sign and clip_percentile
-    return sign, find_colormap(cmap if cmap is not None else DEFAULT_CMAPS[sign], sign)
+def _sign_and_colormap(style: Style, explanation: Any, values: np.ndarray) -> tuple[str, Any]:
+    """The ``sign`` ``values`` are drawn with (the style's, else chosen from the map) and its colormap."""
+    sign = _default_sign(explanation, values) if style.sign is None else style.sign
+    return sign, find_colormap(style.cmap if style.cmap is not None else DEFAULT_CMAPS[sign], sign)
+
+
+def _map_of_rank(explanation: Any, index: int, k: int, rank: int) -> np.ndarray:
+    """``explanation.maps[index, k]`` as float64, refused in one line (naming the figure that draws
+    it) unless it has ``rank`` axes: 1 for :func:`series`, 3 for :func:`volume`."""
+    name, maps = _DRAWN_BY[rank]
+    map_ = np.asarray(_one_map(explanation, index, k, name), np.float64)
+    if map_.ndim != rank:
+        route = f"use sk.render.{_DRAWN_BY[map_.ndim][0]}" if map_.ndim in _DRAWN_BY else "use sk.render.grid"
+        raise ValueError(
+            f"{name}() draws {maps}; {route} for maps of one input of shape "
+            f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}."
+        )
+    return map_
+
+
+#: The figure that draws a map of one input of each rank, and its maps.
+_DRAWN_BY = {1: ("series", "time-series maps [B, K, T]"), 3: ("volume", "volume maps [B, K, D, H, W]")}
 
 
 # -- time series -----------------------------------------------------------------------------------------
@@ -118,13 +137,8 @@ def series(
     feature_names: Sequence[str] | None = None,
     class_names: Sequence[str] | None = None,
     per_feature: bool = False,
-    sign: str | None = None,
-    cmap: Any = None,
-    clip_percentile: float = 99.0,
-    max_features: int = 12,
-    width_inches: float = 7.0,
-    row_inches: float = 0.9,
-    dpi: int = 100,
+    style: Style | None = None,
+    **style_options: Any,
 ) -> Any:
     """A time series with its map: each feature a line, the map a coloured band under it.
 
@@ -133,82 +147,78 @@ def series(
     ``[B, T, F]`` (``[B, F, T]`` for a channels-first model, found from the map's length; ``[B, T]``
     for one feature). Draws input ``index`` and target ``k``. ``per_feature=True``: each band is
     that feature's own attribution ``attributions[index, k, :, f]`` rather than the map (methods
-    with a feature axis). Bands share one colour scale, with a colour bar in the map's units;
-    ``sign`` defaults to ``"all"`` (diverging, zero at the centre colour) for signed methods and
-    maps with negative values, else ``"abs"``. At most ``max_features`` features are drawn (the
-    first ones; the title says so). Returns a bare matplotlib Figure.
+    with a feature axis). Bands share one colour scale, with a colour bar in the map's units. At
+    most ``max_features`` features are drawn (the first ones; the title says so). Returns a bare
+    matplotlib Figure.
+
+    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign`` (default: chosen
+    from the map), ``clip_percentile``, ``cmap``, ``dpi`` (default 100), ``max_features``,
+    ``width_inches`` and ``row_inches``.
     """
     from matplotlib.figure import Figure
 
-    map_ = np.asarray(_one_map(explanation, index, k, "series"), np.float64)
-    if map_.ndim != 1:
-        route = "use sk.render.volume" if map_.ndim == 3 else "use sk.render.grid"
-        raise ValueError(
-            f"series() draws time-series maps [B, K, T]; {route} for maps of one input of shape "
-            f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}."
-        )
-    length, count = map_.size, np.shape(explanation.maps)[0]
-    x = _series_input(inputs, index, length, count)
+    style = resolve(series, style, style_options)
+    map_ = _map_of_rank(explanation, index, k, 1)
+    length = map_.size
+    x = _series_input(inputs, index, length, np.shape(explanation.maps)[0])
     features = x.shape[1]
-    if int(max_features) < 1:
-        raise ValueError(f"series() needs max_features >= 1; received {max_features!r}.")
-    shown = min(features, int(max_features))
     if feature_names is not None and len(feature_names) != features:
         raise ValueError(f"series() needs one feature name per feature ({features}); received {len(feature_names)}.")
-    if per_feature:
-        attributions = np.asarray(explanation.attributions)[index, k]
-        if attributions.shape not in ((length, features), (features, length)):
-            raise ValueError(
-                f"per_feature=True needs attributions [T, F] per input and target ({length}, {features}); "
-                f"received {attributions.shape} (a CAM has one value per time step: use the map)."
-            )
-        bands = attributions if attributions.shape == (length, features) else attributions.T
-        bands = np.asarray(bands, np.float64)[:, :shown].T  # [shown, T], scaled together
-    else:
-        bands = map_[None]  # one map under every feature
-    sign, colormap = _sign_and_colormap(sign, cmap, clip_percentile, explanation, bands)
-    unit = normalize(bands, sign=sign, clip_percentile=clip_percentile)
-    scale = _colour_scale(bands, sign, clip_percentile)
-    unit = np.broadcast_to(unit, (shown, length))
+    shown = min(features, int(style.max_features))
+    bands = _feature_bands(explanation, index, k, (length, features))[:shown] if per_feature else map_[None]
+    sign, colormap = _sign_and_colormap(style, explanation, bands)
+    unit = np.broadcast_to(normalize(bands, sign=sign, clip_percentile=style.clip_percentile), (shown, length))
+    height = shown * style.row_inches * 1.3 + 0.7
+    fig = Figure(figsize=(style.width_inches, height), dpi=style.dpi, layout="constrained")
+    axes = _draw_rows(fig, x[:, :shown], unit, colormap, feature_names)
+    title = _figure_heading(explanation, index, k, class_names)
+    if shown < features:
+        title += f" \u00b7 first {shown} of {features} features"
+    fig.suptitle(title, fontsize=8)
+    scale = _colour_scale(bands, sign, style.clip_percentile)
+    _scale_bar(fig, axes, sign, colormap, scale, "attribution" if per_feature else "map")
+    return fig
 
-    fig = Figure(figsize=(width_inches, shown * row_inches * 1.3 + 0.7), dpi=dpi, layout="constrained")
-    grid = fig.add_gridspec(2 * shown, 1, height_ratios=[1.0, 0.3] * shown)
+
+def _feature_bands(explanation: Any, index: int, k: int, shape: tuple[int, int]) -> np.ndarray:
+    """Each feature's own attribution ``[F, T]`` for input ``index`` and target ``k``, from
+    attributions ``[B, K, T, F]`` (or ``[B, K, F, T]``); ``shape`` is ``(T, F)``."""
+    attributions = np.asarray(explanation.attributions)[index, k]
+    if attributions.shape not in (shape, shape[::-1]):
+        raise ValueError(
+            f"per_feature=True needs attributions [T, F] per input and target {shape}; "
+            f"received {attributions.shape} (a CAM has one value per time step: use the map)."
+        )
+    bands = attributions if attributions.shape == shape else attributions.T
+    return np.asarray(bands, np.float64).T  # [F, T], scaled together
+
+
+def _draw_rows(fig: Any, x: np.ndarray, unit: np.ndarray, colormap: Any, feature_names: Any) -> list:
+    """One row per feature of ``x`` ``[T, F]``: its line, and under it its band of ``unit``
+    ``[F, T]`` (values in [0, 1] on ``colormap``); returns the axes, line and band by feature."""
+    length, features = x.shape
+    grid = fig.add_gridspec(2 * features, 1, height_ratios=[1.0, 0.3] * features)
     steps = np.arange(length)
     axes = []
-    for f in range(shown):
+    for f in range(features):
         line = fig.add_subplot(grid[2 * f])
         band = fig.add_subplot(grid[2 * f + 1], sharex=line)
         line.plot(steps, x[:, f], color="0.15", linewidth=1.0)
-        line.set_ylabel(
-            str(feature_names[f]) if feature_names is not None else f"x{f}",
-            fontsize=7,
-            rotation=0,
-            ha="right",
-            va="center",
-        )
+        name = str(feature_names[f]) if feature_names is not None else f"x{f}"
+        line.set_ylabel(name, fontsize=7, rotation=0, ha="right", va="center")
         line.tick_params(labelsize=6, labelbottom=False, length=2)
+        extent = (-0.5, length - 0.5, 0.0, 1.0)
         band.imshow(
-            unit[f][None],
-            aspect="auto",
-            cmap=colormap,
-            vmin=0.0,
-            vmax=1.0,
-            interpolation="nearest",
-            extent=(-0.5, length - 0.5, 0.0, 1.0),
+            unit[f][None], aspect="auto", cmap=colormap, vmin=0.0, vmax=1.0, interpolation="nearest", extent=extent
         )
         band.set_yticks([])
-        band.tick_params(labelsize=6, labelbottom=f == shown - 1, length=2)
+        band.tick_params(labelsize=6, labelbottom=f == features - 1, length=2)
         for spine in ("top", "right"):
             line.spines[spine].set_visible(False)
         axes += [line, band]
     axes[0].set_xlim(-0.5, length - 0.5)
     axes[-1].set_xlabel("time step", fontsize=7)
-    title = _figure_heading(explanation, index, k, class_names)
-    if shown < features:
-        title += f" \u00b7 first {shown} of {features} features"
-    fig.suptitle(title, fontsize=8)
-    _scale_bar(fig, axes, sign, colormap, scale, "attribution" if per_feature else "map")
-    return fig
+    return axes
 
 
 # -- volumes ---------------------------------------------------------------------------------------------
@@ -256,12 +266,8 @@ def volume(
     axis: int = 0,
     slices: Any = 6,
     class_names: Sequence[str] | None = None,
-    sign: str | None = None,
-    cmap: Any = None,
-    clip_percentile: float = 99.0,
-    alpha: float = 0.5,
-    panel_inches: float = 1.5,
-    dpi: int = 100,
+    style: Style | None = None,
+    **style_options: Any,
 ) -> Any:
     """A volume's map as a row of slices.
 
@@ -272,40 +278,44 @@ def volume(
     ``slices``: how many evenly spaced slices, or their indices. The whole volume shares one
     colour scale (:func:`saliency_kit.render.normalize`), shown by a colour bar. Returns a bare
     matplotlib Figure.
-    """
-    from matplotlib.figure import Figure
 
-    map_ = np.asarray(_one_map(explanation, index, k, "volume"), np.float64)
-    if map_.ndim != 3:
-        route = "use sk.render.series" if map_.ndim == 1 else "use sk.render.grid"
-        raise ValueError(
-            f"volume() draws volume maps [B, K, D, H, W]; {route} for maps of one input of shape "
-            f"{map_.shape}; received maps of shape {np.shape(explanation.maps)}."
-        )
+    Looks: ``style`` (a :class:`Style`) and its fields as keywords -- ``sign`` (default: chosen
+    from the map), ``clip_percentile``, ``cmap``, ``alpha``, ``dpi`` (default 100) and
+    ``panel_inches`` (default 1.5).
+    """
+    style = resolve(volume, style, style_options)
+    map_ = _map_of_rank(explanation, index, k, 3)
     if isinstance(axis, bool) or axis not in (0, 1, 2):
         raise ValueError(f"volume() needs axis 0 (depth), 1 (height) or 2 (width); received {axis!r}.")
-    if not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"volume() needs alpha in [0, 1]; received {alpha!r}.")
     chosen = _slice_indices(slices, map_.shape[axis])
-    sign, colormap = _sign_and_colormap(sign, cmap, clip_percentile, explanation, map_)
-    unit = normalize(map_, sign=sign, clip_percentile=clip_percentile)
-    heat = colormap(unit)[..., :3]
+    sign, colormap = _sign_and_colormap(style, explanation, map_)
+    heat = colormap(normalize(map_, sign=sign, clip_percentile=style.clip_percentile))[..., :3]
     if inputs is not None:
         grey = _volume_input(inputs, index, map_.shape, np.shape(explanation.maps)[0])[..., None]
-        heat = (1.0 - alpha) * grey + alpha * heat
-    height, width = np.take(map_, 0, axis=axis).shape
-    fig = Figure(
-        figsize=(panel_inches * len(chosen) + 0.9, panel_inches * height / width + 0.6), dpi=dpi, layout="constrained"
-    )
-    axes = fig.subplots(1, len(chosen), squeeze=False)[0]
+        heat = (1.0 - style.alpha) * grey + style.alpha * heat
+    fig, axes = _slice_row(heat, axis, chosen, style)
+    fig.suptitle(_figure_heading(explanation, index, k, class_names), fontsize=8)
+    _scale_bar(fig, axes, sign, colormap, _colour_scale(map_, sign, style.clip_percentile), "map")
+    return fig
+
+
+def _slice_row(heat: np.ndarray, axis: int, chosen: list[int], style: Style) -> tuple[Any, list]:
+    """A figure of the ``chosen`` slices along ``axis`` of ``heat`` ``[D, H, W, 3]`` (RGB in
+    [0, 1]) in a row, each titled with its axis and index; ``(figure, axes)``."""
+    from matplotlib.figure import Figure
+
+    inches = style.panel_inches
+    assert inches is not None  # resolve() gave the volume's own default
+    height, width = np.take(heat, 0, axis=axis).shape[:2]
+    figsize = (inches * len(chosen) + 0.9, inches * height / width + 0.6)
+    fig = Figure(figsize=figsize, dpi=style.dpi, layout="constrained")
+    axes = list(fig.subplots(1, len(chosen), squeeze=False)[0])
     for ax, i in zip(axes, chosen):
         ax.imshow(np.clip(np.take(heat, i, axis=axis), 0.0, 1.0), interpolation="nearest")
         ax.set_title(f"{_AXIS_NAMES[axis]} {i}", fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(_figure_heading(explanation, index, k, class_names), fontsize=8)
-    _scale_bar(fig, list(axes), sign, colormap, _colour_scale(map_, sign, clip_percentile), "map")
-    return fig
+    return fig, axes
 
 
 # -- tokens ----------------------------------------------------------------------------------------------
