@@ -51,8 +51,10 @@ def part(args) -> None:
     from saliency_kit.batch import ray as ray_runner
     from saliency_kit.batch import run as pipeline
     from saliency_kit.batch.plan import plan_run
+    from saliency_kit.targets.tasks import Request, TaskPlan
 
     TimedWatch = _timed_watch()
+    top1 = TaskPlan("classification", (Request("top1", "top", count=1),))
     inputs, out = args.inputs, args.out
     methods = [(args.method, {})]
     looks = {args.method: outputs.Look()}
@@ -73,7 +75,7 @@ def part(args) -> None:
                 model=model,
                 spec=spec,
                 methods=methods,
-                targets_for=ray_job.fixed_targets("top1")(model),
+                task=top1,
                 looks=looks,
                 batch_size=args.batch_size,
                 formats=("png",),
@@ -85,7 +87,7 @@ def part(args) -> None:
                 plan=plan,
                 model=ray_job.ModelSource(args.model),
                 methods=methods,
-                targets_for_model=ray_job.fixed_targets("top1"),
+                task=top1,
                 looks=looks,
                 batch_size=args.batch_size,
                 formats=("png",),

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..files import remove_partials, write_atomic
 from ..images import ImageLoadError, load_image
+from ..targets.tasks import TaskPlan
 from . import outputs
 from . import run as pipeline
 from .outputs import one_line
@@ -149,7 +150,7 @@ class ChunkExplainer:
         _use_assigned_cpus()
         self.job = job
         self.model, self.spec = job.model.load()
-        self.targets_for = job.targets_for_model(self.model)
+        self.ask = pipeline.TaskAsker(self.model, job.task, self.spec, job.batch_size)
 
     def __call__(self, rows: dict) -> dict:
         results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
@@ -175,22 +176,14 @@ class ChunkExplainer:
             good.append(path)
             inputs.append(item)
             originals.append(original)
-        if good:
-            explanations = pipeline.explain_batch(
-                self.model, np.stack(inputs), job.methods, self.targets_for, job.batch_size, good
-            )
-            items = [
-                (
-                    path,
-                    folders[path],
-                    originals[row],
-                    outputs.per_image(explanations, row, job.looks, "npz" in job.formats),
-                )
-                for row, path in enumerate(good)
-            ]
-            del explanations
-            for path, written in pipeline.write_batch(job.out_dir, items, self.spec.class_names, job.formats):
-                done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
+        items = pipeline.explained_items(
+            self.model, self.ask, job.methods, job.looks, job.formats, folders, good, inputs, originals
+        )
+        written_items = pipeline.write_batch(
+            job.out_dir, items, self.spec.class_names, job.formats, tuple(self.spec.input_size)
+        )
+        for path, written in written_items:
+            done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
         return done
 
 
@@ -261,7 +254,7 @@ def run(
     plan: Plan,
     model: ModelSource,
     methods: Sequence[tuple[str, dict]],
-    targets_for_model: Callable,
+    task: TaskPlan,
     looks: dict,
     batch_size: int,
     formats: Sequence[str],
@@ -276,8 +269,8 @@ def run(
     by a pool of actors.
 
     Arguments as :func:`saliency_kit.batch.run.run`, except ``model`` (a :class:`ModelSource` each
-    actor loads) and ``targets_for_model(model) -> targets_for``, a function Ray can send to the
-    actors (module-level, or a ``functools.partial`` of one). ``address``: see :func:`connect`
+    actor loads); each actor finds its images' targets for ``task`` as the local run does, so
+    every task (classes, regions, boxes, heads) runs on Ray. ``address``: see :func:`connect`
     (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
     cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and ``gpus_per_worker`` GPUs
     from Ray's scheduler. ``batch_images``: images per actor call (default ``batch_size``: the
@@ -305,7 +298,7 @@ def run(
         token=token,
         model=model,
         methods=tuple((name, dict(options)) for name, options in methods),
-        targets_for_model=targets_for_model,
+        task=task,
         looks=dict(looks),
         batch_size=batch_size,
         formats=tuple(formats),

@@ -1,24 +1,24 @@
-"""What the driver of ``saliency batch --ray`` sends each actor, once: plain data and importable
-functions, so that Ray can ship them to any node (:mod:`saliency_kit.batch.ray` runs them).
+"""What the driver of ``saliency batch --ray`` sends each actor, once: plain data, so that Ray
+can ship it to any node (:mod:`saliency_kit.batch.ray` runs them).
 
 * :class:`ModelSource`: the model to load (a name or an absolute path) and its weights;
-* :class:`Job`: the run's folders, probe, model, methods, targets and looks;
-* :func:`targets` and :func:`fixed_targets`: the ``targets_for_model`` functions of a job.
+* :class:`Job`: the run's folders, probe, model, methods, task plan and looks.
+
+Each actor finds its images' targets from the job's task plan as the local run does
+(:class:`saliency_kit.batch.run.TaskAsker`), so every task runs on Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-from collections.abc import Callable
 from typing import Any
 
 from ..keras_backend import require_tensorflow
+from ..targets.tasks import TaskPlan
 from ..zoo import load_model
-from . import run as pipeline
 
-__all__ = ["Job", "ModelSource", "fixed_targets", "targets"]
+__all__ = ["Job", "ModelSource"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class ModelSource:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """Everything an actor needs, sent once to each actor (plain data and importable functions)."""
+    """Everything an actor needs, sent once to each actor (plain data)."""
 
     input_dir: str  # absolute
     input_label: str  # INPUT_DIR as given to the driver, for messages (those of the local run)
@@ -57,31 +57,7 @@ class Job:
     token: str  # its contents
     model: ModelSource
     methods: tuple  # ((name, options), ...)
-    targets_for_model: Callable  # model -> targets_for(inputs) (see pipeline.run)
+    task: TaskPlan  # what each image asks (see pipeline.TaskAsker)
     looks: dict  # method -> outputs.Look
     batch_size: int
     formats: tuple
-
-
-def targets(target_spec: Any, batch_size: int) -> Callable:
-    """``targets_for_model`` for the command line's parsed ``--target`` values: what
-    :func:`saliency_kit.batch.run.targets_for` resolves locally, in a form Ray can send."""
-    return functools.partial(_targets_for, target_spec, batch_size)
-
-
-def _targets_for(target_spec, batch_size: int, model):
-    return pipeline.targets_for(target_spec, model, batch_size)
-
-
-def fixed_targets(value: Any) -> Callable:
-    """``targets_for_model`` giving every batch the same ``targets`` argument of ``sk.explain``
-    (``"top1"``, a class index, ...), which the engine resolves."""
-    return functools.partial(_fixed_targets, value)
-
-
-def _fixed_targets(value, model):
-    return functools.partial(_same, value)
-
-
-def _same(value, inputs):
-    return value

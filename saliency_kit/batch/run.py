@@ -44,11 +44,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from .. import engine, render
+from .. import render
 from ..files import png_bytes, remove_partials
 from ..images import ImageLoadError, load_image
-from ..targets import resolve as resolve_targets
-from ..targets import task_targets
+from ..targets.tasks import TaskPlan, task_targets
 from . import outputs as out_files
 from .discovery import image_key
 from .outputs import one_line
@@ -58,12 +57,11 @@ from .progress import Progress
 __all__ = [
     "Summary",
     "TaskAsker",
-    "explain_batch",
+    "explain_asked",
+    "explained_items",
     "finish_batch",
     "run",
-    "targets_for",
     "write_batch",
-    "explain_asked",
 ]
 
 
@@ -77,27 +75,13 @@ class Summary:
     seconds: float = 0.0  # the processing loop, model loading excluded
 
 
-def targets_for(spec: Any, model: Any, batch_size: int) -> Callable:
-    """A function ``inputs -> int [B, K]`` resolving the parsed ``--target`` values ``spec`` for one
-    batch: the forward pass runs in the engine, only when a topK target needs it, and once per batch
-    whatever the number of methods."""
-
-    def resolve(inputs):
-        if spec.needs_scores:
-            return resolve_targets(spec, engine.all_scores(model, inputs, score="logits", batch_size=batch_size))
-        return resolve_targets(spec, num_inputs=len(inputs))
-
-    return resolve
-
-
 class TaskAsker:
     """``ask(inputs, sizes) -> (subjects per image, targets)`` for :func:`explain_asked`: each
     batch's targets for a task plan (:func:`saliency_kit.targets.task_targets`: one forward pass
-    in the engine, only when the plan needs one), the images that ask nothing left out."""
+    in the engine, only when the plan needs one), the images that ask nothing left out. The local
+    run and each Ray actor build one from the same plan (plain data: Ray sends it to the actors)."""
 
-    asks_questions = True
-
-    def __init__(self, model: Any, plan: Any, spec: Any, batch_size: int):
+    def __init__(self, model: Any, plan: TaskPlan, spec: Any, batch_size: int):
         self.model, self.plan, self.spec, self.batch_size = model, plan, spec, batch_size
 
     def __call__(self, inputs: np.ndarray, sizes: Sequence[tuple[int, int]]) -> tuple[list, Any]:
@@ -105,26 +89,6 @@ class TaskAsker:
             self.model, inputs, self.plan, self.spec, image_sizes=sizes, batch_size=self.batch_size, with_outputs=False
         )
         return found.subjects, found.targets
-
-
-def explain_batch(
-    model: Any,
-    inputs: np.ndarray,
-    methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
-    batch_size: int,
-    paths: Sequence[str],
-) -> list:
-    """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
-    the targets are resolved once for all methods; seeded noise is keyed by each path."""
-    from ..pipeline.api import explain
-
-    targets = targets_for(inputs)
-    keys = [image_key(path) for path in paths]
-    return [
-        explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
-        for name, options in methods
-    ]
 
 
 def explain_asked(
@@ -163,7 +127,7 @@ def run(
     model: Any,
     spec: Any,
     methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
+    task: TaskPlan,
     looks: dict,
     batch_size: int,
     formats: Sequence[str],
@@ -173,11 +137,9 @@ def run(
 ) -> Summary:
     """Explain every image of ``plan.todo``; write outputs and manifest lines.
 
-    ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns int ``[B, K]`` for a
-    batch (one forward pass at most, shared by every method); or, when it has a true
-    ``asks_questions`` attribute (a :class:`TaskAsker`), it is the ``ask`` of
-    :func:`explain_asked` (classes, regions, boxes, components). ``looks``:
-    method -> ``outputs.Look``.
+    ``methods``: ``(name, options)`` pairs. ``task``: what each image asks (classes, regions,
+    boxes, components), its targets found once per batch by a :class:`TaskAsker` (one forward
+    pass at most, shared by every method). ``looks``: method -> ``outputs.Look``.
     Unreadable files are recorded and skipped; lines already in the manifest are not written again.
 
     Images are decoded by ``decode_workers`` threads; maps are rendered and written by
@@ -197,6 +159,7 @@ def run(
     def decode(path: str):
         return load_image(os.path.join(input_dir, path), spec)
 
+    ask = TaskAsker(model, task, spec, batch_size)
     writers = _writer_pool(write_processes if len(chunks) >= 4 else 0)
     with futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="decode") as decoders, writers:
         prefetch = 2  # batches being decoded ahead of the model
@@ -208,9 +171,7 @@ def run(
             if index + prefetch < len(chunks):
                 pending_decode.append([decoders.submit(decode, p) for p in chunks[index + prefetch]])
             good, inputs, originals, failed = _decoded(chunk, decoded)
-            items = _explained_items(
-                model, methods, targets_for, batch_size, looks, formats, plan, good, inputs, originals
-            )
+            items = explained_items(model, ask, methods, looks, formats, plan.folders, good, inputs, originals)
             job = (
                 writers.submit(write_batch, out_dir, items, spec.class_names, formats, tuple(spec.input_size))
                 if items
@@ -248,41 +209,34 @@ def _decoded(chunk: Sequence[str], decoded: Sequence[futures.Future]) -> tuple[l
     return good, inputs, originals, failed
 
 
-def _explained_items(
+def explained_items(
     model: Any,
+    ask: TaskAsker,
     methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
-    batch_size: int,
     looks: dict,
     formats: Sequence[str],
-    plan: Plan,
+    folders: dict[str, str],
     good: list[str],
     inputs: list[np.ndarray],
     originals: list[np.ndarray],
 ) -> list[tuple]:
-    """One batch explained: ``(path, folder, original, outputs)`` per readable image, the write
-    job's items (see :func:`write_batch`)."""
+    """One batch explained (the local loop's and each Ray actor's step): ``(path, folder,
+    original, outputs)`` per readable image ``good[row]`` (its ``inputs[row]``, preprocessed, and
+    ``originals[row]``, the file's pixels ``[h, w, 3]``), the write job's items (see
+    :func:`write_batch`); an image that asks nothing has no outputs."""
     if not good:
         return []
-    if getattr(targets_for, "asks_questions", False):
-        explanations, asked = explain_asked(
-            model, np.stack(inputs), methods, targets_for, batch_size, good, [o.shape[:2] for o in originals]
-        )
-        return [
-            (
-                path,
-                plan.folders[path],
-                originals[row],
-                []
-                if at is None
-                else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
-            )
-            for row, (path, (at, questions)) in enumerate(zip(good, asked))
-        ]
-    explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
+    explanations, asked = explain_asked(
+        model, np.stack(inputs), methods, ask, ask.batch_size, good, [o.shape[:2] for o in originals]
+    )
     return [
-        (path, plan.folders[path], originals[row], out_files.per_image(explanations, row, looks, "npz" in formats))
-        for row, path in enumerate(good)
+        (
+            path,
+            folders[path],
+            originals[row],
+            [] if at is None else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
+        )
+        for row, (path, (at, questions)) in enumerate(zip(good, asked))
     ]
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..batch import outputs, ray_job
 from ..batch import ray as ray_runner
+from ..targets.tasks import AskError, TaskPlan
 from .options import UsageError, positive_int
-
-if TYPE_CHECKING:
-    from ..targets import TargetSpec
 
 __all__ = ["add_options", "check", "run"]
 
@@ -98,10 +96,11 @@ def run(
     args: argparse.Namespace,
     plan: Any,
     methods: list[tuple[str, dict]],
-    target_spec: TargetSpec,
+    task: TaskPlan,
     looks: dict[str, outputs.Look],
 ) -> Any:
-    """The Ray runner with the command's settings; a node that cannot see --out is a usage error."""
+    """The Ray runner with the command's settings; a node that cannot see --out, or a target that
+    does not fit an image, is a usage error (as in the local run)."""
     try:
         return ray_runner.run(
             input_dir=args.input_dir,
@@ -109,7 +108,7 @@ def run(
             plan=plan,
             model=ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
             methods=methods,
-            targets_for_model=ray_job.targets(target_spec, args.batch_size),
+            task=task,
             looks=looks,
             batch_size=args.batch_size,
             formats=outputs.FORMATS[args.format],
@@ -120,6 +119,8 @@ def run(
         )
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
+    except AskError as error:
+        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
     except ConnectionError as error:  # no cluster at that address
         raise UsageError(
             f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "
