@@ -249,8 +249,6 @@ MAX_PARAMETERS = 10
 #: ``render.grid``, ``render.series`` and ``render.volume`` are over only by their public keywords.
 WAITING_FOR_SMALLER_FUNCTIONS: dict[str, tuple[int, int]] = {
     "saliency_kit/pipeline/api.py:explain": (115, 12),
-    "saliency_kit/batch/ray.py:run": (85, 15),
-    "saliency_kit/batch/run.py:run": (109, 13),
     "saliency_kit/render/figure.py:grid": (99, 16),
     "saliency_kit/render/sequences.py:series": (100, 14),
     "saliency_kit/render/sequences.py:volume": (59, 13),

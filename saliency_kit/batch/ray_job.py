@@ -1,10 +1,12 @@
-"""What the driver of ``saliency batch --ray`` sends each actor, once: plain data, so that Ray
-can ship it to any node (:mod:`saliency_kit.batch.ray` runs them).
+"""The plain data of ``saliency batch --ray`` (:mod:`saliency_kit.batch.ray` uses it): what the
+driver sends each actor once, so that Ray can ship it to any node, and the cluster settings.
 
 * :class:`ModelSource`: the model to load (a name or an absolute path) and its weights;
-* :class:`Job`: the run's folders, probe, model, methods, task plan and looks.
+* :class:`Job`: the run's folders, probe, model and recipe (:class:`saliency_kit.batch.run.Recipe`:
+  task plan, methods, looks, batch size, formats);
+* :class:`Cluster`: where the driver runs the actors, and how many (it stays with the driver).
 
-Each actor finds its images' targets from the job's task plan as the local run does
+Each actor finds its images' targets from the recipe's task plan as the local run does
 (:class:`saliency_kit.batch.run.TaskAsker`), so every task runs on Ray.
 """
 
@@ -15,10 +17,10 @@ import os
 from typing import Any
 
 from ..keras_backend import require_tensorflow
-from ..targets.tasks import TaskPlan
 from ..zoo import load_model
+from .run import Recipe
 
-__all__ = ["Job", "ModelSource"]
+__all__ = ["Cluster", "Job", "ModelSource"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,23 @@ class ModelSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where a Ray run computes and with how many actors.
+
+    ``address``: the cluster to join (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``; ``None``
+    starts a local Ray instance of ``num_cpus`` CPUs, default all). ``workers``: actors (default:
+    one per CPU of the cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and
+    ``gpus_per_worker`` GPUs from Ray's scheduler. ``batch_images``: images per actor call
+    (default: the recipe's ``batch_size``, the local run's batches exactly)."""
+
+    address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float = 0
+    batch_images: int | None = None
+    num_cpus: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Job:
     """Everything an actor needs, sent once to each actor (plain data)."""
 
@@ -56,8 +75,4 @@ class Job:
     probe: str  # file name of the driver's probe in out_dir
     token: str  # its contents
     model: ModelSource
-    methods: tuple  # ((name, options), ...)
-    task: TaskPlan  # what each image asks (see pipeline.TaskAsker)
-    looks: dict  # method -> outputs.Look
-    batch_size: int
-    formats: tuple
+    recipe: Recipe  # the task plan, methods, looks, batch size and formats of the run

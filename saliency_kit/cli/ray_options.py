@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import Any
 
-from ..batch import outputs, ray_job
 from ..batch import ray as ray_runner
-from ..targets.tasks import AskError, TaskPlan
+from ..batch import ray_job
+from ..batch import run as pipeline
+from ..targets.tasks import AskError
 from .options import UsageError, positive_int
 
 __all__ = ["add_options", "check", "run"]
@@ -92,31 +92,18 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(str(error)) from None
 
 
-def run(
-    args: argparse.Namespace,
-    plan: Any,
-    methods: list[tuple[str, dict]],
-    task: TaskPlan,
-    looks: dict[str, outputs.Look],
-) -> Any:
-    """The Ray runner with the command's settings; a node that cannot see --out, or a target that
-    does not fit an image, is a usage error (as in the local run)."""
+def run(args: argparse.Namespace, batch: pipeline.BatchRun) -> pipeline.Summary:
+    """The Ray runner with the command's model and cluster flags; a node that cannot see --out,
+    or a target that does not fit an image, is a usage error (as in the local run)."""
+    model = ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False))
+    cluster = ray_job.Cluster(
+        address=args.ray or None,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        batch_images=args.batch_images,
+    )
     try:
-        return ray_runner.run(
-            input_dir=args.input_dir,
-            out_dir=args.out,
-            plan=plan,
-            model=ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
-            methods=methods,
-            task=task,
-            looks=looks,
-            batch_size=args.batch_size,
-            formats=outputs.FORMATS[args.format],
-            address=args.ray or None,
-            workers=args.workers,
-            gpus_per_worker=args.gpus_per_worker,
-            batch_images=args.batch_images,
-        )
+        return ray_runner.run(batch, model, cluster)
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
     except AskError as error:

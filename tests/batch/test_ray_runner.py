@@ -27,6 +27,7 @@ from saliency_kit.batch import (
     ray_job,  # noqa: E402
 )
 from saliency_kit.batch import ray as ray_runner  # noqa: E402
+from saliency_kit.batch.run import Recipe  # noqa: E402
 from saliency_kit.targets.tasks import TaskPlan  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -274,11 +275,7 @@ def _job(out, token, input_dir):
         probe=".probe",
         token=token,
         model=ray_job.ModelSource("shapes"),
-        methods=(),
-        task=TaskPlan("classification"),
-        looks={},
-        batch_size=BATCH,
-        formats=("png",),
+        recipe=Recipe(task=TaskPlan("classification"), methods=(), looks={}, batch_size=BATCH, formats=("png",)),
     )
 
 
