@@ -49,6 +49,7 @@ import numpy as np
 
 from ..files import remove_partials, write_atomic
 from ..images import ImageLoadError, load_image
+from ..targets.tasks import AskError
 from . import outputs
 from . import run as pipeline
 from .outputs import one_line
@@ -141,7 +142,8 @@ class ChunkExplainer:
     """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
 
     A call receives rows ``{"chunk": index, "images": JSON [[image, its output folder], ...]}`` and
-    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}``.
+    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}`` (or
+    the JSON of :meth:`results`' ``ask_error``).
     """
 
     def __init__(self, job: Job):
@@ -154,8 +156,17 @@ class ChunkExplainer:
         self.ask = pipeline.TaskAsker(self.model, job.recipe.task, self.spec, job.recipe.batch_size)
 
     def __call__(self, rows: dict) -> dict:
-        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
+        results = [json.dumps(self.results(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
         return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
+
+    def results(self, chunk: Sequence[tuple[str, str]]) -> list | dict:
+        """:meth:`explain_chunk`, or ``{"ask_error": [option, text, reason]}`` when a target does
+        not fit an image: the driver raises that :class:`saliency_kit.targets.tasks.AskError`, the
+        local run's error (as data, since Ray Data does not send an actor's exception back)."""
+        try:
+            return self.explain_chunk(chunk)
+        except AskError as error:
+            return {"ask_error": [error.option, error.text, error.reason]}
 
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
         """What the local loop does with one batch (:func:`saliency_kit.batch.run.run`), through
@@ -186,10 +197,14 @@ class ChunkExplainer:
 
 
 def _decode_results(text: str) -> list:
-    """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them."""
+    """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them; the
+    :class:`saliency_kit.targets.tasks.AskError` of an actor raised."""
+    results = json.loads(text)
+    if isinstance(results, dict):
+        raise AskError(*results["ask_error"])
     return [
         (path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
-        for path, written in json.loads(text)
+        for path, written in results
     ]
 
 

@@ -329,3 +329,15 @@ def test_every_task_runs_on_ray_as_it_runs_here(cluster, scenes, model, subjects
         "part2/bare.png": "empty",  # nothing detected, no region predicted: complete, no files
     }
     assert {line["target"] for line in lines if line["status"] == "ok"} == subjects
+
+
+def test_a_target_that_does_not_fit_an_image_is_the_local_runs_usage_error(cluster, scenes, tmp_path, capsys):
+    # Found by an actor (a given box beyond an image): sent back as data, raised by the driver.
+    options = ["--model", "shapes_det", "--method", "gradient", "--target", "star@15,12,340,320"]
+    assert saliency(["batch", scenes, "--out", str(tmp_path / "here"), *options]) == 2
+    here = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    ray_options = ["--ray", cluster, "--workers", "1"]
+    assert saliency(["batch", scenes, "--out", str(tmp_path / "ray"), *options, *ray_options]) == 2
+    there = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(here) == 1 and there == here
+    assert "the box reaches beyond the image (64x64 pixels); received x1=340, y1=320." in here[0]
