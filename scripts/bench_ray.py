@@ -51,46 +51,31 @@ def part(args) -> None:
     from saliency_kit.batch import ray as ray_runner
     from saliency_kit.batch import run as pipeline
     from saliency_kit.batch.plan import plan_run
+    from saliency_kit.targets.tasks import Request, TaskPlan
 
     TimedWatch = _timed_watch()
     inputs, out = args.inputs, args.out
-    methods = [(args.method, {})]
-    looks = {args.method: outputs.Look()}
+    recipe = pipeline.Recipe(
+        task=TaskPlan("classification", (Request("top1", "top", count=1),)),
+        methods=((args.method, {}),),
+        looks={args.method: outputs.Look()},
+        batch_size=args.batch_size,
+        formats=("png",),
+    )
     watch = TimedWatch(os.path.join(out, outputs.MANIFEST))
     start = time.perf_counter()
     rss_start = rss_mib()
     watch.start()
     plan = plan_run(inputs, out, shard=None, resume=False)
+    batch = pipeline.BatchRun(input_dir=inputs, out_dir=out, plan=plan, recipe=recipe)
     with contextlib.redirect_stderr(io.StringIO()):
         if args.ray_part == "local":
             import saliency_kit as sk
 
             model, spec = sk.load_model(args.model)
-            summary = pipeline.run(
-                input_dir=inputs,
-                out_dir=out,
-                plan=plan,
-                model=model,
-                spec=spec,
-                methods=methods,
-                targets_for=ray_job.fixed_targets("top1")(model),
-                looks=looks,
-                batch_size=args.batch_size,
-                formats=("png",),
-            )
+            summary = pipeline.run(batch, model, spec)
         else:
-            summary = ray_runner.run(
-                input_dir=inputs,
-                out_dir=out,
-                plan=plan,
-                model=ray_job.ModelSource(args.model),
-                methods=methods,
-                targets_for_model=ray_job.fixed_targets("top1"),
-                looks=looks,
-                batch_size=args.batch_size,
-                formats=("png",),
-                workers=args.workers,
-            )
+            summary = ray_runner.run(batch, ray_job.ModelSource(args.model), ray_job.Cluster(workers=args.workers))
     wall = time.perf_counter() - start
     watch.stop.set()
     watch.join()

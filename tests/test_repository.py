@@ -244,13 +244,6 @@ def test_no_module_imports_another_modules_private_names():
 MAX_FUNCTION_LINES = 100
 MAX_PARAMETERS = 10
 
-#: Functions still over a limit, each with ``(lines, parameters)`` when it was listed: the test fails
-#: if one grows, and once one is within both limits it must leave this table.
-WAITING_FOR_SMALLER_FUNCTIONS: dict[str, tuple[int, int]] = {
-    "saliency_kit/batch/ray.py:run": (85, 15),
-    "saliency_kit/batch/run.py:run": (109, 13),
-}
-
 
 def _functions(path: pathlib.Path):
     """``(qualified name, lines, parameters)`` of every function in ``path``, nested ones included.
@@ -281,19 +274,8 @@ def test_no_function_is_longer_or_takes_more_parameters_than_the_limits():
         for path in sorted((ROOT / "saliency_kit").rglob("*.py"))
         for name, lines, count in _functions(path)
     }
-    over = {
-        name: size
-        for name, size in measured.items()
-        if size[0] > max(MAX_FUNCTION_LINES, WAITING_FOR_SMALLER_FUNCTIONS.get(name, (0, 0))[0])
-        or size[1] > max(MAX_PARAMETERS, WAITING_FOR_SMALLER_FUNCTIONS.get(name, (0, 0))[1])
-    }
+    over = {name: size for name, size in measured.items() if size[0] > MAX_FUNCTION_LINES or size[1] > MAX_PARAMETERS}
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines or {MAX_PARAMETERS} parameters: {over}"
-    within = [
-        name
-        for name in WAITING_FOR_SMALLER_FUNCTIONS
-        if name not in measured or (measured[name][0] <= MAX_FUNCTION_LINES and measured[name][1] <= MAX_PARAMETERS)
-    ]
-    assert not within, f"within the limits now (or gone): remove them from WAITING_FOR_SMALLER_FUNCTIONS: {within}"
 
 
 MIN_TYPED_SHARE = 0.90

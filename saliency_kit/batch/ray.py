@@ -49,14 +49,17 @@ import numpy as np
 
 from ..files import remove_partials, write_atomic
 from ..images import ImageLoadError, load_image
+from ..targets.tasks import AskError
 from . import outputs
 from . import run as pipeline
 from .outputs import one_line
 from .plan import Plan
 from .progress import Progress
-from .ray_job import Job, ModelSource
+from .ray_job import Cluster, Job, ModelSource
 
 __all__ = [
+    "Cluster",
+    "ModelSource",
     "RayUnavailable",
     "OutputNotShared",
     "import_ray",
@@ -139,7 +142,8 @@ class ChunkExplainer:
     """The Ray Data actor: the model loaded and the explainer compiled once, then one chunk per call.
 
     A call receives rows ``{"chunk": index, "images": JSON [[image, its output folder], ...]}`` and
-    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}``.
+    returns ``{"chunk": index, "results": JSON [[image, [output fields, ...] or error], ...]}`` (or
+    the JSON of :meth:`results`' ``ask_error``).
     """
 
     def __init__(self, job: Job):
@@ -149,11 +153,20 @@ class ChunkExplainer:
         _use_assigned_cpus()
         self.job = job
         self.model, self.spec = job.model.load()
-        self.targets_for = job.targets_for_model(self.model)
+        self.ask = pipeline.TaskAsker(self.model, job.recipe.task, self.spec, job.recipe.batch_size)
 
     def __call__(self, rows: dict) -> dict:
-        results = [json.dumps(self.explain_chunk(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
+        results = [json.dumps(self.results(json.loads(images)), ensure_ascii=False) for images in rows["images"]]
         return {"chunk": np.asarray(rows["chunk"]), "results": np.asarray(results, dtype=object)}
+
+    def results(self, chunk: Sequence[tuple[str, str]]) -> list | dict:
+        """:meth:`explain_chunk`, or ``{"ask_error": [option, text, reason]}`` when a target does
+        not fit an image: the driver raises that :class:`saliency_kit.targets.tasks.AskError`, the
+        local run's error (as data, since Ray Data does not send an actor's exception back)."""
+        try:
+            return self.explain_chunk(chunk)
+        except AskError as error:
+            return {"ask_error": [error.option, error.text, error.reason]}
 
     def explain_chunk(self, chunk: Sequence[tuple[str, str]]) -> list:
         """What the local loop does with one batch (:func:`saliency_kit.batch.run.run`), through
@@ -162,43 +175,36 @@ class ChunkExplainer:
         folders = dict(chunk)
         for folder in folders.values():  # an earlier attempt at this chunk may have been killed mid-write
             remove_partials(os.path.join(job.out_dir, folder))
-        good, inputs, originals = [], [], []
-        done: list[tuple[str, str | list[dict[str, Any]]]] = []
+        decoded = pipeline.Decoded()
         for path in folders:
             file = os.path.join(job.input_dir, path)
             try:
                 item, original = load_image(file, self.spec)
             except ImageLoadError as error:  # an unreadable file is reported, not fatal
                 # named as the driver names it, so that the message is the local run's
-                done.append((path, one_line(error).replace(file, os.path.join(job.input_label, path))))
+                decoded.failed.append((path, one_line(error).replace(file, os.path.join(job.input_label, path))))
                 continue
-            good.append(path)
-            inputs.append(item)
-            originals.append(original)
-        if good:
-            explanations = pipeline.explain_batch(
-                self.model, np.stack(inputs), job.methods, self.targets_for, job.batch_size, good
-            )
-            items = [
-                (
-                    path,
-                    folders[path],
-                    originals[row],
-                    outputs.per_image(explanations, row, job.looks, "npz" in job.formats),
-                )
-                for row, path in enumerate(good)
-            ]
-            del explanations
-            for path, written in pipeline.write_batch(job.out_dir, items, self.spec.class_names, job.formats):
-                done.append((path, written if isinstance(written, str) else [dataclasses.asdict(o) for o in written]))
-        return done
+            decoded.add(path, item, original)
+        items = pipeline.explained_items(self.model, self.ask, job.recipe, folders, decoded)
+        written = pipeline.write_batch(
+            job.out_dir, items, self.spec.class_names, job.recipe.formats, tuple(self.spec.input_size)
+        )
+        fields = [
+            (path, files if isinstance(files, str) else [dataclasses.asdict(o) for o in files])
+            for path, files in written
+        ]
+        return decoded.failed + fields
 
 
 def _decode_results(text: str) -> list:
-    """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them."""
+    """A chunk's results as :func:`saliency_kit.batch.run.write_batch` returns them; the
+    :class:`saliency_kit.targets.tasks.AskError` of an actor raised."""
+    results = json.loads(text)
+    if isinstance(results, dict):
+        raise AskError(*results["ask_error"])
     return [
         (path, written if isinstance(written, str) else [outputs.Output(**o) for o in written])
-        for path, written in json.loads(text)
+        for path, written in results
     ]
 
 
@@ -255,90 +261,82 @@ def _original(error: BaseException) -> BaseException:
 
 
 def run(
-    *,
-    input_dir: str,
-    out_dir: str,
-    plan: Plan,
+    batch: pipeline.BatchRun,
     model: ModelSource,
-    methods: Sequence[tuple[str, dict]],
-    targets_for_model: Callable,
-    looks: dict,
-    batch_size: int,
-    formats: Sequence[str],
-    address: str | None = None,
-    workers: int | None = None,
-    gpus_per_worker: float = 0,
-    batch_images: int | None = None,
-    num_cpus: int | None = None,
+    cluster: Cluster | None = None,
+    *,
     progress_stream: IO[str] | None = None,
 ) -> pipeline.Summary:
     """:func:`saliency_kit.batch.run.run` on Ray Data: the same files and manifest lines, computed
-    by a pool of actors.
+    by a pool of actors on ``cluster`` (default: a local Ray instance, one actor per CPU).
 
-    Arguments as :func:`saliency_kit.batch.run.run`, except ``model`` (a :class:`ModelSource` each
-    actor loads) and ``targets_for_model(model) -> targets_for``, a function Ray can send to the
-    actors (module-level, or a ``functools.partial`` of one). ``address``: see :func:`connect`
-    (``num_cpus`` limits a local instance). ``workers``: actors (default: one per CPU of the
-    cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and ``gpus_per_worker`` GPUs
-    from Ray's scheduler. ``batch_images``: images per actor call (default ``batch_size``: the
-    local run's batches exactly). Raises :class:`OutputNotShared` if a node cannot see ``out_dir``.
+    ``model``: what each actor loads; each actor finds its images' targets for the recipe's task
+    as the local run does, so every task (classes, regions, boxes, heads) runs on Ray. Raises
+    :class:`OutputNotShared` if a node cannot see ``batch.out_dir``.
     """
-    batch_images = batch_images or batch_size
+    cluster = cluster or Cluster()
+    plan = batch.plan
     todo = plan.todo
     summary = pipeline.Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     if not todo:
         return summary
-    chunks = [
-        [(path, plan.folders[path]) for path in chunk] for chunk in _chunks(plan.mine, set(todo), batch_images) if chunk
-    ]
-    out_abs = os.path.abspath(out_dir)
+    size = cluster.batch_images or batch.recipe.batch_size
+    chunks = [[(path, plan.folders[path]) for path in chunk] for chunk in _chunks(plan.mine, set(todo), size) if chunk]
+    job = _job_with_probe(batch, model)
+    try:
+        ray, started = connect(cluster.address, num_cpus=cluster.num_cpus)
+        try:
+            check_nodes(ray, job)
+            dataset = _dataset(ray, chunks, job, cluster)
+            _record(dataset, plan, summary, Progress(len(todo), stream=progress_stream))
+        finally:
+            if started:
+                ray.shutdown()
+    finally:
+        with_suppressed_errors(os.remove, os.path.join(job.out_dir, job.probe))
+    return summary
+
+
+def _job_with_probe(batch: pipeline.BatchRun, model: ModelSource) -> Job:
+    """The actors' :class:`Job`, after writing its probe into --out (see :func:`check_visible`);
+    the driver's stale probes are deleted first."""
+    out_abs = os.path.abspath(batch.out_dir)
     os.makedirs(out_abs, exist_ok=True)
     remove_stale_probes(out_abs)
     token = f"{secrets.token_hex(16)} {socket.gethostname()} {os.getpid()}"
     probe = PROBE_PREFIX + token[:12]
     write_atomic(os.path.join(out_abs, probe), token.encode())
-    job = Job(
-        input_dir=os.path.abspath(input_dir),
-        input_label=input_dir,
+    return Job(
+        input_dir=os.path.abspath(batch.input_dir),
+        input_label=batch.input_dir,
         out_dir=out_abs,
         probe=probe,
         token=token,
         model=model,
-        methods=tuple((name, dict(options)) for name, options in methods),
-        targets_for_model=targets_for_model,
-        looks=dict(looks),
-        batch_size=batch_size,
-        formats=tuple(formats),
+        recipe=batch.recipe,
     )
+
+
+def _record(dataset: Any, plan: Plan, summary: pipeline.Summary, progress: Progress) -> None:
+    """Record each chunk's results as the actors deliver them (a chunk delivered twice, once),
+    with the local run's :func:`saliency_kit.batch.run.finish_batch`; ``summary.seconds`` from
+    the first."""
+    start = time.monotonic()
+    received = set()
     try:
-        ray, started = connect(address, num_cpus=num_cpus)
-        try:
-            check_nodes(ray, job)
-            size = workers or _default_workers(ray, gpus_per_worker)
-            dataset = _dataset(ray, chunks, job, size, gpus_per_worker)
-            progress = Progress(len(todo), stream=progress_stream)
-            start = time.monotonic()
-            received = set()
-            try:
-                for row in dataset.iter_rows():
-                    index = int(row["chunk"])
-                    if index in received:  # a chunk delivered twice is recorded once
-                        continue
-                    received.add(index)
-                    written: futures.Future[list] = futures.Future()
-                    written.set_result(_decode_results(row["results"]))
-                    pipeline.finish_batch((written, []), plan, summary, progress)
-            except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped
-                raise _original(error) from None
-            finally:
-                progress.close()
-            summary.seconds = time.monotonic() - start
-        finally:
-            if started:
-                ray.shutdown()
+        for row in dataset.iter_rows():
+            index = int(row["chunk"])
+            if index in received:
+                continue
+            received.add(index)
+            written: futures.Future[list] = futures.Future()
+            written.set_result(_decode_results(row["results"]))
+            pipeline.finish_batch((written, []), plan, summary, progress)
+    except Exception as error:  # noqa: BLE001 - the actors' own exception, unwrapped
+        raise _original(error) from None
     finally:
-        with_suppressed_errors(os.remove, os.path.join(out_abs, probe))
-    return summary
+        progress.close()
+    summary.seconds = time.monotonic() - start
 
 
 def _chunks(mine: Sequence[str], todo: set, size: int) -> list[list[str]]:
@@ -374,15 +372,15 @@ def with_suppressed_errors(function: Callable[..., Any], *args: Any) -> None:
         pass
 
 
-def _default_workers(ray, gpus_per_worker: float) -> int:
+def _default_workers(ray: Any, gpus_per_worker: float) -> int:
     resources = ray.cluster_resources()
     if gpus_per_worker:
         return max(1, int(resources.get("GPU", 0) // gpus_per_worker))
     return max(1, int(resources.get("CPU", 1)))
 
 
-def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
-
+def _dataset(ray: Any, chunks: list, job: Job, cluster: Cluster) -> Any:
+    """The Ray Data pipeline: one row per chunk, mapped by a pool of :class:`ChunkExplainer` actors."""
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # only the project's lines on stderr
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the driver shows its own
@@ -395,7 +393,7 @@ def _dataset(ray, chunks, job: Job, workers: int, gpus_per_worker: float):
         fn_constructor_kwargs={"job": job},
         batch_size=1,
         batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        compute=ray.data.ActorPoolStrategy(size=cluster.workers or _default_workers(ray, cluster.gpus_per_worker)),
         num_cpus=1,
-        num_gpus=gpus_per_worker or None,
+        num_gpus=cluster.gpus_per_worker or None,
     )

@@ -1,24 +1,26 @@
-"""What the driver of ``saliency batch --ray`` sends each actor, once: plain data and importable
-functions, so that Ray can ship them to any node (:mod:`saliency_kit.batch.ray` runs them).
+"""The plain data of ``saliency batch --ray`` (:mod:`saliency_kit.batch.ray` uses it): what the
+driver sends each actor once, so that Ray can ship it to any node, and the cluster settings.
 
 * :class:`ModelSource`: the model to load (a name or an absolute path) and its weights;
-* :class:`Job`: the run's folders, probe, model, methods, targets and looks;
-* :func:`targets` and :func:`fixed_targets`: the ``targets_for_model`` functions of a job.
+* :class:`Job`: the run's folders, probe, model and recipe (:class:`saliency_kit.batch.run.Recipe`:
+  task plan, methods, looks, batch size, formats);
+* :class:`Cluster`: where the driver runs the actors, and how many (it stays with the driver).
+
+Each actor finds its images' targets from the recipe's task plan as the local run does
+(:class:`saliency_kit.batch.run.TaskAsker`), so every task runs on Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-from collections.abc import Callable
 from typing import Any
 
 from ..keras_backend import require_tensorflow
 from ..zoo import load_model
-from . import run as pipeline
+from .run import Recipe
 
-__all__ = ["Job", "ModelSource", "fixed_targets", "targets"]
+__all__ = ["Cluster", "Job", "ModelSource"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +49,25 @@ class ModelSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where a Ray run computes and with how many actors.
+
+    ``address``: the cluster to join (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``; ``None``
+    starts a local Ray instance of ``num_cpus`` CPUs, default all). ``workers``: actors (default:
+    one per CPU of the cluster, or per ``gpus_per_worker`` GPUs); each takes one CPU and
+    ``gpus_per_worker`` GPUs from Ray's scheduler. ``batch_images``: images per actor call
+    (default: the recipe's ``batch_size``, the local run's batches exactly)."""
+
+    address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float = 0
+    batch_images: int | None = None
+    num_cpus: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Job:
-    """Everything an actor needs, sent once to each actor (plain data and importable functions)."""
+    """Everything an actor needs, sent once to each actor (plain data)."""
 
     input_dir: str  # absolute
     input_label: str  # INPUT_DIR as given to the driver, for messages (those of the local run)
@@ -56,32 +75,4 @@ class Job:
     probe: str  # file name of the driver's probe in out_dir
     token: str  # its contents
     model: ModelSource
-    methods: tuple  # ((name, options), ...)
-    targets_for_model: Callable  # model -> targets_for(inputs) (see pipeline.run)
-    looks: dict  # method -> outputs.Look
-    batch_size: int
-    formats: tuple
-
-
-def targets(target_spec: Any, batch_size: int) -> Callable:
-    """``targets_for_model`` for the command line's parsed ``--target`` values: what
-    :func:`saliency_kit.batch.run.targets_for` resolves locally, in a form Ray can send."""
-    return functools.partial(_targets_for, target_spec, batch_size)
-
-
-def _targets_for(target_spec, batch_size: int, model):
-    return pipeline.targets_for(target_spec, model, batch_size)
-
-
-def fixed_targets(value: Any) -> Callable:
-    """``targets_for_model`` giving every batch the same ``targets`` argument of ``sk.explain``
-    (``"top1"``, a class index, ...), which the engine resolves."""
-    return functools.partial(_fixed_targets, value)
-
-
-def _fixed_targets(value, model):
-    return functools.partial(_same, value)
-
-
-def _same(value, inputs):
-    return value
+    recipe: Recipe  # the task plan, methods, looks, batch size and formats of the run

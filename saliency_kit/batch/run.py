@@ -39,16 +39,15 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import numpy as np
 
-from .. import engine, render
+from .. import render
 from ..files import png_bytes, remove_partials
 from ..images import ImageLoadError, load_image
-from ..targets import resolve as resolve_targets
-from ..targets import task_targets
+from ..targets.tasks import TaskPlan, task_targets
 from . import outputs as out_files
 from .discovery import image_key
 from .outputs import one_line
@@ -56,15 +55,21 @@ from .plan import Plan
 from .progress import Progress
 
 __all__ = [
+    "BatchRun",
+    "Decoded",
+    "Recipe",
     "Summary",
     "TaskAsker",
-    "explain_batch",
+    "explain_asked",
+    "explained_items",
     "finish_batch",
     "run",
-    "targets_for",
     "write_batch",
-    "explain_asked",
 ]
+
+
+#: Batches being decoded ahead of the model.
+PREFETCH = 2
 
 
 @dataclasses.dataclass
@@ -77,27 +82,59 @@ class Summary:
     seconds: float = 0.0  # the processing loop, model loading excluded
 
 
-def targets_for(spec: Any, model: Any, batch_size: int) -> Callable:
-    """A function ``inputs -> int [B, K]`` resolving the parsed ``--target`` values ``spec`` for one
-    batch: the forward pass runs in the engine, only when a topK target needs it, and once per batch
-    whatever the number of methods."""
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What every image of a batch run gets, locally or on Ray (plain data: Ray sends it to each
+    actor as it is).
 
-    def resolve(inputs):
-        if spec.needs_scores:
-            return resolve_targets(spec, engine.all_scores(model, inputs, score="logits", batch_size=batch_size))
-        return resolve_targets(spec, num_inputs=len(inputs))
+    ``task``: what each image asks (classes, regions, boxes, components; see :class:`TaskAsker`);
+    ``methods``: ``(name, options)`` pairs; ``looks``: method -> ``outputs.Look``; ``batch_size``:
+    images per forward pass (and per batch of the local run); ``formats``: ``("png",)``,
+    ``("npz",)`` or both (``outputs.FORMATS``)."""
 
-    return resolve
+    task: TaskPlan
+    methods: tuple[tuple[str, dict], ...]
+    looks: dict
+    batch_size: int
+    formats: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRun:
+    """What a batch run is, locally (:func:`run`) or on Ray (:func:`saliency_kit.batch.ray.run`):
+    the images of ``plan`` (:func:`.plan.plan_run`; paths relative to ``input_dir``) explained as
+    ``recipe`` says, their outputs and manifest lines written into ``out_dir``."""
+
+    input_dir: str
+    out_dir: str
+    plan: Plan
+    recipe: Recipe
+
+
+@dataclasses.dataclass
+class Decoded:
+    """One batch's files as read: ``paths`` (relative to INPUT_DIR) of the readable ones, their
+    ``inputs`` (preprocessed for the model, each ``[H, W, C]``) and ``originals`` (the files'
+    pixels, ``[h, w, 3]``); ``failed``: ``(path, one-line error)`` of the others."""
+
+    paths: list[str] = dataclasses.field(default_factory=list)
+    inputs: list[np.ndarray] = dataclasses.field(default_factory=list)
+    originals: list[np.ndarray] = dataclasses.field(default_factory=list)
+    failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def add(self, path: str, item: np.ndarray, original: np.ndarray) -> None:
+        self.paths.append(path)
+        self.inputs.append(item)
+        self.originals.append(original)
 
 
 class TaskAsker:
     """``ask(inputs, sizes) -> (subjects per image, targets)`` for :func:`explain_asked`: each
     batch's targets for a task plan (:func:`saliency_kit.targets.task_targets`: one forward pass
-    in the engine, only when the plan needs one), the images that ask nothing left out."""
+    in the engine, only when the plan needs one), the images that ask nothing left out. The local
+    run and each Ray actor build one from the same plan (plain data: Ray sends it to the actors)."""
 
-    asks_questions = True
-
-    def __init__(self, model: Any, plan: Any, spec: Any, batch_size: int):
+    def __init__(self, model: Any, plan: TaskPlan, spec: Any, batch_size: int):
         self.model, self.plan, self.spec, self.batch_size = model, plan, spec, batch_size
 
     def __call__(self, inputs: np.ndarray, sizes: Sequence[tuple[int, int]]) -> tuple[list, Any]:
@@ -105,26 +142,6 @@ class TaskAsker:
             self.model, inputs, self.plan, self.spec, image_sizes=sizes, batch_size=self.batch_size, with_outputs=False
         )
         return found.subjects, found.targets
-
-
-def explain_batch(
-    model: Any,
-    inputs: np.ndarray,
-    methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
-    batch_size: int,
-    paths: Sequence[str],
-) -> list:
-    """One Explanation per method for ``inputs`` (the images ``paths``, relative to INPUT_DIR);
-    the targets are resolved once for all methods; seeded noise is keyed by each path."""
-    from ..pipeline.api import explain
-
-    targets = targets_for(inputs)
-    keys = [image_key(path) for path in paths]
-    return [
-        explain(model, inputs, name, targets, batch_size=batch_size, input_keys=keys, **options)
-        for name, options in methods
-    ]
 
 
 def explain_asked(
@@ -156,29 +173,20 @@ def explain_asked(
 
 
 def run(
-    *,
-    input_dir: str,
-    out_dir: str,
-    plan: Plan,
+    batch: BatchRun,
     model: Any,
     spec: Any,
-    methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
-    looks: dict,
-    batch_size: int,
-    formats: Sequence[str],
+    *,
     decode_workers: int = 2,
     write_processes: int = 2,
     progress_stream: IO[str] | None = None,
 ) -> Summary:
-    """Explain every image of ``plan.todo``; write outputs and manifest lines.
+    """Explain every image of ``batch.plan.todo`` on ``model`` (``spec``: its ``ModelSpec``) as
+    ``batch.recipe`` says; write outputs and manifest lines.
 
-    ``methods``: ``(name, options)`` pairs. ``targets_for(inputs)`` returns int ``[B, K]`` for a
-    batch (one forward pass at most, shared by every method); or, when it has a true
-    ``asks_questions`` attribute (a :class:`TaskAsker`), it is the ``ask`` of
-    :func:`explain_asked` (classes, regions, boxes, components). ``looks``:
-    method -> ``outputs.Look``.
-    Unreadable files are recorded and skipped; lines already in the manifest are not written again.
+    Each batch's targets are found once by a :class:`TaskAsker` (one forward pass at most, shared
+    by every method). Unreadable files are recorded and skipped; lines already in the manifest are
+    not written again.
 
     Images are decoded by ``decode_workers`` threads; maps are rendered and written by
     ``write_processes`` worker processes, one batch per job. Processes, because rendering in
@@ -186,42 +194,26 @@ def run(
     was measured, writer threads slowed ``explain`` by ~40%). Runs of fewer than four batches,
     or ``write_processes=0``, write from threads instead: starting processes would cost more.
     """
+    plan, recipe = batch.plan, batch.recipe
     todo = plan.todo
     summary = Summary(total=len(plan.mine), skipped=len(plan.mine) - len(todo))
     for path in todo:  # a killed run may have left temporary files behind
-        remove_partials(os.path.join(out_dir, plan.folders[path]))
-    chunks = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+        remove_partials(os.path.join(batch.out_dir, plan.folders[path]))
+    chunks = [todo[i : i + recipe.batch_size] for i in range(0, len(todo), recipe.batch_size)]
     progress = Progress(len(todo), stream=progress_stream)
     start = time.monotonic()
-
-    def decode(path: str):
-        return load_image(os.path.join(input_dir, path), spec)
-
+    ask = TaskAsker(model, recipe.task, spec, recipe.batch_size)
     writers = _writer_pool(write_processes if len(chunks) >= 4 else 0)
     with futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="decode") as decoders, writers:
-        prefetch = 2  # batches being decoded ahead of the model
-        pending_decode = [[decoders.submit(decode, p) for p in chunk] for chunk in chunks[:prefetch]]
         pending_write: list = []  # (write job of a batch, that batch's unreadable files)
-
-        for index, chunk in enumerate(chunks):
-            decoded = pending_decode.pop(0)
-            if index + prefetch < len(chunks):
-                pending_decode.append([decoders.submit(decode, p) for p in chunks[index + prefetch]])
-            good, inputs, originals, failed = _decoded(chunk, decoded)
-            items = _explained_items(
-                model, methods, targets_for, batch_size, looks, formats, plan, good, inputs, originals
-            )
-            job = (
-                writers.submit(write_batch, out_dir, items, spec.class_names, formats, tuple(spec.input_size))
-                if items
-                else None
-            )
-            del inputs, originals, items
-
+        for decoded in _decoded_batches(decoders, batch.input_dir, spec, chunks):
+            items = explained_items(model, ask, recipe, plan.folders, decoded)
+            job = _write_job(writers, batch.out_dir, items, spec, recipe.formats) if items else None
+            pending_write.append((job, decoded.failed))
+            del decoded, items  # not kept while the next batch is decoded
             # Record the previous batch while this one is being written.
-            if pending_write:
+            if len(pending_write) > 1:
                 finish_batch(pending_write.pop(0), plan, summary, progress)
-            pending_write.append((job, failed))
         while pending_write:
             finish_batch(pending_write.pop(0), plan, summary, progress)
     progress.close()
@@ -229,60 +221,65 @@ def run(
     return summary
 
 
-def _decoded(chunk: Sequence[str], decoded: Sequence[futures.Future]) -> tuple[list, list, list, list]:
-    """``(paths, inputs, originals, failed)`` of one batch's decoded files: an unreadable file is
-    reported in ``failed`` as ``(path, one line)``, not fatal."""
-    good: list[str] = []
-    inputs: list[np.ndarray] = []
-    originals: list[np.ndarray] = []
-    failed: list[tuple[str, str]] = []
-    for path, future in zip(chunk, decoded):
+def _write_job(
+    writers: futures.Executor, out_dir: str, items: list, spec: Any, formats: Sequence[str]
+) -> futures.Future:
+    """:func:`write_batch` of one batch's ``items`` on the ``writers`` pool."""
+    return writers.submit(write_batch, out_dir, items, spec.class_names, formats, tuple(spec.input_size))
+
+
+def _decoded_batches(
+    decoders: futures.Executor, input_dir: str, spec: Any, chunks: Sequence[Sequence[str]]
+) -> Iterator[Decoded]:
+    """Each chunk of image paths (relative to ``input_dir``) decoded and preprocessed for the model
+    of ``spec`` by the ``decoders`` pool, :data:`PREFETCH` batches ahead of the caller."""
+
+    def submit(chunk: Sequence[str]) -> list[futures.Future]:
+        return [decoders.submit(load_image, os.path.join(input_dir, path), spec) for path in chunk]
+
+    pending = [submit(chunk) for chunk in chunks[:PREFETCH]]
+    for index, chunk in enumerate(chunks):
+        decoding = pending.pop(0)
+        if index + PREFETCH < len(chunks):
+            pending.append(submit(chunks[index + PREFETCH]))
+        yield _decoded(chunk, decoding)
+
+
+def _decoded(chunk: Sequence[str], decoding: Sequence[futures.Future]) -> Decoded:
+    """One batch's decoded files: an unreadable file is reported in ``failed`` as ``(path, one
+    line)``, not fatal."""
+    decoded = Decoded()
+    for path, future in zip(chunk, decoding):
         try:
             item, original = future.result()
         except ImageLoadError as error:
-            failed.append((path, one_line(error)))
+            decoded.failed.append((path, one_line(error)))
             continue
-        good.append(path)
-        inputs.append(item)
-        originals.append(original)
-    return good, inputs, originals, failed
+        decoded.add(path, item, original)
+    return decoded
 
 
-def _explained_items(
-    model: Any,
-    methods: Sequence[tuple[str, dict]],
-    targets_for: Callable,
-    batch_size: int,
-    looks: dict,
-    formats: Sequence[str],
-    plan: Plan,
-    good: list[str],
-    inputs: list[np.ndarray],
-    originals: list[np.ndarray],
-) -> list[tuple]:
-    """One batch explained: ``(path, folder, original, outputs)`` per readable image, the write
-    job's items (see :func:`write_batch`)."""
-    if not good:
+def explained_items(model: Any, ask: TaskAsker, recipe: Recipe, folders: dict[str, str], decoded: Decoded) -> list:
+    """One batch explained (the local loop's and each Ray actor's step): ``(path, folder,
+    original, outputs)`` per readable image of ``decoded``, ``folders[path]`` its output folder
+    (relative to --out): the write job's items (see :func:`write_batch`). An image that asks
+    nothing has no outputs."""
+    if not decoded.paths:
         return []
-    if getattr(targets_for, "asks_questions", False):
-        explanations, asked = explain_asked(
-            model, np.stack(inputs), methods, targets_for, batch_size, good, [o.shape[:2] for o in originals]
-        )
-        return [
-            (
-                path,
-                plan.folders[path],
-                originals[row],
-                []
-                if at is None
-                else out_files.per_image(explanations, at, looks, "npz" in formats, subjects=questions),
-            )
-            for row, (path, (at, questions)) in enumerate(zip(good, asked))
-        ]
-    explanations = explain_batch(model, np.stack(inputs), methods, targets_for, batch_size, good)
+    sizes = [original.shape[:2] for original in decoded.originals]
+    explanations, asked = explain_asked(
+        model, np.stack(decoded.inputs), recipe.methods, ask, recipe.batch_size, decoded.paths, sizes
+    )
     return [
-        (path, plan.folders[path], originals[row], out_files.per_image(explanations, row, looks, "npz" in formats))
-        for row, path in enumerate(good)
+        (
+            path,
+            folders[path],
+            decoded.originals[row],
+            []
+            if at is None
+            else out_files.per_image(explanations, at, recipe.looks, "npz" in recipe.formats, subjects=questions),
+        )
+        for row, (path, (at, questions)) in enumerate(zip(decoded.paths, asked))
     ]
 
 

@@ -105,40 +105,26 @@ def run(args: argparse.Namespace) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
-    if args.ray is not None and asked.task != "classification":
-        raise UsageError(
-            f"--ray explains classifiers; model {spec.name!r} is a {spec.task} model (or --output "
-            "was given): run saliency batch without --ray, or with --shard I/N on several machines."
-        )
     methods = with_model_defaults(methods, spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
-    if args.ray is not None:
-        target_spec = opt.parse_targets(args.target, spec.class_names, len(spec.class_names))
-        summary = ray_options.run(args, plan_, methods, target_spec, looks)
-    else:
-        summary = _run_here(
-            args, plan_, model, spec, methods, pipeline.TaskAsker(model, asked, spec, args.batch_size), looks
-        )
+    recipe = pipeline.Recipe(
+        task=asked,
+        methods=tuple(methods),
+        looks=looks,
+        batch_size=args.batch_size,
+        formats=outputs.FORMATS[args.format],
+    )
+    batch = pipeline.BatchRun(input_dir=args.input_dir, out_dir=args.out, plan=plan_, recipe=recipe)
+    summary = ray_options.run(args, batch) if args.ray is not None else _run_here(batch, model, spec)
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
 
 
-def _run_here(args, plan_, model, spec, methods, asker, looks) -> pipeline.Summary:
+def _run_here(batch: pipeline.BatchRun, model: Any, spec: Any) -> pipeline.Summary:
     """The run on this machine (:func:`saliency_kit.batch.run.run`); a target that does not fit
     an image is a usage error."""
     try:
-        return pipeline.run(
-            input_dir=args.input_dir,
-            out_dir=args.out,
-            plan=plan_,
-            model=model,
-            spec=spec,
-            methods=methods,
-            targets_for=asker,
-            looks=looks,
-            batch_size=args.batch_size,
-            formats=outputs.FORMATS[args.format],
-        )
+        return pipeline.run(batch, model, spec)
     except AskError as error:
         raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import TYPE_CHECKING, Any
 
-from ..batch import outputs, ray_job
 from ..batch import ray as ray_runner
+from ..batch import ray_job
+from ..batch import run as pipeline
+from ..targets.tasks import AskError
 from .options import UsageError, positive_int
-
-if TYPE_CHECKING:
-    from ..targets import TargetSpec
 
 __all__ = ["add_options", "check", "run"]
 
@@ -94,32 +92,22 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(str(error)) from None
 
 
-def run(
-    args: argparse.Namespace,
-    plan: Any,
-    methods: list[tuple[str, dict]],
-    target_spec: TargetSpec,
-    looks: dict[str, outputs.Look],
-) -> Any:
-    """The Ray runner with the command's settings; a node that cannot see --out is a usage error."""
+def run(args: argparse.Namespace, batch: pipeline.BatchRun) -> pipeline.Summary:
+    """The Ray runner with the command's model and cluster flags; a node that cannot see --out,
+    or a target that does not fit an image, is a usage error (as in the local run)."""
+    model = ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False))
+    cluster = ray_job.Cluster(
+        address=args.ray or None,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        batch_images=args.batch_images,
+    )
     try:
-        return ray_runner.run(
-            input_dir=args.input_dir,
-            out_dir=args.out,
-            plan=plan,
-            model=ray_job.ModelSource.from_args(args.model, args.weights, getattr(args, "unsafe", False)),
-            methods=methods,
-            targets_for_model=ray_job.targets(target_spec, args.batch_size),
-            looks=looks,
-            batch_size=args.batch_size,
-            formats=outputs.FORMATS[args.format],
-            address=args.ray or None,
-            workers=args.workers,
-            gpus_per_worker=args.gpus_per_worker,
-            batch_images=args.batch_images,
-        )
+        return ray_runner.run(batch, model, cluster)
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
+    except AskError as error:
+        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
     except ConnectionError as error:  # no cluster at that address
         raise UsageError(
             f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "

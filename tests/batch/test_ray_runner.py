@@ -9,6 +9,7 @@ when the driver is killed and the run resumed. Skipped where the ``ray`` extra i
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from saliency_kit.batch import (
     ray_job,  # noqa: E402
 )
 from saliency_kit.batch import ray as ray_runner  # noqa: E402
+from saliency_kit.batch.run import Recipe  # noqa: E402
+from saliency_kit.targets.tasks import TaskPlan  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # guided backprop, and a seeded SmoothGrad (noise drawn per image); small batches: several chunks
@@ -247,18 +250,20 @@ def test_seeded_noise_does_not_depend_on_the_position_in_a_batch():
     import saliency_kit as sk
     from saliency_kit.batch import run as pipeline
     from saliency_kit.data.shapes import make_dataset
+    from saliency_kit.targets.tasks import Request, TaskPlan
 
     model, spec = sk.load_model("shapes")
     pictures = make_dataset(2, seed=5)[0]
     inputs = np.stack([spec.preprocess(p.astype(np.float32)) for p in pictures])
+    sizes = [p.shape[:2] for p in pictures]
     methods = [("smoothgrad", {"samples": 4, "seed": 7})]
-    targets_for = ray_job.fixed_targets("top1")(model)
+    ask = pipeline.TaskAsker(model, TaskPlan("classification", (Request("top1", "top", count=1),)), spec, BATCH)
     paths = ["a/first.png", "b/second.png"]
-    together = pipeline.explain_batch(model, inputs, methods, targets_for, BATCH, paths)[0]
-    alone = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH, paths[1:])[0]
+    together = pipeline.explain_asked(model, inputs, methods, ask, BATCH, paths, sizes)[0][0]
+    alone = pipeline.explain_asked(model, inputs[1:], methods, ask, BATCH, paths[1:], sizes[1:])[0][0]
     np.testing.assert_array_equal(together.maps[1], alone.maps[0])
     # The key is the image's path: another path, other noise.
-    moved = pipeline.explain_batch(model, inputs[1:], methods, targets_for, BATCH, ["c/second.png"])[0]
+    moved = pipeline.explain_asked(model, inputs[1:], methods, ask, BATCH, ["c/second.png"], sizes[1:])[0][0]
     assert not np.array_equal(moved.maps[0], alone.maps[0])
 
 
@@ -270,11 +275,7 @@ def _job(out, token, input_dir):
         probe=".probe",
         token=token,
         model=ray_job.ModelSource("shapes"),
-        methods=(),
-        targets_for_model=None,
-        looks={},
-        batch_size=BATCH,
-        formats=("png",),
+        recipe=Recipe(task=TaskPlan("classification"), methods=(), looks={}, batch_size=BATCH, formats=("png",)),
     )
 
 
@@ -294,3 +295,49 @@ def test_a_node_that_cannot_see_out_is_refused(cluster, images, tmp_path):
     # An actor checks too, before it loads the model or writes anything.
     with pytest.raises(ray_runner.OutputNotShared):
         ray_runner.ChunkExplainer(_job(str(tmp_path), "token host 1", images))
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    """Three scenes of shapes for the segmentation and detection models, in two folders, and a
+    scene without a shape (the detector finds nothing there: an image that asks nothing)."""
+    from PIL import Image
+
+    from saliency_kit.data.scenes import make_scenes
+
+    root = tmp_path_factory.mktemp("ray_scenes")
+    for i in (1, 2):
+        (root / f"part{i}").mkdir()
+        shutil.copy(os.path.join(REPO, "examples", "scenes", f"scene{i}.png"), root / f"part{i}")
+    Image.fromarray(make_scenes(1, seed=4, objects=(0, 0)).images[0]).save(root / "part2" / "bare.png")
+    return str(root)
+
+
+@pytest.mark.parametrize("model, subjects", [("shapes_det", {"box1", "box2"}), ("shapes_seg", {"region"})])
+def test_every_task_runs_on_ray_as_it_runs_here(cluster, scenes, model, subjects, tmp_path):
+    """Another task than classification (detected boxes, predicted regions): each actor finds its
+    images' targets through the local run's road, so the files and manifest lines are the same."""
+    here, there = str(tmp_path / "here" / "out"), str(tmp_path / "ray" / "out")  # one name: one gallery title
+    options = ["--model", model, "--method", "gradient", "--method", "gradcam", "--target", "top2", "--batch-size", "2"]
+    assert saliency(["batch", scenes, "--out", here, *options]) == 0
+    assert saliency(["batch", scenes, "--out", there, *options, "--ray", cluster, "--workers", "1"]) == 0
+    assert_same_run(there, here)
+    lines = manifest_lines(there)
+    assert {line["image"]: line["status"] for line in lines} == {
+        "part1/scene1.png": "ok",
+        "part2/scene2.png": "ok",
+        "part2/bare.png": "empty",  # nothing detected, no region predicted: complete, no files
+    }
+    assert {line["target"] for line in lines if line["status"] == "ok"} == subjects
+
+
+def test_a_target_that_does_not_fit_an_image_is_the_local_runs_usage_error(cluster, scenes, tmp_path, capsys):
+    # Found by an actor (a given box beyond an image): sent back as data, raised by the driver.
+    options = ["--model", "shapes_det", "--method", "gradient", "--target", "star@15,12,340,320"]
+    assert saliency(["batch", scenes, "--out", str(tmp_path / "here"), *options]) == 2
+    here = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    ray_options = ["--ray", cluster, "--workers", "1"]
+    assert saliency(["batch", scenes, "--out", str(tmp_path / "ray"), *options, *ray_options]) == 2
+    there = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(here) == 1 and there == here
+    assert "the box reaches beyond the image (64x64 pixels); received x1=340, y1=320." in here[0]
