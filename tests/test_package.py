@@ -30,6 +30,7 @@ API_NAMES = [
     "render.heatmap",
     "render.overlay",
     "render.grid",
+    "render.Style",
     "evaluate.randomization_test",
     "evaluate.deletion_insertion",
     "evaluate.pointing_game",

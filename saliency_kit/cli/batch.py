@@ -126,7 +126,7 @@ def _run_here(batch: pipeline.BatchRun, model: Any, spec: Any) -> pipeline.Summa
     try:
         return pipeline.run(batch, model, spec)
     except AskError as error:
-        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
+        raise UsageError(error.as_option) from error
 
 
 def _sample(model, spec):

@@ -187,7 +187,7 @@ def _task_targets(
     try:
         return task_targets(model, inputs, asked, spec, image_sizes=sizes, batch_size=batch_size)
     except AskError as error:
-        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
+        raise UsageError(error.as_option) from error
 
 
 def _write_image(

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, batch: pipeline.BatchRun) -> pipeline.Summary:
     except ray_runner.OutputNotShared as error:
         raise UsageError(str(error)) from None
     except AskError as error:
-        raise UsageError(f"--{error.option} {error.text!r}: {error.reason}") from error
+        raise UsageError(error.as_option) from error
     except ConnectionError as error:  # no cluster at that address
         raise UsageError(
             f"--ray {args.ray}: cannot join a Ray cluster there (start one with 'ray start "

@@ -104,6 +104,15 @@ class AskError(ValueError):
         super().__init__(f"{option} {text!r}: {reason}")
         self.option, self.text, self.reason = option, text, reason
 
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.option, self.text, self.reason))  # pickled whole (Ray, processes)
+
+    @property
+    def as_option(self) -> str:
+        """The request as the command line's option that asked it, and why it does not fit:
+        ``--target 'star@15,12,340,320': ...``."""
+        return f"--{self.option} {self.text!r}: {self.reason}"
+
 
 _T = TypeVar("_T")
 

@@ -2,6 +2,8 @@
 segmentation model, a detector and one head, from one forward pass in the engine, checked against
 the model's outputs read by hand."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -93,3 +95,10 @@ def test_one_head_gets_its_components_and_a_wrong_head_or_component_is_an_ask_er
         task_targets(model, images, TaskPlan("output", (Request("all", "all"),), output="knd"), spec)
     with pytest.raises(AskError, match=r"target '5': output 'kind' has 3 components"):
         task_targets(model, images, TaskPlan("output", (Request("5", "class", index=5),), output="kind"), spec)
+
+
+def test_a_request_that_does_not_fit_survives_pickling_and_reads_as_its_option():
+    error = AskError("target", "star@15,12,340,320", "the box lies outside the 64×64 image")
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.option, again.text, again.reason, str(again)) == (error.option, error.text, error.reason, str(error))
+    assert again.as_option == "--target 'star@15,12,340,320': the box lies outside the 64×64 image"
