@@ -20,6 +20,7 @@ __all__ = [
     "input_shaped",
     "LAYER_OPTION",
     "RELU_OPTION",
+    "start_option",
     "CAM_RANKS",
     "prepare_cam_layer",
     "check_cam_rank",
@@ -94,6 +95,19 @@ LAYER_OPTION = Option(
     help="the layer (default: the model's configured one, else the last layer whose output has the input's rank)",
 )
 RELU_OPTION = Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)")
+
+
+def start_option(what: str) -> Option:
+    """The ``baseline`` option of a method that starts from a point in the space of what it
+    explains (``what``: "the path's start", "the reference"): a number or an array, default 0."""
+    return Option(
+        "baseline",
+        0.0,
+        array=True,
+        help=f"{what}: a number or an array broadcastable to one row of what is explained (an input; with "
+        "attribute_to=LAYER, the layer's output)",
+    )
+
 
 #: Input ranks (batch axis included) CAM methods explain: sequences, images, volumes.
 CAM_RANKS = (3, 4, 5)

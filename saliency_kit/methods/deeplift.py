@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import baseline_array
-from .base import Option, Request, register
+from ._common import baseline_array, start_option
+from .base import Request, register
 
 __all__ = ["deeplift", "prepare"]
 
@@ -32,15 +32,7 @@ def prepare(request: Request, options: dict) -> dict:
     title="DeepLIFT",
     summary="(x − baseline) × DeepLIFT Rescale multipliers (Shrikumar et al. 2017), with completeness_gap; "
     "map: sum over the last axis",
-    options=[
-        Option(
-            "baseline",
-            0.0,
-            array=True,
-            help="the reference: a number or an array broadcastable to one row of what is explained (an input; with "
-            "attribute_to=LAYER, the layer's output)",
-        )
-    ],
+    options=[start_option("the reference")],
     reduce="sum",
     signed=True,
     prepare=prepare,

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import baseline_array
+from ._common import baseline_array, start_option
 from .base import Option, Request, register
 from .selection import kth_smallest
 
@@ -67,13 +67,7 @@ def prepare(request: Request, options: dict) -> dict:
     "smallest gradient first; map: sum over the last axis",
     options=[
         Option("steps", 50, low=1, help="steps of the adaptive path"),
-        Option(
-            "baseline",
-            0.0,
-            array=True,
-            help="the path's start: a number or an array broadcastable to one row of what is explained (an input; with "
-            "attribute_to=LAYER, the layer's output)",
-        ),
+        start_option("the path's start"),
         Option(
             "fraction", 0.25, low=0, high=1, low_open=True, help="fraction of the features moved at each inner step"
         ),

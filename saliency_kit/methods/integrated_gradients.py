@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import RULES, baseline_array, quadrature
+from ._common import RULES, baseline_array, quadrature, start_option
 from .base import Option, Request, register
 
 __all__ = ["integrated_gradients", "RULES", "quadrature", "prepare"]
@@ -29,13 +29,7 @@ def prepare(request: Request, options: dict) -> dict:
     "map: sum over the last axis",
     options=[
         Option("steps", 50, low=1, help="points on the path from the baseline to the input"),
-        Option(
-            "baseline",
-            0.0,
-            array=True,
-            help="the path's start: a number or an array broadcastable to one row of what is explained (an input; with "
-            "attribute_to=LAYER, the layer's output)",
-        ),
+        start_option("the path's start"),
         Option("rule", "riemann_trapezoid", choices=RULES, help="quadrature rule of the path integral"),
     ],
     reduce="sum",
