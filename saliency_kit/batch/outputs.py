@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,10 +107,10 @@ def output_dirs(relative_paths: Sequence[str]) -> dict[str, str]:
     return result
 
 
-def explain_dirs(paths: Sequence[str]) -> dict[str, str]:
+def explain_dirs(paths: Sequence[str], taken: Collection[str] = ()) -> dict[str, str]:
     """``saliency explain``: one folder per image, named after the file (``cat.jpg`` -> ``cat``;
-    the same name again -> ``cat-2``)."""
-    folders, used = {}, set()
+    the same name again, or a name in ``taken`` -> ``cat-2``)."""
+    folders, used = {}, set(taken)
     for path in paths:
         stem = safe_name(os.path.splitext(os.path.basename(path))[0], limit=100)
         name, n = stem, 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
         else []
     )
     shown = tasks.shown_scores(found) if asked.task == "classification" else None
-    folders = outputs.explain_dirs(paths)
+    manifest = outputs.Manifest(os.path.join(args.out, outputs.MANIFEST))
+    earlier = manifest.read()
+    folders = image_folders(paths, args.out, earlier)
     lines = []
     for row, path in enumerate(paths):
         print(f"{path}: " + tasks.describe(found, row, spec, shown))
@@ -153,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         lines += outputs.manifest_lines(path, written)
         for file in files:
             print(f"  wrote {file}")
-    manifest = outputs.Manifest(os.path.join(args.out, outputs.MANIFEST))
+    _remove_replaced(args.out, earlier, lines)
     manifest.replace_images(lines + [outputs.failure_line(path, error) for path, error in failures])
     gallery.write_gallery(args.out)
     print(f"  wrote {os.path.join(args.out, 'index.html')}")
@@ -161,6 +164,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"saliency explain: {len(failures)} of {len(args.images)} images could not be read", file=sys.stderr)
         return 1
     return 0
+
+
+def image_folders(paths: list[str], out: str, earlier: list[dict]) -> dict[str, str]:
+    """Each image's folder in ``out``: an image explained there before (``earlier``, the manifest's
+    lines) keeps its folder; any other is named after its file, numbered past every name already
+    in ``out`` (``y``, ``y-2``), so no other image's files are ever overwritten."""
+    asked, kept = set(paths), dict[str, str]()
+    for record in earlier:
+        folder = posixpath.dirname(record.get("file") or "")
+        if folder and record["image"] in asked:
+            kept.setdefault(record["image"], folder)
+    taken = set(os.listdir(out)) if os.path.isdir(out) else set()
+    taken |= {record["file"].split("/")[0] for record in earlier if record.get("file")}
+    fresh = outputs.explain_dirs([path for path in paths if path not in kept], taken=taken)
+    return {path: kept.get(path) or fresh[path] for path in paths}
+
+
+def _remove_replaced(out: str, earlier: list[dict], lines: list[dict]) -> None:
+    """Remove the files an earlier run wrote for the images explained again that this run did
+    not write anew (another method or class): the folder then holds this run's files only."""
+    images, written = {line["image"] for line in lines}, {line.get("file") for line in lines}
+    for record in earlier:
+        file = record.get("file")
+        path = os.path.join(out, file) if file else ""
+        if record["image"] in images and file not in written and outputs.inside(out, path) and os.path.isfile(path):
+            os.remove(path)
 
 
 def _read_images(paths: list[str], spec: ModelSpec) -> tuple[list[str], np.ndarray, list, list]:

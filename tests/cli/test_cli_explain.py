@@ -23,6 +23,8 @@ from PIL import Image
 from saliency_kit import render
 from saliency_kit.batch import outputs
 
+ROOT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "shapes"
+
 
 def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, image_folder):
     if not SHAPES.exists():
@@ -292,3 +294,40 @@ def test_help_gives_each_methods_range_when_the_declarations_differ():
     finally:
         methods.unregister("wide_help")
         methods.unregister("narrow_help")
+
+
+def test_explaining_a_second_image_of_the_same_name_into_the_same_out_keeps_the_first(tmp_path):
+    """``a/y.png`` and then ``b/y.png`` into the default --out: the second gets a folder of its own
+    (``y-2``), no file of the first run changes, and each manifest line names its own image's files;
+    running the first command again reuses its folder and leaves no file of another method behind."""
+    if not SHAPES.exists():
+        pytest.skip("the shipped model saliency_kit/data/shapes.keras is not trained yet")
+    examples = ROOT_EXAMPLES
+    for folder, shape in (("a", "circle"), ("b", "star")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "y.png").write_bytes((examples / f"{shape}.png").read_bytes())
+    out = tmp_path / "saliency_out"
+
+    def explain(image, method="gradient"):
+        code, stdout, err = run("explain", image, "--method", method, "--target", "top1", cwd=tmp_path)
+        assert code == 0, err
+        return {line.split("wrote ", 1)[1] for line in stdout.splitlines() if line.startswith("  wrote ")}
+
+    first_wrote = explain("a/y.png")
+    first = {p: p.read_bytes() for p in out.rglob("*.png")}
+    second_wrote = explain("b/y.png")
+    assert first == {p: p.read_bytes() for p in first}  # nothing of the first run changed
+    assert {str(p.relative_to(tmp_path)) for p in out.glob("y-2/*")} == second_wrote - {"saliency_out/index.html"}
+    assert first_wrote & second_wrote == {"saliency_out/index.html"}
+
+    records = [r for r in manifest_records(out / "manifest.jsonl") if r["kind"] == "heatmap"]
+    assert sorted((r["image"], r["class_name"], r["file"].split("/")[0]) for r in records) == [
+        ("a/y.png", "circle", "y"),
+        ("b/y.png", "star", "y-2"),
+    ]
+
+    explain("a/y.png", method="gradcam")  # the same image again, another method: its own folder, made anew
+    assert sorted(p.name for p in (out / "y").iterdir())[0].startswith("gradcam-")
+    assert not any(p.name.startswith("gradient-") for p in (out / "y").iterdir())
+    images = {(r["image"], r["method"], r["file"].split("/")[0]) for r in manifest_records(out / "manifest.jsonl")}
+    assert images == {("a/y.png", "gradcam", "y"), ("b/y.png", "gradient", "y-2")}
