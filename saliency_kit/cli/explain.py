@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     shown = tasks.shown_scores(found) if asked.task == "classification" else None
     manifest = outputs.Manifest(os.path.join(args.out, outputs.MANIFEST))
     earlier = manifest.read()
-    folders = image_folders(paths, args.out, earlier)
+    folders = _image_folders(paths, args.out, earlier)
     lines = []
     for row, path in enumerate(paths):
         print(f"{path}: " + tasks.describe(found, row, spec, shown))
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def image_folders(paths: list[str], out: str, earlier: list[dict]) -> dict[str, str]:
+def _image_folders(paths: list[str], out: str, earlier: list[dict]) -> dict[str, str]:
     """Each image's folder in ``out``: an image explained there before (``earlier``, the manifest's
     lines) keeps its folder; any other is named after its file, numbered past every name already
     in ``out`` (``y``, ``y-2``), so no other image's files are ever overwritten."""
