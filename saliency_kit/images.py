@@ -6,7 +6,8 @@ Every file goes through the same steps:
 
 1. **Open** with Pillow. Empty, missing, non-image, corrupt or truncated files, and images with more
    than ``max_pixels`` pixels (Pillow's decompression-bomb limit, ``PIL.Image.MAX_IMAGE_PIXELS``,
-   by default) raise :class:`ImageLoadError` naming the file. Animated files give their first frame.
+   by default; a larger ``max_pixels`` raises Pillow's limit for that read only) raise
+   :class:`ImageLoadError` naming the file. Animated files give their first frame.
 2. **Orient**: the EXIF orientation tag is applied (``PIL.ImageOps.exif_transpose``), so the
    image is the right way up, as a viewer shows it.
 3. **To RGB uint8** (:func:`to_rgb`): grey and palette images are expanded to RGB; anything with
@@ -27,8 +28,11 @@ Every file goes through the same steps:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +75,69 @@ def to_rgb(image: Image.Image) -> np.ndarray:
     return np.asarray(image.convert("RGB"), dtype=np.uint8).copy()
 
 
+class _PillowLimit:
+    """Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``, one global), raised while
+    reads with a larger ``max_pixels`` are open: to the largest of them while any is (threads
+    decoding at once share the global), back to the value it had when the last one ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._raised: list[int] = []  # the limits of the reads in flight that raised it
+        self._own: int | None = None  # the limit before the first of them
+
+    def own(self) -> int | None:
+        """Pillow's limit as its user set it, whatever reads are raising it now."""
+        with self._lock:
+            return self._own if self._raised else Image.MAX_IMAGE_PIXELS
+
+    @contextlib.contextmanager
+    def at_least(self, limit: int) -> Iterator[None]:
+        """Pillow's limit at least ``limit`` pixels inside the ``with``."""
+        with self._lock:
+            if not self._raised:
+                self._own = Image.MAX_IMAGE_PIXELS
+            self._raised.append(limit)
+            self._set()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._raised.remove(limit)
+                self._set()
+
+    def _set(self) -> None:
+        own = self._own
+        Image.MAX_IMAGE_PIXELS = max(own, *self._raised) if self._raised and own is not None else own
+
+
+_PILLOW_LIMIT = _PillowLimit()
+
+#: What a refusal for size advises.
+_RAISE_ADVICE = "raise max_pixels (--max-pixels N on the command line) if you trust the file"
+
+
 def read_rgb(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.ndarray:
     """Read one image file as EXIF-oriented uint8 RGB ``[H, W, 3]`` at its own size.
 
     Raises :class:`ImageLoadError` (naming ``path``) for anything that is not a readable image of
-    at most ``max_pixels`` pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``). ``max_pixels`` can only
-    lower Pillow's own guard; to accept larger images, raise ``PIL.Image.MAX_IMAGE_PIXELS``.
+    at most ``max_pixels`` pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``, about 89 million).
+    A ``max_pixels`` above Pillow's limit raises that limit for this read only; the global is
+    put back afterwards.
     """
     path = Path(os.fspath(path))
-    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    own = _PILLOW_LIMIT.own()
+    limit = own if max_pixels is None else max_pixels
+    raised = (
+        _PILLOW_LIMIT.at_least(limit)
+        if limit is not None and own is not None and limit > own
+        else contextlib.nullcontext()
+    )
     try:
         if not path.is_file():
             raise ImageLoadError(path, "no such file" if not path.exists() else "not a regular file")
         if path.stat().st_size == 0:
             raise ImageLoadError(path, "the file is empty")
-        with warnings.catch_warnings():
+        with raised, warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as opened:
                 width, height = opened.size
@@ -93,8 +145,7 @@ def read_rgb(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.nd
                     raise ImageLoadError(
                         path,
                         f"{width}x{height} = {width * height} pixels is over "
-                        f"the limit of {limit} (a decompression bomb?); raise "
-                        "max_pixels if you trust the file",
+                        f"the limit of {limit} (a decompression bomb?); {_RAISE_ADVICE}",
                     )
                 opened.load()  # decode now, so truncated/corrupt data fails here, inside the try
                 image = ImageOps.exif_transpose(opened)  # a copy: still valid once the file is closed
@@ -103,7 +154,7 @@ def read_rgb(path: str | os.PathLike, *, max_pixels: int | None = None) -> np.nd
     except UnidentifiedImageError:
         raise ImageLoadError(path, "not an image format Pillow can read") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise ImageLoadError(path, f"too many pixels (decompression-bomb guard): {e}") from None
+        raise ImageLoadError(path, f"too many pixels (decompression-bomb guard): {e}; {_RAISE_ADVICE}") from None
     except PermissionError:
         raise ImageLoadError(path, "permission denied") from None
     except (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError, MemoryError) as e:

@@ -1,5 +1,7 @@
 """load_images / load_image: real files through Pillow, every odd mode, every bad file."""
 
+from concurrent import futures
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -204,6 +206,39 @@ def test_decompression_bomb_guard(tmp_path, monkeypatch):
     assert str(path) in str(info.value) and "decompression-bomb" in str(info.value)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 60_000)  # raising Pillow's limit lets it through
     assert load_image(path, spec())[1].shape == (200, 300, 3)
+
+
+def test_max_pixels_raises_pillows_limit_for_that_read_only(tmp_path, monkeypatch):
+    path = save(tmp_path, "wide.png", Image.new("RGB", (300, 200)))  # 60,000 pixels
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)  # Pillow's limit, as a user may have set it
+    with pytest.raises(ImageLoadError) as info:
+        read_rgb(path)
+    assert str(path) in str(info.value) and "--max-pixels" in str(info.value)
+    with pytest.raises(ImageLoadError, match="59999.*--max-pixels"):
+        read_rgb(path, max_pixels=59_999)
+    assert read_rgb(path, max_pixels=60_000).shape == (200, 300, 3)
+    assert load_image(path, spec(), max_pixels=60_000)[1].shape == (200, 300, 3)
+    assert Image.MAX_IMAGE_PIXELS == 20_000  # put back
+    with pytest.raises(ImageLoadError, match="--max-pixels"):
+        read_rgb(path)
+
+
+def test_reads_raising_the_limit_in_threads_leave_it_as_it_was(tmp_path, monkeypatch):
+    small = save(tmp_path, "small.png", Image.new("RGB", (100, 100)))  # 10,000 pixels
+    wide = save(tmp_path, "wide.png", Image.new("RGB", (300, 200)))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)
+
+    def read(k):
+        if k % 2:
+            return read_rgb(wide, max_pixels=60_000 + k).shape
+        with pytest.raises(ImageLoadError, match="--max-pixels"):
+            read_rgb(wide)  # another thread's raised limit is not this read's
+        return read_rgb(small).shape
+
+    with futures.ThreadPoolExecutor(4) as pool:
+        shapes = list(pool.map(read, range(40)))
+    assert shapes == [(100, 100, 3), (200, 300, 3)] * 20
+    assert Image.MAX_IMAGE_PIXELS == 20_000
 
 
 def test_batch_names_the_bad_file(tmp_path):

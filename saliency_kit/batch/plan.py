@@ -95,13 +95,14 @@ def plan_run(input_dir: str, out_dir: str, *, shard: tuple[int, int] | None, res
     )
 
 
-def still_unreadable(input_dir: str, paths: Sequence[str]) -> dict[str, str]:
-    """Of ``paths``, those that still cannot be read as images -> the reason (no model needed):
-    a resume whose only work left is files that failed before can finish without the model."""
+def still_unreadable(input_dir: str, paths: Sequence[str], *, max_pixels: int | None = None) -> dict[str, str]:
+    """Of ``paths``, those that still cannot be read as images of at most ``max_pixels`` pixels ->
+    the reason (no model needed): a resume whose only work left is files that failed before can
+    finish without the model."""
     bad = {}
     for path in paths:
         try:
-            read_rgb(os.path.join(input_dir, path))
+            read_rgb(os.path.join(input_dir, path), max_pixels=max_pixels)
         except ImageLoadError as error:
             bad[path] = one_line(error)
     return bad

@@ -179,7 +179,7 @@ class ChunkExplainer:
         for path in folders:
             file = os.path.join(job.input_dir, path)
             try:
-                item, original = load_image(file, self.spec)
+                item, original = load_image(file, self.spec, max_pixels=job.max_pixels)
             except ImageLoadError as error:  # an unreadable file is reported, not fatal
                 # named as the driver names it, so that the message is the local run's
                 decoded.failed.append((path, one_line(error).replace(file, os.path.join(job.input_label, path))))
@@ -314,6 +314,7 @@ def _job_with_probe(batch: pipeline.BatchRun, model: ModelSource) -> Job:
         token=token,
         model=model,
         recipe=batch.recipe,
+        max_pixels=batch.max_pixels,
     )
 
 

@@ -76,3 +76,4 @@ class Job:
     token: str  # its contents
     model: ModelSource
     recipe: Recipe  # the task plan, methods, looks, batch size and formats of the run
+    max_pixels: int | None = None  # larger images are refused (None: Pillow's limit)

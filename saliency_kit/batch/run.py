@@ -103,12 +103,14 @@ class Recipe:
 class BatchRun:
     """What a batch run is, locally (:func:`run`) or on Ray (:func:`saliency_kit.batch.ray.run`):
     the images of ``plan`` (:func:`.plan.plan_run`; paths relative to ``input_dir``) explained as
-    ``recipe`` says, their outputs and manifest lines written into ``out_dir``."""
+    ``recipe`` says, their outputs and manifest lines written into ``out_dir``. Images of more
+    than ``max_pixels`` pixels are refused (default: Pillow's limit; see :func:`.images.read_rgb`)."""
 
     input_dir: str
     out_dir: str
     plan: Plan
     recipe: Recipe
+    max_pixels: int | None = None
 
 
 @dataclasses.dataclass
@@ -206,7 +208,7 @@ def run(
     writers = _writer_pool(write_processes if len(chunks) >= 4 else 0)
     with futures.ThreadPoolExecutor(decode_workers, thread_name_prefix="decode") as decoders, writers:
         pending_write: list = []  # (write job of a batch, that batch's unreadable files)
-        for decoded in _decoded_batches(decoders, batch.input_dir, spec, chunks):
+        for decoded in _decoded_batches(decoders, batch.input_dir, spec, chunks, batch.max_pixels):
             items = explained_items(model, ask, recipe, plan.folders, decoded)
             job = _write_job(writers, batch.out_dir, items, spec, recipe.formats) if items else None
             pending_write.append((job, decoded.failed))
@@ -229,13 +231,20 @@ def _write_job(
 
 
 def _decoded_batches(
-    decoders: futures.Executor, input_dir: str, spec: Any, chunks: Sequence[Sequence[str]]
+    decoders: futures.Executor,
+    input_dir: str,
+    spec: Any,
+    chunks: Sequence[Sequence[str]],
+    max_pixels: int | None = None,
 ) -> Iterator[Decoded]:
     """Each chunk of image paths (relative to ``input_dir``) decoded and preprocessed for the model
-    of ``spec`` by the ``decoders`` pool, :data:`PREFETCH` batches ahead of the caller."""
+    of ``spec`` by the ``decoders`` pool, :data:`PREFETCH` batches ahead of the caller; images of
+    more than ``max_pixels`` pixels are refused."""
 
     def submit(chunk: Sequence[str]) -> list[futures.Future]:
-        return [decoders.submit(load_image, os.path.join(input_dir, path), spec) for path in chunk]
+        return [
+            decoders.submit(load_image, os.path.join(input_dir, path), spec, max_pixels=max_pixels) for path in chunk
+        ]
 
     pending = [submit(chunk) for chunk in chunks[:PREFETCH]]
     for index, chunk in enumerate(chunks):

@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         formats=outputs.FORMATS[args.format],
     )
-    batch = pipeline.BatchRun(input_dir=args.input_dir, out_dir=args.out, plan=plan_, recipe=recipe)
+    batch = pipeline.BatchRun(
+        input_dir=args.input_dir, out_dir=args.out, plan=plan_, recipe=recipe, max_pixels=args.max_pixels
+    )
     summary = ray_options.run(args, batch) if args.ray is not None else _run_here(batch, model, spec)
     _report(summary, plan_.manifest.path)
     return 1 if summary.failures else 0
@@ -145,7 +147,7 @@ def _nothing_left(args, plan_) -> bool:
     todo = plan_.todo
     if not args.resume or (todo and set(todo) - set(plan_.failed_before)):
         return False
-    unreadable = planning.still_unreadable(args.input_dir, todo)
+    unreadable = planning.still_unreadable(args.input_dir, todo, max_pixels=args.max_pixels)
     if set(unreadable) != set(todo):
         return False
     summary = pipeline.Summary(total=len(plan_.mine), skipped=len(plan_.skip), failures=sorted(unreadable.items()))

@@ -72,6 +72,14 @@ def add_explain_options(parser: argparse.ArgumentParser) -> None:
         "picks its components: topK, an index, or all (default: top1)",
     )
     opt.add_render_options(parser)
+    parser.add_argument(
+        "--max-pixels",
+        type=opt.positive_int,
+        default=None,
+        metavar="N",
+        help="refuse images of more than N pixels (default: Pillow's decompression-bomb limit, about 89 "
+        "million); raise it to read larger images you trust",
+    )
 
 
 def task_plan(args: argparse.Namespace, spec: ModelSpec, model: keras.Model | None = None) -> TaskPlan:
@@ -123,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
     plan = with_model_defaults(plan, spec)
-    paths, inputs, originals, failures = _read_images(args.images, spec)
+    paths, inputs, originals, failures = _read_images(args.images, spec, args.max_pixels)
     if not paths:
         print(f"saliency explain: none of the {len(args.images)} images could be read", file=sys.stderr)
         return 1
@@ -192,13 +200,13 @@ def _remove_replaced(out: str, earlier: list[dict], lines: list[dict]) -> None:
             os.remove(path)
 
 
-def _read_images(paths: list[str], spec: ModelSpec) -> tuple[list[str], np.ndarray, list, list]:
-    """``(paths read, inputs [B, H, W, C], original pictures, failures)``; an unreadable image is
-    reported on stderr and skipped."""
+def _read_images(paths: list[str], spec: ModelSpec, max_pixels: int | None) -> tuple[list[str], np.ndarray, list, list]:
+    """``(paths read, inputs [B, H, W, C], original pictures, failures)``; an unreadable image (or
+    one of more than ``max_pixels`` pixels) is reported on stderr and skipped."""
     read, inputs, originals, failures = [], [], [], []
     for path in paths:
         try:
-            item, original = load_image(path, spec)
+            item, original = load_image(path, spec, max_pixels=max_pixels)
         except ImageLoadError as error:  # reported, skipped, exit status 1
             failures.append((path, opt.message(error)))
             print(f"saliency explain: skipped {path}: {error.reason}", file=sys.stderr)

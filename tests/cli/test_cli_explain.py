@@ -331,3 +331,35 @@ def test_explaining_a_second_image_of_the_same_name_into_the_same_out_keeps_the_
     assert not any(p.name.startswith("gradient-") for p in (out / "y").iterdir())
     images = {(r["image"], r["method"], r["file"].split("/")[0]) for r in manifest_records(out / "manifest.jsonl")}
     assert images == {("a/y.png", "gradcam", "y"), ("b/y.png", "gradient", "y-2")}
+
+
+def test_max_pixels_flag_reads_images_over_pillows_limit(tmp_path, tiny_model):
+    """Pillow's limit made small in the process, an image just over it: refused naming the flag,
+    read with ``--max-pixels``, by ``explain`` and ``batch``; the limit is left as it was."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.new("RGB", (50, 40), (200, 30, 30)).save(folder / "wide.png")  # 2,000 pixels
+    code = f"""
+import PIL.Image, sys
+from saliency_kit.cli.main import main
+PIL.Image.MAX_IMAGE_PIXELS = 1_500
+common = ["--model", {str(tiny_model)!r}, "--method", "gradient"]
+image = {str(folder / "wide.png")!r}
+print("refused", main(["explain", image, *common, "--out", "refused"]), flush=True)
+print("explained", main(["explain", image, *common, "--out", "read", "--max-pixels", "2000"]), flush=True)
+print("batch", main(["batch", {str(folder)!r}, *common, "--out", "batch", "--max-pixels", "2000"]), flush=True)
+print("limit", PIL.Image.MAX_IMAGE_PIXELS)
+"""
+    status, out, err = python(code, cwd=tmp_path)
+    assert status == 0, err
+    assert [line for line in out.splitlines() if line.split()[0] in ("refused", "explained", "batch", "limit")] == [
+        "refused 1",
+        "explained 0",
+        "batch 0",
+        "limit 1500",
+    ]
+    (refusal,) = [line for line in own_lines(err, "explain") if "skipped" in line]
+    assert "wide.png" in refusal and "--max-pixels" in refusal
+    assert decodes(tmp_path / "read" / "wide" / "grid.png")
+    records = manifest_records(tmp_path / "batch" / "manifest.jsonl")
+    assert records and {(r["image"], r["status"]) for r in records} == {("wide.png", "ok")}

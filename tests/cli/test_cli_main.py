@@ -98,6 +98,33 @@ def test_unknown_names_are_refused_before_the_model_loads(argv, needle, tmp_path
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "command_name, model, misspelt, needle",
+    [
+        ("explain", "shapes", "circel", "did you mean 'circle'"),
+        ("batch", "shapes", "circel", "did you mean 'circle'"),
+        ("sanity", "shapes", "circel", "did you mean 'circle'"),
+        ("evaluate", "shapes", "circel", "did you mean 'circle'"),
+        ("explain", "resnet50", "tabbycat", "did you mean 'tabby'"),
+    ],
+)
+def test_a_misspelt_class_of_a_named_model_is_refused_before_tensorflow_starts(
+    command_name, model, misspelt, needle, tmp_path
+):
+    """The shipped model and the zoo's know their class names without TensorFlow."""
+    from PIL import Image
+
+    Image.new("RGB", (64, 64)).save(tmp_path / "x.png")
+    given = tmp_path if command_name == "batch" else tmp_path / "x.png"
+    status, loaded, _, err = _without_tensorflow(
+        [command_name, given, "--model", model, "--target", misspelt, "--out", tmp_path / "o"]
+    )
+    assert status == 2 and loaded == "-", err
+    lines = own_lines(err, command_name)
+    assert len(lines) == 1 and needle in lines[0].lower(), err
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_target_parser_does_not_import_tensorflow():
     code, out, err = python("import sys\nimport saliency_kit.targets\nprint('keras' in sys.modules)")
     assert code == 0 and out.strip() == "False", err
