@@ -8,7 +8,9 @@ done, the table is written:
 - ``metrics.csv``: one row per method, metric and image (``value``), the metric's direction;
 - ``metrics.json``: the settings, the images, and per method and metric the mean, standard
   deviation and per-image values;
-- ``metrics.png``: one panel per metric, methods ranked best first, one dot per image.
+- ``metrics.png``: one panel per metric, methods ranked best first, one dot per image;
+
+and printed: the three paths, then each method's mean per metric (one line per method).
 
 When ``--out`` holds a ``saliency batch`` gallery (``index.html``), it is rebuilt to link them.
 
@@ -53,6 +55,7 @@ __all__ = [
     "run",
     "collect",
     "write_table",
+    "format_table",
     "metrics_figure",
 ]
 
@@ -269,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
             metric_options={m: CLI_METRIC_OPTIONS.get(m, {}) for m in chosen},
             progress=lambda *_: progress.update(1),
         )
-        progress.update((len(methods) + 1) * (len(metrics) - len(chosen)))
+        if len(chosen) < len(metrics):  # the cells of the metrics this image has no mask for
+            progress.update((len(methods) + 1) * (len(metrics) - len(chosen)))
         values = {f"{r['method']}\t{r['metric']}": r["per_input"][0] for r in table["rows"]}
         write_json({"image": os.path.abspath(path), "values": values}, os.path.join(parts, _part_name(path)))
     progress.close()
@@ -284,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         write_gallery(args.out)
     for path in written:
         print(path)
+    print(format_table(table))
     return 1 if failed else 0
 
 
@@ -362,6 +367,27 @@ def write_table(out: str, table: dict, settings: dict) -> list[str]:
     png = os.path.join(out, "metrics.png")
     save_png(metrics_figure(table), png, dpi=100)
     return [*paths, png]
+
+
+def format_table(table: dict) -> str:
+    """The table as text: one line per method, one column per metric, each cell the method's mean
+    over the images (``n/a`` where the metric has no value), as ``metrics.json`` holds it."""
+    metrics = list(dict.fromkeys(r["metric"] for r in table["rows"]))
+    methods = list(dict.fromkeys(r["method"] for r in table["rows"]))
+    means = {(r["method"], r["metric"]): r["mean"] for r in table["rows"]}
+    better = {r["metric"]: "higher" if r["higher_is_better"] else "lower" for r in table["rows"]}
+    header = ["method", *(f"{m} ({better[m]} is better)" for m in metrics)]
+    lines = [[name, *(_format_value(means[name, m]) for m in metrics)] for name in methods]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]
+    title = f"mean over {len(table['images'])} image{'s' if len(table['images']) != 1 else ''}:"
+    return "\n".join(
+        [title, *("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *lines])]
+    )
+
+
+def _format_value(value: float) -> str:
+    """A mean as the table prints it: four significant digits, ``n/a`` for NaN."""
+    return "n/a" if np.isnan(value) else f"{value:.4g}"
 
 
 def metrics_figure(table: dict) -> Figure:

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from cli_support import own_lines, python
+from cli_support import SHAPES, own_lines, python, run
 from PIL import Image
 
 
@@ -99,6 +99,30 @@ def test_evaluate_writes_the_table_the_chart_and_resumes(shapes_dir, tmp_path, c
     assert '"metrics.png"' not in (fresh / "index.html").read_text()
     assert main(["evaluate", images[0], "--method", "gradient", "--metric", "sparseness", "--out", str(fresh)]) == 0
     assert '"metrics.png"' in (fresh / "index.html").read_text()
+
+
+def test_a_run_prints_the_table_it_wrote_and_its_progress_once(shapes_dir, tmp_path):
+    out = tmp_path / "out"
+    image = str(shapes_dir / "s2.png")  # no mask: the metrics it asked for are all scored
+    status, stdout, stderr = run(
+        "evaluate", image, "--model", SHAPES, "--method", "gradient", "--metric", "sparseness", "--out", out
+    )
+    assert status == 0, stderr
+    progress = [line for line in own_lines(stderr, "evaluate") if " cells " in line]
+    assert len(progress) == 1 and progress[0].startswith("saliency evaluate: 2/2 cells (100%)"), stderr
+    lines = stdout.splitlines()
+    paths = [str(out / name) for name in ("metrics.csv", "metrics.json", "metrics.png")]
+    assert lines[-7:-4] == paths and lines[-4] == "mean over 1 image:"
+    assert lines[-3].split() == ["method", "sparseness", "(higher", "is", "better)"]
+    printed = {line.split()[0]: line.split()[1] for line in lines[-2:]}
+    table = json.loads((out / "metrics.json").read_text())
+    assert printed == {r["method"]: f"{r['mean']:.4g}" for r in table["rows"]} and set(printed) == {
+        "gradient",
+        "random",
+    }
+    with open(out / "metrics.csv", newline="") as handle:
+        written = {line["method"]: float(line["value"]) for line in csv.DictReader(handle)}
+    assert {method: f"{value:.4g}" for method, value in written.items()} == printed
 
 
 def test_help_states_the_caveats(capsys):
