@@ -188,3 +188,27 @@ def test_a_layer_inside_a_nested_model_is_reached_by_its_path(nested_net):
     for b in range(len(x)):
         want = _hand_conductance(before, rest, x[b : b + 1], np.zeros(4), 1, 6)
         np.testing.assert_allclose(c.attributions[b, 0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_guided_backprop_of_a_layer_with_no_relu_above_it_is_refused_not_the_plain_gradient():
+    """x → Dense+ReLU → Dense 'h' → tanh → Dense: the ReLU lies below 'h', so guided backprop of
+    'h' would silently equal its plain gradient; it is refused naming the ReLU. With a ReLU above
+    the layer it runs, and differs from the plain gradient where the ReLU's rule zeroes a negative."""
+    inputs = keras.Input((3,), name="x")
+    h = keras.layers.Dense(4, name="h")(keras.layers.Dense(4, activation="relu", name="low")(inputs))
+    below = keras.Model(inputs, keras.layers.Dense(2, name="top")(keras.layers.Activation("tanh")(h)), name="below")
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype("float32")
+    refusal = r"ReLU-family activation of model 'below' \(.*low.*Relu\) lies before what is"
+    with pytest.raises(ValueError, match=refusal):
+        sk.explain(below, x, "guided_backprop", attribute_to="h")
+    assert sk.explain(below, x, "guided_backprop").rewritten  # the input's map goes through the ReLU
+
+    inputs = keras.Input((3,), name="x")
+    h = keras.layers.Dense(4, name="h")(inputs)
+    top = keras.layers.Dense(2, name="top")
+    above = keras.Model(inputs, top(keras.layers.ReLU()(h)), name="above")
+    top.kernel.assign(np.array([[1.0, -1.0], [-1.0, 1.0], [0.5, 0.5], [-0.5, 2.0]], np.float32))
+    guided = sk.explain(above, x, "guided_backprop", targets=0, attribute_to="h").attributions[:, 0]
+    activations = keras.Model(inputs, h)(x).numpy()
+    hand = (activations > 0) * np.maximum(top.kernel.numpy()[:, 0], 0)  # guided: positive h and positive grad
+    np.testing.assert_allclose(guided, hand, rtol=1e-6, atol=1e-7)

@@ -189,12 +189,41 @@ def gradient_by_rule(view: Any, z: Any, selection: Any, rule: Any, reports: list
     report.check(f"model {view.model.name!r}")
     if not report.ops:
         raise nothing_to_rewrite(view.model)  # else the map would silently be the plain gradient
+    if not _any_after(z, report.ops):
+        found = ", ".join(report.ops[:3]) + (f" and {len(report.ops) - 3} more" if len(report.ops) > 3 else "")
+        raise ValueError(
+            f"every ReLU-family activation of model {view.model.name!r} ({found}) lies before what is "
+            f"explained, so none is between it and the score and {type(report.rule).__name__}'s map would "
+            "silently be the plain gradient; explain a layer with a ReLU above it, or use a plain-gradient "
+            "method (e.g. method='gradient' or 'integrated_gradients')."
+        )
     reports.append(report)
     columns = []
     for k in range(selection.width):  # one backward pass per class over the shared forward pass
         (g,) = tf.gradients(scores[:, k], [z], unconnected_gradients=tf.UnconnectedGradients.ZERO)
         columns.append(g)
     return tf.cast(scores, tf.float32), tf.stack(columns, axis=1)
+
+
+def _any_after(z: Any, names: list) -> bool:
+    """Whether one of the ops ``names`` (of ``z``'s graph) is computed from ``z``; ``True`` when
+    one lies in a nested function (a loop body), whose ops this walk does not see."""
+    graph = z.graph
+    outer = []
+    for name in names:
+        try:
+            outer.append(graph.get_operation_by_name(name))
+        except (KeyError, ValueError):
+            return True
+    wanted, seen, frontier = {op.name for op in outer}, set(), [z]
+    while frontier:
+        for op in frontier.pop().consumers():
+            if op.name in wanted:
+                return True
+            if op.name not in seen:
+                seen.add(op.name)
+                frontier.extend(op.outputs)
+    return False
 
 
 def accumulator_dtype(dtype: Any) -> tf.DType:
