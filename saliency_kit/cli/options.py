@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import methods as method_registry
 from .. import zoo
 from ..batch.outputs import FORMATS, SIGNS, Look
-from ..keras_backend import require_tensorflow
+from ..keras_backend import require_supported_backend
 from ..targets import combine, parse_string
 from ..zoo import load_model
 from .startup import BackendError, import_tensorflow
@@ -169,7 +169,7 @@ def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     set); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
 
-    require_tensorflow()
+    require_supported_backend()
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
     if getattr(args, "weights", None) is not None:
@@ -187,7 +187,8 @@ def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec
     where = f" ({args.model})" if str(args.model) != spec.name else ""
     weights = f", weights {args.weights}" if args.weights else ""
     size = "x".join(map(str, spec.input_size or ()))
-    return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names or [])} classes"
+    classes = f"{len(spec.class_names or [])} classes"
+    return f"model: {spec.name}{where}{weights}; input {size}; {classes}; backend {keras.backend.backend()}"
 
 
 def model_notes(

@@ -12,13 +12,13 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from . import keras_private
 from .copy import input_signature as copy_signature
 from .input_axes import SPATIAL_LAYER_KINDS, may_move_axes, traced_channel_axis
 from .walker import walk
 
-__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
+__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state", "outside_any_trace"]
 
 
 def input_signature(model: keras.Model) -> tuple[tuple, str]:
@@ -48,8 +48,18 @@ def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
         yield visit.layer
 
 
-def _outside_any_trace(fn: Callable) -> Any:
-    with tf.init_scope():  # tracing the model must not land in a kernel being traced
+def outside_any_trace(fn: Callable) -> Any:
+    """``fn()`` run eagerly, on the variables' own values, even while a kernel is being traced:
+    tracing or probing a model must not land in the kernel (TensorFlow's ``init_scope``; on JAX,
+    compile-time evaluation outside the kernel's stateless scope)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.init_scope():
+            return fn()
+    import jax
+
+    with jax.ensure_compile_time_eval(), keras_private.outside_stateless_scope():
         return fn()
 
 
@@ -104,7 +114,7 @@ def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtyp
     known = _traced_axes.setdefault(model, {})
     key = (tuple(shape), str(dtype))
     if key not in known:
-        known[key] = _outside_any_trace(lambda: traced_channel_axis(model, tuple(shape), dtype))
+        known[key] = outside_any_trace(lambda: traced_channel_axis(model, tuple(shape), dtype))
     found = known[key]
     if found.unsure:
         if found.moved:
@@ -124,7 +134,8 @@ def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtyp
 
 
 def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
-    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
+    """``sync()`` copying ``source``'s weights into ``copy`` (same architecture): one compiled
+    function on TensorFlow, the variables assigned one by one elsewhere."""
     pairs = list(zip(source.weights, copy.weights))
     # The rewrite rebuilds the same graph, so its variables come in the same order; names can
     # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
@@ -132,6 +143,15 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
         tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+
+    if keras.backend.backend() != "tensorflow":
+
+        def assign() -> None:
+            for a, b in pairs:
+                b.assign(a.value)
+
+        return assign
+    import tensorflow as tf
 
     @tf.function(autograph=False)
     def sync() -> None:
@@ -141,7 +161,15 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
     return sync
 
 
-_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
+def _tensor_type() -> type:
+    """The backend's concrete tensor type (variables are not of it)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return type(tf.constant(0.0))
+    import jax
+
+    return jax.Array
 
 
 def derived_state(layer: Any) -> tuple:
@@ -149,9 +177,9 @@ def derived_state(layer: Any) -> tuple:
     (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
     compiled function captures such tensors as constants, so they key the engine's caches, by
     value (small per-channel statistics in practice)."""
-    state = []
+    state, tensor = [], _tensor_type()
     for name, value in vars(layer).items():
-        if isinstance(value, _EAGER_TENSOR):
-            data = np.ascontiguousarray(value.numpy())
+        if isinstance(value, tensor):
+            data = np.ascontiguousarray(keras.ops.convert_to_numpy(value))
             state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
     return tuple(state)

@@ -278,6 +278,7 @@ class ScoreView:
         prefix: str = "",
         swaps: dict | None = None,
         reach: Reach | None = None,
+        shifts: dict | None = None,
     ) -> Any:
         """Run ``model``'s graph on ``x`` (one input, or a list); ``taps``: ``(path below this
         model, key)``, each call's activations to ``taken[key]`` (:func:`.taps.recording`); a
@@ -297,7 +298,8 @@ class ScoreView:
         kind, final = squash if squash else (None, None)
 
         def recorder(op: Any, fn: Callable) -> Callable:
-            return recording(fn, [key for parts, key in taps if parts == (op.name,)], taken, reach, self.model)
+            keys = [key for parts, key in taps if parts == (op.name,)]
+            return recording(fn, keys, taken, reach, self.model, shifts)
 
         def operation_fn(op: Any) -> Callable:
             inner = tuple((parts[1:], key) for parts, key in taps if len(parts) > 1 and parts[0] == op.name)
@@ -320,6 +322,7 @@ class ScoreView:
                         prefix=f"{prefix}{op.name}/",
                         swaps=inner_swaps,
                         reach=reach,
+                        shifts=shifts,
                     ),
                 )
             if inner or inner_swaps:
@@ -336,11 +339,16 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x: Any, taps: Sequence[str | Tap] = (), strip: bool = True) -> tuple[Any, dict]:
+    def raw(
+        self, x: Any, taps: Sequence[str | Tap] = (), strip: bool = True, shifts: dict | None = None
+    ) -> tuple[Any, dict]:
         """``(values, {tap: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
         ``strip=False``) and the activations of each tap: a path (a layer called once) or a
-        :class:`.taps.Tap`; ``ValueError`` for no such call, or several."""
+        :class:`.taps.Tap`; ``ValueError`` for no such call, or several. ``shifts``
+        (``{tap: zeros of its activations' shape}``, taps among ``taps``) are added to those
+        activations where the rest of the model reads them (the gradient with respect to a
+        shift is the gradient with respect to the layer's output)."""
         taken: dict = {}
         strip = strip and self.strips_activation
         swaps, called = {}, x
@@ -354,7 +362,7 @@ class ScoreView:
             return eager_or_traced(_call_op(self.model))(called), taken
         wanted = tuple((tuple(path_of(tap).split("/")), tap) for tap in taps)
         reach = Reach(x if isinstance(x, list) else [x]) if any(isinstance(tap, Tap) for tap in taps) else None
-        values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach)
+        values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach, shifts=shifts)
         missing = [tap for tap in taps if tap not in taken]
         if missing:
             raise ValueError(not_reached(self.model, missing[0]))

@@ -62,12 +62,18 @@ class Reach:
             self._of[id(value)] = (value, inputs)
 
 
-def recording(fn: Callable, keys: list, taken: dict, reach: Reach | None, model: keras.Model) -> Callable:
+def recording(
+    fn: Callable, keys: list, taken: dict, reach: Reach | None, model: keras.Model, shifts: dict | None = None
+) -> Callable:
     """``fn`` (one layer's call in ``model``'s graph) that also puts its output in ``taken[key]``
     for each tap ``key`` among ``keys`` it matches (a path: every call; a :class:`Tap`: a call its
-    input reaches), refusing a second match, and follows ``reach`` through the call."""
+    input reaches), refusing a second match, and follows ``reach`` through the call. A matched
+    key in ``shifts`` adds ``shifts[key]`` (zeros of the output's shape) to what the call gives
+    the rest of the graph: the gradient with respect to that shift is the gradient with respect
+    to the layer's output, on any backend (``taken`` keeps the output itself)."""
     if not keys and reach is None:
         return fn
+    shifts = shifts or {}
 
     def record(*args: Any, **kwargs: Any) -> Any:
         came = reach.of((args, kwargs)) if reach is not None else frozenset()
@@ -80,6 +86,8 @@ def recording(fn: Callable, keys: list, taken: dict, reach: Reach | None, model:
             if key in taken:
                 raise ValueError(_several_calls(model, key))
             taken[key] = out
+            if key in shifts:
+                out = out + shifts[key]
         return out
 
     return record
