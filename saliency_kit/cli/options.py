@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import methods as method_registry
 from .. import zoo
 from ..batch.outputs import FORMATS, SIGNS, Look
-from ..keras_backend import require_supported_backend
+from ..keras_backend import backend, require_supported_backend
 from ..targets import combine, parse_string
 from ..zoo import load_model
 from .startup import BackendError, import_tensorflow
@@ -188,7 +188,7 @@ def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec
     weights = f", weights {args.weights}" if args.weights else ""
     size = "x".join(map(str, spec.input_size or ()))
     classes = f"{len(spec.class_names or [])} classes"
-    return f"model: {spec.name}{where}{weights}; input {size}; {classes}; backend {keras.backend.backend()}"
+    return f"model: {spec.name}{where}{weights}; input {size}; {classes}; backend {backend()}"
 
 
 def model_notes(
