@@ -292,3 +292,24 @@ def test_float16_gradients_keep_their_dtype():
     g = tape.gradient(y, x)
     assert g.dtype == tf.float16
     np.testing.assert_allclose(g.numpy(), [3.0, 1.5])
+
+
+def test_another_backend_is_refused_in_one_line():
+    """On a Keras backend the tools do not run on, calling one names the backend and what to use."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "import saliency_kit.gradients as G\n"
+        "try:\n    G.scale(np.ones(2, np.float32), 2.0)\n"
+        "except RuntimeError as error:\n    print(type(error).__name__, error)\n"
+    )
+    root = pathlib.Path(sk.__file__).resolve().parents[1]
+    env = {**os.environ, "KERAS_BACKEND": "numpy", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    line = out.stdout.strip()
+    assert line.startswith("BackendError") and "'numpy'" in line and "KERAS_BACKEND=jax" in line, out
+    assert len(line.splitlines()) == 1
