@@ -2,10 +2,10 @@
 
 Every function here is written once in ``keras.ops`` and runs on Keras' TensorFlow and JAX
 backends: eagerly, inside ``tf.function`` or ``jax.jit``, inside Keras models trained with
-``fit``, and under nested ``tf.GradientTape``s or ``jax.grad``s. The two things a backend does its
-own way (the gradient of a function at a point, calling NumPy from a compiled program) live in
-:mod:`.tf_ops` and :mod:`.jax_ops`. For layers you can put in a model (and save), see
-:mod:`saliency_kit.gradients.layers`.
+``fit``, and under nested ``tf.GradientTape``s or ``jax.grad``s. The three things a backend does
+its own way (a function with its own gradient, the gradient of a function at a point, calling NumPy
+from a compiled program) live in :mod:`.tf_ops` and :mod:`.jax_ops`. For layers you can put in a
+model (and save), see :mod:`saliency_kit.gradients.layers`.
 
 =======================================  =====================  ==================================
 call                                     forward                backward (``dx`` for incoming ``dy``)
@@ -29,6 +29,7 @@ On JAX each tool is a ``custom_vjp`` function, so it is differentiated in revers
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -40,25 +41,20 @@ from ..keras_backend import BackendError
 
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]
 
-BACKENDS = ("tensorflow", "jax")
+# Keras backend -> the module of its own gradient mechanisms (each with the same four functions)
+BACKEND_MODULES = {"tensorflow": "tf_ops", "jax": "jax_ops"}
 
 
 def _backend() -> ModuleType:
-    """The module with the active backend's own gradient mechanisms (:mod:`.tf_ops` or
-    :mod:`.jax_ops`), imported on first use so that a JAX process never imports TensorFlow."""
+    """The active backend's module of :data:`BACKEND_MODULES`, imported on first use so that a JAX
+    process never imports TensorFlow; another backend is refused in one line."""
     name = keras.backend.backend()
-    if name == "tensorflow":
-        from . import tf_ops
-
-        return tf_ops
-    if name == "jax":
-        from . import jax_ops
-
-        return jax_ops
-    raise BackendError(
-        f"sk.gradients runs on Keras' TensorFlow and JAX backends; received backend {name!r}: "
-        "set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax"
-    )
+    if name not in BACKEND_MODULES:
+        raise BackendError(
+            f"sk.gradients runs on Keras' TensorFlow and JAX backends; received backend {name!r}: "
+            "set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax"
+        )
+    return importlib.import_module(f".{BACKEND_MODULES[name]}", __package__)
 
 
 def _as_tensor(x: Any) -> Any:
@@ -174,6 +170,7 @@ def numpy_function(
         if not tensors:
             raise ValueError("a numpy_function op needs at least one input tensor")
         backend = _backend()
+        dtype = keras.backend.standardize_dtype(output_dtype)
         shapes = [_static_shape(t) for t in tensors]
         shape = backend.broadcast_shape(shapes) if output_shape is None else tuple(output_shape(*shapes))
         differentiable = [_differentiable(t) for t in tensors]
@@ -181,7 +178,7 @@ def numpy_function(
         numpy_dtypes = [backend.numpy_dtype(d) for d in grad_dtypes]
 
         def forward(*xs: Any) -> Any:
-            (y,) = backend.host_call(fn, list(xs), [(shape, output_dtype)])
+            (y,) = backend.host_call(fn, list(xs), [(shape, dtype)])
             return y
 
         def backward(xs: Sequence[Any], dy: Any) -> tuple[Any, ...]:

@@ -25,14 +25,6 @@ G = sk.gradients
 CONTEXTS = ["eager", "jit"]
 
 
-@pytest.fixture(autouse=True)
-def _seed():
-    """Overrides the suite's seeding: ``keras.utils.set_random_seed`` imports TensorFlow whenever it
-    is installed, and this process must not. Nothing here draws random numbers from Keras."""
-    np.random.seed(1234)
-    yield
-
-
 def grad_of(fn, x, *, context):
     """``(fn(x), d fn / dx)`` by ``jax.value_and_grad``, eagerly or compiled with ``jax.jit``."""
     compute = jax.value_and_grad(fn)
