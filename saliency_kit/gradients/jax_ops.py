@@ -57,17 +57,30 @@ def vjp(fn: Callable[[Any], Any], x: Any, dy: Any) -> Any:
     return dx
 
 
-def broadcast_shape(shapes: Sequence[tuple]) -> tuple[int, ...]:
+def broadcast_shape(shapes: Sequence[tuple]) -> tuple[Any, ...]:
     """The broadcast of the inputs' shapes, which a NumPy call's result is declared to have when
-    it declares nothing else."""
+    it declares nothing else. A dimension may be symbolic (Keras infers a layer's output shape
+    with a symbolic batch size)."""
+    rank = max(len(shape) for shape in shapes)
+    padded = [(1,) * (rank - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for dims in zip(*padded):
+        sizes = [d for d in dims if not (isinstance(d, int) and d == 1)]
+        if any(not _same_size(d, sizes[0]) for d in sizes[1:]):
+            raise ValueError(
+                f"numpy_function on the JAX backend declares its result's shape before running fn: the "
+                f"inputs' shapes {', '.join(map(str, shapes))} do not broadcast, so pass "
+                "output_shape=lambda *shapes: RESULT_SHAPE"
+            )
+        result.append(sizes[0] if sizes else 1)
+    return tuple(result)
+
+
+def _same_size(a: Any, b: Any) -> bool:
     try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError(
-            f"numpy_function on the JAX backend declares its result's shape before running fn: the "
-            f"inputs' shapes {', '.join(map(str, shapes))} do not broadcast, so pass "
-            "output_shape=lambda *shapes: RESULT_SHAPE"
-        ) from None
+        return bool(a == b)
+    except Exception:  # two symbolic sizes JAX cannot compare
+        return False
 
 
 def numpy_dtype(dtype: Any) -> np.dtype:

@@ -249,6 +249,17 @@ def test_straight_through_in_fit(regression_data):
     np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_numpy_function_in_fit(regression_data):
+    """A NumPy cube whose declared gradient is 3 (its true one is 3 h**2): the declared one trains."""
+    x, t = regression_data
+    cube = G.numpy_function(lambda h: h**3, lambda h, dy: 3.0 * dy)
+    model = _two_linear_layers(keras.layers.Lambda(cube))
+    w1, w2 = (w.copy() for w in model.get_weights())
+    _one_sgd_step(model, x, t)
+    expected = _manual_first_layer_step(w1, w2, x, t, lambda d: 3.0 * d, forward=lambda h: h**3)
+    np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_layers_save_and_load(tmp_path):
     inp = keras.Input((3,))
     h = keras.layers.Dense(4)(inp)
