@@ -41,7 +41,7 @@ from ..keras_backend import BackendError
 
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]
 
-# Keras backend -> the module of its own gradient mechanisms (each with the same four functions)
+# Keras backend -> the module of its own gradient mechanisms (each defines the same five functions)
 BACKEND_MODULES = {"tensorflow": "tf_ops", "jax": "jax_ops"}
 
 

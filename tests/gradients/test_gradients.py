@@ -324,3 +324,30 @@ def test_another_backend_is_refused_in_one_line():
     line = out.stdout.strip()
     assert line.startswith("BackendError") and "'numpy'" in line and "KERAS_BACKEND=jax" in line, out
     assert len(line.splitlines()) == 1
+
+
+def test_every_backend_module_offers_the_same_mechanisms():
+    """Each module of ops.BACKEND_MODULES defines the same functions (read, not imported: each
+    imports its own framework)."""
+    import ast
+    import pathlib
+
+    from saliency_kit.gradients import ops
+
+    folder = pathlib.Path(ops.__file__).parent
+    offered = {}
+    for backend, module in ops.BACKEND_MODULES.items():
+        tree = ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))
+        exported = next(
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__"
+        )
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert set(exported) <= defined, (backend, set(exported) - defined)
+        offered[backend] = sorted(exported)
+    assert (
+        offered["tensorflow"]
+        == offered["jax"]
+        == ["broadcast_shape", "custom_gradient", "host_call", "numpy_dtype", "vjp"]
+    )
