@@ -1,11 +1,18 @@
 """sk.gradients and sk.layers: textbook cases, each eagerly, in tf.function, under nested tapes and in fit."""
 
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import saliency_kit as sk
+from saliency_kit.gradients import ops
 
 G = sk.gradients
 CONTEXTS = ["eager", "tf.function"]
@@ -307,11 +314,6 @@ def test_float16_gradients_keep_their_dtype():
 
 def test_another_backend_is_refused_in_one_line():
     """On a Keras backend the tools do not run on, calling one names the backend and what to use."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
     code = (
         "import numpy as np\n"
         "import saliency_kit.gradients as G\n"
@@ -329,11 +331,6 @@ def test_another_backend_is_refused_in_one_line():
 def test_every_backend_module_offers_the_same_mechanisms():
     """Each module of ops.BACKEND_MODULES defines the same functions (read, not imported: each
     imports its own framework)."""
-    import ast
-    import pathlib
-
-    from saliency_kit.gradients import ops
-
     folder = pathlib.Path(ops.__file__).parent
     offered = {}
     for backend, module in ops.BACKEND_MODULES.items():
