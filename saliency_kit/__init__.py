@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .keras_backend import require_tensorflow
+from .keras_backend import require_tensorflow, selected_backend
 
 __version__ = "0.1.0"
 
@@ -64,10 +64,13 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
 # so another backend (KERAS_BACKEND=jax, torch, numpy) gets one clear error, not an ImportError
 # from deep inside.
 _WITHOUT_TENSORFLOW = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec"}
+# Names that run on Keras' JAX backend too, importing no TensorFlow there.
+_ON_JAX = {"gradients", "layers"}
 
 
 def __getattr__(name: str):
-    if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_TENSORFLOW:
+    on_jax = name in _ON_JAX and selected_backend()[0].lower() == "jax"
+    if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_TENSORFLOW and not on_jax:
         require_tensorflow()
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
