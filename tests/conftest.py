@@ -17,5 +17,16 @@ import pytest  # noqa: E402
 def _seed():
     import keras
 
-    keras.utils.set_random_seed(1234)
+    if keras.backend.backend() == "tensorflow":
+        keras.utils.set_random_seed(1234)
+    else:  # the same seeds without TensorFlow, which keras.utils.set_random_seed imports if installed
+        import random
+
+        import numpy as np
+        from keras.src.backend.common import global_state
+
+        global_state.set_global_attribute("global_random_seed", 1234)
+        global_state.set_global_attribute("global_seed_generator", None)  # recreated from the seed
+        random.seed(1234)
+        np.random.seed(1234)
     yield

@@ -1,8 +1,11 @@
 """Gradient overrides: keep the forward pass, change the backward pass.
 
-Every function here works eagerly, inside ``tf.function``, inside Keras models trained with
-``fit`` and under nested ``tf.GradientTape``s. For layers you can put in a model (and save), see
-:mod:`saliency_kit.gradients.layers`.
+Every function here is written once in ``keras.ops`` and runs on Keras' TensorFlow and JAX
+backends: eagerly, inside ``tf.function`` or ``jax.jit``, inside Keras models trained with
+``fit``, and under nested ``tf.GradientTape``s or ``jax.grad``s. The three things a backend does
+its own way (a function with its own gradient, the gradient of a function at a point, calling NumPy
+from a compiled program) live in :mod:`.tf_ops` and :mod:`.jax_ops`. For layers you can put in a
+model (and save), see :mod:`saliency_kit.gradients.layers`.
 
 =======================================  =====================  ==================================
 call                                     forward                backward (``dx`` for incoming ``dy``)
@@ -14,25 +17,56 @@ call                                     forward                backward (``dx``
 ``numpy_function(fn, grad_fn)(*xs)``     ``fn(*xs)`` (NumPy)    ``grad_fn(*xs, dy)`` (NumPy)
 =======================================  =====================  ==================================
 
-Under nested tapes the override applies at every order: with ``y = scale(x, 5)``, every
-derivative that passes through ``y`` is multiplied by 5, including when an outer tape
-differentiates a gradient computed by an inner one. ``numpy_function``'s gradient is computed in
-NumPy and has no gradient of its own (an outer tape sees it as a constant).
+Under nested tapes (or ``jax.grad`` of a ``jax.grad``) the override applies at every order: with
+``y = scale(x, 5)``, every derivative that passes through ``y`` is multiplied by 5, including when
+an outer tape differentiates a gradient computed by an inner one. ``numpy_function``'s gradient is
+computed in NumPy and has no gradient of its own (an outer tape sees it as a constant).
+
+On JAX each tool is a ``custom_vjp`` function, so it is differentiated in reverse mode only
+(``jax.grad``, ``jax.vjp``, ``jax.jacrev``, Keras' ``fit``); ``jax.jvp``, ``jax.jacfwd`` and
+``jax.hessian`` refuse it with JAX's own error. Other Keras backends are refused in one line.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
+import keras
 import numpy as np
-import tensorflow as tf
+
+from ..keras_backend import BackendError
 
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]
 
+# Keras backend -> the module of its own gradient mechanisms (each defines the same five functions)
+BACKEND_MODULES = {"tensorflow": "tf_ops", "jax": "jax_ops"}
+
+
+def _backend() -> ModuleType:
+    """The active backend's module of :data:`BACKEND_MODULES`, imported on first use so that a JAX
+    process never imports TensorFlow; another backend is refused in one line."""
+    name = keras.backend.backend()
+    if name not in BACKEND_MODULES:
+        raise BackendError(
+            f"sk.gradients runs on Keras' TensorFlow and JAX backends; received backend {name!r}: "
+            "set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax"
+        )
+    return importlib.import_module(f".{BACKEND_MODULES[name]}", __package__)
+
 
 def _as_tensor(x: Any) -> Any:
-    return x if isinstance(x, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(x)
+    if isinstance(x, keras.Variable) or not keras.ops.is_tensor(x):
+        return keras.ops.convert_to_tensor(x)
+    return x  # a backend tensor (or a tf.Variable) goes in as it is
+
+
+def _with_gradient(x: Any, backward: Callable[[Any], Any]) -> Any:
+    """``x`` unchanged on the forward pass, ``backward(dy)`` as its gradient."""
+    op = _backend().custom_gradient(keras.ops.copy, lambda xs, dy: backward(dy))
+    return op(_as_tensor(x))
 
 
 def scale(x: Any, factor: Any) -> Any:
@@ -41,15 +75,7 @@ def scale(x: Any, factor: Any) -> Any:
     ``factor`` is a Python number or a scalar tensor (``-1`` reverses the gradient, as in
     domain-adversarial training; ``0`` stops it while keeping the value).
     """
-
-    @tf.custom_gradient
-    def _scale(x: Any) -> Any:
-        def backward(dy: Any) -> Any:
-            return dy * tf.cast(factor, dy.dtype)
-
-        return tf.identity(x), backward
-
-    return _scale(_as_tensor(x))
+    return _with_gradient(x, lambda dy: dy * keras.ops.cast(factor, dy.dtype))
 
 
 def clip(x: Any, low: Any, high: Any) -> Any:
@@ -57,19 +83,15 @@ def clip(x: Any, low: Any, high: Any) -> Any:
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
         raise ValueError(f"clip needs low <= high; received low={low}, high={high}")
 
-    @tf.custom_gradient
-    def _clip(x: Any) -> Any:
-        def backward(dy: Any) -> Any:
-            return tf.clip_by_value(dy, tf.cast(low, dy.dtype), tf.cast(high, dy.dtype))
+    def backward(dy: Any) -> Any:
+        return keras.ops.clip(dy, keras.ops.cast(low, dy.dtype), keras.ops.cast(high, dy.dtype))
 
-        return tf.identity(x), backward
-
-    return _clip(_as_tensor(x))
+    return _with_gradient(x, backward)
 
 
 def clip_norm(x: Any, max_norm: Any, axes: Any = None) -> Any:
     """Identity on the forward pass; the gradient is rescaled so that its L2 norm is at most
-    ``max_norm`` (``tf.clip_by_norm``).
+    ``max_norm`` (the formula of ``tf.clip_by_norm``).
 
     Args:
         x: any float tensor.
@@ -79,115 +101,114 @@ def clip_norm(x: Any, max_norm: Any, axes: Any = None) -> Any:
     """
     if isinstance(max_norm, (int, float)) and max_norm <= 0:
         raise ValueError(f"clip_norm needs max_norm > 0; received {max_norm}")
+    axis = None if axes is None else tuple(int(a) for a in axes)
+    return _with_gradient(x, lambda dy: _clip_by_norm(dy, max_norm, axis))
 
-    @tf.custom_gradient
-    def _clip_norm(x: Any) -> Any:
-        def backward(dy: Any) -> Any:
-            return tf.clip_by_norm(dy, tf.cast(max_norm, dy.dtype), axes=axes)
 
-        return tf.identity(x), backward
-
-    return _clip_norm(_as_tensor(x))
+def _clip_by_norm(dy: Any, max_norm: Any, axis: tuple[int, ...] | None) -> Any:
+    """``dy * max_norm / max(||dy||, max_norm)``, the norm over ``axis`` (all axes for ``None``),
+    computed as ``tf.clip_by_norm`` does (a zero ``dy`` has norm 0, without a NaN gradient)."""
+    ops = keras.ops
+    max_norm = ops.cast(max_norm, dy.dtype)
+    squares = ops.sum(dy * dy, axis=axis, keepdims=True)
+    positive = squares > 0
+    norm = ops.where(positive, ops.sqrt(ops.where(positive, squares, ops.ones_like(squares))), squares)
+    return ops.copy((dy * max_norm) / ops.maximum(norm, max_norm))
 
 
 def straight_through(forward: Callable, backward: Callable) -> Callable:
     """A function ``f`` with ``f(x) == forward(x)`` and ``df/dx == d backward(x) / dx``.
 
-    The classic straight-through estimator is ``straight_through(tf.round, tf.identity)``:
-    rounding on the forward pass, the identity's gradient on the backward pass.
-    ``forward`` and ``backward`` take and return one tensor of the same shape; ``backward`` must be
-    differentiable. ``forward(x)`` is returned exactly as computed (it is not rebuilt as
+    The classic straight-through estimator is ``straight_through(keras.ops.round, lambda t: t)``
+    (``straight_through(tf.round, tf.identity)`` on TensorFlow): rounding on the forward pass, the
+    identity's gradient on the backward pass. ``forward`` and ``backward`` take and return one
+    tensor of the same shape; ``backward`` must be differentiable by the active backend.
+    ``forward(x)`` is returned exactly as computed (it is not rebuilt as
     ``backward(x) + stop_gradient(forward(x) - backward(x))``, which rounds differently).
     """
 
     def f(x: Any) -> Any:
-        x = _as_tensor(x)
-
-        @tf.custom_gradient
-        def _straight_through(x: Any) -> Any:
-            def grad(dy: Any) -> Any:
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    surrogate = backward(x)
-                return tape.gradient(surrogate, x, output_gradients=dy)
-
-            return forward(x), grad
-
-        return _straight_through(x)
+        backend = _backend()
+        op = backend.custom_gradient(forward, lambda xs, dy: backend.vjp(backward, xs[0], dy))
+        return op(_as_tensor(x))
 
     f.__name__ = f"straight_through_{getattr(forward, '__name__', 'forward')}"
     return f
 
 
-def numpy_function(fn: Callable, grad_fn: Callable, output_dtype: Any = tf.float32) -> Callable:
-    """A differentiable TensorFlow op from a NumPy function and a NumPy gradient.
+def numpy_function(
+    fn: Callable, grad_fn: Callable, output_dtype: Any = "float32", output_shape: Callable | None = None
+) -> Callable:
+    """A differentiable op from a NumPy function and a NumPy gradient.
 
     Args:
-        fn: ``fn(*arrays) -> array``, run with ``tf.numpy_function`` on the forward pass.
+        fn: ``fn(*arrays) -> array``, run on the host on the forward pass (``tf.numpy_function`` on
+            TensorFlow, ``jax.pure_callback`` on JAX).
         grad_fn: ``grad_fn(*arrays, dy) -> one gradient per input`` (a tuple, or a single array
             when there is one input); NumPy arrays in and out. Each gradient is cast to its input's
-            dtype and must have its input's shape. ``None`` marks an input with no gradient.
-        output_dtype: dtype of ``fn``'s result.
+            dtype and must have its input's shape (or the output's, for an input that was
+            broadcast: it is summed back). ``None`` marks an input with no gradient.
+        output_dtype: dtype of ``fn``'s result (a name such as ``"float32"``, or a dtype).
+        output_shape: ``output_shape(*input_shapes) -> shape`` of ``fn``'s result, each shape a
+            tuple; ``None`` (default) declares the broadcast of the inputs' shapes, as element-wise
+            functions keep. JAX needs every result's shape before running ``fn``: give it when
+            ``fn`` changes the shape.
 
     Returns:
-        ``op(*tensors) -> tensor``. The result's static shape is the broadcast of the inputs'
-        static shapes when ``fn`` keeps that shape (as element-wise functions do), otherwise
-        unknown; the op is not differentiable twice (an outer tape sees its gradient as constant).
+        ``op(*tensors) -> tensor``. On TensorFlow the result's static shape is ``output_shape``'s,
+        else the broadcast of the inputs' static shapes, else unknown; on JAX it is
+        ``output_shape``'s or the broadcast (inputs that do not broadcast are refused). The op is
+        not differentiable twice (an outer tape sees its gradient as constant).
 
     Example, the element-wise ``x mod y`` with ``d/dx = 1`` and ``d/dy = -floor(x / y)``::
 
         mod = numpy_function(np.mod, lambda x, y, dy: (dy, -dy * np.floor(x / y)))
     """
-    output_dtype = tf.as_dtype(output_dtype)
 
     def op(*given: Any) -> Any:
         tensors = [_as_tensor(t) for t in given]
         if not tensors:
             raise ValueError("a numpy_function op needs at least one input tensor")
+        backend = _backend()
+        dtype = keras.backend.standardize_dtype(output_dtype)
+        shapes = [_static_shape(t) for t in tensors]
+        shape = backend.broadcast_shape(shapes) if output_shape is None else tuple(output_shape(*shapes))
+        differentiable = [_differentiable(t) for t in tensors]
+        grad_dtypes = [t.dtype if d else "float32" for t, d in zip(tensors, differentiable)]
+        numpy_dtypes = [backend.numpy_dtype(d) for d in grad_dtypes]
 
-        @tf.custom_gradient
-        def _op(*xs: Any) -> Any:
-            y = tf.numpy_function(fn, list(xs), output_dtype, stateful=False)
-            y.set_shape(_broadcast_static_shape(xs))
+        def forward(*xs: Any) -> Any:
+            (y,) = backend.host_call(fn, list(xs), [(shape, dtype)])
+            return y
 
-            def backward(dy: Any) -> Any:
-                dtypes = [x.dtype if x.dtype.is_floating or x.dtype.is_complex else tf.float32 for x in xs]
-                grads = tf.numpy_function(
-                    lambda *args: _checked_grads(grad_fn, args, len(xs), dtypes),
-                    [*xs, dy],
-                    dtypes,
-                    stateful=False,
-                )
-                grads = grads if isinstance(grads, (list, tuple)) else [grads]
-                result: list[Any] = []
-                for x, g in zip(xs, grads):
-                    if not (x.dtype.is_floating or x.dtype.is_complex):
-                        result.append(None)  # integer inputs have no gradient
-                        continue
-                    g.set_shape(x.shape)
-                    result.append(g)
-                return result
+        def backward(xs: Sequence[Any], dy: Any) -> tuple[Any, ...]:
+            held = [keras.ops.stop_gradient(t) for t in [*xs, dy]]  # constants to an outer tape
+            grads = backend.host_call(
+                lambda *args: _checked_grads(grad_fn, args, len(xs), numpy_dtypes),
+                held,
+                list(zip(shapes, grad_dtypes)),
+            )
+            return tuple(g if d else None for g, d in zip(grads, differentiable))  # integers: none
 
-            return y, backward
-
-        return _op(*tensors)
+        return backend.custom_gradient(forward, backward)(*tensors)
 
     op.__name__ = getattr(fn, "__name__", "numpy_function")
     return op
 
 
-def _broadcast_static_shape(xs: Sequence[tf.Tensor]) -> tf.TensorShape:
-    shape = tf.TensorShape(xs[0].shape)
+def _static_shape(x: Any) -> tuple | None:
     try:
-        for x in xs[1:]:
-            shape = tf.broadcast_static_shape(shape, x.shape)
-    except ValueError:
-        return tf.TensorShape(None)
-    return shape
+        return tuple(x.shape)
+    except (TypeError, ValueError):  # a TensorFlow tensor of unknown rank
+        return None
 
 
-def _checked_grads(grad_fn: Any, args: Any, n_inputs: Any, dtypes: Any) -> Any:
-    """Call ``grad_fn`` and return one array per input, of the input's shape and dtype."""
+def _differentiable(x: Any) -> bool:
+    return keras.backend.standardize_dtype(x.dtype).startswith(("float", "bfloat", "complex"))
+
+
+def _checked_grads(grad_fn: Any, args: Any, n_inputs: Any, dtypes: Sequence[Any]) -> Any:
+    """Call ``grad_fn`` and return one array per input, of the input's shape and (NumPy) dtype."""
     *inputs, dy = args
     grads = grad_fn(*inputs, dy)
     if n_inputs == 1 and not isinstance(grads, (tuple, list)):
@@ -208,7 +229,7 @@ def _checked_grads(grad_fn: Any, args: Any, n_inputs: Any, dtypes: Any) -> Any:
                     f"numpy_function's grad_fn returned a gradient of shape {g.shape} for an input "
                     f"of shape {np.shape(x)}"
                 ) from None
-        out.append(g.astype(dtype.as_numpy_dtype))
+        out.append(g.astype(dtype))
     return out
 
 

@@ -1,11 +1,18 @@
 """sk.gradients and sk.layers: textbook cases, each eagerly, in tf.function, under nested tapes and in fit."""
 
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import saliency_kit as sk
+from saliency_kit.gradients import ops
 
 G = sk.gradients
 CONTEXTS = ["eager", "tf.function"]
@@ -249,6 +256,17 @@ def test_straight_through_in_fit(regression_data):
     np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_numpy_function_in_fit(regression_data):
+    """A NumPy cube whose declared gradient is 3 (its true one is 3 h**2): the declared one trains."""
+    x, t = regression_data
+    cube = G.numpy_function(lambda h: h**3, lambda h, dy: 3.0 * dy)
+    model = _two_linear_layers(keras.layers.Lambda(cube))
+    w1, w2 = (w.copy() for w in model.get_weights())
+    _one_sgd_step(model, x, t)
+    expected = _manual_first_layer_step(w1, w2, x, t, lambda d: 3.0 * d, forward=lambda h: h**3)
+    np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_layers_save_and_load(tmp_path):
     inp = keras.Input((3,))
     h = keras.layers.Dense(4)(inp)
@@ -292,3 +310,41 @@ def test_float16_gradients_keep_their_dtype():
     g = tape.gradient(y, x)
     assert g.dtype == tf.float16
     np.testing.assert_allclose(g.numpy(), [3.0, 1.5])
+
+
+def test_another_backend_is_refused_in_one_line():
+    """On a Keras backend the tools do not run on, calling one names the backend and what to use."""
+    code = (
+        "import numpy as np\n"
+        "import saliency_kit.gradients as G\n"
+        "try:\n    G.scale(np.ones(2, np.float32), 2.0)\n"
+        "except RuntimeError as error:\n    print(type(error).__name__, error)\n"
+    )
+    root = pathlib.Path(sk.__file__).resolve().parents[1]
+    env = {**os.environ, "KERAS_BACKEND": "numpy", "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    line = out.stdout.strip()
+    assert line.startswith("BackendError") and "'numpy'" in line and "KERAS_BACKEND=jax" in line, out
+    assert len(line.splitlines()) == 1
+
+
+def test_every_backend_module_offers_the_same_mechanisms():
+    """Each module of ops.BACKEND_MODULES defines the same functions (read, not imported: each
+    imports its own framework)."""
+    folder = pathlib.Path(ops.__file__).parent
+    offered = {}
+    for backend, module in ops.BACKEND_MODULES.items():
+        tree = ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))
+        exported = next(
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__"
+        )
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert set(exported) <= defined, (backend, set(exported) - defined)
+        offered[backend] = sorted(exported)
+    assert (
+        offered["tensorflow"]
+        == offered["jax"]
+        == ["broadcast_shape", "custom_gradient", "host_call", "numpy_dtype", "vjp"]
+    )
