@@ -67,6 +67,35 @@ def rows() -> list[Row]:
     return found
 
 
+def metric_rows() -> list[str]:
+    """Every declared metric: each scores the gradient of the shipped classifier on every backend."""
+    from saliency_kit import evaluate
+
+    return [metric.name for metric in evaluate.metrics()]
+
+
+def run_metric(metric: str, model) -> dict:
+    """``{"per_input": [B]}`` of ``metric`` scoring the gradient of class 1 (cheap settings, seed 0)."""
+    from method_support import CHEAP_METRICS
+
+    from saliency_kit import evaluate
+
+    mask = np.zeros((B, 64, 64), bool)
+    mask[:, 16:40, 20:44] = True
+    found = evaluate.compare(
+        model,
+        inputs_of("shapes", model),
+        ["gradient"],
+        [metric],
+        targets=1,
+        masks=mask,
+        seed=0,
+        metric_options={metric: CHEAP_METRICS.get(metric, {})},
+    )
+    row = next(r for r in found["rows"] if r["method"] == "gradient")
+    return {"per_input": np.asarray(row["per_input"], np.float64)}
+
+
 def model_of(row: Row) -> str:
     return {"several": "image_meta", "tokens": "text"}.get(row.input_kind, TARGET_KINDS[row.target_kind])
 
@@ -193,6 +222,13 @@ def write_reference(folder: pathlib.Path) -> None:
             continue
         for key, value in result.items():
             arrays[f"{row.id}/{key}"] = value
+    for metric in metric_rows():
+        try:
+            arrays[f"metric-{metric}/per_input"] = run_metric(metric, models.get("shapes") or load("shapes", folder))[
+                "per_input"
+            ]
+        except Exception as error:  # noqa: BLE001 - a refusal is part of the reference
+            refusals[f"metric-{metric}"] = f"{type(error).__name__}: {error}"
     np.savez(folder / "reference.npz", **arrays)
     (folder / "refusals.json").write_text(json.dumps(refusals, indent=1, sort_keys=True))
 

@@ -13,7 +13,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conformance_support import Row, load, model_of, rows, run
+from conformance_support import Row, load, metric_rows, model_of, rows, run, run_metric
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() == "tensorflow", reason="the reference backend: run with KERAS_BACKEND=jax"
@@ -73,3 +73,23 @@ def test_the_row_gives_tensorflows_numbers(row: Row, reference):
         scale = max(float(np.abs(expected).max()), 1e-30)
         error = float(np.abs(value - expected).max()) / scale
         assert error <= TOLERANCE, f"{key}: largest difference {error:.2e} of the largest value"
+
+
+@pytest.mark.parametrize("metric", metric_rows())
+def test_every_metric_gives_tensorflows_scores(metric, reference):
+    """Each declared metric scoring the same map on the same weights: the same per-input scores
+    (its perturbations are seeded per input, the same draws on every backend)."""
+    folder, arrays, refusals = reference
+    if "shapes" not in _models:
+        _models["shapes"] = load("shapes", folder)
+    if f"metric-{metric}" in refusals:
+        with pytest.raises(Exception) as refused:
+            run_metric(metric, _models["shapes"])
+        assert type(refused.value).__name__ == refusals[f"metric-{metric}"].split(":")[0], str(refused.value)
+        return
+    got = run_metric(metric, _models["shapes"])["per_input"]
+    expected = arrays[f"metric-{metric}/per_input"]
+    scale = max(float(np.nanmax(np.abs(expected))), 1e-30) if np.isfinite(expected).any() else 1.0
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    error = float(np.nanmax(np.abs(got - expected))) / scale if np.isfinite(expected).any() else 0.0
+    assert error <= TOLERANCE, f"largest difference {error:.2e} of the largest score"
