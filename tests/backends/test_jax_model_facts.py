@@ -262,6 +262,11 @@ for m in (model, fused):
 assert callable_columns(model, lambda out: out[:, :2]) == 2
 converted = keras.Sequential([keras.Input((3, 8, 8)), keras.layers.Permute((2, 3, 1)), keras.layers.Conv2D(2, 3)])
 assert traced_channel_axis(converted, (3, 8, 8), "float32").axis == 1
+from saliency_kit.model.inspect import channel_axis, derived_state
+assert channel_axis(converted, 3, (3, 8, 8)) == 0
+normalization = keras.layers.Normalization()
+normalization.adapt(np.arange(12, dtype="float32").reshape(4, 3))
+assert [entry[:3] for entry in derived_state(normalization)] == [("mean", "<f4", (1, 3)), ("variance", "<f4", (1, 3))]
 assert "tensorflow" not in sys.modules, "TensorFlow was imported"
 """
 
