@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
 )
 
-import jax  # noqa: E402 - after the skip: only the JAX process runs these
+jax = pytest.importorskip("jax")  # a TensorFlow-only install has no JAX
 import numpy as np  # noqa: E402
 
 from saliency_kit.model.input_axes import traced_channel_axis  # noqa: E402
