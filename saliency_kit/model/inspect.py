@@ -1,6 +1,7 @@
 """Facts about a user's Keras model that the engine needs: its input signature, the channel axis
 of its inputs, how to copy its weights into a rewritten copy, and the state it keeps outside its
-variables (which keys the engine's caches).
+variables (which keys the engine's caches). Importing it imports no framework but Keras: TensorFlow
+is imported on its path only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from .copy import input_signature as copy_signature
 from .input_axes import SPATIAL_LAYER_KINDS, may_move_axes, traced_channel_axis
@@ -49,6 +49,12 @@ def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
 
 
 def _outside_any_trace(fn: Callable) -> Any:
+    """``fn()`` (which traces the model) out of any TensorFlow kernel being traced; a JAX trace
+    is a program of its own, nested in a kernel's without landing in it."""
+    if keras.backend.backend() == "jax":
+        return fn()
+    import tensorflow as tf
+
     with tf.init_scope():  # tracing the model must not land in a kernel being traced
         return fn()
 
@@ -132,6 +138,7 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
         tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+    import tensorflow as tf
 
     @tf.function(autograph=False)
     def sync() -> None:
@@ -141,7 +148,15 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
     return sync
 
 
-_EAGER_TENSOR = type(tf.constant(0.0))  # variables are not of this type
+def _eager_tensor_type() -> type:
+    """The active backend's concrete tensor type (variables are not of this type)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.Array
+    import tensorflow as tf
+
+    return type(tf.constant(0.0))
 
 
 def derived_state(layer: Any) -> tuple:
@@ -150,8 +165,9 @@ def derived_state(layer: Any) -> tuple:
     compiled function captures such tensors as constants, so they key the engine's caches, by
     value (small per-channel statistics in practice)."""
     state = []
+    tensor = _eager_tensor_type()
     for name, value in vars(layer).items():
-        if isinstance(value, _EAGER_TENSOR):
-            data = np.ascontiguousarray(value.numpy())
+        if isinstance(value, tensor):
+            data = np.ascontiguousarray(np.asarray(value))
             state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
     return tuple(state)
