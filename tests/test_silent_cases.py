@@ -537,7 +537,7 @@ def test_a_converted_model_around_a_channels_last_backbone_is_followed_through_i
     )
     first = keras.Input((3, 10, 7))
     model = keras.Model(first, backbone(keras.layers.Permute((2, 3, 1))(first)), name="converted")
-    assert input_axes._front(model) is not None  # the backbone is not traced to find the axes
+    assert input_axes.front_of(model) is not None  # the backbone is not traced to find the axes
     assert input_axes.traced_channel_axis(model, (3, 10, 7), "float32").axis == 1
     x = RNG.normal(size=(2, 10, 7, 3)).astype("float32")
     expl = sk.explain(

@@ -9,7 +9,8 @@ data format says where its channels are, and the composition says which input ax
 
 Operations on the way that keep axes where they are (element-wise arithmetic, casts, padding,
 crops, resizes, normalisation) are passed through; an operation that may move axes in a way that
-cannot be followed (a reshape, a gather) makes the answer *unsure*.
+cannot be followed (a reshape, a gather) makes the answer *unsure*. On JAX the traced program
+is followed instead (:mod:`.jax_input_axes`); importing this module imports no framework.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
-
 from . import keras_private
 from .walker import is_graph_model, walk
 
 if TYPE_CHECKING:
     import keras
+    import tensorflow as tf
 
-__all__ = ["Traced", "traced_channel_axis", "may_move_axes", "SPATIAL_LAYER_KINDS"]
+__all__ = ["Traced", "traced_channel_axis", "may_move_axes", "front_of", "SPATIAL_LAYER_KINDS"]
 
 #: Keras layer class names (parts) whose ``data_format`` says where their channels are
 SPATIAL_LAYER_KINDS = ("Conv", "Pooling", "UpSampling", "Cropping", "ZeroPadding", "LocallyConnected")
@@ -120,6 +120,8 @@ def _follow(tensor: tf.Tensor, source: Any, reaching: set) -> tuple[list | None,
     """``(axes, moved)``: ``axes[i]`` the axis of ``source`` at position ``i`` of ``tensor`` (``None``
     for an axis added on the way), or ``None`` when the way cannot be followed; ``moved`` whether
     a transpose lies on the way."""
+    import tensorflow as tf
+
     chain = []
     while tensor.name != source.name:
         op = tensor.op
@@ -181,7 +183,7 @@ def may_move_axes(model: keras.Model) -> bool:
     return False
 
 
-def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
+def front_of(model: keras.Model) -> tuple[keras.Model, int] | None:
     """``(front, position)`` for a functional model: ``front`` the model from its input to the
     input of its first spatial layer (or of a nested model of Keras layers holding them),
     ``position`` where that layer takes its channels (``1`` or ``-1``); ``None`` otherwise."""
@@ -215,7 +217,9 @@ def _front(model: keras.Model) -> tuple[keras.Model, int] | None:
 def _front_axis(model: keras.Model, shape: tuple, dtype: Any) -> Traced | None:
     """:func:`traced_channel_axis` by tracing the model's front only (up to its first spatial
     layer), when it is functional; ``None`` when that does not apply."""
-    front = _front(model)
+    import tensorflow as tf
+
+    front = front_of(model)
     if front is None:
         return None
     front, position = front
@@ -238,8 +242,17 @@ def traced_channel_axis(model: keras.Model, shape: tuple, dtype: str) -> Traced:
     first spatial operation: ``Traced(axis)`` the input axis (batch included) holding that
     operation's channels. ``Traced(None)`` when the model has no spatial operation reached from
     its input (sequences without convolutions, tabular models) or cannot be traced symbolically.
-    A functional model is traced up to its first spatial layer only; others as a whole.
+    A functional model is traced up to its first spatial layer only; others as a whole. The
+    active backend traces it: a TensorFlow graph, or a JAX program (:mod:`.jax_input_axes`).
     """
+    import keras
+
+    if keras.backend.backend() == "jax":
+        from . import jax_input_axes
+
+        return Traced(*jax_input_axes.traced_channel_axis(model, front_of(model), shape, dtype))
+    import tensorflow as tf
+
     front = _front_axis(model, shape, dtype)
     if front is not None:
         return front

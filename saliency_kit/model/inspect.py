@@ -1,6 +1,7 @@
 """Facts about a user's Keras model that the engine needs: its input signature, the channel axis
 of its inputs, how to copy its weights into a rewritten copy, and the state it keeps outside its
-variables (which keys the engine's caches).
+variables (which keys the engine's caches). Importing it imports no framework but Keras: TensorFlow
+is imported on its path only.
 """
 
 from __future__ import annotations
@@ -143,7 +144,6 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
         tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
-
     if keras.backend.backend() != "tensorflow":
 
         def assign() -> None:

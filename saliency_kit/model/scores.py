@@ -81,8 +81,9 @@ def _keeps_values(op: Any) -> bool:
 
 
 def _fused(op: Any) -> bool:
-    """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument."""
-    if isinstance(op, (keras.layers.Activation, keras.Model)):
+    """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument (on
+    TensorFlow; JAX's traced program shows it, and a twin's config would import TensorFlow)."""
+    if isinstance(op, (keras.layers.Activation, keras.Model)) or keras.backend.backend() == "jax":
         return False
     activation = getattr(op, "activation", None)
     return (
@@ -93,15 +94,13 @@ def _fused(op: Any) -> bool:
 
 
 def _specs(op: Any) -> list | None:
-    """Symbolic input specs of ``op``'s (first) call in a functional graph, or of a model."""
-    import tensorflow as tf
-
+    """``(shape, dtype)`` of each input of ``op``'s (first) call in a functional graph, or of a model."""
     if isinstance(op, keras.Model) and not keras_private.inbound_nodes(op):
-        return [tf.TensorSpec(shape, dtype) for shape, dtype in input_signature(op)]
+        return [(tuple(shape), dtype) for shape, dtype in input_signature(op)]
     inputs = keras_private.first_call_inputs(op)
     if not inputs or not all(keras_private.has_producer(t) for t in inputs):
         return None
-    return [tf.TensorSpec(t.shape, t.dtype) for t in inputs]
+    return [(tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in inputs]
 
 
 def _traced(op: Any) -> tuple[str, str] | None:
@@ -114,7 +113,7 @@ def _traced(op: Any) -> tuple[str, str] | None:
     if known is not None and all(a is b for a, b in zip(known[0], token)):
         return known[1]
     specs = _specs(op)
-    found = traced_squash(_call_op(op), specs) if specs else None
+    found = traced_squash(_call_op(op), specs, getattr(op, "variables", ())) if specs else None
     _traced_memo[op] = (token, found)
     return found
 
@@ -238,7 +237,8 @@ class ScoreView:
                 _warned.add(model)
                 warnings.warn(
                     f"score='logits': model {model.name!r} ends in a softmax/sigmoid inside a separately "
-                    "compiled tf.function, and the values before it cannot be reached; the gradients "
+                    "compiled tf.function (on JAX: a function with a differentiation rule of its own), and the "
+                    "values before it cannot be reached; the gradients "
                     "are of the model's output (recorded as score='output').",
                     stacklevel=3,
                 )
@@ -307,7 +307,7 @@ class ScoreView:
                 return recorder(op, lambda *args, swapped=swaps[(op.name,)], **kwargs: swapped)
             inner_swaps = {path[1:]: value for path, value in swaps.items() if len(path) > 1 and path[0] == op.name}
             if op is final and kind == "traced":  # a tap on the stripped layer sees its logits
-                return recorder(op, eager_or_traced(_call_op(op)))
+                return recorder(op, eager_or_traced(_call_op(op), getattr(op, "variables", ())))
             if op is final and kind == "fused":
                 return recorder(op, _call_op(self._twins[id(op)]))
             if (op is final or inner or inner_swaps) and is_graph_model(op):
@@ -359,7 +359,7 @@ class ScoreView:
         if not taps and not strip and not swaps:
             return self.model(called, training=False), taken
         if not taps and not swaps and self._squash is not None and self._squash[1] is self.model:  # subclassed
-            return eager_or_traced(_call_op(self.model))(called), taken
+            return eager_or_traced(_call_op(self.model), self.model.variables)(called), taken
         wanted = tuple((tuple(path_of(tap).split("/")), tap) for tap in taps)
         reach = Reach(x if isinstance(x, list) else [x]) if any(isinstance(tap, Tap) for tap in taps) else None
         values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach, shifts=shifts)
@@ -425,23 +425,31 @@ def score_columns(model: keras.Model) -> int | None:
     return int(spec[0][-1])
 
 
+def _traced_shape(fn: Callable, shape: tuple, dtype: str) -> tuple:
+    """The shape of ``fn``'s output on an input of ``shape``, traced by the active backend (nothing runs)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return tuple(getattr(jax.eval_shape(fn, jax.ShapeDtypeStruct(shape, dtype)), "shape", ()))
+    import tensorflow as tf
+
+    traced = tf.function(fn, autograph=False).get_concrete_function(tf.TensorSpec(shape, dtype))
+    return tuple(getattr(traced.structured_outputs, "shape", ()))
+
+
 def callable_columns(model: keras.Model, score_fn: Callable) -> int:
     """``K`` of a callable target ``score_fn(values) -> [B] or [B, K]`` on ``model``'s one output:
     traced symbolically (nothing runs); ``ValueError`` for another shape or several outputs."""
     spec = _output_spec(model)
     if spec is None:
         raise ValueError("a score_fn target needs a model with exactly one output.")
-    import tensorflow as tf
-
     shape, dtype = spec
-    tensor_spec = tf.TensorSpec([3, *shape[1:]], dtype)
     try:
-        result = tf.function(score_fn, autograph=False).get_concrete_function(tensor_spec).structured_outputs
+        out_shape = _traced_shape(score_fn, (3, *shape[1:]), dtype)
     except Exception as err:
         raise ValueError(
             f"targets callable failed on outputs of shape [B, {', '.join(map(str, shape[1:]))}]: {err}"
         ) from None
-    out_shape = tuple(getattr(result, "shape", ()))
     if len(out_shape) not in (1, 2) or out_shape[0] != 3 or (len(out_shape) == 2 and not out_shape[1]):
         raise ValueError(f"targets callable must return a [B] or [B, K] tensor; for B=3 it returned shape {out_shape}.")
     return 1 if len(out_shape) == 1 else int(out_shape[1])
