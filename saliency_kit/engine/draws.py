@@ -42,6 +42,7 @@ NORMAL, UNIFORM, SHARED = 0, 1, 2  # the streams
 ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 PARITY = 0x1BD11BDA  # the key schedule's constant
 SHARED_KEY = (0xFFFFFFFF, 0xFFFFFFFF)  # the input key words of draws every input shares
+PACKET = 16  # pairs per draw are padded to a multiple of this: whole SIMD packets of float32
 MAX_BITS = 24  # a float32's significand: uniform numbers are multiples of 2^-24 (or coarser)
 
 
@@ -93,10 +94,14 @@ def _draw_keys(key: Any, ids: Any, stream: int) -> tuple[Any, Any]:
 
 
 def _element_words(d0: Any, d1: Any, shape: tuple) -> tuple[Any, Any, int]:
-    """``(w0, w1, E)``: the element words ``[..., P]`` of draw keys ``d0, d1 [...]``, ``P =
-    ⌈E / 2⌉`` pairs for the ``E`` elements of ``shape``."""
+    """``(w0, w1, E)``: the element words ``[..., P]`` of draw keys ``d0, d1 [...]``, the
+    ``⌈E / 2⌉`` pairs the ``E`` elements of ``shape`` use and more up to a multiple of
+    :data:`PACKET`: a tensor of whole packets goes through a backend's vectorised ``log``, ``sin``
+    and ``cos`` only (TensorFlow's round the last bit of a tensor's tail differently), so a draw
+    is the same number wherever it sits in a chunk."""
     elements = math.prod(shape)
-    pairs = ops.cast(ops.arange((elements + 1) // 2, dtype="int32"), "uint32")
+    padded = math.ceil((elements + 1) // 2 / PACKET) * PACKET
+    pairs = ops.cast(ops.arange(padded, dtype="int32"), "uint32")
     w0, w1 = threefry(d0[..., None], d1[..., None], pairs, ops.zeros_like(pairs))
     return w0, w1, elements
 
