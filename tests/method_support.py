@@ -1,10 +1,12 @@
 """Shared by the tests: the one table of small settings every method runs with wherever a test
 runs many methods (the engine's shared-properties table, model kinds, target kinds, mixed and half
-precision), and the engine's seeded draws reproduced from their documented keys with TensorFlow's
-stateless generators directly (not through saliency_kit); and a layer that counts forward passes."""
+precision), and the engine's seeded draws reproduced from their documented keys by
+``draws_reference`` (not through saliency_kit); and a layer that counts forward passes."""
 
 import keras
 import numpy as np
+from draws_reference import normal_draws as normal_reference
+from draws_reference import uniform_draws as uniform_reference
 
 # Small settings for the methods that take many evaluations (any method not listed runs with its
 # defaults; tests/methods/test_base.py checks every long option of every method is shortened here);
@@ -62,24 +64,17 @@ def small_options(method: str, input_shape: tuple, seed: int = 7) -> dict:
 def normal_draws(seed: int, key: int, count: int, samples, shape, dtype="float32") -> np.ndarray:
     """``[len(samples), *shape]``: the standard normal noise of copies ``samples`` of the input with
     noise key ``key`` (its position, or its ``input_keys`` entry), as documented for
-    ``ctx.normal``: the stateless generator keyed by ``(seed, key · count + s)``."""
-    import tensorflow as tf
-
-    return np.stack(
-        [tf.random.stateless_normal(shape, seed=[seed, key * count + s], dtype=dtype).numpy() for s in samples]
-    )
+    ``ctx.normal``: keyed by ``(seed, key, s)`` (``count`` is not part of the key), reproduced
+    by ``draws_reference`` without saliency_kit."""
+    return normal_reference(seed, key, samples, shape).astype(dtype)
 
 
 def uniform_draws(seed: int, key, count: int, samples, shape, dtype="float32") -> np.ndarray:
     """``[len(samples), *shape]``: uniform draws as documented for ``ctx.uniform``: keyed by
-    ``(seed, −1 − (key · count + s))`` for the input with noise key ``key``, or by ``(−1 − seed, s)``
-    for draws shared by every input (``key=None``)."""
-    import tensorflow as tf
-
-    def seed_of(s):
-        return [-1 - seed, s] if key is None else [seed, -1 - (key * count + s)]
-
-    return np.stack([tf.random.stateless_uniform(shape, seed=seed_of(s), dtype=dtype).numpy() for s in samples])
+    ``(seed, key, s)`` for the input with noise key ``key``, or by ``(seed, s)`` in their own stream
+    for draws shared by every input (``key=None``); multiples of ``2^-24`` (``2^-11`` in float16)."""
+    bits = 11 if np.dtype(dtype) == np.float16 else 24
+    return uniform_reference(seed, key, samples, shape, bits).astype(dtype)
 
 
 class ForwardCounter(keras.layers.Layer):

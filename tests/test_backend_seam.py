@@ -256,20 +256,32 @@ def _shared(ctx, seed):
     return _draws(ctx, seed, shared=True)
 
 
-def test_uniform_draws_follow_their_documented_keys(tiny):
+def _noise(ctx, seed):
+    from keras import ops
+
+    eps = ctx.normal(ops.arange(4, dtype="int32"), 4)  # [n, 4, 3]
+    return ops.repeat(eps[:, None], ctx.num_targets, axis=1)
+
+
+def test_seeded_draws_follow_their_documented_keys(tiny):
+    """Uniform draws keyed by (seed, input key, draw) are exactly the reference's; the noise is
+    another stream, equal to the reference's to float32 precision; shared draws a third."""
     from method_support import normal_draws, uniform_draws
 
-    x = np.zeros((3, 3), "float32")
-    targets = np.zeros((3, 1), np.int64)
-    keys = np.array([9, 0, 2**31 - 1])
-    targets = Classes.resolved(targets)
-    job = engine.Job(tiny, x, targets, {"seed": 5}, keys=keys, batch_size=2)
+    keys = np.array([9, 0, 2**31 - 1, 2**40 + 3, 2**63 - 1])
+    x = np.zeros((len(keys), 3), "float32")
+    targets = Classes.resolved(np.zeros((len(keys), 1), np.int64))
+    seed = 2**35 + 5
+    job = engine.Job(tiny, x, targets, {"seed": seed}, keys=keys, batch_size=2)
     got = engine.run(_per_input, job)["attributions"][:, 0]
+    noise = engine.run(_noise, job)["attributions"][:, 0]
     for b, key in enumerate(keys):
-        np.testing.assert_array_equal(got[b], uniform_draws(5, int(key), 4, range(4), [3]))
-        assert not np.allclose(got[b], normal_draws(5, int(key), 4, range(4), [3]))  # another stream
+        np.testing.assert_array_equal(got[b], uniform_draws(seed, int(key), 4, range(4), [3]))
+        np.testing.assert_allclose(noise[b], normal_draws(seed, int(key), 4, range(4), [3]), rtol=1e-6, atol=1e-7)
+        assert not np.allclose(got[b], uniform_draws(seed + 1, int(key), 4, range(4), [3]))  # the seed counts
     shared = engine.run(_shared, job.with_(batch_size=32))["attributions"][:, 0]
-    np.testing.assert_array_equal(shared, np.broadcast_to(uniform_draws(5, None, 4, range(4), [3]), shared.shape))
+    np.testing.assert_array_equal(shared, np.broadcast_to(uniform_draws(seed, None, 4, range(4), [3]), shared.shape))
+    assert not np.allclose(shared[0], got[0])
     assert ((0 <= got) & (got < 1)).all() and got.std() > 0.2  # uniform on [0, 1)
 
 

@@ -42,6 +42,7 @@ from . import payload as payload_module
 from .backend import active as active_backend
 from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_count, trace_count, traced, value_key
 from .chunking import check_batch_size
+from .draws import words
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
 from .job import Job
@@ -174,8 +175,8 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
     n, group = layout.n, layout.group
     results: dict = {}
-    seed_tensor = np.int64(seed)
-    keys = np.arange(B, dtype=np.int64) if job.keys is None else np.asarray(job.keys, np.int64)
+    seed_words = words(np.int64(seed))  # uint32 [2]: the generator's key words (engine.draws)
+    keys = words(np.arange(B, dtype=np.int64) if job.keys is None else np.asarray(job.keys, np.int64))  # [B, 2]
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
@@ -185,7 +186,7 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
             count_call()
             chunk_payload = chunking.payload_slice(leaves, per_input, start, stop, n, k0, k1, group)
             out = kernel(
-                x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_tensor, chunk_payload, *arrays
+                x, chunking.pad(columns, n).astype(np.int32), index, chunk_keys, seed_words, chunk_payload, *arrays
             )
             for name, value in out.items():
                 value = backend.to_numpy(value)

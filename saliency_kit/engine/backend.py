@@ -36,7 +36,10 @@ class Backend(Protocol):
         """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays)`` returning
         ``{name: [n, K, ...]}``: ``spec.compute(ctx, **spec.options)`` run on one chunk (what it is
         built from: :class:`~saliency_kit.engine.spec.KernelSpec`); an error inside it leaves as
-        one line naming ``spec.doing``."""
+        one line naming ``spec.doing``. ``x [n, ...]``, ``targets`` int32 ``[n, group]``,
+        ``index`` int32 ``[n]``; ``keys`` uint32 ``[n, 2]`` and ``seed`` uint32 ``[2]``: the
+        (hi, lo) words of the int64 noise keys and seed (:func:`saliency_kit.engine.draws.words`),
+        the key words of the backend-neutral generator :mod:`saliency_kit.engine.draws`."""
 
     def build_values_kernel(
         self,

@@ -7,6 +7,7 @@ method combines are listed there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -16,6 +17,7 @@ from keras import ops
 from ..model.model_inputs import embedder
 from ..model.taps import Tap
 from ..model.walker import layer_at
+from . import draws, resize
 from .selection import Selection
 from .spec import KernelSpec
 
@@ -33,9 +35,10 @@ class BaseContext:
         selection: the :class:`Selection` of these rows (the columns, the target object and its
             payload sliced to this chunk).
         index: int32 ``[n]`` each input's position in the whole request.
-        keys: int64 ``[n]`` each input's noise key: the ``input_keys`` given to ``explain`` (a
-            hash of an image's path in ``saliency batch``), else its position.
-        seed: int64 scalar, the ``seed`` option (0 when the method has none).
+        keys: uint32 ``[n, 2]`` the (hi, lo) words of each input's int64 noise key: the
+            ``input_keys`` given to ``explain`` (a hash of an image's path in ``saliency
+            batch``), else its position.
+        seed: uint32 ``[2]`` the words of the int64 ``seed`` option (0 when the method has none).
         budget: model rows per input and class the method may evaluate at once.
         channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
             (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
@@ -159,8 +162,38 @@ class BaseContext:
         rows, selection, lead = self._rows(points)
         copies = int(np.prod(lead)) if lead else 1
         index = ops.reshape(ops.repeat(self.index[:, None], copies, axis=1), [-1])
-        keys = ops.reshape(ops.repeat(self.keys[:, None], copies, axis=1), [-1])
+        keys = ops.reshape(ops.repeat(self.keys[:, None], copies, axis=1), [-1, 2])
         return type(self)(self.spec, rows, selection, index, keys, self.seed, max(1, self.budget // copies), top=False)
+
+    # -- draws and resizing, the same numbers on every backend ------------------------------------
+    def normal(self, ids: Any, count: int = 0) -> Any:
+        """Standard normal noise ``[n, m, *input]`` (the inputs' dtype) for copies ``ids [m]`` of
+        each input.
+
+        Copy ``s`` of input ``b`` is keyed by ``(seed, keys[b], ids[s])`` in the backend-neutral
+        generator :func:`saliency_kit.engine.draws.normal`: the same numbers whatever the chunking,
+        on every backend, and wherever the input sits when its key is its own
+        (``explain(..., input_keys=)``). ``count`` (the number of copies) is accepted and unused.
+        """
+        return draws.normal(self.seed, self.keys, ids, self.shape, keras.backend.standardize_dtype(self.inputs.dtype))
+
+    def resize(self, maps: Any, size: Sequence[int]) -> Any:
+        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
+        axis in turn, half-pixel centres, edges held (:func:`saliency_kit.engine.resize.linear`;
+        ``tf.image.resize(method="bilinear")`` one axis at a time; ``scipy.ndimage.zoom(order=1,
+        grid_mode=True, mode="nearest")``)."""
+        return resize.linear(maps, size)
+
+    def uniform(self, ids: Any, count: int = 0, shape: tuple = (), dtype: str = "float32", shared: bool = False) -> Any:
+        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
+        like :meth:`normal` in a stream apart from its noise (:func:`saliency_kit.engine.draws.uniform`).
+        ``shared=True``: ``[m, *shape]``, the same for every input, keyed by ``(seed, ids[s])`` in
+        a third stream (masks every input shares, :func:`saliency_kit.engine.draws.shared_uniform`).
+        ``count`` is accepted and unused."""
+        dtype = keras.backend.standardize_dtype(dtype)
+        if shared:
+            return draws.shared_uniform(self.seed, ids, shape, dtype)
+        return draws.uniform(self.seed, self.keys, ids, shape, dtype)
 
 
 def run_method(spec: KernelSpec, context: type, arguments: tuple) -> dict:

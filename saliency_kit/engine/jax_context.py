@@ -15,7 +15,7 @@ Models always run with ``training=False`` and with their variables' values passe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -178,29 +178,6 @@ class Context(BaseContext):
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(structure[0]), totals)
 
     # -- helpers ------------------------------------------------------------------------------
-    def normal(self, ids: Any, count: int) -> Any:
-        """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input, keyed by
-        (seed, input key, copy) as on every backend (:func:`saliency_kit.engine.draws.normal`)."""
-        from . import draws
-
-        return draws.normal(self.seed, self.keys, ids, self.shape, self.inputs.dtype)
-
-    def uniform(self, ids: Any, count: int, shape: tuple = (), dtype: str = "float32", shared: bool = False) -> Any:
-        """Uniform numbers on [0, 1) ``[n, m, *shape]`` keyed like :meth:`normal` (another
-        stream); ``shared=True``: ``[m, *shape]``, the same for every input."""
-        from . import draws
-
-        shape = tuple(int(d) for d in shape)
-        if shared:
-            return draws.shared_uniform(self.seed, ids, shape, dtype)
-        return draws.uniform(self.seed, self.keys, ids, shape, dtype)
-
-    def resize(self, maps: Any, size: Sequence[int]) -> Any:
-        """``maps [n, K, *s]`` resized to ``[n, K, *size]`` (:func:`saliency_kit.engine.resize.linear`)."""
-        from . import resize
-
-        return resize.linear(maps, size)
-
     def host(self, fn: Callable, args: Any, dtype: Any, shape: tuple | None = None) -> Any:
         """``fn(*args)``, a pure NumPy step run on the host inside the compiled function
         (``jax.pure_callback``): its result's ``shape`` must be given."""

@@ -4,8 +4,9 @@ This module is the backend object :func:`saliency_kit.engine.backend.active` ret
 ``__all__`` is the backend's surface (:class:`saliency_kit.engine.backend.Backend`). It builds
 the ``tf.function`` kernels and says how a model's backward passes run; the :class:`Context` a
 method sees is in :mod:`saliency_kit.engine.tf_context`, the gradient tapes and target selection
-in :mod:`saliency_kit.engine.tf_gradients`. Gradient tapes, while loops, the stateless random
-generator and image resizing are in these modules and nowhere else in the engine or the methods;
+in :mod:`saliency_kit.engine.tf_gradients`. Gradient tapes and while loops are in these modules
+and nowhere else in the engine or the methods (the seeded draws and the resizing are
+backend-neutral: :mod:`.draws`, :mod:`.resize`);
 a ``jax.py`` sibling offering the same :class:`Context` and kernel builders could be added later.
 """
 
@@ -98,7 +99,9 @@ def build_kernel(spec: KernelSpec) -> Callable:
     over all of them afterwards (:func:`saliency_kit.engine.run` does that, or reuses the scores
     ``"topK"`` targets were ranked by).
     Options named in ``spec.array_names`` arrive as tensors (so a new baseline does not
-    recompile); ``seed`` arrives as a tensor too. While it is traced, the reports of the op-level
+    recompile); ``keys`` (uint32 ``[n, 2]``) and ``seed`` (uint32 ``[2]``) arrive as the words of
+    the int64 noise keys and seed (:func:`saliency_kit.engine.draws.words`), the seed also as the
+    method's ``seed`` option. While it is traced, the reports of the op-level
     backward rules it applies are appended to ``spec.reports``. An error raised inside leaves as
     one line naming ``spec.doing`` (:func:`translating`). The target's payload leaves arrive as
     the tuple argument ``payload``; with ``spec.space``, the payload is ``{"held": model inputs,
@@ -117,8 +120,8 @@ def build_kernel(spec: KernelSpec) -> Callable:
         tf.TensorSpec([n, *spec.shape], spec.dtype),
         tf.TensorSpec([n, group], tf.int32),
         tf.TensorSpec([n], tf.int32),
-        tf.TensorSpec([n], tf.int64),
-        tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([n, 2], tf.uint32),
+        tf.TensorSpec([2], tf.uint32),
         tuple(leaf_specs),
         *spec.array_specs,
     ]

@@ -18,7 +18,8 @@ combines into its formula:
 * ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
   another method;
 * ``ctx.normal(ids, count)`` — seeded noise keyed by (seed, input key, sample), so results do
-  not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch);
+  not depend on chunking (nor, with ``explain(..., input_keys=)``, on an input's batch), the
+  same numbers on every backend (:mod:`saliency_kit.engine.draws`);
 * ``ctx.resize(maps, size)`` — linear resizing of maps ``[n, K, *s]`` with 1, 2 or 3 spatial axes
   (sequences, images, volumes);
 * ``ctx.uniform(ids, count, shape)`` — seeded uniform draws keyed like ``ctx.normal`` (or shared
@@ -34,7 +35,7 @@ its moving statistics, weights are never written.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -186,66 +187,6 @@ class Context(BaseContext):
         return tf.nest.pack_sequence_as(structure[0], totals)
 
     # -- helpers ------------------------------------------------------------------------------
-    def normal(self, ids: Any, count: int) -> tf.Tensor:
-        """Standard normal noise ``[n, m, *input]`` for copies ``ids [m]`` of each input.
-
-        Copy ``s`` of input ``b`` draws from a stateless generator keyed by
-        ``(seed, keys[b] · count + s)``: the same numbers whatever the chunking, and wherever
-        the input sits when its key is its own (``explain(..., input_keys=)``).
-        """
-        n, m = self.inputs.shape[0], ids.shape[0]
-        counters = self.keys[:, None] * count + tf.cast(ids, tf.int64)[None]
-        seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
-        dtype = self.inputs.dtype
-        eps = tf.map_fn(
-            lambda s: tf.random.stateless_normal(self.shape, seed=s, dtype=dtype),
-            tf.reshape(seeds, [-1, 2]),
-            fn_output_signature=tf.TensorSpec(self.shape, dtype),
-        )
-        return tf.reshape(eps, [n, m, *self.shape])
-
-    def resize(self, maps: tf.Tensor, size: Sequence[int]) -> tf.Tensor:
-        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
-        axis in turn, half-pixel centres, edges held (``tf.image.resize(method="bilinear")`` one
-        axis at a time; ``scipy.ndimage.zoom(order=1, grid_mode=True, mode="nearest")``)."""
-        spatial, size = tuple(maps.shape[2:]), tuple(int(d) for d in size)
-        if spatial == size:
-            return maps
-        n, k = maps.shape[:2]
-        flat = tf.cast(tf.reshape(maps, [n * k, *spatial]), tf.float32)
-        if len(size) == 1:  # [m, t] as images t × 1
-            flat = tf.image.resize(flat[:, :, None, None], (size[0], 1), method="bilinear")
-        elif len(size) == 2:
-            flat = tf.image.resize(flat[..., None], size, method="bilinear")
-        else:  # each depth slice, then depth (an axis resized to its own length is unchanged)
-            planes = tf.image.resize(tf.reshape(flat, [-1, *spatial[1:], 1]), size[1:], method="bilinear")
-            columns = tf.reshape(planes, [n * k, spatial[0], size[1] * size[2], 1])
-            flat = tf.image.resize(columns, (size[0], size[1] * size[2]), method="bilinear")
-        return tf.reshape(tf.cast(flat, maps.dtype), [n, k, *size])
-
-    def uniform(
-        self, ids: Any, count: int, shape: tuple = (), dtype: str = "float32", shared: bool = False
-    ) -> tf.Tensor:
-        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
-        like :meth:`normal` by ``(seed, −1 − (keys[b] · count + s))`` (a stream apart from its
-        noise; seeds are non-negative). ``shared=True``: ``[m, *shape]``, the same for every
-        input, keyed by ``(−1 − seed, s)`` (masks every input shares)."""
-        shape = tuple(int(d) for d in shape)
-        dtype = tf.as_dtype(dtype)
-        ids = tf.cast(ids, tf.int64)
-        if shared:
-            counters = ids  # [m]
-            seeds = tf.stack([tf.fill(tf.shape(counters), -1 - self.seed), counters], axis=-1)
-        else:
-            counters = -1 - (self.keys[:, None] * count + ids[None])  # [n, m]
-            seeds = tf.stack([tf.fill(tf.shape(counters), self.seed), counters], axis=-1)
-        draws = tf.map_fn(
-            lambda s: tf.random.stateless_uniform(shape, seed=s, dtype=dtype),
-            tf.reshape(seeds, [-1, 2]),
-            fn_output_signature=tf.TensorSpec(shape, dtype),
-        )
-        return tf.reshape(draws, [*counters.shape, *shape])
-
     def host(self, fn: Callable, args: Any, dtype: Any, shape: tuple | None = None) -> tf.Tensor:
         """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
         ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,
