@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..pipeline.request import resolve_request
-from ._common import baseline_values, check_float, check_int
+from ..targets import class_names_of
+from ._common import METHOD_BASELINE, baseline_values, check_float, check_int, method_baseline
 from .draws import rng
 from .registry import metric
 from .scoring import Job, forward, padded_replacer, padded_steps, score_jobs
@@ -44,22 +45,27 @@ def completeness(
     **options: Any,
 ) -> np.ndarray:
     """``|Σ a − (f(x) − f(x̄))|`` per input and target: float ``[B, K]`` (0 = complete), where ``x̄``
-    is the input with every element set to ``perturb_baseline`` (``"black"``: the input's minimum;
-    give ``perturb_baseline=0.0`` for a method whose baseline is zeros, e.g. integrated gradients'
-    default).
+    is the point the attributions are measured from. By default (``perturb_baseline="method"``)
+    that is the explaining method's own baseline when it declares one (integrated gradients,
+    DeepLIFT, guided IG, conductance: the ``baseline`` given to it, else its default, zeros),
+    read from the method's options or from the Explanation; for any other explanation (a method
+    without a baseline, a bare array, a callable) it is ``"black"``, the input's minimum. Give
+    ``perturb_baseline=`` (``"black"``, ``"white"``, ``"mean"``, a number or an array) to measure
+    from another point. A token input explained in embedding space has an embedding as its
+    baseline: give ``perturb_baseline=`` there (``ValueError`` otherwise).
 
     Quantus 0.6.0 returns ``Σ a == f(x) − f(x̄)`` compared for exact float equality (so always
     False in practice) and normalises the attributions by default (which breaks the sum); here
     the gap itself is returned and the attributions are not normalised unless asked.
 
-    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="method"``,
     ``normalise=False``, ``abs=False``, ``score="logits"``, ``softmax=False``.
     """
     shared = Shared.read(
         options,
         seed=seed,
         batch_size=batch_size,
-        perturb_baseline="black",
+        perturb_baseline=METHOD_BASELINE,
         normalise=False,
         abs=False,
         score="logits",
@@ -67,11 +73,12 @@ def completeness(
     )
     scored = shared.prepare(model, inputs, explanation_or_method, targets)
     a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
+    chosen = shared.perturb_baseline
+    if isinstance(chosen, str) and chosen == METHOD_BASELINE:
+        own = method_baseline(scored.method, scored.options, scored.x, scored.parts)
+        chosen = "black" if own is None else own.ravel()
     baseline = np.stack(
-        [
-            baseline_values(shared.perturb_baseline, row, row.size, rng(seed, "completeness", b))
-            for b, row in enumerate(flat)
-        ]
+        [baseline_values(chosen, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
     ).reshape(scored.x.shape)
     sources = np.arange(len(flat))
     change = forward(scored, scored.x, sources) - forward(scored, baseline, sources)
@@ -196,7 +203,7 @@ def input_invariance(
             scored.target,
             scored.score,
             scored.batch_size,
-            None,
+            class_names_of(scored.class_names),
             at=None if parts is None else parts.held,
         )
     shifted = dataclasses.replace(scored, model=shifted_model, options=options, parts=parts, selection=selection)

@@ -92,7 +92,7 @@ def compare(
         model, inputs, methods, metrics: as for :func:`iter_compare`.
         progress: called as ``progress(method, metric)`` after each cell.
         settings: :func:`iter_compare`'s keywords: ``targets="top1"``, ``masks=None``, ``seed=0``,
-            ``batch_size=32``, ``metric_options=None``, ``method_options=None``.
+            ``batch_size=32``, ``class_names=None``, ``metric_options=None``, ``method_options=None``.
 
     Returns:
         ``{"rows": [{"method", "metric", "mean", "std", "per_input", "higher_is_better"}, ...]}``:
@@ -121,6 +121,7 @@ def iter_compare(
     masks: Any = None,
     seed: int = 0,
     batch_size: int = 32,
+    class_names: Any = None,
     metric_options: dict | None = None,
     method_options: dict | None = None,
 ) -> Iterator[dict]:
@@ -133,6 +134,8 @@ def iter_compare(
             masks, the localisation metrics, need ``masks``).
         masks: bool ``[B, H, W]``, each input's object.
         seed, batch_size: every metric's and method's (the random map's and noisy methods' seed).
+        class_names: the names class targets may use (a class, or a region's or box's classes by
+            name), as ``explain``'s; given to every method and metric.
         metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
         method_options: ``{method: {option: value}}``.
 
@@ -148,8 +151,9 @@ def iter_compare(
     if needs and masks is None:
         raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
     for method in methods:
+        named = {} if class_names is None else {"class_names": class_names}
         expl = explanation_of(
-            model, inputs, method, targets, seed=seed, batch_size=batch_size, **method_options.get(method, {})
+            model, inputs, method, targets, seed=seed, batch_size=batch_size, **named, **method_options.get(method, {})
         )
         for name in metrics:
             metric = declared[name]
@@ -161,7 +165,7 @@ def iter_compare(
                 masks=masks,
                 seed=seed,
                 batch_size=batch_size,
-                options=metric_options.get(name, {}),
+                options={**named, **metric_options.get(name, {})},
             )
             per_input = (
                 np.nanmean(values, axis=1)
