@@ -73,16 +73,24 @@ def completeness(
     )
     scored = shared.prepare(model, inputs, explanation_or_method, targets)
     a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
-    chosen = shared.perturb_baseline
-    if isinstance(chosen, str) and chosen == METHOD_BASELINE:
-        own = method_baseline(scored.method, scored.options, scored.x, scored.parts)
-        chosen = "black" if own is None else own.ravel()
+    chosen, own = _baseline_of(shared.perturb_baseline, scored)
+    chosen = chosen if own is None else own
     baseline = np.stack(
         [baseline_values(chosen, row, row.size, rng(seed, "completeness", b)) for b, row in enumerate(flat)]
     ).reshape(scored.x.shape)
     sources = np.arange(len(flat))
     change = forward(scored, scored.x, sources) - forward(scored, baseline, sources)
     return np.abs(a.sum(-1) - change)
+
+
+def _baseline_of(perturb_baseline: Any, scored: Any) -> tuple[Any, np.ndarray | None]:
+    """``(perturb_baseline, own)``: ``own`` the explaining method's baseline, one flat row
+    ``[E]`` of what is scored, when ``perturb_baseline`` is ``"method"`` and the method has one;
+    else None, and ``"method"`` read as ``"black"``."""
+    if not (isinstance(perturb_baseline, str) and perturb_baseline == METHOD_BASELINE):
+        return perturb_baseline, None
+    own = method_baseline(scored.method, scored.options, scored.x, scored.parts)
+    return ("black", None) if own is None else (perturb_baseline, own.ravel())
 
 
 @metric("non_sensitivity", family="axiomatic", higher_is_better=False)
@@ -107,7 +115,11 @@ def non_sensitivity(
     otherwise; here a step is one unit (the same as Quantus for one element per step).
     ``n_elements / features_in_step`` evaluations per input.
 
-    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="black"``,
+    The baseline is, by default (``perturb_baseline="method"``), the explaining method's own, as
+    for :func:`completeness` (a feature at the method's baseline gets no attribution from it);
+    ``"black"`` for a method without one, a bare array or a callable.
+
+    Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="method"``,
     ``normalise=True``, ``abs=True``, ``score="logits"``, ``softmax=True``.
     """
     eps = check_float("eps", eps)
@@ -116,7 +128,7 @@ def non_sensitivity(
         options,
         seed=seed,
         batch_size=batch_size,
-        perturb_baseline="black",
+        perturb_baseline=METHOD_BASELINE,
         normalise=True,
         abs=True,
         score="logits",
@@ -124,6 +136,7 @@ def non_sensitivity(
     )
     scored = shared.prepare(model, inputs, explanation_or_method, targets)
     a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
+    chosen, own = _baseline_of(shared.perturb_baseline, scored)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
     clean = forward(scored, scored.x, np.arange(len(flat)))
@@ -131,9 +144,10 @@ def non_sensitivity(
     jobs = []
     for b in range(len(flat)):
         generator = rng(seed, "non_sensitivity", b)
-        values = np.stack(
-            [baseline_values(shared.perturb_baseline, flat[b], features_in_step, generator) for _ in range(steps)]
-        )
+        if own is not None:  # the method's baseline at each step's elements
+            values = np.where(padded >= 0, own[np.maximum(padded, 0)], 0.0)
+        else:
+            values = np.stack([baseline_values(chosen, flat[b], features_in_step, generator) for _ in range(steps)])
         jobs.append(Job(steps, padded_replacer(flat[b], padded, values), b, np.arange(a.shape[1])))
     result = np.empty(a.shape[:2])
     for b, scores in enumerate(score_jobs(scored, jobs)):

@@ -1,6 +1,7 @@
 """A metric given a method that starts from a baseline (integrated gradients, DeepLIFT, guided IG,
-conductance) measures completeness from that method's own baseline unless ``perturb_baseline=``
-says otherwise; checked against the method's own completeness gap and against NumPy."""
+conductance) measures completeness and non-sensitivity from that method's own baseline unless
+``perturb_baseline=`` says otherwise; checked against the method's own completeness gap and
+against NumPy."""
 
 import keras
 import numpy as np
@@ -68,3 +69,19 @@ def test_a_method_without_a_baseline_keeps_the_metrics_default(bright):
     want = np.abs(expl.attributions[:, 0].reshape(B, -1).sum(-1) - change)
     np.testing.assert_allclose(evaluate.completeness(model, x, "gradient")[:, 0], want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(evaluate.completeness(model, x, expl.attributions, expl.targets)[:, 0], want, atol=1e-4)
+
+
+def test_non_sensitivity_replaces_features_by_the_methods_baseline(bright):
+    """An input equal to IG's baseline image has no attribution anywhere, and replacing any of its
+    features by that baseline changes nothing: no violation, feature by feature. The image's
+    minimum ("black") changes the score where IG gives nothing."""
+    model, x = bright
+    start = x[0]
+    given = np.stack([start, x[1]])
+    options = dict(baseline=start, steps=8, features_in_step=16, eps=1e-4)
+    own = evaluate.non_sensitivity(model, given, "integrated_gradients", **options)
+    assert own[0, 0] == 0
+    black = evaluate.non_sensitivity(model, given, "integrated_gradients", perturb_baseline="black", **options)
+    assert black[0, 0] > 0
+    expl = sk.explain(model, given, "integrated_gradients", baseline=start, steps=8)
+    np.testing.assert_array_equal(evaluate.non_sensitivity(model, given, expl, features_in_step=16, eps=1e-4), own)
