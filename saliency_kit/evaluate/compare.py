@@ -121,9 +121,9 @@ def iter_compare(
     masks: Any = None,
     seed: int = 0,
     batch_size: int = 32,
-    class_names: Any = None,
     metric_options: dict | None = None,
     method_options: dict | None = None,
+    **named: Any,
 ) -> Iterator[dict]:
     """The rows of :func:`compare`, one cell (method, metric) at a time, methods in order.
 
@@ -134,15 +134,17 @@ def iter_compare(
             masks, the localisation metrics, need ``masks``).
         masks: bool ``[B, H, W]``, each input's object.
         seed, batch_size: every metric's and method's (the random map's and noisy methods' seed).
-        class_names: the names class targets may use (a class, or a region's or box's classes by
-            name), as ``explain``'s; given to every method and metric.
         metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
         method_options: ``{method: {option: value}}``.
+        named: ``class_names=``, the names class targets may use (a class, or a region's or box's
+            classes by name), as ``explain``'s; given to every method and metric.
 
     Yields:
         ``{"method", "metric", "mean", "std", "per_input", "higher_is_better"}`` (see :func:`compare`).
     """
     metric_options, method_options = dict(metric_options or {}), dict(method_options or {})
+    if set(named) - {"class_names"}:
+        raise TypeError(f"iter_compare() takes class_names= besides its arguments; received {sorted(named)}.")
     declared = {name: registry.get(name) for name in metrics}
     if isinstance(methods, str):
         methods = [methods]
@@ -151,7 +153,6 @@ def iter_compare(
     if needs and masks is None:
         raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
     for method in methods:
-        named = {} if class_names is None else {"class_names": class_names}
         expl = explanation_of(
             model, inputs, method, targets, seed=seed, batch_size=batch_size, **named, **method_options.get(method, {})
         )

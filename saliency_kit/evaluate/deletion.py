@@ -40,7 +40,6 @@ def deletion_insertion(
     score: str = "output",
     seed: int = 0,
     batch_size: int = 32,
-    class_names: Any = None,
     **options: Any,
 ) -> dict:
     """RISE's deletion and insertion curves of each input and target of an explanation, called as
@@ -82,8 +81,8 @@ def deletion_insertion(
         blur_sigma: σ in pixels of the insertion start image.
         score, batch_size: passed to ``forward_scores``.
         seed: seed of the random order and of the tie-breaking (and of a noisy method).
-        class_names: the names class targets may use (as ``explain``'s).
-        options: the method's options when ``explanation_or_method`` names one.
+        options: ``class_names=`` (the names class targets may use, as ``explain``'s) and, when
+            ``explanation_or_method`` names a method, the method's options.
 
     The perturbed images of several inputs are built and scored together, up to about
     :data:`MAX_BATCH_BYTES` at a time.
@@ -94,16 +93,8 @@ def deletion_insertion(
         ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
-    explanation = explanation_or_method
-    if isinstance(explanation, str):
-        from ..pipeline.api import explain
-
-        seed_noise(explanation, options, seed)
-        explanation = explain(
-            model, inputs, explanation, targets, batch_size=batch_size, class_names=class_names, **options
-        )
-    elif options:
-        raise TypeError(f"deletion_insertion has no option {sorted(options)[0]!r}; received {sorted(options)}.")
+    class_names = options.pop("class_names", None)
+    explanation = _explanation(model, inputs, explanation_or_method, targets, seed, batch_size, class_names, options)
     targets = targets if is_target(targets) else None  # class targets: the explanation's own
     scored, given, maps, tgt, channels_first = _explained_images(
         model, inputs, explanation, targets, score, batch_size, class_names
@@ -117,10 +108,53 @@ def deletion_insertion(
     base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
     if channels_first:
         base = np.moveaxis(base, 1, -1)
-    n_targets = maps.shape[1]
     counts = np.rint(np.arange(steps + 1) * height * width / steps).astype(np.int64)
-    rng = np.random.default_rng(seed)
+    curves = _scored_curves(x, (base, blurred), maps, counts, channels_first, score_rows, np.random.default_rng(seed))
+    fractions = counts / (height * width)
+    result = {"fractions": fractions, **curves}
+    for name in _CURVES:
+        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
+    return result
 
+
+def _explanation(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    seed: int,
+    batch_size: int,
+    class_names: Any,
+    options: dict,
+) -> Any:
+    """The Explanation the curves rank pixels by: a method name explained (a noisy one with
+    ``seed``) with ``options``; anything else as given (``TypeError`` for options then)."""
+    if not isinstance(explanation_or_method, str):
+        if options:
+            raise TypeError(f"deletion_insertion has no option {sorted(options)[0]!r}; received {sorted(options)}.")
+        return explanation_or_method
+    from ..pipeline.api import explain
+
+    seed_noise(explanation_or_method, options, seed)
+    return explain(
+        model, inputs, explanation_or_method, targets, batch_size=batch_size, class_names=class_names, **options
+    )
+
+
+def _scored_curves(
+    x: np.ndarray,
+    starts: tuple[np.ndarray, np.ndarray],
+    maps: np.ndarray,
+    counts: np.ndarray,
+    channels_first: bool,
+    score_rows: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    rng: np.random.Generator,
+) -> dict:
+    """Every curve ``[B, K, S+1]`` of the images ``x [B, H, W, C]`` (``starts``: the deletion
+    baseline and the blurred images), built and scored up to about :data:`MAX_BATCH_BYTES` at a
+    time (``score_rows`` takes them in the model's layout)."""
+    base, blurred = starts
+    batch, n_targets, steps = len(x), maps.shape[1], len(counts) - 1
     per_input_bytes = (2 * n_targets + 2) * (steps + 1) * x[0].nbytes
     chunk = max(1, int(MAX_BATCH_BYTES // max(per_input_bytes, 1)))
     curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
@@ -136,12 +170,7 @@ def deletion_insertion(
                 curves[name][row] = s.T  # random order: one set of images scored for every target
             else:
                 curves[name][row, column] = s[:, column]
-
-    fractions = counts / (height * width)
-    result = {"fractions": fractions, **curves}
-    for name in _CURVES:
-        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
-    return result
+    return curves
 
 
 def _explained_images(

@@ -79,6 +79,14 @@ def test_the_functions_beside_the_metrics_take_it_too(model, x):
     np.testing.assert_array_equal(evaluate.pointing_game(expl, MASKS), hits)  # maps first, as before
     np.testing.assert_array_equal(evaluate.pointing_game(maps=expl.maps, masks=MASKS), hits)
     steps = evaluate.randomization_test(model, x, "gradient", "top1", mode="efficient_mprt")
+    again = evaluate.randomization_test(model, x, expl, "top1", mode="efficient_mprt")  # its method run again
+    assert [step["layer"] for step in again] == [step["layer"] for step in steps]
+    np.testing.assert_allclose(again[-1]["per_input"], steps[-1]["per_input"])
+    cascading = evaluate.randomization_test(model, x, expl, mode="cascading")
+    np.testing.assert_allclose(
+        [step["spearman"] for step in cascading],
+        [step["spearman"] for step in evaluate.randomization_test(model, x, "gradient", mode="cascading")],
+    )
     np.testing.assert_allclose(evaluate.randomization_score(model, x, "gradient", "top1"), steps[-1]["per_input"])
 
 
