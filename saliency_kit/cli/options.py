@@ -43,9 +43,25 @@ class UsageError(Exception):
 
 
 def message(error: BaseException) -> str:
-    """An exception's message on one line (a KeyError without its quotes)."""
+    """An exception's message on one line (a KeyError without its quotes), any NumPy array in it
+    shown as ``array(...)``: an error line never prints an array's values."""
     text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return " ".join(str(text).split()) or type(error).__name__
+    return without_arrays(" ".join(str(text).split())) or type(error).__name__
+
+
+def without_arrays(text: str) -> str:
+    """``text`` with the contents of every ``array(...)`` (a NumPy repr) elided."""
+    parts, start = [], 0
+    while (at := text.find("array(", start)) >= 0:
+        depth, end = 0, at + len("array")
+        while end < len(text):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+            if depth == 0:
+                break
+        parts.append(text[start:at] + "array(...)")
+        start = end
+    return "".join(parts) + text[start:]
 
 
 def did_you_mean(name: str, known: Sequence[str], *, n: int = 3) -> str:
@@ -175,11 +191,31 @@ def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     if getattr(args, "weights", None) is not None:
         kwargs["weights"] = args.weights
     try:
-        return load_model(args.model, **kwargs)
+        model, spec = load_model(args.model, **kwargs)
     except (FileNotFoundError, ValueError, KeyError) as error:
         # WeightsUnavailableError (no cached weights, no network) is a FileNotFoundError whose
         # message already says where the file is expected and what to do.
         raise UsageError(message(error)) from error
+    check_task(str(args.model), model, spec)
+    return model, spec
+
+
+def check_task(path: str, model: keras.Model, spec: ModelSpec) -> None:
+    """A model read as a classifier (no ``task`` in its config) whose one output is a map per pixel
+    ``[B, H', W', C]`` is a usage error naming the config line it lacks and where that goes."""
+    shape = getattr(model, "output_shape", None)
+    if spec.task != "classification" or not isinstance(shape, tuple) or len(shape) != 4:
+        return
+    where = (
+        f"write a sidecar config {path}.toml next to it holding"
+        if path.lower().endswith(zoo.MODEL_SUFFIXES)
+        else f"add to its config {spec.source}"
+    )
+    size = "x".join(str(s) for s in shape[1:])
+    raise UsageError(
+        f"model {spec.name!r} outputs a {size} map per pixel, not class scores; if it is a "
+        f'segmentation model, {where} the line: task = "segmentation"'
+    )
 
 
 def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec) -> str:
@@ -428,6 +464,8 @@ __all__ = [
     "looks",
     "did_you_mean",
     "message",
+    "without_arrays",
+    "check_task",
     "positive_int",
     "model_spec",
     "start_tensorflow",
