@@ -3,7 +3,7 @@ without its config, a grayscale model, zoo models without ReLUs, a model with se
 
 import numpy as np
 import pytest
-from cli_support import own_lines, run
+from cli_support import manifest_records, own_lines, run
 from PIL import Image
 
 from saliency_kit.cli.options import without_arrays
@@ -48,3 +48,23 @@ def test_an_error_line_never_prints_an_array():
     text = "received targets=array([[1, 2],\n [3, 4]], dtype=int32) and shape (1, 2); array(7)"
     assert without_arrays(text) == "received targets=array(...) and shape (1, 2); array(...)"
     assert without_arrays("no arrays (here)") == "no arrays (here)"
+
+
+def test_a_grey_model_explains_grey_and_colour_pictures(tmp_path, pictures):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32, 32, 1))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu", name="conv")(inputs))
+    keras.Model(inputs, keras.layers.Dense(4, name="head")(x)).save(tmp_path / "grey.keras")
+    status, out, err = run(
+        "explain",
+        pictures / "grey.png",
+        pictures / "colour.png",
+        "--model",
+        tmp_path / "grey.keras",
+        "--out",
+        tmp_path / "o",
+    )
+    assert status == 0, err
+    assert [r["status"] for r in manifest_records(tmp_path / "o" / "manifest.jsonl")] == ["ok"] * 4, out
