@@ -162,7 +162,8 @@ class ModelSpec:
     """How to feed and read a model.
 
     ``name``; ``input_size`` ``(H, W)``; ``channels``: the image channels the model takes, 3 (RGB)
-    or 1 (grey); ``preprocess``: uint8 ``[B, H, W, channels]`` -> float32 model input; ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
+    or 1 (grey); ``preprocess``: uint8 ``[B, H, W, channels]`` -> float32 model input;
+    ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
     (a layer name, nested models as ``"outer/inner"``); ``source``: the config or model file.
     """
 
@@ -177,9 +178,9 @@ class ModelSpec:
     weights_file: str | None = None
     description: str = ""
     task: str = "classification"
+    channels: int = 3
     score_threshold: float = 0.5
     iou_threshold: float = 0.45
-    channels: int = 3
 
 
 # ------------------------------------------------------------------------------ config files
@@ -328,7 +329,7 @@ def _spec_from_config(config: dict, source: Any, *, allowed: Any = _CONFIG_KEYS)
     task = config.get("task", "classification")
     if task not in TASKS:
         raise ValueError(f"config {source}: task must be one of {', '.join(map(repr, TASKS))}; received {task!r}.")
-    thresholds = {}
+    thresholds: dict[str, Any] = {}
     for key in ("score_threshold", "iou_threshold"):
         if key in config:
             value = config[key]
