@@ -223,6 +223,12 @@ def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec
     where = f" ({args.model})" if str(args.model) != spec.name else ""
     weights = f", weights {args.weights}" if args.weights else ""
     size = "x".join(map(str, spec.input_size or ()))
+    heads = getattr(model, "outputs", None) or []
+    if len(heads) > 1:
+        names = getattr(model, "output_names", None) or [str(i) for i in range(len(heads))]
+        shapes = ["x".join(str(s) for s in head.shape[1:]) for head in heads]
+        listed = ", ".join(f"{name} ({shape})" for name, shape in zip(names, shapes))
+        return f"model: {spec.name}{where}{weights}; input {size}; {len(heads)} outputs: {listed}"
     return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names or [])} classes"
 
 

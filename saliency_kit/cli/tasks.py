@@ -240,10 +240,30 @@ def describe(found: TaskTargets, row: int, spec: Any, shown: tuple[np.ndarray, s
             else f"no detection with a {threshold}"
         )
     else:
-        values = np.asarray(found.outputs[row])
+        names = subject_names(found, spec)
+        values = np.asarray(found.outputs[row]).reshape(-1)
         best = np.argsort(-values, kind="stable")[:5]
-        text = f"output {plan.output}: " + ", ".join(f"{c} {values[c]:.3f}" for c in best)
+        text = f"output {plan.output}: " + ", ".join(f"{class_name_of(names, int(c))} {values[c]:.3f}" for c in best)
+        asked = found.subjects[row]
+        if not asked:
+            return text + "; nothing to explain"
+        return text + "; explaining " + ", ".join(f"{_component(names, s.index)} of {plan.output}" for s in asked)
     asked = found.subjects[row]
     if not asked:
         return text + "; nothing to explain"
     return text + "; explaining " + ", ".join(f"{s.class_name} {s.name}" for s in asked)
+
+
+def _component(names: Any, index: int) -> str:
+    return class_name_of(names, index) if names else f"component {index}"
+
+
+def subject_names(found: TaskTargets, spec: Any) -> list[str] | None:
+    """The names of what the maps' columns index: the model's class names; for one head of a
+    multi-output model (``--output``) only if there are as many as the head has components (the
+    names of a classifier head), else ``None`` (components are numbered)."""
+    names = spec.class_names
+    if found.plan.task != "output":
+        return names
+    size = int(np.prod(np.shape(found.outputs)[1:]))
+    return names if names and len(names) == size else None

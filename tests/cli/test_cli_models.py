@@ -68,3 +68,44 @@ def test_a_grey_model_explains_grey_and_colour_pictures(tmp_path, pictures):
     )
     assert status == 0, err
     assert [r["status"] for r in manifest_records(tmp_path / "o" / "manifest.jsonl")] == ["ok"] * 4, out
+
+
+def save_two_headed(path):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(8, 3, activation="relu", name="conv")(inputs))
+    outputs = {"kind": keras.layers.Dense(4, name="kind")(x), "age": keras.layers.Dense(2, name="age")(x)}
+    keras.Model(inputs, outputs).save(path)
+    path.with_name(path.name + ".toml").write_text('classes = ["cat", "dog", "owl", "fox"]\n')
+    return path
+
+
+def test_a_head_of_a_multi_output_model_is_described_and_named_as_itself(tmp_path, pictures):
+    model = save_two_headed(tmp_path / "two.keras")
+    base = ("explain", pictures / "colour.png", "--model", model, "--method", "gradient", "--format", "npz")
+    status, out, err = run(*base, "--output", "age", "--target", "all", "--out", tmp_path / "age")
+    assert status == 0, err
+    first, line = out.splitlines()[:2]
+    assert "0 classes" not in first and "2 outputs: age (2), kind (4)" in first, first
+    assert "explaining component 0 of age, component 1 of age" in line and "out-age" not in line, line
+    records = manifest_records(tmp_path / "age" / "manifest.jsonl")
+    assert sorted(r["class_name"] for r in records) == ["0", "1"], records  # not the classifier's names
+    status, out, err = run(*base, "--output", "kind", "--out", tmp_path / "kind")
+    assert status == 0, err
+    records = manifest_records(tmp_path / "kind" / "manifest.jsonl")
+    assert [r["class_name"] for r in records] == [["cat", "dog", "owl", "fox"][records[0]["class"]]]
+    assert f"explaining {records[0]['class_name']} of kind" in out.splitlines()[1], out
+
+
+def test_a_dead_units_warning_names_the_unit_as_given():
+    import keras
+
+    import saliency_kit as sk
+
+    inputs = keras.Input((8, 8, 1))
+    dead = keras.layers.Conv2D(2, 3, kernel_initializer="zeros", bias_initializer="ones", name="dead")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(dead)))
+    with pytest.warns(RuntimeWarning, match=r"target \(1, 2, 0\)\)"):
+        sk.explain(model, np.ones((1, 8, 8, 1), np.float32), "gradient", sk.targets.unit("dead", (1, 2, 0)))
