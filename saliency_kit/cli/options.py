@@ -13,6 +13,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,9 @@ DEFAULT_MODEL = "shapes"
 DEFAULT_METHOD = "guided_backprop"
 DEFAULT_TARGET = "top1"
 DEFAULT_OUT = "saliency_out"
+#: The methods that change the backward pass of ReLU-family activations (on a model without any,
+#: their maps would be the plain gradient, which they refuse).
+RELU_RULE_METHODS = ("guided_backprop", "deconvnet", "guided_gradcam")
 OPTION_DEST = "method_option_"  # argparse dest prefix of a method option's flag
 
 
@@ -363,6 +367,7 @@ def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, 
     is not."""
     from ..pipeline.api import check
 
+    check_relus(model, [name for name, _ in plan])
     for name, options in plan:
         if options.get("layer") is not None:
             check_layer(model, options["layer"])
@@ -370,6 +375,25 @@ def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, 
             check(model, sample, name, batch_size=batch_size, class_names=spec, **options)
         except (TypeError, ValueError) as error:
             raise UsageError(f"{name}: {message(error)}") from error
+
+
+def check_relus(model: keras.Model, chosen: Sequence[str]) -> None:
+    """A method of :data:`RELU_RULE_METHODS` on a model with no ReLU-family activation (none at the
+    layer level, and no layer that may hide one) is a usage error naming other methods as flags,
+    raised before any work (the default method is one of them)."""
+    from ..model.rewrite import _may_hide_relus, find_relu_activations, nothing_to_rewrite
+    from ..model.walker import walk
+
+    needing = [name for name in chosen if name in RELU_RULE_METHODS]
+    if not needing or find_relu_activations(model) or any(_may_hide_relus(v.layer) for v in walk(model)):
+        return
+    found = re.search(r"\(activations found: ([^)]*)\)", str(nothing_to_rewrite(model)))
+    default = " (the default method)" if needing[0] == DEFAULT_METHOD else ""
+    raise UsageError(
+        f"--method {needing[0]}{default} needs ReLU activations to act on, and model {model.name!r} has "
+        f"none (its activations: {found.group(1) if found else 'none'}); pick a gradient method, e.g. "
+        "--method gradient or --method integrated_gradients (see 'saliency methods')"
+    )
 
 
 def check_layer(model: keras.Model, name: str) -> None:
@@ -481,6 +505,7 @@ __all__ = [
     "add_method_options",
     "preflight",
     "check_layer",
+    "check_relus",
     "add_render_options",
     "warn",
 ]

@@ -109,3 +109,15 @@ def test_a_dead_units_warning_names_the_unit_as_given():
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(dead)))
     with pytest.warns(RuntimeWarning, match=r"target \(1, 2, 0\)\)"):
         sk.explain(model, np.ones((1, 8, 8, 1), np.float32), "gradient", sk.targets.unit("dead", (1, 2, 0)))
+
+
+@pytest.mark.parametrize("name", ["efficientnet_b0", "convnext_tiny"])
+def test_the_default_method_on_a_zoo_model_without_relus_is_refused_first_in_flags(tmp_path, pictures, name):
+    status, out, err = run(
+        "explain", pictures / "colour.png", "--model", name, "--weights", "random", "--out", tmp_path / "o"
+    )
+    lines = own_lines(err, "explain")
+    assert status == 2 and len(lines) == 1, err
+    assert "--method guided_backprop (the default method) needs ReLU activations" in lines[0], lines[0]
+    assert "--method gradient" in lines[0] and "method=" not in lines[0] and "Error:" not in lines[0], lines[0]
+    assert not (tmp_path / "o").exists()
