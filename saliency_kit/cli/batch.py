@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
-    methods = with_model_defaults(methods, spec)
+    methods = opt.read_option_files(with_model_defaults(methods, spec), spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     recipe = pipeline.Recipe(
         task=asked,

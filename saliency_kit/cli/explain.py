@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
-    plan = with_model_defaults(plan, spec)
+    plan = opt.read_option_files(with_model_defaults(plan, spec), spec)
     paths, inputs, originals, failures = _read_images(args.images, spec, args.max_pixels)
     if not paths:
         print(f"saliency explain: none of the {len(args.images)} images could be read", file=sys.stderr)

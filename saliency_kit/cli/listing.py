@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from .. import methods, zoo
+from .options import PYTHON_ONLY_OPTIONS, option_flags
 
 __all__ = ["add_parser", "list_models", "list_methods"]
 
@@ -35,4 +36,8 @@ def list_methods(args: argparse.Namespace) -> int:
     width = max(len(name) for name, _ in entries)
     for name, summary in entries:
         print(f"{name:<{width}}  {summary}")
+    flags = option_flags()
+    for option, reason in PYTHON_ONLY_OPTIONS.items():
+        takers = ", ".join(flags[option][1]) if option in flags else "none"
+        print(f"\nnot on the command line: {takers}'s option {option!r} ({reason}; Python can give it)")
     return 0

@@ -39,6 +39,12 @@ DEFAULT_OUT = "saliency_out"
 #: The methods that change the backward pass of ReLU-family activations (on a model without any,
 #: their maps would be the plain gradient, which they refuse).
 RELU_RULE_METHODS = ("guided_backprop", "deconvnet", "guided_gradcam")
+#: Array options the command line reads from a file: ``--NAME PATH``, a ``.npy`` file of model
+#: inputs ``[N, H, W, C]`` (already preprocessed) or a folder of images (read like the images
+#: explained: resized, preprocessed).
+FILE_OPTIONS = ("baselines",)
+#: Array options the command line cannot fill (no flag; the method's default is used).
+PYTHON_ONLY_OPTIONS = {"segments": "XRAI's own Felzenszwalb segments are used"}
 OPTION_DEST = "method_option_"  # argparse dest prefix of a method option's flag
 
 
@@ -291,7 +297,16 @@ def add_method_options(parser: argparse.ArgumentParser) -> None:
     )
     group = parser.add_argument_group("method options (each used only by the methods that take it)")
     for name, (option, takers) in option_flags().items():
+        if name in PYTHON_ONLY_OPTIONS:
+            continue
         text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
+        if name in FILE_OPTIONS:
+            text = (
+                f"{', '.join(takers)}: {option.help or name}: a .npy file of model inputs [N, H, W, C] "
+                "(preprocessed), or a folder of images (read like the images explained)"
+            )
+            group.add_argument(option.flag, metavar="PATH", dest=OPTION_DEST + name, default=None, help=text)
+            continue
         if "default" not in text:
             text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
         dest, helped = OPTION_DEST + name, text.replace("%", "%%")
@@ -345,7 +360,7 @@ def method_plan(args: argparse.Namespace) -> list[tuple[str, dict]]:
         options = {k: v for k, v in given.items() if k in accepted}
         used |= set(options)
         try:
-            method.check_options(options)
+            method.check_options({k: v for k, v in options.items() if k not in FILE_OPTIONS})
         except (TypeError, ValueError) as error:
             raise UsageError(message(error)) from error
         plan.append((name, options))
@@ -355,7 +370,53 @@ def method_plan(args: argparse.Namespace) -> list[tuple[str, dict]]:
         raise UsageError(
             f"{flag} only applies to {', '.join(takers)}, which is not among the chosen methods ({', '.join(chosen)})"
         )
+    check_option_files(args)
     return plan
+
+
+def check_option_files(args: argparse.Namespace) -> None:
+    """Every file option given names an existing ``.npy`` file or folder (a usage error if not)."""
+    for name in FILE_OPTIONS:
+        path = getattr(args, OPTION_DEST + name, None)
+        if path is not None and not (os.path.isdir(path) or (path.lower().endswith(".npy") and os.path.isfile(path))):
+            raise UsageError(f"--{name.replace('_', '-')} {path}: expected a .npy file or a folder of images")
+
+
+def read_option_files(plan: list[tuple[str, dict]], spec: ModelSpec) -> list[tuple[str, dict]]:
+    """``plan`` with each file option's path (:data:`FILE_OPTIONS`) replaced by its array
+    ``[N, H, W, C]``: a ``.npy`` file as saved, a folder's images (sorted by name, read with
+    :func:`saliency_kit.images.load_images` for ``spec``). Unreadable files are usage errors."""
+    import numpy as np
+
+    from ..batch.discovery import IMAGE_EXTENSIONS
+    from ..images import ImageLoadError, load_images
+
+    read: dict[str, Any] = {}
+    completed = []
+    for method, options in plan:
+        for name in FILE_OPTIONS:
+            path = options.get(name)
+            if not isinstance(path, str):
+                continue
+            flag = f"--{name.replace('_', '-')} {path}"
+            if path not in read:
+                try:
+                    if os.path.isdir(path):
+                        files = sorted(
+                            os.path.join(path, f)
+                            for f in os.listdir(path)
+                            if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS
+                        )
+                        if not files:
+                            raise UsageError(f"{flag}: the folder holds no image files")
+                        read[path] = load_images(files, spec)[0]
+                    else:
+                        read[path] = np.load(path, allow_pickle=False)
+                except (ImageLoadError, OSError, ValueError) as error:
+                    raise UsageError(f"{flag}: {message(error)}") from error
+            options = {**options, name: read[path]}
+        completed.append((method, options))
+    return completed
 
 
 def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, dict]], batch_size: int) -> None:
@@ -506,6 +567,8 @@ __all__ = [
     "preflight",
     "check_layer",
     "check_relus",
+    "check_option_files",
+    "read_option_files",
     "add_render_options",
     "warn",
 ]
