@@ -44,7 +44,7 @@ from ..batch.outputs import class_name_of, safe_name
 from ..targets.tasks import Request, TaskPlan, TaskTargets
 from .options import DEFAULT_TARGET, UsageError, did_you_mean, message, parse_targets
 
-__all__ = ["parse", "parse_box", "read_mask", "describe", "shown_scores"]
+__all__ = ["parse", "parse_box", "read_mask", "describe", "shown_scores", "subject_names"]
 
 _TOP = re.compile(r"top([0-9]+)", re.IGNORECASE)
 _NUMBER = r"\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))\s*"
