@@ -121,3 +121,28 @@ def test_the_default_method_on_a_zoo_model_without_relus_is_refused_first_in_fla
     assert "--method guided_backprop (the default method) needs ReLU activations" in lines[0], lines[0]
     assert "--method gradient" in lines[0] and "method=" not in lines[0] and "Error:" not in lines[0], lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_batch_numbers_the_components_of_a_head_the_names_do_not_fit(tmp_path, pictures):
+    model = save_two_headed(tmp_path / "two.keras")
+    (tmp_path / "in").mkdir()
+    Image.open(pictures / "colour.png").save(tmp_path / "in" / "a.png")
+    status, _, err = run(
+        "batch",
+        tmp_path / "in",
+        "--model",
+        model,
+        "--method",
+        "gradient",
+        "--output",
+        "age",
+        "--target",
+        "all",
+        "--format",
+        "npz",
+        "--out",
+        tmp_path / "o",
+    )
+    assert status == 0, err
+    records = [r for r in manifest_records(tmp_path / "o" / "manifest.jsonl") if r["status"] == "ok"]
+    assert sorted(r["class_name"] for r in records) == ["0", "1"], records
