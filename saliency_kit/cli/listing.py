@@ -34,10 +34,12 @@ def list_models(args: argparse.Namespace) -> int:
 def list_methods(args: argparse.Namespace) -> int:
     entries = methods.describe()
     width = max(len(name) for name, _ in entries)
-    for name, summary in entries:
-        print(f"{name:<{width}}  {summary}")
     flags = option_flags()
-    for option, reason in PYTHON_ONLY_OPTIONS.items():
-        takers = ", ".join(flags[option][1]) if option in flags else "none"
-        print(f"\nnot on the command line: {takers}'s option {option!r} ({reason}; Python can give it)")
+    for name, summary in entries:
+        hidden = [
+            f"{option!r} is not on the command line ({reason}; Python can give it)"
+            for option, reason in PYTHON_ONLY_OPTIONS.items()
+            if option in flags and name in flags[option][1]
+        ]
+        print(f"{name:<{width}}  {summary}" + "".join(f"; option {text}" for text in hidden))
     return 0
