@@ -23,7 +23,11 @@ Every file goes through the same steps:
    stretched back over the original lines up with it exactly. (ImageNet accuracy is usually
    quoted after a central 87.5 % crop; that costs about a point of top-1 here but would cut the
    image's borders out of every map.) An image already at the input size is not resampled.
-5. **Preprocess** with ``spec.preprocess`` -> float32 ``[H, W, 3]`` model input.
+5. **To the model's channels**: a model taking grey images (``spec.channels == 1``, read from its
+   input shape ``[B, H, W, 1]``) gets the resized RGB image's luminance, as Pillow converts RGB to
+   ``"L"`` (``L = R * 299/1000 + G * 587/1000 + B * 114/1000``; a grey file comes back unchanged),
+   ``[H, W, 1]``; colour files work with it too. The ``original`` stays RGB.
+6. **Preprocess** with ``spec.preprocess`` -> float32 ``[H, W, channels]`` model input.
 """
 
 from __future__ import annotations
@@ -180,20 +184,33 @@ def _resize(rgb: np.ndarray, size: Any) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize((width, height), Image.Resampling.BILINEAR))
 
 
+def _to_channels(rgb: np.ndarray, channels: int) -> np.ndarray:
+    """uint8 RGB ``[..., H, W, 3]`` -> uint8 ``[..., H, W, channels]`` (step 5 of the module docstring)."""
+    if channels == 3:
+        return rgb
+    if channels == 1:
+        grey = [np.asarray(Image.fromarray(image).convert("L")) for image in rgb.reshape(-1, *rgb.shape[-3:])]
+        return np.stack(grey).reshape(*rgb.shape[:-1], 1)
+    raise ValueError(
+        f"the model takes images of {channels} channels; image files are read as RGB (3 channels) or grey (1)"
+    )
+
+
 def load_image(path: str | os.PathLike, spec: Any, *, max_pixels: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One file -> ``(input float32 [H, W, 3], original uint8 [h, w, 3])`` for ``spec``.
+    """One file -> ``(input float32 [H, W, C], original uint8 [h, w, 3])`` for ``spec``
+    (``C = spec.channels``: 3, or 1 for a grey model).
 
     ``input`` is ``spec.preprocess`` of the image resized to ``spec.input_size``; ``original`` is
     the RGB image at its own size. Raises :class:`ImageLoadError` naming the file.
     """
     original = read_rgb(path, max_pixels=max_pixels)
-    resized = _resize(original, spec.input_size)
+    resized = _to_channels(_resize(original, spec.input_size), getattr(spec, "channels", 3))
     model_input = np.asarray(spec.preprocess(resized[None]), dtype=np.float32)[0]
     return model_input, original
 
 
 def load_images(paths: Any, spec: Any, *, max_pixels: int | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Files -> ``(inputs float32 [B, H, W, 3], originals: list of uint8 [h_i, w_i, 3])``.
+    """Files -> ``(inputs float32 [B, H, W, C], originals: list of uint8 [h_i, w_i, 3])``.
 
     ``paths``: a path or a sequence of paths. The first unreadable file raises
     :class:`ImageLoadError` naming it (use :func:`load_image` per file to skip bad ones).
@@ -204,6 +221,6 @@ def load_images(paths: Any, spec: Any, *, max_pixels: int | None = None) -> tupl
     if not paths:
         raise ValueError("load_images needs at least one path, got none")
     originals = [read_rgb(p, max_pixels=max_pixels) for p in paths]
-    batch = np.stack([_resize(o, spec.input_size) for o in originals])
+    batch = _to_channels(np.stack([_resize(o, spec.input_size) for o in originals]), getattr(spec, "channels", 3))
     inputs = np.asarray(spec.preprocess(batch), dtype=np.float32)
     return inputs, originals

@@ -250,3 +250,36 @@ def test_batch_names_the_bad_file(tmp_path):
     assert info.value.path == str(bad)
     with pytest.raises(ValueError, match="at least one"):
         load_images([], spec())
+
+
+def test_a_grey_model_gets_grey_inputs_from_grey_and_colour_files(tmp_path):
+    import keras
+
+    import saliency_kit as sk
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 1))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, activation="relu")(inputs))
+    keras.Model(inputs, keras.layers.Dense(3)(x)).save(tmp_path / "grey.keras")
+    model, spec = sk.load_model(tmp_path / "grey.keras")
+    assert spec.channels == 1
+    rng = np.random.default_rng(5)
+    grey, colour = rng.integers(0, 256, (16, 16), dtype=np.uint8), rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    Image.fromarray(grey).save(tmp_path / "grey.png")
+    Image.fromarray(colour).save(tmp_path / "colour.png")
+    batch, originals = load_images([tmp_path / "grey.png", tmp_path / "colour.png"], spec)
+    assert batch.shape == (2, 16, 16, 1) and [o.shape for o in originals] == [(16, 16, 3)] * 2
+    luminance = (colour.astype(np.int64) * [299, 587, 114]).sum(-1) / 1000  # ITU-R 601-2, as Pillow's "L"
+    np.testing.assert_array_equal(batch[0, ..., 0], grey.astype(np.float32) / 255)
+    np.testing.assert_allclose(batch[1, ..., 0] * 255, luminance, atol=0.51)
+    single, _ = load_image(tmp_path / "colour.png", spec)
+    np.testing.assert_array_equal(single, batch[1])
+    explanation = sk.explain(model, batch, "gradient")
+    assert explanation.maps.shape == (2, 1, 16, 16)
+
+
+def test_grey_inputs_need_one_mean_for_every_channel():
+    rgb_means = Preprocessing.from_config("torch")
+    with pytest.raises(ValueError, match="grey images"):
+        rgb_means(np.zeros((1, 2, 2, 1), np.uint8))
+    np.testing.assert_allclose(Preprocessing.from_config("tf")(np.full((1, 2, 2, 1), 255, np.uint8)), 1.0)

@@ -14,7 +14,7 @@ from ..batch import run as pipeline
 from ..batch.discovery import parse_shard
 from ..targets.tasks import AskError
 from . import options as opt
-from . import ray_options
+from . import ray_options, tasks
 from .explain import add_explain_options, check_before_loading, task_plan, with_model_defaults
 from .options import UsageError
 
@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
-    methods = with_model_defaults(methods, spec)
+    spec = tasks.head_spec(spec, model, asked)
+    methods = opt.read_option_files(with_model_defaults(methods, spec), spec)
     opt.preflight(model, spec, _sample(model, spec), methods, args.batch_size)
     recipe = pipeline.Recipe(
         task=asked,

@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     print(opt.describe_model(args, model, spec), flush=True)
     ((kind, value),) = opt.parse_targets(texts, spec.class_names, len(spec.class_names), debug=args.debug).parts
     target = f"top{value}" if kind == "top" else int(value)
-    plan = with_model_defaults(plan, spec)
+    plan = opt.read_option_files(with_model_defaults(plan, spec), spec)
 
     settings = {
         "model": planning.model_fingerprint(args.model, args.weights),

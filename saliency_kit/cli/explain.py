@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     model, spec = opt.load_model_from_args(args)
     print(opt.describe_model(args, model, spec), flush=True)
     asked = task_plan(args, spec, model)
-    plan = with_model_defaults(plan, spec)
+    plan = opt.read_option_files(with_model_defaults(plan, spec), spec)
     paths, inputs, originals, failures = _read_images(args.images, spec, args.max_pixels)
     if not paths:
         print(f"saliency explain: none of the {len(args.images)} images could be read", file=sys.stderr)
@@ -243,11 +243,12 @@ def _write_image(
     at, subjects = found.rows.index(row), found.subjects[row]
     results = outputs.per_image(explanations, at, looks, "npz" in formats, subjects=subjects)
     written = outputs.write_image_outputs(
-        args.out, folder, original, results, spec.class_names, formats, input_size=spec.input_size
+        args.out, folder, original, results, tasks.subject_names(found, spec), formats, input_size=spec.input_size
     )
     files = [os.path.join(args.out, w.file) for w in written]
     if "png" in formats:
-        files.append(_write_grid(args, explanations, at, subjects, path, original, spec, folder, looks))
+        grid = _write_grid(args, explanations, at, subjects, path, original, spec, folder, looks, found)
+        files.append(grid)
     return files, written
 
 
@@ -275,6 +276,7 @@ def _write_grid(
     spec: ModelSpec,
     folder: str,
     looks: dict,
+    found: TaskTargets,
 ) -> str:
     rows = [_Row(e, row, subjects) for e in explanations]
     classes = all(s.kind == "class" for s in subjects)
@@ -282,7 +284,7 @@ def _write_grid(
     figure = render.grid(
         rows,
         [original],
-        spec.class_names,
+        tasks.subject_names(found, spec),
         sign=signs.pop() if len(signs) == 1 else "abs",
         cmap=args.cmap,
         clip_percentile=args.clip_percentile,

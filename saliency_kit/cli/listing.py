@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from .. import methods, zoo
+from .options import PYTHON_ONLY_OPTIONS, option_flags
 
 __all__ = ["add_parser", "list_models", "list_methods"]
 
@@ -33,6 +34,12 @@ def list_models(args: argparse.Namespace) -> int:
 def list_methods(args: argparse.Namespace) -> int:
     entries = methods.describe()
     width = max(len(name) for name, _ in entries)
+    flags = option_flags()
     for name, summary in entries:
-        print(f"{name:<{width}}  {summary}")
+        hidden = [
+            f"{option!r} is not on the command line ({reason}; Python can give it)"
+            for option, reason in PYTHON_ONLY_OPTIONS.items()
+            if option in flags and name in flags[option][1]
+        ]
+        print(f"{name:<{width}}  {summary}" + "".join(f"; option {text}" for text in hidden))
     return 0

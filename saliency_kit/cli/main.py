@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         if args.debug:
             raise
-        print(f"{prefix}: error: {error}", file=sys.stderr)
+        print(f"{prefix}: error: {message(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)

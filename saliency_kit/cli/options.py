@@ -1,20 +1,15 @@
-"""Options shared by the subcommands: the model, what to explain (methods, their options, targets),
-how maps are drawn, and the error every problem with them becomes (:class:`UsageError`).
-
-Every option a method declares (:mod:`saliency_kit.methods`) is a flag: option ``x_y`` is
-``--x-y``, typed from the declaration, and one flag serves every method declaring that option.
-Reading the declarations imports neither TensorFlow nor Keras, so building the parser and
-checking methods, their options and (for named models) class names is instant.
+"""Options shared by the subcommands: the model, what to explain (the methods' flags, from
+:mod:`.method_options`; targets), how maps are drawn, and the error every problem with them
+becomes (:class:`UsageError`, from :mod:`.values`). Checking methods, their options and (for
+named models) class names imports no TensorFlow, so it is instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
@@ -23,7 +18,24 @@ from ..batch.outputs import FORMATS, SIGNS, Look
 from ..keras_backend import backend, require_supported_backend
 from ..targets import combine, parse_string
 from ..zoo import load_model
+from .method_options import (  # the methods' flags, used through this module by the subcommands
+    DEFAULT_METHOD,
+    DEFAULT_TARGET,
+    FILE_OPTIONS,
+    OPTION_DEST,
+    PYTHON_ONLY_OPTIONS,
+    RELU_RULE_METHODS,
+    add_method_options,
+    check_layer,
+    check_option_files,
+    check_relus,
+    method_plan,
+    option_flags,
+    preflight,
+    read_option_files,
+)
 from .startup import BackendError, import_tensorflow
+from .values import UsageError, colormap, did_you_mean, fraction, message, percentile, positive_int, without_arrays
 
 if TYPE_CHECKING:
     import keras
@@ -32,81 +44,7 @@ if TYPE_CHECKING:
     from ..zoo import ModelSpec
 
 DEFAULT_MODEL = "shapes"
-DEFAULT_METHOD = "guided_backprop"
-DEFAULT_TARGET = "top1"
 DEFAULT_OUT = "saliency_out"
-OPTION_DEST = "method_option_"  # argparse dest prefix of a method option's flag
-
-
-class UsageError(Exception):
-    """A problem with what was asked (exit status 2), reported as one line."""
-
-
-def message(error: BaseException) -> str:
-    """An exception's message on one line (a KeyError without its quotes)."""
-    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return " ".join(str(text).split()) or type(error).__name__
-
-
-def did_you_mean(name: str, known: Sequence[str], *, n: int = 3) -> str:
-    """`` (did you mean 'a', 'b'?)`` with the closest few of ``known`` (case-insensitive), or ``""``."""
-    lowered = {str(k).lower(): str(k) for k in known}
-    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(lowered[c]) for c in close)}?)" if close else ""
-
-
-# ------------------------------------------------------------------------------ value types
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number; received {text!r}.") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number; received {text!r}.")
-    return value
-
-
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number; received {text!r}.") from None
-
-
-def _real(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number such as 0.5; received {text!r}.") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number; received {text!r}.")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _real(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1; received {text!r}.")
-    return value
-
-
-def _percentile(text: str) -> float:
-    value = _real(text)
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"expected a percentile in (0, 100]; received {text!r}.")
-    return value
-
-
-def _colormap(text: str) -> str:
-    from matplotlib import colormaps  # no TensorFlow; matplotlib's registry only
-
-    if text not in colormaps:
-        hint = did_you_mean(text, list(colormaps))
-        raise argparse.ArgumentTypeError(f"not a matplotlib colormap{hint}; received {text!r}.")
-    return text
-
-
-_FLAG_TYPES: dict[type, Callable[[str], Any]] = {int: _whole, float: _real, str: str}
 
 
 # ------------------------------------------------------------------------------ the model
@@ -175,11 +113,31 @@ def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     if getattr(args, "weights", None) is not None:
         kwargs["weights"] = args.weights
     try:
-        return load_model(args.model, **kwargs)
+        model, spec = load_model(args.model, **kwargs)
     except (FileNotFoundError, ValueError, KeyError) as error:
         # WeightsUnavailableError (no cached weights, no network) is a FileNotFoundError whose
         # message already says where the file is expected and what to do.
         raise UsageError(message(error)) from error
+    check_task(str(args.model), model, spec)
+    return model, spec
+
+
+def check_task(path: str, model: keras.Model, spec: ModelSpec) -> None:
+    """A model read as a classifier (no ``task`` in its config) whose one output is a map per pixel
+    ``[B, H', W', C]`` is a usage error naming the config line it lacks and where that goes."""
+    shape = getattr(model, "output_shape", None)
+    if spec.task != "classification" or not isinstance(shape, tuple) or len(shape) != 4:
+        return
+    where = (
+        f"write a sidecar config {path}.toml next to it holding"
+        if path.lower().endswith(zoo.MODEL_SUFFIXES)
+        else f"add to its config {spec.source}"
+    )
+    size = "x".join(str(s) for s in shape[1:])
+    raise UsageError(
+        f"model {spec.name!r} outputs a {size} map per pixel, not class scores; if it is a "
+        f'segmentation model, {where} the line: task = "segmentation"'
+    )
 
 
 def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec) -> str:
@@ -187,8 +145,15 @@ def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec
     where = f" ({args.model})" if str(args.model) != spec.name else ""
     weights = f", weights {args.weights}" if args.weights else ""
     size = "x".join(map(str, spec.input_size or ()))
-    classes = f"{len(spec.class_names or [])} classes"
-    return f"model: {spec.name}{where}{weights}; input {size}; {classes}; backend {backend()}"
+    heads = getattr(model, "outputs", None) or []
+    if len(heads) > 1:
+        names = getattr(model, "output_names", None) or [str(i) for i in range(len(heads))]
+        shapes = ["x".join(str(s) for s in head.shape[1:]) for head in heads]
+        listed = ", ".join(f"{name} ({shape})" for name, shape in zip(names, shapes))
+        scores = f"{len(heads)} outputs: {listed}"
+    else:
+        scores = f"{len(spec.class_names or [])} classes"
+    return f"model: {spec.name}{where}{weights}; input {size}; {scores}; backend {backend()}"
 
 
 def model_notes(
@@ -216,133 +181,6 @@ def model_notes(
             f'classes = "package:imagenet_classes.txt"'
         )
     return notes
-
-
-# ------------------------------------------------------------------------- methods, options
-def option_flags() -> dict[str, tuple]:
-    """``{option name: (Option, [methods declaring it])}`` over every registered method."""
-    flags: dict[str, tuple] = {}
-    for name in method_registry.names():
-        for option in method_registry.get(name).options:
-            flags.setdefault(option.name, (option, []))[1].append(name)
-    return flags
-
-
-def add_method_options(parser: argparse.ArgumentParser) -> None:
-    """--method, and one flag per declared method option."""
-    group = parser.add_argument_group("what to explain")
-    group.add_argument(
-        "--method",
-        action="append",
-        metavar="M",
-        help=f"an attribution method from 'saliency methods'; repeat for several (default: {DEFAULT_METHOD})",
-    )
-    group.add_argument(
-        "--target",
-        action="append",
-        metavar="T",
-        help="topK (the K best classes, any case), a class index or a class name "
-        f"(any case); repeat for several (default: {DEFAULT_TARGET})",
-    )
-    group = parser.add_argument_group("method options (each used only by the methods that take it)")
-    for name, (option, takers) in option_flags().items():
-        text = f"{', '.join(takers)}: {option.help or name.replace('_', ' ')}{_range_text(name, takers)}"
-        if "default" not in text:
-            text += f" (default: {'chosen by the method' if option.default is None else repr(option.default)})"
-        dest, helped = OPTION_DEST + name, text.replace("%", "%%")
-        if option.type is bool:
-            group.add_argument(option.flag, action=argparse.BooleanOptionalAction, dest=dest, default=None, help=helped)
-        else:
-            group.add_argument(
-                option.flag,
-                type=_FLAG_TYPES[option.value_type],
-                choices=option.choices,
-                metavar=_metavar(option),
-                dest=dest,
-                default=None,
-                help=helped,
-            )
-
-
-def _range_text(name: str, takers: list) -> str:
-    """``"; a positive int"``: the declared range, per method where the declarations differ."""
-    ranges = {method: method_registry.get(method).option(name).range_text for method in takers}
-    if len(set(ranges.values())) == 1:
-        text = next(iter(ranges.values()))
-        return f"; {text}" if text else ""
-    return "".join(f"; {method}: {text}" for method, text in ranges.items() if text)
-
-
-def _metavar(option) -> str | None:
-    if option.choices is not None:
-        return None
-    return {int: "N", float: "F", str: "TEXT"}[option.type]
-
-
-def method_plan(args: argparse.Namespace) -> list[tuple[str, dict]]:
-    """``[(method, options)]`` from --method and the option flags, each checked against the
-    declarations. Unknown methods, flags no chosen method takes, and values of the wrong type
-    or outside their choices are usage errors. No TensorFlow."""
-    chosen = list(dict.fromkeys(args.method or [DEFAULT_METHOD]))
-    known = method_registry.names()
-    for name in chosen:
-        if name not in known:
-            raise UsageError(f"unknown method {name!r}{did_you_mean(name, known)}; choose from: {', '.join(known)}")
-    given = {
-        key[len(OPTION_DEST) :]: value
-        for key, value in vars(args).items()
-        if key.startswith(OPTION_DEST) and value is not None
-    }
-    plan, used = [], set()
-    for name in chosen:
-        method = method_registry.get(name)
-        accepted = method.accepted({k: v for k, v in given.items() if k == method.extends})
-        options = {k: v for k, v in given.items() if k in accepted}
-        used |= set(options)
-        try:
-            method.check_options(options)
-        except (TypeError, ValueError) as error:
-            raise UsageError(message(error)) from error
-        plan.append((name, options))
-    for option in sorted(set(given) - used):
-        takers = option_flags()[option][1]
-        flag = "--" + option.replace("_", "-")
-        raise UsageError(
-            f"{flag} only applies to {', '.join(takers)}, which is not among the chosen methods ({', '.join(chosen)})"
-        )
-    return plan
-
-
-def preflight(model: keras.Model, spec: Any, sample: Any, plan: list[tuple[str, dict]], batch_size: int) -> None:
-    """Check each method's option values against the model and a sample input before any work,
-    with the checks ``sk.explain`` makes first (:func:`saliency_kit.pipeline.api.check`: the method's
-    declared ``prepare`` included): a --layer the model lacks, a noise level below zero, a baseline
-    of the wrong shape. ``spec``: the model's ``ModelSpec`` (its class names and Grad-CAM layer,
-    which ``check`` reads from it). Problems are usage errors; anything raised later, while working,
-    is not."""
-    from ..pipeline.api import check
-
-    for name, options in plan:
-        if options.get("layer") is not None:
-            check_layer(model, options["layer"])
-        try:
-            check(model, sample, name, batch_size=batch_size, class_names=spec, **options)
-        except (TypeError, ValueError) as error:
-            raise UsageError(f"{name}: {message(error)}") from error
-
-
-def check_layer(model: keras.Model, name: str) -> None:
-    """A layer name (or ``outer/inner`` path) the model has; else a usage error naming the closest few."""
-    from ..model.walker import find_layer, layer_paths
-
-    try:
-        find_layer(model, name)
-    except ValueError as error:
-        paths = [path for path, _ in layer_paths(model)]
-        if not any(path == name or path.split("/")[-1] == name for path in paths):
-            hint = did_you_mean(name, paths + sorted({p.split("/")[-1] for p in paths}))
-            raise UsageError(f"--layer {name!r}: model {model.name!r} has no such layer{hint}") from error
-        raise UsageError(f"--layer {name!r}: {message(error)}") from error
 
 
 # ------------------------------------------------------------------------------- targets
@@ -385,21 +223,21 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--cmap",
-        type=_colormap,
+        type=colormap,
         default=None,
         metavar="NAME",
         help="a matplotlib colormap (default: inferno for abs, RdBu_r for all)",
     )
     group.add_argument(
         "--alpha",
-        type=_fraction,
+        type=fraction,
         default=0.5,
         metavar="F",
         help="opacity of the heatmap in overlays, 0 to 1 (default: 0.5)",
     )
     group.add_argument(
         "--clip-percentile",
-        type=_percentile,
+        type=percentile,
         default=99.0,
         metavar="P",
         help="maps are scaled so this percentile of |map| is full colour (default: 99)",
@@ -421,14 +259,26 @@ def warn(command: str, text: str) -> None:
 
 
 __all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_METHOD",
+    "DEFAULT_TARGET",
+    "DEFAULT_OUT",
+    "OPTION_DEST",
+    "RELU_RULE_METHODS",
+    "FILE_OPTIONS",
+    "PYTHON_ONLY_OPTIONS",
     "UsageError",
     "add_model_options",
     "load_model_from_args",
+    "check_task",
     "method_plan",
+    "check_option_files",
+    "read_option_files",
     "parse_targets",
     "looks",
     "did_you_mean",
     "message",
+    "without_arrays",
     "positive_int",
     "model_spec",
     "start_tensorflow",
@@ -437,6 +287,7 @@ __all__ = [
     "option_flags",
     "add_method_options",
     "preflight",
+    "check_relus",
     "check_layer",
     "add_render_options",
     "warn",

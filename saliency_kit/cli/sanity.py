@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     target_spec = opt.parse_targets([args.target], spec.class_names, len(spec.class_names), debug=args.debug)
     ((kind, value),) = target_spec.parts
     target = f"top{value}" if kind == "top" else int(value)
-    plan = with_model_defaults(plan, spec)
+    plan = opt.read_option_files(with_model_defaults(plan, spec), spec)
     try:
         inputs, originals = load_images([args.image], spec)
     except ImageLoadError as error:

@@ -44,7 +44,7 @@ from ..batch.outputs import class_name_of, safe_name
 from ..targets.tasks import Request, TaskPlan, TaskTargets
 from .options import DEFAULT_TARGET, UsageError, did_you_mean, message, parse_targets
 
-__all__ = ["parse", "parse_box", "read_mask", "describe", "shown_scores"]
+__all__ = ["parse", "parse_box", "read_mask", "describe", "shown_scores", "subject_names", "head_spec"]
 
 _TOP = re.compile(r"top([0-9]+)", re.IGNORECASE)
 _NUMBER = r"\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))\s*"
@@ -240,10 +240,44 @@ def describe(found: TaskTargets, row: int, spec: Any, shown: tuple[np.ndarray, s
             else f"no detection with a {threshold}"
         )
     else:
-        values = np.asarray(found.outputs[row])
+        names = subject_names(found, spec)
+        values = np.asarray(found.outputs[row]).reshape(-1)
         best = np.argsort(-values, kind="stable")[:5]
-        text = f"output {plan.output}: " + ", ".join(f"{c} {values[c]:.3f}" for c in best)
+        text = f"output {plan.output}: " + ", ".join(f"{class_name_of(names, int(c))} {values[c]:.3f}" for c in best)
+        asked = found.subjects[row]
+        if not asked:
+            return text + "; nothing to explain"
+        return text + "; explaining " + ", ".join(f"{_component(names, s.index)} of {plan.output}" for s in asked)
     asked = found.subjects[row]
     if not asked:
         return text + "; nothing to explain"
     return text + "; explaining " + ", ".join(f"{s.class_name} {s.name}" for s in asked)
+
+
+def _component(names: Any, index: int) -> str:
+    return class_name_of(names, index) if names else f"component {index}"
+
+
+def head_spec(spec: Any, model: Any, plan: TaskPlan) -> Any:
+    """``spec`` for explaining ``plan``: for one head of a multi-output model (``--output``), its
+    class names kept only if there are as many as the head has components, else none (the
+    components are numbered), as :func:`subject_names` does."""
+    heads = list(getattr(model, "outputs", None) or [])
+    if plan.task != "output" or not spec.class_names or not heads:
+        return spec
+    names = [str(n) for n in (getattr(model, "output_names", None) or range(len(heads)))]
+    head = str(plan.output)
+    at = names.index(head) if head in names else int(head) if head.isdigit() and int(head) < len(heads) else None
+    size = int(np.prod(heads[at].shape[1:])) if at is not None and None not in heads[at].shape[1:] else None
+    return spec if size == len(spec.class_names) else dataclasses.replace(spec, class_names=[])
+
+
+def subject_names(found: TaskTargets, spec: Any) -> list[str] | None:
+    """The names of what the maps' columns index: the model's class names; for one head of a
+    multi-output model (``--output``) only if there are as many as the head has components (the
+    names of a classifier head), else ``None`` (components are numbered)."""
+    names = spec.class_names
+    if found.plan.task != "output":
+        return names
+    size = int(np.prod(np.shape(found.outputs)[1:]))
+    return names if names and len(names) == size else None

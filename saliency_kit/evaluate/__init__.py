@@ -10,16 +10,19 @@ faithfulness (:mod:`.faithfulness`, :mod:`.perturbation`, :mod:`.deletion`), rob
 (:mod:`.robustness`), localisation (:mod:`.localisation`, object masks ``[B, H, W]``), complexity
 (:mod:`.complexity`), randomisation (:mod:`.randomisation` and :mod:`.mprt`, the model copies in
 :mod:`.reinitialise`), axiomatic (:mod:`.axiomatic`). Beside the metrics: :func:`deletion_insertion`
-(both curves), :func:`pointing_game` (bool ``[B, K]``), :func:`randomization_test` (modes
+(both curves, the signature of a metric), :func:`randomization_test` (modes
 ``"cascading"``, ``"independent"``, ``"mprt"``, ``"smooth_mprt"``, ``"efficient_mprt"``), and
 :func:`compare`, every method × metric with a seeded ``"random"`` method always in the table
 (:func:`iter_compare`: its rows one at a time). The options many metrics share (``normalise``,
 ``abs``, ``score``, ``softmax``, ``perturb_baseline``, ``return_nan_when_prediction_changes``) are
 read in one place, :class:`~.shared.Shared`.
 
-Every metric is ``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0,
-batch_size=32, **options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the
-curve where the metric has one). An :class:`~saliency_kit.Explanation` is scored as it is; a method
+Every metric, and :func:`deletion_insertion` and :func:`randomization_test` beside them, is
+``NAME(model, inputs, explanation_or_method="gradient", targets="top1", *, seed=0, batch_size=32,
+**options)`` and returns float ``[B, K]`` (a dict with ``"score" [B, K]`` and the curve where the
+metric has one; :func:`pointing_game` bool ``[B, K]``). The localisation metrics also need
+``masks=``; the model-free ones take bare ``maps=`` instead of the first four. An
+:class:`~saliency_kit.Explanation` is scored as it is; a method
 name is run with :func:`saliency_kit.explain`. Maps are normalised per input, never over the batch,
 and every perturbation is seeded per input: results do not depend on the batch or ``batch_size``.
 
@@ -57,7 +60,6 @@ from . import complexity, randomisation, axiomatic  # noqa: F401
 # isort: on
 from .compare import compare, iter_compare
 from .deletion import deletion_insertion
-from .localisation import pointing_game
 from .randomisation import compare_maps, comparison_maps, iter_randomization, randomization_test
 from .registry import Metric, builtins, metric, metrics
 from .reinitialise import clone_with_weights, reinitialize, weighted_layers
@@ -69,7 +71,6 @@ globals().update(_DECLARED)
 __all__ = [
     *_DECLARED,
     "deletion_insertion",
-    "pointing_game",
     "randomization_test",
     "iter_randomization",
     "compare_maps",

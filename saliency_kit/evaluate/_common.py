@@ -39,6 +39,8 @@ __all__ = [
     "check_float",
     "preprocess",
     "is_random_baseline",
+    "METHOD_BASELINE",
+    "method_baseline",
     "seed_noise",
     "maps_only",
     "several_parts_error",
@@ -112,6 +114,41 @@ def baseline_values(
             f"an array baseline must hold one value per replaced feature ({count}); received shape {value.shape}."
         )
     return value
+
+
+#: ``perturb_baseline=`` of a metric measured from the explaining method's own baseline.
+METHOD_BASELINE = "method"
+
+
+def method_baseline(method: Any, options: Any, x: np.ndarray, parts: Any = None) -> np.ndarray | None:
+    """The point the method ``method`` started from, as one row of what a metric perturbs ``x [B,
+    *x]``: its ``baseline`` option as given in ``options`` (or recorded by the Explanation), else
+    its declared default, broadcast to ``x.shape[1:]``. None when the method declares no
+    ``baseline`` (the plain gradient, a bare array, ``"random"``, a callable explainer).
+    ``ValueError`` when the baseline is not one row of ``x``'s space (token ids' baselines are
+    embeddings; a baseline given per input): the metric then needs ``perturb_baseline=``."""
+    if not isinstance(method, str) or method == RANDOM:
+        return None
+    try:
+        accepted = get_method(method).accepted(dict(options))
+    except (TypeError, ValueError):
+        return None
+    if "baseline" not in accepted:
+        return None
+    value = options.get("baseline", accepted["baseline"].default)
+    tokens = [part.name for part in getattr(parts, "parts", ()) if part.embedding]
+    try:
+        if tokens or isinstance(value, dict):
+            raise ValueError
+        row = np.broadcast_to(np.asarray(value, dtype=np.float64), x.shape[1:])
+    except (TypeError, ValueError):
+        shown = value if isinstance(value, dict) else np.ravel(value)[:4]
+        raise ValueError(
+            f"the method {method!r} starts from its own baseline, which cannot be read as one row of what is "
+            f"scored {list(x.shape[1:])}{' (token ids: an embedding)' if tokens else ''}: give perturb_baseline= (a "
+            f"number or an array of that shape); received baseline {shown!r}."
+        ) from None
+    return row
 
 
 def is_random_baseline(baseline: Any) -> bool:

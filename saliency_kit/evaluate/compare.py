@@ -92,7 +92,7 @@ def compare(
         model, inputs, methods, metrics: as for :func:`iter_compare`.
         progress: called as ``progress(method, metric)`` after each cell.
         settings: :func:`iter_compare`'s keywords: ``targets="top1"``, ``masks=None``, ``seed=0``,
-            ``batch_size=32``, ``metric_options=None``, ``method_options=None``.
+            ``batch_size=32``, ``class_names=None``, ``metric_options=None``, ``method_options=None``.
 
     Returns:
         ``{"rows": [{"method", "metric", "mean", "std", "per_input", "higher_is_better"}, ...]}``:
@@ -123,6 +123,7 @@ def iter_compare(
     batch_size: int = 32,
     metric_options: dict | None = None,
     method_options: dict | None = None,
+    **named: Any,
 ) -> Iterator[dict]:
     """The rows of :func:`compare`, one cell (method, metric) at a time, methods in order.
 
@@ -135,11 +136,15 @@ def iter_compare(
         seed, batch_size: every metric's and method's (the random map's and noisy methods' seed).
         metric_options: ``{metric: {option: value}}`` (e.g. ``{"max_sensitivity": {"nr_samples": 10}}``).
         method_options: ``{method: {option: value}}``.
+        named: ``class_names=``, the names class targets may use (a class, or a region's or box's
+            classes by name), as ``explain``'s; given to every method and metric.
 
     Yields:
         ``{"method", "metric", "mean", "std", "per_input", "higher_is_better"}`` (see :func:`compare`).
     """
     metric_options, method_options = dict(metric_options or {}), dict(method_options or {})
+    if set(named) - {"class_names"}:
+        raise TypeError(f"iter_compare() takes class_names= besides its arguments; received {sorted(named)}.")
     declared = {name: registry.get(name) for name in metrics}
     if isinstance(methods, str):
         methods = [methods]
@@ -149,7 +154,7 @@ def iter_compare(
         raise ValueError(f"metric {needs[0]!r} needs masks (bool [B, H, W]); received masks=None.")
     for method in methods:
         expl = explanation_of(
-            model, inputs, method, targets, seed=seed, batch_size=batch_size, **method_options.get(method, {})
+            model, inputs, method, targets, seed=seed, batch_size=batch_size, **named, **method_options.get(method, {})
         )
         for name in metrics:
             metric = declared[name]
@@ -161,7 +166,7 @@ def iter_compare(
                 masks=masks,
                 seed=seed,
                 batch_size=batch_size,
-                options=metric_options.get(name, {}),
+                options={**named, **metric_options.get(name, {})},
             )
             per_input = (
                 np.nanmean(values, axis=1)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import ndimage
 
 from ..engine import channel_axis, forward_scores, target_scores
-from ..targets import is_target
+from ..targets import class_names_of, is_target
 from . import similarity as metrics
 from ._common import seed_noise, several_parts_error
 from .explained import Scored, prepare
@@ -31,17 +31,19 @@ MAX_BATCH_BYTES = 256 * 2**20
 def deletion_insertion(
     model: keras.Model,
     inputs: Any,
-    explanation: Any,
+    explanation_or_method: Any = "gradient",
+    targets: Any = "top1",
     *,
-    targets: Any = None,
     steps: int = 32,
     baseline: Any = "zeros",
     blur_sigma: float = 5.0,
     score: str = "output",
-    batch_size: int = 32,
     seed: int = 0,
+    batch_size: int = 32,
+    **options: Any,
 ) -> dict:
-    """RISE's deletion and insertion curves of each input and target of ``explanation``.
+    """RISE's deletion and insertion curves of each input and target of an explanation, called as
+    every metric is: ``deletion_insertion(model, inputs, explanation_or_method, targets, ...)``.
 
     Pixels are ranked by ``explanation.maps`` in decreasing order (ties broken in a seeded random
     order, so flat regions are not visited in raster order). At step ``i`` of ``steps`` the top
@@ -66,18 +68,21 @@ def deletion_insertion(
             (``attribute_to=`` its name), whose pixels are removed, the other inputs held at each
             input's own values. Several explained inputs, token ids or a non-image input are
             refused: the curves remove pixels of one image.
-        explanation: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and ``targets``
-            (of several inputs: its maps of the explained image).
+        explanation_or_method: an :class:`saliency_kit.Explanation` with ``maps [B, K, H, W]`` and
+            ``targets`` (of several inputs: its maps of the explained image), or a method name,
+            explained first with ``targets`` and the method's ``options``.
         targets: the target object the explanation was made for (``saliency_kit.targets.region``,
             ``box``, ``output``, ``unit``): every perturbed copy is scored with its input's target
-            (a region's predicted mask stays the one of the clean input). ``None`` (class targets):
-            the explanation's classes.
+            (a region's predicted mask stays the one of the clean input). Class targets (``None``
+            too): an Explanation is scored at its own classes.
         steps: evaluations per curve minus one (the curve has ``steps + 1`` points, 0 % to 100 %).
         baseline: ``"zeros"``, ``"blur"`` (the blurred image), a scalar, or an array broadcastable
             to the images (e.g. one ``[H, W, C]`` image).
         blur_sigma: σ in pixels of the insertion start image.
         score, batch_size: passed to ``forward_scores``.
-        seed: seed of the random order and of the tie-breaking.
+        seed: seed of the random order and of the tie-breaking (and of a noisy method).
+        options: ``class_names=`` (the names class targets may use, as ``explain``'s) and, when
+            ``explanation_or_method`` names a method, the method's options.
 
     The perturbed images of several inputs are built and scored together, up to about
     :data:`MAX_BATCH_BYTES` at a time.
@@ -88,20 +93,68 @@ def deletion_insertion(
         ``random_insertion_curve`` ``[B, K, S+1]``; ``deletion_auc``, ``insertion_auc``,
         ``random_deletion_auc``, ``random_insertion_auc`` ``[B, K]`` (trapezoid rule over fractions).
     """
-    scored, given, maps, tgt, channels_first = _explained_images(model, inputs, explanation, targets, score, batch_size)
+    class_names = options.pop("class_names", None)
+    explanation = _explanation(model, inputs, explanation_or_method, targets, seed, batch_size, class_names, options)
+    targets = targets if is_target(targets) else None  # class targets: the explanation's own
+    scored, given, maps, tgt, channels_first = _explained_images(
+        model, inputs, explanation, targets, score, batch_size, class_names
+    )
     x = np.moveaxis(given, 1, -1) if channels_first else given
     batch, height, width, _ = x.shape
     _check_curves(maps, tgt, (batch, height, width), steps)
-    score_rows = _row_scorer(model, given, scored, targets, tgt, score, batch_size)
+    score_rows = _row_scorer(model, given, scored, targets, tgt, score, batch_size, class_names)
 
     blurred = np.stack([ndimage.gaussian_filter(img, sigma=(blur_sigma, blur_sigma, 0)) for img in x])
     base = _baseline(baseline, given, np.moveaxis(blurred, -1, 1) if channels_first else blurred)
     if channels_first:
         base = np.moveaxis(base, 1, -1)
-    n_targets = maps.shape[1]
     counts = np.rint(np.arange(steps + 1) * height * width / steps).astype(np.int64)
-    rng = np.random.default_rng(seed)
+    curves = _scored_curves(x, (base, blurred), maps, counts, channels_first, score_rows, np.random.default_rng(seed))
+    fractions = counts / (height * width)
+    result = {"fractions": fractions, **curves}
+    for name in _CURVES:
+        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
+    return result
 
+
+def _explanation(
+    model: keras.Model,
+    inputs: Any,
+    explanation_or_method: Any,
+    targets: Any,
+    seed: int,
+    batch_size: int,
+    class_names: Any,
+    options: dict,
+) -> Any:
+    """The Explanation the curves rank pixels by: a method name explained (a noisy one with
+    ``seed``) with ``options``; anything else as given (``TypeError`` for options then)."""
+    if not isinstance(explanation_or_method, str):
+        if options:
+            raise TypeError(f"deletion_insertion has no option {sorted(options)[0]!r}; received {sorted(options)}.")
+        return explanation_or_method
+    from ..pipeline.api import explain
+
+    seed_noise(explanation_or_method, options, seed)
+    return explain(
+        model, inputs, explanation_or_method, targets, batch_size=batch_size, class_names=class_names, **options
+    )
+
+
+def _scored_curves(
+    x: np.ndarray,
+    starts: tuple[np.ndarray, np.ndarray],
+    maps: np.ndarray,
+    counts: np.ndarray,
+    channels_first: bool,
+    score_rows: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    rng: np.random.Generator,
+) -> dict:
+    """Every curve ``[B, K, S+1]`` of the images ``x [B, H, W, C]`` (``starts``: the deletion
+    baseline and the blurred images), built and scored up to about :data:`MAX_BATCH_BYTES` at a
+    time (``score_rows`` takes them in the model's layout)."""
+    base, blurred = starts
+    batch, n_targets, steps = len(x), maps.shape[1], len(counts) - 1
     per_input_bytes = (2 * n_targets + 2) * (steps + 1) * x[0].nbytes
     chunk = max(1, int(MAX_BATCH_BYTES // max(per_input_bytes, 1)))
     curves = {name: np.zeros((batch, n_targets, steps + 1)) for name in _CURVES}
@@ -117,16 +170,11 @@ def deletion_insertion(
                 curves[name][row] = s.T  # random order: one set of images scored for every target
             else:
                 curves[name][row, column] = s[:, column]
-
-    fractions = counts / (height * width)
-    result = {"fractions": fractions, **curves}
-    for name in _CURVES:
-        result[name.replace("_curve", "_auc")] = metrics.trapezoid_auc(curves[name], fractions)
-    return result
+    return curves
 
 
 def _explained_images(
-    model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int
+    model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int, class_names: Any
 ) -> tuple[Scored | None, np.ndarray, np.ndarray, np.ndarray, bool]:
     """``(scored, images, maps [B, K, H, W], targets [B, K], channels_first)``: the images whose
     pixels are removed (float32, as the model takes them), the explanation's maps of them and
@@ -135,7 +183,7 @@ def _explained_images(
     from ..pipeline.parts import structured
 
     if structured(model, inputs, list(getattr(explanation, "parts", None) or []) or None):
-        scored = _one_image(model, inputs, explanation, targets, score, batch_size)
+        scored = _one_image(model, inputs, explanation, targets, score, batch_size, class_names)
         return scored, scored.x.astype(np.float32), scored.pixels, scored.targets, scored.channel_axis == 0
     given = np.asarray(inputs, dtype=np.float32)
     maps = np.asarray(explanation.maps)
@@ -174,6 +222,7 @@ def _row_scorer(
     tgt: np.ndarray,
     score: str,
     batch_size: int,
+    class_names: Any,
 ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``score_rows(images [N, ...], sources int [N]) -> [N, K]``: the scores of perturbed copies
     of the inputs ``sources``, each with its input's target (a target object's payload, the
@@ -184,7 +233,9 @@ def _row_scorer(
         return lambda images, sources: forward(scored, images, sources)
     selection = None
     if targets is not None:
-        selection = resolve_selection(model, given, targets, score=score, batch_size=batch_size)
+        selection = resolve_selection(
+            model, given, targets, score=score, batch_size=batch_size, class_names=class_names_of(class_names)
+        )
         if not selection.target.score_vector and np.asarray(selection.columns).shape != tgt.shape:
             raise ValueError(
                 f"targets must be the target the explanation was made for: it gives "
@@ -235,13 +286,24 @@ def _perturbed(
     return images, positions
 
 
-def _one_image(model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int) -> Any:
+def _one_image(
+    model: keras.Model, inputs: Any, explanation: Any, targets: Any, score: str, batch_size: int, class_names: Any
+) -> Any:
     """The explained image of a model with several inputs (or inputs given as a structure), as a
     :class:`~.explained.Scored` (its ``x`` the image ``[B, H, W, C]``, ``pixels`` the explanation's
     maps of it, ``score`` this metric's): ``ValueError`` for several explained parts or one that
     is not an image input."""
     given = "top1" if targets is None else targets  # class targets: the explanation's own
-    scored = prepare(model, inputs, explanation, given, score=score, batch_size=batch_size, perturbs=True)
+    scored = prepare(
+        model,
+        inputs,
+        explanation,
+        given,
+        score=score,
+        batch_size=batch_size,
+        method_options={"class_names": class_names},
+        perturbs=True,
+    )
     if scored.packed:
         raise several_parts_error("deletion_insertion", scored.names)
     if scored.channel_axis is None:
@@ -317,9 +379,6 @@ def insertion_auc(
     return _curves(model, inputs, explanation_or_method, targets, seed, batch_size, options)["insertion_auc"]
 
 
-_CURVE_OPTIONS = ("steps", "baseline", "blur_sigma", "score")
-
-
 def _curves(
     model: keras.Model,
     inputs: Any,
@@ -329,19 +388,7 @@ def _curves(
     batch_size: int,
     options: dict,
 ) -> dict:
-    """:func:`deletion_insertion` of an Explanation (a method name is explained first, with the
-    options that are not the curves'); a target object is passed on, class targets are the
-    explanation's own."""
-    curve_options = {key: options.pop(key) for key in _CURVE_OPTIONS if key in options}
-    explanation = explanation_or_method
-    if isinstance(explanation, str):
-        from ..pipeline.api import explain
-
-        seed_noise(explanation, options, seed)
-        explanation = explain(model, inputs, explanation, targets, batch_size=batch_size, **options)
-    elif options:
-        raise TypeError(f"deletion_insertion has no option {sorted(options)[0]!r}; received {sorted(options)}.")
-    given = targets if is_target(targets) else None
+    """:func:`deletion_insertion` of the metrics' arguments."""
     return deletion_insertion(
-        model, inputs, explanation, targets=given, seed=seed, batch_size=batch_size, **curve_options
+        model, inputs, explanation_or_method, targets, seed=seed, batch_size=batch_size, **options
     )

@@ -37,7 +37,7 @@ from ..engine.space import Space
 from ..explanation import Explanation
 from ..methods import get as get_method
 from ..pipeline.request import ExplainCall
-from ..targets import Resolved, as_target, is_target
+from ..targets import Resolved, as_target, class_names_of, is_target
 from ..targets.base import Target
 from ._common import RANDOM, element_view, part_axes, part_elements, part_values, seed_noise, to_pixels
 from .draws import random_attributions
@@ -77,6 +77,7 @@ class Scored:
         parts: the model's inputs and the parts explained (:class:`saliency_kit.pipeline.parts.Parts`) when
             the request is not one float input; ``space`` their :class:`~saliency_kit.engine.space.Space`.
         baseline_token: the token whose embedding is a token part's baseline (as ``explain``'s).
+        class_names: the names class targets may use (as ``explain``'s ``class_names=``).
     """
 
     model: object
@@ -96,6 +97,7 @@ class Scored:
     parts: Any = None
     space: Any = None
     baseline_token: int = 0
+    class_names: Any = None
 
     @property
     def names(self) -> list:
@@ -228,8 +230,8 @@ def prepare(
     method_options: dict | None = None,
     perturbs: bool = False,
 ) -> Scored:
-    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring). ``attribute_to``
-    and ``baseline_token`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
+    """Resolve a metric's arguments into a :class:`Scored` (see the module docstring). ``attribute_to``,
+    ``baseline_token`` and ``class_names`` among ``method_options`` are ``explain``'s; ``perturbs``: the metric
     evaluates the model at perturbed values of what was explained (no inner layer, then)."""
     from ..pipeline.api import explain
     from ..pipeline.parts import read
@@ -240,6 +242,7 @@ def prepare(
     method_options = dict(method_options or {})
     attribute_to = method_options.pop("attribute_to", None)
     baseline_token = method_options.pop("baseline_token", 0)
+    class_names = method_options.pop("class_names", None)
     engine.check_score(score)
     batch_size = engine.check_batch_size(batch_size)
     expl = explanation_or_method if isinstance(explanation_or_method, Explanation) else None
@@ -259,7 +262,7 @@ def prepare(
     if expl is not None and target.score_vector:  # an explanation of classes is scored at its own classes
         _refuse_classes_for_objects(expl, targets)
         target = as_target(np.asarray(expl.targets, dtype=np.int64))
-    selection = resolve_parts(model, read_parts, target, score, batch_size)
+    selection = resolve_parts(model, read_parts, target, score, batch_size, class_names_of(class_names))
     if softmax and target.kind == "callable":
         raise ValueError(
             "softmax=True scores the softmax of the model's classes: give class targets or "
@@ -275,7 +278,7 @@ def prepare(
         seed_noise(explanation_or_method, method_options, seed)
         given = inputs if parts is not None else first
         settings: dict[str, Any] = dict(score=score, batch_size=batch_size, with_scores=False)
-        settings.update(attribute_to=attribute_to, baseline_token=baseline_token)
+        settings.update(attribute_to=attribute_to, baseline_token=baseline_token, class_names=class_names)
         expl = explain(model, given, explanation_or_method, Given(selection), **settings, **method_options)
         method, options = explanation_or_method, method_options
         explained = list(expl.parts or [])
@@ -303,6 +306,7 @@ def prepare(
         parts=parts,
         space=space,
         baseline_token=baseline_token,
+        class_names=class_names,
         method=method,
         options=options,
     )

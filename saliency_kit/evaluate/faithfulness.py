@@ -28,6 +28,7 @@ pass; random draws are seeded per input, so results do not depend on ``batch_siz
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,8 @@ __all__ = [
     "faithfulness_correlation",
     "infidelity",
     "monotonicity_correlation",
+    "monotonicity_passes",
+    "WARN_PASSES",
     "image_blocks",
     "cumulative_rows",
 ]
@@ -120,6 +123,33 @@ def _replacer(flat_input: np.ndarray, indices: np.ndarray, values: np.ndarray) -
         return rows
 
     return make
+
+
+#: Above this many forward passes in all, :func:`monotonicity_correlation` warns before it runs them.
+WARN_PASSES = 100_000
+
+
+def monotonicity_passes(n_elements: int, features_in_step: int, nr_samples: int, random_baseline: bool = True) -> int:
+    """The forward passes :func:`monotonicity_correlation` runs per input and target for inputs of
+    ``n_elements`` elements: one per step of ``features_in_step`` elements and draw of the baseline
+    (``nr_samples`` draws of a random ``perturb_baseline``, one of a deterministic one)."""
+    return math.ceil(n_elements / features_in_step) * (nr_samples if random_baseline else 1)
+
+
+def _warn_cost(n_elements: int, maps: tuple, features_in_step: int, nr_samples: int, repeats: int) -> None:
+    """A one-line warning when ``maps = (B, K)`` maps of ``n_elements`` each cost more than
+    :data:`WARN_PASSES` forward passes in all."""
+    steps = math.ceil(n_elements / features_in_step)
+    total = steps * repeats * maps[0] * maps[1]
+    if total > WARN_PASSES:
+        warnings.warn(
+            f"monotonicity_correlation will run {total:,} forward passes ({maps[0]} inputs × {maps[1]} targets × "
+            f"{steps:,} steps of {features_in_step} of {n_elements:,} elements × {repeats} draws): give "
+            f"features_in_step={max(1, math.ceil(n_elements / 64))} (64 steps) or a smaller nr_samples; received "
+            f"features_in_step={features_in_step}, nr_samples={nr_samples}.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def image_blocks(height: int, width: int, patch_size: int) -> list[tuple[slice, slice]]:
@@ -236,8 +266,12 @@ def monotonicity_correlation(
     ``mean_s (f(x_s) − f(x))² / f(x)²`` over ``nr_samples`` draws of the baseline (``f(x)²``
     replaced by 1 below ``eps``): float ``[B, K]``; higher is better. Each step is removed alone.
 
-    The cost is ``n_elements / features_in_step × nr_samples`` evaluations per input and target:
-    raise ``features_in_step`` for images.
+    The cost is ``ceil(n_elements / features_in_step) × nr_samples`` forward passes per input and
+    target (``× 1`` for a deterministic ``perturb_baseline``; :func:`monotonicity_passes`): with
+    Quantus' defaults a 64×64×3 image takes 1,228,800. Above :data:`WARN_PASSES` in all, a
+    one-line ``UserWarning`` says how many passes will run and how to lower them (raise
+    ``features_in_step``, e.g. to ``n_elements / 64`` for 64 steps, or lower ``nr_samples``),
+    before any is run.
 
     Shared options (:class:`~saliency_kit.evaluate.shared.Shared`): ``perturb_baseline="uniform"``,
     ``normalise=True``, ``abs=True``, ``score="logits"``, ``softmax=True``.
@@ -259,8 +293,9 @@ def monotonicity_correlation(
     a, flat = flat_elements(scored, normalise=shared.normalise, absolute=shared.absolute)
     n = flat.shape[1]
     steps = math.ceil(n / features_in_step)
-    clean = forward(scored, scored.x, np.arange(len(flat)))
     repeats = nr_samples if is_random_baseline(perturb_baseline) else 1
+    _warn_cost(n, a.shape[:2], features_in_step, nr_samples, repeats)
+    clean = forward(scored, scored.x, np.arange(len(flat)))
     jobs, orders = [], []
     for b in range(len(flat)):
         generator = rng(seed, "monotonicity_correlation", b)

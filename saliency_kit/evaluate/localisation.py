@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "pointing_game",
-    "pointing_game_score",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "top_k_intersection",
@@ -268,43 +267,9 @@ def auc(
 # --------------------------------------------------------------------------------------------
 # Pointing game (Zhang et al. 2016)
 # --------------------------------------------------------------------------------------------
-def pointing_game(explanation: Any, masks: Any, *, tolerance: float = 0) -> np.ndarray:
-    """Whether each map's maximum falls on the object: bool ``[B, K]``.
-
-    Args:
-        explanation: an :class:`saliency_kit.Explanation` (its ``maps [B, K, H, W]`` are used) or
-            an array of maps ``[B, K, H, W]``.
-        masks: bool ``[B, H, W]``, the object of each input (or ``[B, K, H, W]``, one per target);
-            or the ``saliency_kit.targets.region`` the explanation was made for, whose own masks are
-            the objects (given masks only: ``"predicted"`` ones are known only to the model); or
-            the ``saliency_kit.targets.box``, each box the object of its own target.
-        tolerance: a hit may miss the object by up to this many pixels (Euclidean distance; the mask
-            is dilated with ``scipy.ndimage.distance_transform_edt``).
-
-    Ties: when several pixels share a map's maximum, it is a hit only if *all* of them are on the
-    (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
-    An empty mask is a miss.
-
-    With ``tolerance=0`` and one maximum per map this is Quantus 0.6.0's ``PointingGame``. Quantus
-    has no tolerance, counts a tie as a hit if *any* tied pixel is on the object (a flat map hits
-    every object) and scores an empty mask as a hit (the NaN it means is written into a bool array).
-    """
-    maps = np.asarray(getattr(explanation, "maps", explanation))
-    if maps.ndim != 4:
-        raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
-    masks = _checked_masks("pointing_game", masks, maps.shape)
-    hits = np.zeros(maps.shape[:2], dtype=bool)
-    for b in range(maps.shape[0]):
-        shared = metrics.dilate(masks[b], tolerance) if masks.ndim == 3 else None  # one object per input
-        for k in range(maps.shape[1]):
-            region = shared if shared is not None else metrics.dilate(masks[b, k], tolerance)
-            hits[b, k] = metrics.points_at(maps[b, k], region)
-    return hits
-
-
 @metric("pointing_game", family="localisation", higher_is_better=True, needs_masks=True)
-def pointing_game_score(
-    model: keras.Model | None = None,
+def pointing_game(
+    model: Any = None,
     inputs: Any = None,
     explanation_or_method: Any = "gradient",
     targets: Any = "top1",
@@ -316,11 +281,62 @@ def pointing_game_score(
     batch_size: int = 32,
     **options: Any,
 ) -> np.ndarray:
-    """:func:`pointing_game` as a metric of the common signature: float ``[B, K]``, 1 where the
-    map's maximum falls on the object, 0 where it misses (the maps as the other localisation
-    metrics read them, ``[B, K, H, W]``; bare ``maps`` as :func:`pointing_game` reads them)."""
+    """Whether each map's maximum falls on the object: bool ``[B, K]`` (the metric ``pointing_game``:
+    1.0 where it hits, 0.0 where it misses).
+
+    Called as every metric is, ``pointing_game(model, inputs, explanation_or_method, targets,
+    masks=masks)`` (the maps as the other localisation metrics read them, ``[B, K, H, W]``), or on
+    maps alone: ``pointing_game(maps=maps, masks=masks)``, or ``pointing_game(explanation, masks)``
+    with an :class:`saliency_kit.Explanation` (its ``maps``) or an array of maps ``[B, K, H, W]``
+    first.
+
+    Args:
+        masks: bool ``[B, H, W]``, the object of each input (or ``[B, K, H, W]``, one per target);
+            or the ``saliency_kit.targets.region`` the explanation was made for, whose own masks are
+            the objects (given masks only: ``"predicted"`` ones are known only to the model); or
+            the ``saliency_kit.targets.box``, each box the object of its own target.
+        tolerance: a hit may miss the object by up to this many pixels (Euclidean distance; the mask
+            is dilated with ``scipy.ndimage.distance_transform_edt``).
+        seed, batch_size, options: as every metric's (the method's options when one is named).
+
+    Ties: when several pixels share a map's maximum, it is a hit only if *all* of them are on the
+    (dilated) object, so a flat map (e.g. all zeros) cannot score. Non-finite map values are ignored.
+    An empty mask is a miss.
+
+    With ``tolerance=0`` and one maximum per map this is Quantus 0.6.0's ``PointingGame``. Quantus
+    has no tolerance, counts a tie as a hit if *any* tied pixel is on the object (a flat map hits
+    every object) and scores an empty mask as a hit (the NaN it means is written into a bool array).
+    """
+    if _maps_first(model) and maps is None:  # pointing_game(explanation or maps, masks)
+        if masks is None:
+            masks = inputs
+        elif inputs is not None:
+            raise TypeError("pointing_game(explanation, masks): masks given twice; received masks= too.")
+        model, inputs, maps = None, None, np.asarray(getattr(model, "maps", model))
     if maps is not None and model is None and inputs is None:
-        return pointing_game(maps, masks, tolerance=tolerance).astype(np.float64)
+        return _pointing(maps, masks, tolerance)
     shared = Shared.read(options, seed=seed, batch_size=batch_size)
     values = shared.pixel_maps("pointing_game", model, inputs, explanation_or_method, targets, maps, image=True)
-    return pointing_game(values, masks, tolerance=tolerance).astype(np.float64)
+    return _pointing(values, masks, tolerance)
+
+
+def _maps_first(first: Any) -> bool:
+    """Whether the first argument of :func:`pointing_game` is maps (an Explanation or an array), not a model."""
+    from ..explanation import Explanation
+
+    return isinstance(first, (Explanation, np.ndarray, list, tuple))
+
+
+def _pointing(maps: Any, masks: Any, tolerance: float) -> np.ndarray:
+    """The hits of :func:`pointing_game` of the maps ``[B, K, H, W]``: bool ``[B, K]``."""
+    maps = np.asarray(maps)
+    if maps.ndim != 4:
+        raise ValueError(f"maps must be [B, K, H, W]; received shape {maps.shape}.")
+    masks = _checked_masks("pointing_game", masks, maps.shape)
+    hits = np.zeros(maps.shape[:2], dtype=bool)
+    for b in range(maps.shape[0]):
+        shared = metrics.dilate(masks[b], tolerance) if masks.ndim == 3 else None  # one object per input
+        for k in range(maps.shape[1]):
+            region = shared if shared is not None else metrics.dilate(masks[b, k], tolerance)
+            hits[b, k] = metrics.points_at(maps[b, k], region)
+    return hits

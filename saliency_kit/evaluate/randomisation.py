@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..explanation import Explanation
+from ..targets import is_target
 from . import similarity as metrics
 from ._common import RANDOM, check_int, preprocess, seed_noise
 from .draws import rng
@@ -55,7 +56,7 @@ _QUANTUS_MODES = ("mprt", "smooth_mprt", "efficient_mprt")
 def randomization_test(
     model: keras.Model,
     inputs: Any,
-    method: str = "gradient",
+    explanation_or_method: Any = "gradient",
     targets: Any = "top1",
     *,
     mode: str = "cascading",
@@ -65,8 +66,9 @@ def randomization_test(
 ) -> list[dict]:
     """Adebayo et al.'s model-parameter randomisation test.
 
-    The maps of ``method`` on ``model`` are compared with the maps of the same method on copies of
-    the model whose weights are re-initialised:
+    The maps of a method on ``model`` are compared with the maps of the same method on copies of
+    the model whose weights are re-initialised (an :class:`~saliency_kit.Explanation` names its
+    method: run again as it was made, with its options, score and parts, at its own classes):
 
     - ``mode="cascading"``: the weighted layers are re-initialised from the output downwards,
       cumulatively (step ``i`` has the top ``i + 1`` layers random);
@@ -93,7 +95,7 @@ def randomization_test(
         model: a Functional or Sequential ``keras.Model`` (nested models allowed).
         inputs: ``[B, ...]`` model inputs, or one array per model input (a list, tuple or dict),
             as for :func:`saliency_kit.explain`.
-        method, targets, method_options: passed to :func:`saliency_kit.explain` (``score``,
+        explanation_or_method, targets, method_options: passed to :func:`saliency_kit.explain` (``score``,
             ``batch_size``, ``attribute_to`` and ``baseline_token`` too). A noisy method
             (``smoothgrad``) gets ``seed=seed`` unless given, so every step sees the same noise.
         mode: ``"cascading"`` or ``"independent"`` (Adebayo et al.), or Quantus' variants
@@ -122,6 +124,7 @@ def randomization_test(
         are compared as they are; several explained parts side by side, so that the Spearman
         correlations rank every element of every part together, one map per input and target).
     """
+    method, targets, method_options = _method_of(explanation_or_method, targets, method_options)
     if mode in _QUANTUS_MODES:
         return mprt(model, inputs, method, targets, mode=mode, layers=layers, seed=seed, **method_options)
     original = None
@@ -309,17 +312,25 @@ def randomization_score(
     of the fully randomised model's map to the original's) per input: float ``[B, K]``. An
     Explanation is run again as it was made (its method, options, score and parts; a noisy method
     with this ``seed``); the seeded ``"random"`` map, which does not depend on the weights, scores 1."""
-    method = explanation_or_method
-    if isinstance(method, Explanation):
-        if method.method == RANDOM:  # the same map whatever the weights: an entropy ratio of 1
-            return np.ones(np.shape(method.targets))
-        explained = {key: value for key, value in rerun_options(method).items() if key != "seed"}
-        explained["score"] = method.options.get("score", "logits")
-        if method.parts:
-            explained["attribute_to"] = list(method.parts)
-        options = {**explained, **options}
-        method = method.method
+    if isinstance(explanation_or_method, Explanation) and explanation_or_method.method == RANDOM:
+        return np.ones(np.shape(explanation_or_method.targets))  # the same map whatever the weights: a ratio of 1
     steps = randomization_test(
-        model, inputs, method, targets, mode=mode, seed=seed, **{"batch_size": batch_size, **options}
+        model, inputs, explanation_or_method, targets, mode=mode, seed=seed, **{"batch_size": batch_size, **options}
     )
     return np.asarray(steps[-1]["per_input"], dtype=np.float64)
+
+
+def _method_of(explanation_or_method: Any, targets: Any, options: dict) -> tuple[Any, Any, dict]:
+    """``(method, targets, options)`` that run an Explanation's method again as it was made (its
+    options but its seed, its score and parts; class targets: its own classes); a method name as
+    given."""
+    expl = explanation_or_method
+    if not isinstance(expl, Explanation):
+        return expl, targets, options
+    explained = {key: value for key, value in rerun_options(expl).items() if key != "seed"}
+    explained["score"] = expl.options.get("score", "logits")
+    if expl.parts:
+        explained["attribute_to"] = list(expl.parts)
+    if not is_target(targets) and not callable(targets):
+        targets = np.asarray(expl.targets)
+    return expl.method, targets, {**explained, **options}

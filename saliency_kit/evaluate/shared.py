@@ -56,7 +56,9 @@ class Shared:
     - ``score`` (``score=``): what is scored, ``"logits"`` or the model's ``"output"``;
     - ``softmax`` (``softmax=``): the softmax of the target's scores is scored;
     - ``perturb_baseline`` (``perturb_baseline=``): what replaces a removed feature (``"black"``
-      each input's minimum, ``"white"``, ``"mean"``, ``"uniform"``, a number or an array);
+      each input's minimum, ``"white"``, ``"mean"``, ``"uniform"``, a number or an array; for
+      ``completeness`` and ``non_sensitivity`` also ``"method"``, the explaining method's own
+      baseline, their default);
     - ``nan_when_prediction_changes`` (``return_nan_when_prediction_changes=``): a perturbed copy
       that changes the model's prediction for a target is left out (the robustness metrics);
     - ``seed``, ``batch_size``: the metric's draws' seed; inputs per forward pass;

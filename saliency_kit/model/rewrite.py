@@ -43,6 +43,7 @@ __all__ = [
     "rewrite",
     "nothing_to_rewrite",
     "find_relu_activations",
+    "may_hide_relus",
     "RuleActivation",
     "RuleScope",
     "RewrittenModel",
@@ -72,7 +73,7 @@ def _is_keras_function(fn: Callable) -> bool:
     return module.startswith(("keras.", "tensorflow.")) and getattr(fn, "__name__", "<lambda>") != "<lambda>"
 
 
-def _may_hide_relus(op: Any) -> bool:
+def may_hide_relus(op: Any) -> bool:
     """Whether ``op`` may run ReLU ops the layer-level rewrite cannot see."""
     if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
@@ -258,7 +259,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
         if not visit.in_graph or is_graph_model(visit.layer) or id(visit.layer) in plan:
             continue
         family = relu_family_of_operation(visit.layer)
-        if family is not None or _may_hide_relus(visit.layer):
+        if family is not None or may_hide_relus(visit.layer):
             plan[id(visit.layer)] = (visit.path, family)
             order[visit.path] = len(order)
     if not plan:

@@ -35,7 +35,7 @@ def explain_prepared(prepared: Prepared) -> Explanation:
     for name, why in prepared.skipped:
         warnings.warn(f"{chosen.name} does not explain input {name!r}: {why}", RuntimeWarning, stacklevel=3)
     if chosen.warn_zero and prepared.parts.plain:
-        _warn_zero_maps(next(iter(results.values())), prepared.selection.columns, chosen.name)
+        _warn_zero_maps(next(iter(results.values())), prepared.selection, chosen.name)
     elif chosen.warn_zero:
         _warn_unused(results, chosen.name)
     return _explanation(prepared, (results, maps), out)
@@ -98,15 +98,18 @@ def _map(chosen: Any, values: dict, part: Any, attributions: np.ndarray, channel
     return methods.reduce_map(attributions, chosen.reduction(values), axis)
 
 
-def _warn_zero_maps(attributions: np.ndarray, targets: np.ndarray, method: str) -> None:
-    """Maps that are all zero (of the model's one input) are said once, the first named."""
+def _warn_zero_maps(attributions: np.ndarray, selection: Any, method: str) -> None:
+    """Maps that are all zero (of the model's one input) are said once, the first named (a unit
+    by its index as given, a tuple for a unit of a spatial layer)."""
     flat = attributions.reshape(*attributions.shape[:2], -1)
     dead = ~np.any(flat != 0, axis=-1)
     if dead.any():
         b, k = map(int, np.argwhere(dead)[0])
+        info = selection.info[b][k] if len(selection.info) > b and len(selection.info[b]) > k else {}
+        target = info["index"] if info.get("kind") == "unit" else int(selection.columns[b, k])
         warnings.warn(
             f"{method}: {int(dead.sum())} of {dead.size} attribution maps are all zero (first: input "
-            f"{b}, target {int(targets[b, k])}). The score may not depend on the input "
+            f"{b}, target {target}). The score may not depend on the input "
             "(tf.stop_gradient, an unconnected output) or every path to it is inactive.",
             RuntimeWarning,
             stacklevel=4,  # explain's caller: _warn_zero_maps < explain_prepared < explain < caller

@@ -75,6 +75,8 @@ _SIDECAR_KEYS = _CONFIG_KEYS - {"constructor", "model_file", "weights_file"}
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
     """``uint8 [B, H, W, 3]`` RGB -> float32 model input: ``(x[..., order] * scale - mean) / std``.
+    Grey images ``[B, H, W, 1]`` (for a 1-channel model) need a mean and a std alike for all three
+    channels (as ``"tf"``, ``"unit"`` and ``"none"`` have).
 
     Named modes (each matches ``keras.applications.<module>.preprocess_input``):
 
@@ -134,15 +136,21 @@ class Preprocessing:
         """uint8 (or float 0..255) ``[..., 3]`` RGB -> float32, computed in float64 and rounded
         once (so ``"unit"`` is exactly ``np.float32(x) / 255``)."""
         x = np.asarray(images, dtype=np.float64)
-        if x.ndim < 1 or x.shape[-1] != 3:
-            raise ValueError(f"expected RGB images [..., 3], got shape {x.shape}")
+        if x.ndim < 1 or x.shape[-1] not in (1, 3):
+            raise ValueError(f"expected RGB images [..., 3] (or grey [..., 1]), got shape {x.shape}")
+        if x.shape[-1] == 1 and (len(set(self.mean)) > 1 or len(set(self.std)) > 1):
+            raise ValueError(
+                f"grey images [..., 1] need one mean and one std for every channel; this preprocessing "
+                f"has mean {self.mean} and std {self.std} (per RGB channel)"
+            )
         if self.channel_order == "BGR":
             x = x[..., ::-1]
         x = x * self.scale
+        channels = x.shape[-1]  # grey: the one (common) value of mean and std
         if any(self.mean):
-            x = x - np.asarray(self.mean)
+            x = x - np.asarray(self.mean)[:channels]
         if any(s != 1.0 for s in self.std):
-            x = x / np.asarray(self.std)
+            x = x / np.asarray(self.std)[:channels]
         if self.channels_first:
             x = np.moveaxis(x, -1, -3)
         return np.ascontiguousarray(x, dtype=np.float32)
@@ -153,8 +161,9 @@ class Preprocessing:
 class ModelSpec:
     """How to feed and read a model.
 
-    ``name``; ``input_size`` ``(H, W)``; ``preprocess``: uint8 ``[B, H, W, 3]`` RGB -> float32 model
-    input; ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
+    ``name``; ``input_size`` ``(H, W)``; ``channels``: the image channels the model takes, 3 (RGB)
+    or 1 (grey); ``preprocess``: uint8 ``[B, H, W, channels]`` -> float32 model input;
+    ``class_names``: one name per output; ``gradcam_layer``: the default Grad-CAM layer
     (a layer name, nested models as ``"outer/inner"``); ``source``: the config or model file.
     """
 
@@ -169,6 +178,7 @@ class ModelSpec:
     weights_file: str | None = None
     description: str = ""
     task: str = "classification"
+    channels: int = 3
     score_threshold: float = 0.5
     iou_threshold: float = 0.45
 
@@ -319,7 +329,7 @@ def _spec_from_config(config: dict, source: Any, *, allowed: Any = _CONFIG_KEYS)
     task = config.get("task", "classification")
     if task not in TASKS:
         raise ValueError(f"config {source}: task must be one of {', '.join(map(repr, TASKS))}; received {task!r}.")
-    thresholds = {}
+    thresholds: dict[str, Any] = {}
     for key in ("score_threshold", "iou_threshold"):
         if key in config:
             value = config[key]

@@ -77,8 +77,13 @@ def _complete(spec: ModelSpec, model: Any) -> ModelSpec:
     layer = spec.gradcam_layer or _last_4d_layer(model)
     if layer is not None:
         _get_layer(model, layer, spec)
+    channels = in_shape[1] if first else in_shape[-1]
     return dataclasses.replace(
-        spec, input_size=tuple(int(s) for s in size), class_names=list(names), gradcam_layer=layer
+        spec,
+        input_size=tuple(int(s) for s in size),
+        class_names=list(names),
+        gradcam_layer=layer,
+        channels=int(channels) if channels is not None else 3,
     )
 
 

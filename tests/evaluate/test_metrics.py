@@ -329,8 +329,8 @@ def test_the_declared_wrappers_take_the_common_signature(model, x, masks):
     np.testing.assert_allclose(evaluate.deletion_auc(model, x, "gradient", steps=4), curves["deletion_auc"])
     np.testing.assert_allclose(evaluate.insertion_auc(model, x, expl, steps=4), curves["insertion_auc"])
     hits = evaluate.pointing_game(expl, masks).astype(np.float64)
-    np.testing.assert_array_equal(evaluate.pointing_game_score(model, x, "gradient", masks=masks), hits)
-    np.testing.assert_array_equal(evaluate.pointing_game_score(maps=expl.maps, masks=masks), hits)
+    np.testing.assert_array_equal(evaluate.pointing_game(model, x, "gradient", masks=masks), hits)
+    np.testing.assert_array_equal(evaluate.pointing_game(maps=expl.maps, masks=masks), hits)
     per_input = evaluate.randomization_test(model, x, "gradient", mode="efficient_mprt")[-1]["per_input"]
     np.testing.assert_allclose(evaluate.randomization_score(model, x, expl), per_input)
     with pytest.raises(TypeError, match="no option"):
