@@ -217,6 +217,8 @@ def _match(graph: _Graph, var: Any) -> _Activation | None:
     kind = eqn.primitive.name
     if _is_call(eqn, "clip") or kind == "min":
         inner_var, cap = (eqn.invars[0], eqn.invars[2]) if kind != "min" else eqn.invars
+        if kind == "min" and graph.constant(inner_var) is not None:  # min(m, relu(x))
+            cap, inner_var = inner_var, cap
         low = graph.constant(eqn.invars[1]) if kind != "min" else 0.0
         inner = _match(graph, inner_var)
         if inner is None or low != 0.0 or inner.family.negative_slope or inner.family.max_value is not None:

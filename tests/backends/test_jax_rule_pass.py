@@ -118,6 +118,16 @@ BLOCKS = {
         ReluFamily(negative_slope=0.1, max_value=1.5, threshold=0.25),
         "relu(negative_slope=0.1, max_value=1.5, threshold=0.25)",
     ),
+    "ReLU(max_value=1.5)": (
+        lambda: keras.layers.ReLU(max_value=1.5, name="act"),
+        ReluFamily(max_value=1.5),
+        "relu(max_value=1.5)",
+    ),
+    "minimum(relu, 1.5) by hand": (
+        lambda: keras.layers.Lambda(lambda t: keras.ops.minimum(1.5, keras.ops.relu(t)), name="act"),
+        ReluFamily(max_value=1.5),
+        "relu(max_value=1.5)",
+    ),
     "ops.relu in call": (lambda: ReluInCall(name="act"), ReluFamily(), "relu"),
     "Lambda": (lambda: keras.layers.Lambda(lambda t: keras.ops.relu(t), name="act"), ReluFamily(), "relu"),
 }
