@@ -327,5 +327,16 @@ def test_a_leaky_relu_with_a_traced_slope_is_reported():
     assert report.unsupported and "negative_slope" in report.unsupported[0]
 
 
+def test_a_prelu_keeps_its_plain_gradient():
+    layer = keras.layers.PReLU(alpha_initializer=keras.initializers.Constant(0.25), name="prelu")
+    model = keras.Sequential([keras.Input((4,)), layer])
+    fn, values = stateless(model)
+    wrapped, report = with_rule(fn, "guided")
+    weights = np.array([1.0, -1.0, 2.0, -2.0], "float32")
+    grad = jax.grad(lambda x: (wrapped(values, x) * weights).sum())(X)
+    np.testing.assert_allclose(np.asarray(grad), weights * np.where(X > 0, 1.0, 0.25), rtol=1e-6)
+    assert report.ops == [] and len(report.plain) == 1 and "prelu" in report.plain[0]
+
+
 def test_no_tensorflow_in_the_jax_process():
     assert "tensorflow" not in sys.modules
