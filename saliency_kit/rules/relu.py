@@ -21,7 +21,7 @@ import functools
 from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 __all__ = [
     "PLAIN_RELU",
@@ -84,28 +84,38 @@ class ReluFamily:
 
     def derivative(self, x: Any) -> Any:
         """``f'(x)``, same shape and dtype as ``x``."""
-        one = tf.ones_like(x)
-        zero = tf.zeros_like(x)
+        one = ops.ones_like(x)
+        zero = ops.zeros_like(x)
         if self.is_plain:
-            return tf.where(x > 0, one, zero)
-        threshold = tf.cast(self.threshold, x.dtype)
-        inside = x > threshold
+            return ops.where(ops.greater(x, 0), one, zero)
+        threshold = ops.cast(self.threshold, x.dtype)
+        inside = ops.greater(x, threshold)
         if self.max_value is not None:
-            inside = tf.logical_and(inside, x < tf.cast(self.max_value, x.dtype))
-        below = x <= threshold if self.threshold == 0.0 else x < threshold
-        slope = tf.cast(self.negative_slope, x.dtype) * one
-        return tf.where(inside, one, tf.where(below, slope, zero))
+            inside = ops.logical_and(inside, ops.less(x, ops.cast(self.max_value, x.dtype)))
+        below = ops.less_equal(x, threshold) if self.threshold == 0.0 else ops.less(x, threshold)
+        slope = ops.multiply(ops.cast(self.negative_slope, x.dtype), one)
+        return ops.where(inside, one, ops.where(below, slope, zero))
 
     def backward(self, x: Any, dy: Any) -> Any:
-        """``dy · f'(x)``: TensorFlow's own gradient kernel where the activation is one op
-        (``ReluGrad``, ``Relu6Grad``, ``LeakyReluGrad``: one fused pass), else a product."""
+        """``dy · f'(x)``. On TensorFlow, its own gradient kernel where the activation is one op
+        (``ReluGrad``, ``Relu6Grad``, ``LeakyReluGrad``: one fused pass); else a product."""
+        if keras.backend.backend() == "tensorflow":
+            fused = self._tensorflow_backward(x, dy)
+            if fused is not None:
+                return fused
+        return ops.multiply(dy, self.derivative(x))
+
+    def _tensorflow_backward(self, x: Any, dy: Any) -> Any:
+        """TensorFlow's fused gradient kernel of this activation, or ``None`` if it has none."""
+        import tensorflow as tf
+
         if self.is_plain:
             return tf.raw_ops.ReluGrad(gradients=dy, features=x)
         if self.threshold == 0.0 and self.negative_slope == 0.0 and self.max_value == 6.0:
             return tf.raw_ops.Relu6Grad(gradients=dy, features=x)
         if self.threshold == 0.0 and self.max_value is None:
             return tf.raw_ops.LeakyReluGrad(gradients=dy, features=x, alpha=self.negative_slope)
-        return dy * self.derivative(x)
+        return None
 
 
 PLAIN_RELU = ReluFamily()
@@ -144,7 +154,7 @@ class ModifiedBackprop:
     def __call__(self, x: Any) -> Any:
         """``f(x)`` on the forward pass, :meth:`grad` on the backward pass."""
 
-        @tf.custom_gradient
+        @ops.custom_gradient
         def modified(x: Any) -> Any:
             y = self.activation.forward(x)
 
@@ -179,7 +189,7 @@ class GuidedBackprop(ModifiedBackprop):
     """
 
     def grad(self, x: Any, y: Any, dy: Any) -> Any:
-        return self.activation.backward(x, tf.nn.relu(dy))  # dy · 1[dy > 0] · f'(x)
+        return self.activation.backward(x, ops.relu(dy))  # dy · 1[dy > 0] · f'(x)
 
 
 @keras.saving.register_keras_serializable(package="saliency_kit")
@@ -187,7 +197,7 @@ class DeconvBackprop(ModifiedBackprop):
     """The deconvnet rule (Zeiler & Fergus, 2014): ``dx = max(dy, 0)``, ignoring the forward mask."""
 
     def grad(self, x: Any, y: Any, dy: Any) -> Any:
-        return tf.nn.relu(dy)
+        return ops.relu(dy)
 
 
 _NAMED_RULES = {"guided": GuidedBackprop, "deconv": DeconvBackprop}
@@ -204,26 +214,25 @@ def as_rule(rule: Any) -> ModifiedBackprop:
     raise ValueError(f"rule must be 'guided', 'deconv' or a ModifiedBackprop instance; received {rule!r}")
 
 
-def _known_relu_functions() -> dict:
+def _known_relu_functions() -> tuple[dict, dict]:
     """Functions users pass as ``activation=`` that are ReLU-family, with their parameters."""
     table = {
         keras.activations.relu: PLAIN_RELU,
         keras.activations.relu6: ReluFamily(max_value=6.0),
         keras.ops.relu: PLAIN_RELU,
         keras.ops.relu6: ReluFamily(max_value=6.0),
-        tf.nn.relu: PLAIN_RELU,
-        tf.nn.relu6: ReluFamily(max_value=6.0),
     }
-    return table
+    leaky = {keras.activations.leaky_relu: "negative_slope", keras.ops.leaky_relu: "negative_slope"}
+    if keras.backend.backend() == "tensorflow":  # tf.nn's, only where TensorFlow runs
+        import tensorflow as tf
+
+        table.update({tf.nn.relu: PLAIN_RELU, tf.nn.relu6: ReluFamily(max_value=6.0)})
+        leaky[tf.nn.leaky_relu] = "alpha"
+    return table, leaky
 
 
-_KNOWN_RELU = _known_relu_functions()
-_LEAKY = {
-    keras.activations.leaky_relu: "negative_slope",
-    keras.ops.leaky_relu: "negative_slope",
-    tf.nn.leaky_relu: "alpha",
-}
-_LEAKY_DEFAULT = {keras.activations.leaky_relu: 0.2, keras.ops.leaky_relu: 0.2, tf.nn.leaky_relu: 0.2}
+_KNOWN_RELU, _LEAKY = _known_relu_functions()
+_LEAKY_DEFAULT = dict.fromkeys(_LEAKY, 0.2)
 
 
 def relu_family_of_function(fn: Any) -> ReluFamily | None:

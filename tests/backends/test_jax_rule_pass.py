@@ -1,0 +1,342 @@
+"""The ReLU-rule pass on JAX (engine.jax_rules.with_rule): guided backprop, deconvnet and a rule of
+one's own reach every ReLU-family operation a model runs, checked against backward passes written
+by hand in NumPy on small models with weights set by hand."""
+
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from saliency_kit.rules import ModifiedBackprop, ReluFamily
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
+)
+
+if keras.backend.backend() == "jax":
+    import jax
+    import jax.numpy as jnp
+
+    from saliency_kit.engine.jax_rules import with_rule
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Keras' set_random_seed imports TensorFlow when it is installed; these tests draw from NumPy."""
+    yield
+
+
+# -- NumPy references ------------------------------------------------------------------------------
+def np_forward(family, z):
+    y = np.where(z > family.threshold, z, 0.0)
+    if family.max_value is not None:
+        y = np.minimum(y, family.max_value)
+    return y - family.negative_slope * np.maximum(family.threshold - z, 0.0)
+
+
+def np_derivative(family, z):
+    inside = z > family.threshold
+    if family.max_value is not None:
+        inside &= z < family.max_value
+    return np.where(inside, 1.0, np.where(z < family.threshold, family.negative_slope, 0.0))
+
+
+def np_rule(rule, family, z, dy):
+    """dx of one activation: guided ``max(dy, 0)·f'(z)``, deconv ``max(dy, 0)``, half ``dy·f'(z)/2``."""
+    if rule == "guided":
+        return np.maximum(dy, 0.0) * np_derivative(family, z)
+    if rule == "deconv":
+        return np.maximum(dy, 0.0)
+    if rule == "plain":
+        return dy * np_derivative(family, z)
+    return 0.5 * dy * np_derivative(family, z)
+
+
+def away_from_kinks(family, z):
+    kinks = [family.threshold] + ([family.max_value] if family.max_value is not None else [])
+    return all(np.min(np.abs(z - k)) > 1e-3 for k in kinks)
+
+
+class HalfGradient(ModifiedBackprop):
+    """A rule of one's own, in keras.ops: half the plain gradient."""
+
+    def grad(self, x, y, dy):
+        return keras.ops.multiply(0.5, keras.ops.multiply(dy, self.derivative(x)))
+
+
+def as_rule_argument(rule):
+    return HalfGradient() if rule == "half" else rule
+
+
+# -- models and their functions ----------------------------------------------------------------------
+RNG = np.random.default_rng(7)
+W1 = RNG.normal(size=(4, 5)).astype("float32")
+B1 = RNG.normal(size=(5,)).astype("float32") * 0.5
+W2 = RNG.normal(size=(5, 3)).astype("float32")
+B2 = RNG.normal(size=(3,)).astype("float32")
+X = RNG.normal(size=(2, 4)).astype("float32") * 2.0
+
+
+def stateless(model):
+    """``(fn(values, x), values)``: the model run on the given variable values, as the engine runs it."""
+    variables = list(model.variables)
+
+    def fn(values, x):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return model(x)
+
+    return fn, [v.value for v in variables]
+
+
+class ReluInCall(keras.layers.Layer):
+    """keras.ops.relu inside a custom layer's call."""
+
+    def call(self, x):
+        return keras.ops.relu(x)
+
+
+def dense_model(block, name):
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, name="hidden"), block, keras.layers.Dense(3, name="out")], name=name
+    )
+    model.get_layer("hidden").set_weights([W1, B1])
+    model.get_layer("out").set_weights([W2, B2])
+    return model
+
+
+BLOCKS = {
+    "fused relu": (lambda: keras.layers.Activation("relu", name="act"), ReluFamily(), "relu"),
+    "ReLU(max_value=6)": (lambda: keras.layers.ReLU(max_value=6, name="act"), ReluFamily(max_value=6.0), "relu6"),
+    "LeakyReLU": (
+        lambda: keras.layers.LeakyReLU(negative_slope=0.2, name="act"),
+        ReluFamily(negative_slope=0.2),
+        "leaky_relu(negative_slope=0.2)",
+    ),
+    "ReLU(all three)": (
+        lambda: keras.layers.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.25, name="act"),
+        ReluFamily(negative_slope=0.1, max_value=1.5, threshold=0.25),
+        "relu(negative_slope=0.1, max_value=1.5, threshold=0.25)",
+    ),
+    "ReLU(max_value=1.5)": (
+        lambda: keras.layers.ReLU(max_value=1.5, name="act"),
+        ReluFamily(max_value=1.5),
+        "relu(max_value=1.5)",
+    ),
+    "minimum(relu, 1.5) by hand": (
+        lambda: keras.layers.Lambda(lambda t: keras.ops.minimum(1.5, keras.ops.relu(t)), name="act"),
+        ReluFamily(max_value=1.5),
+        "relu(max_value=1.5)",
+    ),
+    "ops.relu in call": (lambda: ReluInCall(name="act"), ReluFamily(), "relu"),
+    "Lambda": (lambda: keras.layers.Lambda(lambda t: keras.ops.relu(t), name="act"), ReluFamily(), "relu"),
+}
+
+
+def np_dense_gradient(rule, family, x, unit):
+    """d out[:, unit] / d x of Dense -> activation -> Dense, the activation's backward by ``rule``."""
+    z = x @ W1 + B1
+    assert away_from_kinks(family, z)
+    dz = np_rule(rule, family, z, np.broadcast_to(W2[:, unit], z.shape))
+    return dz @ W1.T, np_forward(family, z) @ W2 + B2
+
+
+def gradient(fn, values, x, unit, jit=False):
+    def score(x):
+        return fn(values, x)[:, unit].sum()
+
+    grad = jax.grad(score)
+    return np.asarray((jax.jit(grad) if jit else grad)(x))
+
+
+@pytest.mark.parametrize("rule", ["guided", "deconv", "half"])
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_every_activation_kind_follows_the_rule(block, rule):
+    make, family, label = BLOCKS[block]
+    model = dense_model(make(), "net")
+    fn, values = stateless(model)
+    wrapped, report = with_rule(fn, as_rule_argument(rule))
+    for unit in range(3):
+        expected, forward = np_dense_gradient(rule, family, X, unit)
+        np.testing.assert_allclose(gradient(wrapped, values, X, unit), expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(gradient(wrapped, values, X, unit, jit=True), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(wrapped(values, X)), forward, rtol=1e-5, atol=1e-5)
+    assert len(report.ops) == 1 and report.ops[0].startswith(f"{label} at ") and "act" in report.ops[0]
+    assert report.families == [family] and report.complete
+
+
+def config_of(model, monkeypatch):
+    """``model.get_config()`` as in a process without TensorFlow (Keras' serialiser imports it when
+    installed, to recognise its shapes)."""
+    from keras.src.utils import module_utils
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module_utils.tensorflow, "_available", False)
+        return model.get_config()
+
+
+def test_forward_bit_identical_and_nothing_changed(monkeypatch):
+    model = dense_model(keras.layers.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.25, name="act"), "net")
+    activations = {layer.name: getattr(layer, "activation", None) for layer in model.layers}
+    config = config_of(model, monkeypatch)
+    weights = [np.array(w) for w in model.get_weights()]
+    fn, values = stateless(model)
+    plain_before = gradient(fn, values, X, 1)
+    plain_jit_before = jax.jit(jax.grad(lambda x: fn(values, x)[:, 1].sum()))
+    compiled_before = np.asarray(plain_jit_before(X))
+
+    wrapped, _ = with_rule(fn, "guided")
+    assert np.array_equal(np.asarray(wrapped(values, X)), np.asarray(model(X)))
+    assert np.array_equal(np.asarray(jax.jit(wrapped)(values, X)), np.asarray(jax.jit(fn)(values, X)))
+    gradient(wrapped, values, X, 1, jit=True)
+
+    expected, _ = np_dense_gradient("plain", ReluFamily(negative_slope=0.1, max_value=1.5, threshold=0.25), X, 1)
+    np.testing.assert_allclose(plain_before, expected, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(gradient(fn, values, X, 1), plain_before)
+    assert np.array_equal(np.asarray(plain_jit_before(X)), compiled_before)
+    assert {layer.name: getattr(layer, "activation", None) for layer in model.layers} == activations
+    assert config_of(model, monkeypatch) == config
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights))
+
+
+def test_conv_model_with_fused_relu():
+    kernel = RNG.normal(size=(2, 2, 1, 2)).astype("float32")
+    bias = np.array([0.1, -0.2], "float32")
+    dense = RNG.normal(size=(2 * 2 * 2, 1)).astype("float32")
+    model = keras.Sequential(
+        [
+            keras.Input((3, 3, 1)),
+            keras.layers.Conv2D(2, 2, activation="relu", name="conv"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(1, use_bias=False, name="out"),
+        ]
+    )
+    model.get_layer("conv").set_weights([kernel, bias])
+    model.get_layer("out").set_weights([dense])
+    image = RNG.normal(size=(1, 3, 3, 1)).astype("float32")
+
+    z = np.zeros((2, 2, 2))
+    for i in range(2):
+        for j in range(2):
+            z[i, j] = np.einsum("abc,abcd->d", image[0, i : i + 2, j : j + 2], kernel) + bias
+    dz = np_rule("guided", ReluFamily(), z, dense[:, 0].reshape(2, 2, 2))
+    expected = np.zeros((3, 3, 1))
+    for i in range(2):
+        for j in range(2):
+            expected[i : i + 2, j : j + 2] += np.einsum("abcd,d->abc", kernel, dz[i, j])
+
+    fn, values = stateless(model)
+    wrapped, report = with_rule(fn, "guided")
+    np.testing.assert_allclose(gradient(wrapped, values, image, 0, jit=True)[0], expected, rtol=1e-5, atol=1e-5)
+    assert report.ops == ["relu at conv"] or (len(report.ops) == 1 and "conv" in report.ops[0])
+
+
+def test_time_distributed_and_simple_rnn():
+    steps, features, units = 3, 2, 4
+    dense_kernel = RNG.normal(size=(features, units)).astype("float32")
+    dense_bias = RNG.normal(size=(units,)).astype("float32")
+    input_kernel = RNG.normal(size=(units, units)).astype("float32")
+    recurrent = RNG.normal(size=(units, units)).astype("float32") * 0.5
+    rnn_bias = RNG.normal(size=(units,)).astype("float32")
+    head = RNG.normal(size=(units, 2)).astype("float32")
+    model = keras.Sequential(
+        [
+            keras.Input((steps, features)),
+            keras.layers.TimeDistributed(keras.layers.Dense(units, activation="relu"), name="wrapper"),
+            keras.layers.SimpleRNN(units, activation="relu", name="rnn"),
+            keras.layers.Dense(2, use_bias=False, name="head"),
+        ]
+    )
+    model.get_layer("wrapper").set_weights([dense_kernel, dense_bias])
+    model.get_layer("rnn").set_weights([input_kernel, recurrent, rnn_bias])
+    model.get_layer("head").set_weights([head])
+    x = RNG.normal(size=(1, steps, features)).astype("float32")
+
+    for rule in ("guided", "deconv"):
+        family = ReluFamily()
+        a = x[0] @ dense_kernel + dense_bias  # (steps, units)
+        assert away_from_kinks(family, a)
+        u = np.maximum(a, 0.0)
+        h, zs = np.zeros(units), []
+        for t in range(steps):
+            zs.append(u[t] @ input_kernel + h @ recurrent + rnn_bias)
+            assert away_from_kinks(family, zs[-1])
+            h = np.maximum(zs[-1], 0.0)
+        dh, du = head[:, 1].astype(np.float64), np.zeros_like(u)
+        for t in reversed(range(steps)):
+            dz = np_rule(rule, family, zs[t], dh)
+            du[t] = dz @ input_kernel.T
+            dh = dz @ recurrent.T
+        expected = np_rule(rule, family, a, du) @ dense_kernel.T
+
+        fn, values = stateless(model)
+        wrapped, report = with_rule(fn, rule)
+        np.testing.assert_allclose(gradient(wrapped, values, x, 1)[0], expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gradient(wrapped, values, x, 1, jit=True)[0], expected, rtol=1e-4, atol=1e-5)
+        assert np.array_equal(np.asarray(wrapped(values, x)), np.asarray(model(x)))
+        assert any("rnn" in op and "scan" in op for op in report.ops), report.ops
+        assert any("wrapper" in op for op in report.ops), report.ops
+        assert report.complete
+
+
+class Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(5)
+        self.out = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.out(keras.ops.relu(self.hidden(x)))
+
+
+def test_subclassed_model():
+    model = Subclassed()
+    model(X)
+    model.hidden.set_weights([W1, B1])
+    model.out.set_weights([W2, B2])
+    fn, values = stateless(model)
+    wrapped, report = with_rule(fn, "guided")
+    expected, _ = np_dense_gradient("guided", ReluFamily(), X, 2)
+    np.testing.assert_allclose(gradient(wrapped, values, X, 2, jit=True), expected, rtol=1e-5, atol=1e-5)
+    assert [op.split(" at ")[0] for op in report.ops] == ["relu"]
+
+
+def test_a_function_without_relu_gives_an_empty_report():
+    wrapped, report = with_rule(lambda x: jnp.tanh(x) * 2.0, "guided")
+    np.testing.assert_allclose(np.asarray(wrapped(X)), np.tanh(X) * 2.0, rtol=1e-6)
+    assert report.ops == [] and report.complete
+    report.check("the function")
+
+
+def test_a_relu_inside_a_custom_derivative_is_reported():
+    @jax.custom_jvp
+    def own(x):
+        return jax.nn.relu(x) * 2.0
+
+    own.defjvp(lambda primals, tangents: (own(primals[0]), tangents[0] * 2.0))
+    wrapped, report = with_rule(lambda x: own(x).sum(), "guided")
+    jax.grad(wrapped)(X)
+    assert report.unreached and not report.complete
+    with pytest.raises(ValueError, match="cannot apply GuidedBackprop to every ReLU of layer 'own'"):
+        report.check("layer 'own'")
+
+
+def test_a_leaky_relu_with_a_traced_slope_is_reported():
+    wrapped, report = with_rule(lambda x, slope: jax.nn.leaky_relu(x, slope).sum(), "guided")
+    jax.grad(wrapped)(X, 0.2)
+    assert report.unsupported and "negative_slope" in report.unsupported[0]
+
+
+def test_a_prelu_keeps_its_plain_gradient():
+    layer = keras.layers.PReLU(alpha_initializer=keras.initializers.Constant(0.25), name="prelu")
+    model = keras.Sequential([keras.Input((4,)), layer])
+    fn, values = stateless(model)
+    wrapped, report = with_rule(fn, "guided")
+    weights = np.array([1.0, -1.0, 2.0, -2.0], "float32")
+    grad = jax.grad(lambda x: (wrapped(values, x) * weights).sum())(X)
+    np.testing.assert_allclose(np.asarray(grad), weights * np.where(X > 0, 1.0, 0.25), rtol=1e-6)
+    assert report.ops == [] and len(report.plain) == 1 and "prelu" in report.plain[0]
+
+
+def test_no_tensorflow_in_the_jax_process():
+    assert "tensorflow" not in sys.modules
