@@ -90,6 +90,7 @@ EXPECTED_ALL = {
     "callbacks",
     "gallery",
     "targets",
+    "backend",
     "__version__",
 }
 

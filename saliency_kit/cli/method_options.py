@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
+from ..batch.discovery import IMAGE_EXTENSIONS
+from ..images import ImageLoadError, load_images
 from .values import FLAG_TYPES, UsageError, did_you_mean, message
 
 if TYPE_CHECKING:
@@ -171,9 +173,6 @@ def read_option_files(plan: list[tuple[str, dict]], spec: ModelSpec) -> list[tup
     ``[N, H, W, C]``: a ``.npy`` file as saved, a folder's images (sorted by name, read with
     :func:`saliency_kit.images.load_images` for ``spec``). Unreadable files are usage errors."""
     import numpy as np
-
-    from ..batch.discovery import IMAGE_EXTENSIONS
-    from ..images import ImageLoadError, load_images
 
     read: dict[str, Any] = {}
     completed = []

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..keras_backend import require_supported_backend
 from .spec import KernelSpec
 
 __all__ = ["Backend", "active"]
@@ -93,8 +94,6 @@ def active() -> Backend:
 
         return jax  # type: ignore[return-value]  # a module implementing the protocol
     if name != "tensorflow":
-        from ..keras_backend import require_supported_backend
-
         require_supported_backend()
     from . import tf
 

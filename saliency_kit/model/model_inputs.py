@@ -23,6 +23,7 @@ __all__ = [
     "embedding_table",
     "embedded_spec",
     "lookup",
+    "embedder",
     "inputs_reaching",
     "calls_of",
 ]
