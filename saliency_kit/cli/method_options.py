@@ -225,7 +225,7 @@ def check_relus(model: keras.Model, chosen: Sequence[str]) -> None:
     """A method of :data:`RELU_RULE_METHODS` on a model with no ReLU-family activation (none at the
     layer level, and no layer that may hide one) is a usage error naming other methods as flags,
     raised before any work (the default method is one of them)."""
-    from ..model.rewrite import find_relu_activations, may_hide_relus, nothing_to_rewrite
+    from ..model.relu_layers import find_relu_activations, may_hide_relus, nothing_to_rewrite
     from ..model.walker import walk
 
     needing = [name for name in chosen if name in RELU_RULE_METHODS]

@@ -60,7 +60,7 @@ def eagerly(fn: Callable) -> Any:
 def rewrite(model: keras.Model, rule: Any) -> keras.Model:
     """A model copy carrying a rule (``sk.rewrite``, LRP, DeepLIFT): not yet on JAX."""
     raise BackendError(
-        f"rewritten model copies (sk.rewrite, LRP, DeepLIFT) run on Keras' TensorFlow backend only for now; "
+        f"rewritten model copies (sk.rewrite, LRP, DeepLIFT) do not run on Keras' JAX backend yet; "
         f"set KERAS_BACKEND=tensorflow, or use method='guided_backprop'/'deconvnet', whose rules run on JAX; "
         f"received rule {type(rule).__name__} on backend 'jax'."
     )

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from keras import ops
 
+from ..keras_backend import BackendError
+from ..model.relu_layers import nothing_to_rewrite
 from .context import BaseContext
 from .selection import SMALL_FLOATS
 
@@ -90,7 +92,6 @@ class Context(BaseContext):
     def _by_rule(self, rows: Any, selection: Any, rule: Any) -> tuple[Any, Any]:
         """Scores and gradients with ``rule`` at every ReLU-family operation; the report goes to
         the kernel's reports, and a model with no such operation is refused."""
-        from ..model.rewrite import nothing_to_rewrite
         from .jax_rules import with_rule
 
         view = self._views(None)
@@ -104,9 +105,9 @@ class Context(BaseContext):
 
     def gradients_against(self, reference: Any, rule: Any, shared: Callable[[], Any]) -> tuple:
         """DeepLIFT's reading of each input against a reference: not yet on JAX."""
-        raise NotImplementedError(
-            "DeepLIFT runs on Keras' TensorFlow backend only for now (its rules keep a reference "
-            "across the traced call); set KERAS_BACKEND=tensorflow for method='deeplift'."
+        raise BackendError(
+            "DeepLIFT does not run on Keras' JAX backend yet (its rules keep a reference across the "
+            "traced call); set KERAS_BACKEND=tensorflow for method='deeplift'; received backend 'jax'."
         )
 
     def gradients_per_target(self, points: Any, rule: Any = None) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..model.override import relu_rule
-from ..model.rewrite import nothing_to_rewrite
+from ..model.relu_layers import nothing_to_rewrite
 from ..rules import ModifiedBackprop
 from .selection import SMALL_FLOATS
 

@@ -69,8 +69,9 @@ def recording(
     for each tap ``key`` among ``keys`` it matches (a path: every call; a :class:`Tap`: a call its
     input reaches), refusing a second match, and follows ``reach`` through the call. A matched
     key in ``shifts`` adds ``shifts[key]`` (zeros of the output's shape) to what the call gives
-    the rest of the graph: the gradient with respect to that shift is the gradient with respect
-    to the layer's output, on any backend (``taken`` keeps the output itself)."""
+    the rest of the graph and to what is taken (a target reading the same layer reads it
+    shifted): the gradient with respect to that shift is the gradient with respect to the
+    layer's output, on any backend."""
     if not keys and reach is None:
         return fn
     shifts = shifts or {}
@@ -85,9 +86,9 @@ def recording(
                 continue  # a call on another input's path
             if key in taken:
                 raise ValueError(_several_calls(model, key))
-            taken[key] = out
             if key in shifts:
                 out = out + shifts[key]
+            taken[key] = out
         return out
 
     return record
