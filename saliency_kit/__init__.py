@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
 # from deep inside.
 _WITHOUT_TENSORFLOW = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec"}
 # Names that run on Keras' JAX backend too, importing no TensorFlow there.
-_ON_JAX = {"gradients", "layers"}
+_ON_JAX = {"gradients", "layers", "callbacks"}
 
 
 def __getattr__(name: str):
