@@ -9,8 +9,10 @@
 
 At the end of every ``every_n_epochs``-th epoch the callback calls :func:`saliency_kit.explain` on
 the model as it is then, draws :func:`saliency_kit.render.grid`, and writes it as a TensorBoard
-image summary (``log_dir``, via ``tf.summary``; the ``tensorboard`` package must be installed) and/or
-as ``out/<method>-epoch-0003.png`` (epochs counted from 1, as Keras prints them).
+image summary (``log_dir``) and/or as ``out/<method>-epoch-0003.png`` (epochs counted from 1, as
+Keras prints them). The event files hold the records ``tf.summary.image`` writes (tag, step, and
+the tensor ``[width, height, PNG]`` of TensorBoard's ``images`` plugin), written with the
+``tensorboard`` package alone on every Keras backend: no TensorFlow is imported for them.
 
 What it does not do: change the model, its weights, its optimizer state or the course of training.
 Explaining only reads the model (the engine's rewritten copies refresh their weights from it on
@@ -22,8 +24,11 @@ seeded run trains to the same weights with or without the callback.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import random
+import socket
+import time
 from typing import Any
 
 import keras
@@ -94,7 +99,7 @@ class SaliencyCallback(keras.callbacks.Callback):
         self.batch_size = batch_size
         self.options = options
         self.last: tuple[int, object] | None = None
-        self._writer: Any = None  # a tf.summary writer, made on the first image
+        self._writer: _ImageEventFile | None = None  # made on the first image
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if (epoch + 1) % self.every_n_epochs:
@@ -128,26 +133,68 @@ class SaliencyCallback(keras.callbacks.Callback):
             random.setstate(python_state)
 
     def _log_image(self, png: bytes, *, step: int) -> None:
-
-        import tensorflow as tf
         from PIL import Image
 
-        if not hasattr(tf.summary, "image"):
-            raise ImportError(
-                "SaliencyCallback(log_dir=...) writes TensorBoard images with tf.summary.image, "
-                "which needs the tensorboard package: pip install tensorboard "
-                "(or saliency_kit[tensorboard]); or pass out=... for PNG files instead."
-            )
         if self.log_dir is None:
             raise ValueError("SaliencyCallback writes TensorBoard images only with a log_dir; received log_dir=None.")
         if self._writer is None:
-            os.makedirs(self.log_dir, exist_ok=True)
-            self._writer = tf.summary.create_file_writer(self.log_dir)
-        writer = self._writer
+            self._writer = _ImageEventFile(self.log_dir)
         picture = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-        with writer.as_default():
-            tf.summary.image(self.tag, picture[np.newaxis], step=int(step), max_outputs=1)
-        writer.flush()
+        self._writer.write(self.tag, picture, step=int(step))
+
+
+_FILE_NUMBERS = itertools.count()
+
+
+class _ImageEventFile:
+    """A new TensorBoard event file in the local folder ``log_dir`` (created if missing), holding
+    image summaries as ``tf.summary.image`` records them, written with the ``tensorboard`` package
+    alone (its protocol buffers and record framing; no TensorFlow, on any Keras backend).
+
+    ``write(tag, picture, step=...)`` appends one summary of one uint8 ``[H, W, 3]`` picture and
+    flushes it to disk; ``close()`` closes the file.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike):
+        try:
+            from tensorboard.compat.proto import event_pb2
+            from tensorboard.summary.writer.record_writer import RecordWriter
+        except ImportError as error:
+            raise ImportError(
+                "SaliencyCallback(log_dir=...) writes TensorBoard event files with the tensorboard "
+                "package: pip install tensorboard (or saliency_kit[tensorboard]); or pass out=... for "
+                "PNG files instead."
+            ) from error
+        log_dir = os.fspath(log_dir)
+        os.makedirs(log_dir, exist_ok=True)
+        name = (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBERS)}.v2"
+        )
+        self.path = os.path.join(log_dir, name)
+        self._file = open(self.path, "wb")  # noqa: SIM115 - open until close()
+        self._records = RecordWriter(self._file)
+        self._append(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def write(self, tag: str, picture: np.ndarray, *, step: int) -> None:
+        """Append the image summary of ``picture`` (uint8 ``[H, W, 3]``) under ``tag`` at ``step``."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
+        height, width = picture.shape[:2]
+        tensor = tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_STRING,
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=3)]),
+            string_val=[str(width).encode(), str(height).encode(), files.png_bytes(picture)],
+        )
+        metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="images"))
+        value = summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)
+        self._append(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _append(self, event: Any) -> None:
+        self._records.write(event.SerializeToString())
+        self._file.flush()
 
 
 def _as_pictures(inputs):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from saliency_kit import engine
-from saliency_kit.callbacks import SaliencyCallback
+from saliency_kit.callbacks import SaliencyCallback, _ImageEventFile
 
 
 def _data(n=48):
@@ -90,6 +90,53 @@ def test_tensorboard_images_and_pngs_per_explained_epoch_read_back(tmp_path):
         assert logged.std() > 10  # a picture, not a blank
     # The PNG of one epoch is a grid of the three inputs side by side: one row of (input, map) x 3.
     assert events[0][2] > 3 * events[0][3]
+
+
+def _records(folder):
+    """The events of the one event file in ``folder``, read with TensorFlow."""
+    (path,) = glob.glob(f"{folder}/events.out.tfevents.*")
+    return list(tf.compat.v1.train.summary_iterator(path))
+
+
+def test_image_records_are_those_tf_summary_image_writes(tmp_path):
+    """The callback's event file holds what tf.summary.image writes for the same picture: the file
+    version, then the tag, step, plugin metadata and ``[width, height, PNG]``, the PNG decoding to
+    the same pixels; TensorBoard's EventAccumulator reads it as an image summary."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    picture = np.random.default_rng(2).integers(0, 256, (7, 9, 3), dtype=np.uint8)
+    ours = _ImageEventFile(tmp_path / "ours")
+    ours.write("saliency/gradient", picture, step=4)
+    ours.close()
+    writer = tf.summary.create_file_writer(str(tmp_path / "tf"))
+    with writer.as_default():
+        tf.summary.image("saliency/gradient", picture[np.newaxis], step=4, max_outputs=1)
+    writer.close()
+
+    written, expected = _records(tmp_path / "ours"), _records(tmp_path / "tf")
+    assert [e.file_version for e in written] == [e.file_version for e in expected] == ["brain.Event:2", ""]
+    (value,), (expected_value,) = written[1].summary.value, expected[1].summary.value
+    assert written[1].step == expected[1].step == 4
+    assert value.tag == expected_value.tag and value.metadata == expected_value.metadata
+    assert (
+        value.tensor.dtype == expected_value.tensor.dtype
+        and value.tensor.tensor_shape == expected_value.tensor.tensor_shape
+    )
+    assert value.tensor.string_val[:2] == expected_value.tensor.string_val[:2] == [b"9", b"7"]
+    for png in (value.tensor.string_val[2], expected_value.tensor.string_val[2]):
+        with Image.open(io.BytesIO(png)) as decoded:
+            np.testing.assert_array_equal(np.asarray(decoded), picture)
+
+    accumulator = EventAccumulator(str(tmp_path / "ours"), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    assert accumulator.Tags()["tensors"] == ["saliency/gradient"]
+    assert accumulator.SummaryMetadata("saliency/gradient").plugin_data.plugin_name == "images"
+    (event,) = accumulator.Tensors("saliency/gradient")
+    width, height, png = tensor_util.make_ndarray(event.tensor_proto)
+    assert (event.step, int(width), int(height)) == (4, 9, 7)
+    with Image.open(io.BytesIO(png)) as decoded:
+        np.testing.assert_array_equal(np.asarray(decoded), picture)
 
 
 def test_training_is_unchanged_and_maps_follow_each_epochs_weights(tmp_path):
