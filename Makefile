@@ -7,7 +7,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-READY  := $(VENV)/.installed
+# The framework of Keras' backend: JAX's CPU build when KERAS_BACKEND=jax, else TensorFlow's.
+EXTRA  := $(if $(filter jax,$(KERAS_BACKEND)),jax,cpu)
+READY  := $(VENV)/.installed-$(EXTRA)
 TESTS_READY := $(VENV)/.installed-tests
 IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 
@@ -16,19 +18,23 @@ IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 run: $(READY)
 	$(BIN)/saliency explain $(IMAGES)
 
-# The linter, the formatter check and the type checker run first (seconds); then the suite.
+# The linter, the formatter check and the type checker run first (seconds); then the suite on
+# TensorFlow, then the tests of tests/backends again in a JAX process (Keras fixes its backend when
+# imported): the conformance table against TensorFlow's numbers and what holds on JAX alone.
 test: $(TESTS_READY) browser
 	$(BIN)/ruff check saliency_kit tests scripts
 	$(BIN)/ruff format --check saliency_kit tests scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -q tests/backends
 
 # `make run` installs what the library needs; `make test` adds the test tools, the anchors the
-# methods are checked against, and Ray (with its state API, for the killed-actor test).
+# methods are checked against, JAX's CPU build (the second backend the tests run on), and Ray (with
+# its state API, for the killed-actor test).
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[cpu]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA)]"
 	touch $(READY)
 
 # KerasHub (its BERT: a multi-input model the methods are tested on) is installed without its

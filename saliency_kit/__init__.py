@@ -13,12 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from .keras_backend import require_tensorflow, selected_backend
+from .keras_backend import require_supported_backend
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _NAMES = {
+    "backend": "keras_backend",
     "ModifiedBackprop": "rules",
     "GuidedBackprop": "rules",
     "DeconvBackprop": "rules",
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .explanation import Explanation
     from .gradients import layers
     from .images import load_images
+    from .keras_backend import backend
     from .model.rewrite import rewrite
     from .pipeline.api import explain, jacobian
     from .propagation import composites
@@ -60,18 +62,15 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .zoo import ModelSpec, list_models, load_model
 
 
-# Names that load without TensorFlow; every other one first checks that Keras runs on TensorFlow,
-# so another backend (KERAS_BACKEND=jax, torch, numpy) gets one clear error, not an ImportError
-# from deep inside.
-_WITHOUT_TENSORFLOW = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec"}
-# Names that run on Keras' JAX backend too, importing no TensorFlow there.
-_ON_JAX = {"gradients", "layers", "callbacks"}
+# Names that load without a framework; every other one first checks that Keras runs on a backend
+# saliency_kit supports (TensorFlow or JAX), so another one (KERAS_BACKEND=torch, numpy) gets one
+# clear error, not an ImportError from deep inside.
+_WITHOUT_FRAMEWORK = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec", "backend"}
 
 
 def __getattr__(name: str):
-    on_jax = name in _ON_JAX and selected_backend()[0].lower() == "jax"
-    if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_TENSORFLOW and not on_jax:
-        require_tensorflow()
+    if (name in _NAMES or name in _SUBMODULES) and name not in _WITHOUT_FRAMEWORK:
+        require_supported_backend()
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     elif name in _SUBMODULES:

@@ -72,7 +72,9 @@ def _raised_on_purpose(error: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    if any(f"{os.sep}{package}{os.sep}" in filename for package in ("tensorflow", "keras", "tf_keras")):
+    if any(
+        f"{os.sep}{package}{os.sep}" in filename for package in ("tensorflow", "keras", "tf_keras", "jax", "jaxlib")
+    ):
         return False
     code = tb.tb_frame.f_code.co_code
     if 0 <= tb.tb_lasti < len(code):

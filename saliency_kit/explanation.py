@@ -59,6 +59,7 @@ class Explanation:
             ``attributions`` and ``maps`` come in the structure the inputs came in (a dict keyed
             by input name, a list with ``None`` for an input not explained) or, for one layer,
             as one array. Else None.
+        backend: the Keras backend that computed it (``"tensorflow"`` or ``"jax"``).
     """
 
     attributions: np.ndarray
@@ -72,6 +73,7 @@ class Explanation:
     rewritten: list | None = None
     target_info: list | None = None
     parts: dict | None = None
+    backend: str | None = None
 
     def __len__(self) -> int:
         return len(self.targets)

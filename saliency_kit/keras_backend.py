@@ -1,10 +1,11 @@
-"""saliency_kit runs on Keras' TensorFlow backend: find out which backend Keras will use, without
-importing it, and refuse another one with one clear error.
+"""Which Keras backend saliency_kit runs on: found without importing Keras, and one clear error
+for a backend it does not run on.
 
 Keras picks its backend once, when first imported: ``$KERAS_BACKEND``, else ``"backend"`` in
-``$KERAS_HOME/keras.json`` (``~/.keras/keras.json``), else TensorFlow. With ``jax``, ``torch`` or
-``numpy`` the package would fail deep inside (a ``ModuleNotFoundError`` for a backend that is not
-installed, or TensorFlow ops handed foreign tensors); :func:`require_tensorflow` says so first.
+``$KERAS_HOME/keras.json`` (``~/.keras/keras.json``), else TensorFlow. saliency_kit runs on
+:data:`SUPPORTED` (TensorFlow and JAX); on another one (``torch``, ``numpy``) the package would
+fail deep inside, so :func:`require_supported_backend` says so first, naming the backend and what
+to use. Nothing here imports a framework.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import json
 import os
 import sys
 
-__all__ = ["selected_backend", "require_tensorflow", "BackendError"]
+__all__ = ["SUPPORTED", "selected_backend", "backend", "require_supported_backend", "BackendError"]
+
+#: The Keras backends saliency_kit runs on.
+SUPPORTED = ("tensorflow", "jax")
 
 
 class BackendError(RuntimeError):
-    """Keras is (or would be) running on a backend other than TensorFlow."""
+    """Keras is (or would be) running on a backend saliency_kit does not run on."""
 
 
 def _config_backend() -> str | None:
@@ -45,12 +49,19 @@ def selected_backend() -> tuple[str, str]:
     return "tensorflow", "Keras' default"
 
 
-def require_tensorflow() -> None:
-    """Raise :class:`BackendError` unless Keras uses (or will use) TensorFlow."""
-    backend, source = selected_backend()
-    if backend.lower() != "tensorflow":
+def backend() -> str:
+    """The Keras backend saliency_kit runs on (or will, once Keras is imported): ``"tensorflow"``
+    or ``"jax"``; :class:`BackendError` for another one."""
+    require_supported_backend()
+    return selected_backend()[0].lower()
+
+
+def require_supported_backend() -> None:
+    """Raise :class:`BackendError` unless Keras uses (or will use) a backend in :data:`SUPPORTED`."""
+    name, source = selected_backend()
+    if name.lower() not in SUPPORTED:
         raise BackendError(
-            f"saliency_kit needs Keras' TensorFlow backend (its gradients, rewriting and compiled "
-            f"kernels are TensorFlow code); unset KERAS_BACKEND or set KERAS_BACKEND=tensorflow "
-            f"(set by {source}); received backend {backend!r}."
+            f"saliency_kit runs on Keras' TensorFlow or JAX backend, not on {name!r} (set by {source}): "
+            f"its gradients, backward rules and compiled kernels exist for those two; set "
+            f"KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; received backend {name!r}."
         )

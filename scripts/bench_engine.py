@@ -1,12 +1,16 @@
 """Benchmark the attribution engine against the raw compiled forward+backward pass.
 
-    python scripts/bench_engine.py [--samples N] [--steps N] [--repeats R] [--quick]
-                                   [--channels C] [--masks N] [--new-methods-only] [--lrp-only]
-                                   [--floors-only] [--peers]
+    python scripts/bench_engine.py [--backend tensorflow|jax|all] [--samples N] [--steps N]
+                                   [--repeats R] [--quick] [--channels C] [--masks N]
+                                   [--new-methods-only] [--lrp-only] [--floors-only] [--peers]
 
 On ResNet50 (``weights=None``, so nothing is downloaded), batch 8, 224×224, it times each
-method and divides by the time of a plain compiled ``tf.function`` that computes the same batch's
-forward pass and the gradient of one class score (the least any gradient method can cost):
+method and divides by the time of a plain compiled function of the same backend that computes
+the same batch's forward pass and the gradient of one class score (the least any gradient method
+can cost): a ``tf.function`` with a tape on TensorFlow, ``jax.jit(jax.grad(...))`` over
+``model.stateless_call`` on JAX (``--backend jax``; ``--backend all`` runs each backend in its
+own process, one after the other, and prints both tables; on JAX the main table and the rows
+with a floor, without the rows of methods JAX refuses for now):
 
 * gradient, guided backprop, deconvnet: target ratio ≤ 1.10;
 * SmoothGrad with n samples: ≤ 1.10·n; integrated gradients with n steps: ≤ 1.10·n;
@@ -79,7 +83,13 @@ def _round_times(runs: dict, repeats: int) -> dict:
 
 def plain_pass(model, shape: tuple, rows: int):
     """A compiled ``(inputs [rows, ...], classes [rows, 1]) -> input gradients`` of the chosen
-    logits: the least any gradient method over ``rows`` model evaluations can cost."""
+    logits, hand-written in the backend's own way (a ``tf.function`` with a tape;
+    ``jax.jit(jax.grad(...))`` over ``model.stateless_call``): the least any gradient method over
+    ``rows`` model evaluations can cost."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return _jax_plain(model, gradient=True)
     import tensorflow as tf
 
     @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32), tf.TensorSpec([rows, 1], tf.int32)])
@@ -94,6 +104,10 @@ def plain_pass(model, shape: tuple, rows: int):
 
 def plain_forward(model, shape: tuple, rows: int):
     """A compiled ``inputs [rows, ...] -> logits``: the forward share of ``plain_pass``."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return _jax_plain(model, gradient=False)
     import tensorflow as tf
 
     @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32)])
@@ -101,6 +115,42 @@ def plain_forward(model, shape: tuple, rows: int):
         return model(inputs, training=False)
 
     return forward
+
+
+def _framework() -> str:
+    """The backend's framework and version, e.g. ``TensorFlow 2.21.0``."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return f"JAX {jax.__version__}"
+    import tensorflow as tf
+
+    return f"TensorFlow {tf.__version__}"
+
+
+def _jax_plain(model, gradient: bool):
+    """``plain_pass`` (``gradient=True``) or ``plain_forward`` on JAX: ``jax.jit`` over
+    ``model.stateless_call`` with the variables as arguments."""
+    import jax
+    import jax.numpy as jnp
+
+    trainable = [v.value for v in model.trainable_variables]
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def logits(inputs, trainable, fixed):
+        return model.stateless_call(trainable, fixed, inputs, training=False)[0]
+
+    if not gradient:
+        forward = jax.jit(logits)
+        return lambda inputs: forward(inputs, trainable, fixed)
+
+    def score(inputs, classes, trainable, fixed):
+        return jnp.take_along_axis(logits(inputs, trainable, fixed), classes, axis=1).sum()
+
+    grad = jax.jit(jax.grad(score))
+    return lambda inputs, classes: grad(inputs, classes, trainable, fixed)
 
 
 def _status_mb(field: str) -> float:
@@ -166,18 +216,32 @@ def main() -> None:
     parser.add_argument("--floors-only", action="store_true", help="only the rows with a floor")
     parser.add_argument("--peers", action="store_true", help="only the rows side by side with the installed peers")
     parser.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "all"),
+        default="tensorflow",
+        help="the Keras backend to time, each against its own hand-written compiled gradient; "
+        "'all': each in its own process, one after the other (default tensorflow)",
+    )
+    parser.add_argument(
         "--core-only",
         action="store_true",
         help="only the first table (the rows older versions of this script had: compare releases)",
     )
     args = parser.parse_args()
+    if args.backend == "all":
+        for backend in ("tensorflow", "jax"):
+            rest = [a for a in sys.argv[1:] if not a.startswith("--backend") and a not in ("all",)]
+            print(f"\n## Keras backend: {backend}\n", flush=True)
+            subprocess.run([sys.executable, __file__, *rest, "--backend", backend], check=True)
+        return
+    os.environ["KERAS_BACKEND"] = args.backend
     if args.memory_child:
         memory_child(args.memory_child)
         return
 
     import keras
     import numpy as np
-    import tensorflow as tf
+    from keras import ops
 
     import saliency_kit as sk
 
@@ -188,15 +252,9 @@ def main() -> None:
     targets = np.arange(8)[:, None] * 7
     reps = args.repeats
 
-    @tf.function(input_signature=[tf.TensorSpec(x.shape, tf.float32), tf.TensorSpec([8, 1], tf.int32)])
-    def raw(inputs, classes):
-        with tf.GradientTape() as tape:
-            tape.watch(inputs)
-            score = tf.gather(model(inputs, training=False), classes, batch_dims=1)
-        return tape.gradient(score, inputs)
-
-    classes = tf.constant(targets, tf.int32)
-    xt = tf.constant(x)
+    raw = plain_pass(model, x.shape[1:], len(x))
+    classes = ops.convert_to_tensor(targets.astype(np.int32))
+    xt = ops.convert_to_tensor(x)
     if args.new_methods_only:
         bench_new_methods(model, x, targets, raw, reps, args.steps, args.channels, args.masks)
         return
@@ -213,7 +271,7 @@ def main() -> None:
     ten = list(range(10))
     n_samples, n_steps = args.samples, args.steps
     runs = {  # name -> function; all warmed up, then timed round-robin so load drifts hit all alike
-        "raw": lambda: raw(xt, classes).numpy(),
+        "raw": lambda: np.asarray(raw(xt, classes)),
         "gradient": explain("gradient"),
         "guided_backprop": explain("guided_backprop"),
         "deconvnet": explain("deconvnet"),
@@ -251,7 +309,7 @@ def main() -> None:
 
     print(
         f"\nResNet50 (weights=None), batch 8, {size}×{size}; best of {reps} rounds after a warm-up; "
-        f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU cores (shared: timings are noisy)\n"
+        f"{_framework()}, {os.cpu_count()} CPU cores (shared: timings are noisy)\n"
     )
     print("| measurement | seconds | ratio | target |")
     print("|---|---:|---:|---|")
@@ -262,6 +320,8 @@ def main() -> None:
     if args.core_only:
         return
     bench_floors(model, x, targets, reps, n_samples, n_steps)
+    if sk.backend() != "tensorflow":  # the newer methods' rows and the memory rows time TensorFlow code
+        return
     bench_new_methods(model, x, targets, raw, reps, n_steps, args.channels, args.masks)
 
     low, high = _memory(20), _memory(200)
@@ -275,6 +335,8 @@ def main() -> None:
 
 
 # rows with a floor ------------------------------------------------------------------------------
+#: methods a backend refuses for now (their rows are left out there)
+NOT_ON_BACKEND = {"jax": ("lrp", "deeplift")}
 NOISE = 0.05  # rounds of one row that disagree by more than this cannot tell a 5% difference
 
 
@@ -286,7 +348,7 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
     bounds of ``epsilon_gamma_box``: the batch's min and max. Each round's ratio is the row's time
     over its baseline's in the same round; "spread" is how far the rounds' ratios lie apart."""
     import numpy as np
-    import tensorflow as tf
+    from keras import ops
 
     import saliency_kit as sk
 
@@ -297,18 +359,18 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         return lambda: sk.explain(model, x, method, targets, batch_size=size, **options)
 
     def plain(rows):
-        fn, inputs = plain_pass(model, shape, rows), tf.constant(np.repeat(x, rows // batch, axis=0))
-        labels = tf.constant(np.repeat(classes, rows // batch, axis=0))
-        return lambda: fn(inputs, labels).numpy()
+        fn, inputs = plain_pass(model, shape, rows), ops.convert_to_tensor(np.repeat(x, rows // batch, axis=0))
+        labels = ops.convert_to_tensor(np.repeat(classes, rows // batch, axis=0))
+        return lambda: np.asarray(fn(inputs, labels))
 
-    forward_fn, batch_inputs = plain_forward(model, shape, batch), tf.constant(x)
-    one_row_fn, one_input = plain_forward(model, shape, 1), tf.constant(x[:1])
+    forward_fn, batch_inputs = plain_forward(model, shape, batch), ops.convert_to_tensor(x)
+    one_row_fn, one_input = plain_forward(model, shape, 1), ops.convert_to_tensor(x[:1])
 
     def forward():
-        return forward_fn(batch_inputs).numpy()
+        return np.asarray(forward_fn(batch_inputs))
 
     def forward_one_row():
-        return one_row_fn(one_input).numpy()
+        return np.asarray(one_row_fn(one_input))
 
     bounds = {"low": float(x.min()), "high": float(x.max())}
     #: (row, run, rows of its baseline, divided by, floor)
@@ -318,6 +380,7 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         ("lrp, composite epsilon_gamma_box", explain("lrp", composite="epsilon_gamma_box", **bounds), batch, 1, 1.5),
         ("deeplift, baseline 0", explain("deeplift"), batch, 1, 1.15),
     ]
+    rows = [row for row in rows if row[0].split(",")[0] not in NOT_ON_BACKEND.get(sk.backend(), ())]
     #: What each row's convolutions cost, in forward passes F and backward passes B of the batch
     #: (B = plain forward+backward − F, measured in the same round), over F + B: ε runs the plain
     #: ones; z⁺ adds a forward with w⁺ (its transposed pass uses w⁺ instead of w); γ adds that
@@ -467,7 +530,7 @@ def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: i
         return XRAI().GetMask(image, None, base_attribution=attribution)
 
     runs = {
-        "raw": lambda: raw(xt, classes).numpy(),
+        "raw": lambda: np.asarray(raw(xt, classes)),
         "forward": lambda: forward(xt).numpy(),
         "blur_ig": explain("blur_ig", steps=steps),
         "guided_ig": explain("guided_ig", steps=steps),

@@ -25,6 +25,24 @@ SMALL = {
     "rise": {"masks": 16, "cells": 3, "seed": 3},
 }
 
+# Small settings for the metrics that take many evaluations (every other declared metric runs with
+# its defaults).
+CHEAP_METRICS = {
+    "faithfulness_correlation": {"nr_runs": 8, "subset_size": 20},
+    "infidelity": {"perturb_patch_sizes": [2, 4]},
+    "road": {"percentages": [10, 50, 90]},
+    "monotonicity_correlation": {"nr_samples": 3, "features_in_step": 16, "perturb_baseline": "uniform"},
+    "region_perturbation": {"patch_size": 2, "regions_evaluation": 6, "order": "random"},
+    "pixel_flipping": {"features_in_step": 24},
+    "max_sensitivity": {"nr_samples": 4},
+    "avg_sensitivity": {"nr_samples": 4, "return_nan_when_prediction_changes": True},
+    "relative_input_stability": {"nr_samples": 4},
+    "random_logit": {},
+    "completeness": {},
+    "non_sensitivity": {"features_in_step": 8},
+    "input_invariance": {},
+}
+
 
 def input_methods() -> list:
     """The registered methods whose attributions are of the inputs (every one but those

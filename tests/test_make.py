@@ -13,10 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
 
 
-def planned(target: str, venv: Path) -> list[str]:
+def planned(target: str, venv: Path, backend: str | None = None) -> list[str]:
     # Run as from a shell, even when the suite itself runs under `make test` (a nested make
     # would print "Entering directory" lines).
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    env.pop("KERAS_BACKEND", None)
+    if backend:
+        env["KERAS_BACKEND"] = backend
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", "-B", target, f"VENV={venv}"],
         cwd=ROOT,
@@ -46,11 +49,22 @@ def test_make_run_sets_up_then_explains_the_example_shapes(tmp_path):
     assert lines.index(explain[0]) > max(i for i, line in enumerate(lines) if "pip install" in line)
 
 
+def test_make_run_on_jax_installs_jax_and_not_tensorflow(tmp_path):
+    venv = tmp_path / "venv"
+    lines = planned("run", venv, backend="jax")
+    installs = [line for line in lines if "pip install" in line and "-e " in line]
+    assert installs and all('-e ".[jax]"' in line for line in installs), installs
+    assert any(line.startswith(f"{venv}/bin/saliency explain ") for line in lines)
+
+
 def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp_path):
     venv = tmp_path / "venv"
     lines = planned("test", venv)
-    assert lines[-1] == f"{venv}/bin/python -m pytest -q"
-    assert lines[-4:-1] == [
+    assert lines[-2:] == [
+        f"KERAS_BACKEND=tensorflow {venv}/bin/python -m pytest -q",
+        f"KERAS_BACKEND=jax {venv}/bin/python -m pytest -q tests/backends",
+    ]  # the suite on TensorFlow, then the backends' tests in a JAX process
+    assert lines[-5:-2] == [
         f"{venv}/bin/ruff check saliency_kit tests scripts",
         f"{venv}/bin/ruff format --check saliency_kit tests scripts",
         f"{venv}/bin/mypy",

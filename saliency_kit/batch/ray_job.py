@@ -16,7 +16,7 @@ import dataclasses
 import os
 from typing import Any
 
-from ..keras_backend import require_tensorflow
+from ..keras_backend import require_supported_backend
 from ..zoo import load_model
 from .run import Recipe
 
@@ -41,7 +41,7 @@ class ModelSource:
         return cls(absolute(model), absolute(weights), bool(unsafe))
 
     def load(self) -> tuple[Any, Any]:
-        require_tensorflow()
+        require_supported_backend()
         kwargs: dict[str, Any] = {"unsafe": True} if self.unsafe else {}
         if self.weights is not None:
             kwargs["weights"] = self.weights

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import methods as method_registry
+from ..batch.discovery import IMAGE_EXTENSIONS
+from ..images import ImageLoadError, load_images
 from .values import FLAG_TYPES, UsageError, did_you_mean, message
 
 if TYPE_CHECKING:
@@ -172,9 +174,6 @@ def read_option_files(plan: list[tuple[str, dict]], spec: ModelSpec) -> list[tup
     :func:`saliency_kit.images.load_images` for ``spec``). Unreadable files are usage errors."""
     import numpy as np
 
-    from ..batch.discovery import IMAGE_EXTENSIONS
-    from ..images import ImageLoadError, load_images
-
     read: dict[str, Any] = {}
     completed = []
     for method, options in plan:
@@ -226,7 +225,7 @@ def check_relus(model: keras.Model, chosen: Sequence[str]) -> None:
     """A method of :data:`RELU_RULE_METHODS` on a model with no ReLU-family activation (none at the
     layer level, and no layer that may hide one) is a usage error naming other methods as flags,
     raised before any work (the default method is one of them)."""
-    from ..model.rewrite import find_relu_activations, may_hide_relus, nothing_to_rewrite
+    from ..model.relu_layers import find_relu_activations, may_hide_relus, nothing_to_rewrite
     from ..model.walker import walk
 
     needing = [name for name in chosen if name in RELU_RULE_METHODS]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import methods as method_registry
 from .. import zoo
 from ..batch.outputs import FORMATS, SIGNS, Look
-from ..keras_backend import require_tensorflow
+from ..keras_backend import backend, require_supported_backend
 from ..targets import combine, parse_string
 from ..zoo import load_model
 from .method_options import (  # the methods' flags, used through this module by the subcommands
@@ -107,7 +107,7 @@ def load_model_from_args(args: argparse.Namespace) -> tuple[keras.Model, Any]:
     set); problems -> :class:`UsageError`."""
     start_tensorflow(getattr(args, "debug", False))
 
-    require_tensorflow()
+    require_supported_backend()
 
     kwargs = {"unsafe": True} if getattr(args, "unsafe", False) else {}
     if getattr(args, "weights", None) is not None:
@@ -150,8 +150,10 @@ def describe_model(args: argparse.Namespace, model: keras.Model, spec: ModelSpec
         names = getattr(model, "output_names", None) or [str(i) for i in range(len(heads))]
         shapes = ["x".join(str(s) for s in head.shape[1:]) for head in heads]
         listed = ", ".join(f"{name} ({shape})" for name, shape in zip(names, shapes))
-        return f"model: {spec.name}{where}{weights}; input {size}; {len(heads)} outputs: {listed}"
-    return f"model: {spec.name}{where}{weights}; input {size}; {len(spec.class_names or [])} classes"
+        scores = f"{len(heads)} outputs: {listed}"
+    else:
+        scores = f"{len(spec.class_names or [])} classes"
+    return f"model: {spec.name}{where}{weights}; input {size}; {scores}; backend {backend()}"
 
 
 def model_notes(

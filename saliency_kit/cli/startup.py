@@ -1,4 +1,4 @@
-"""Start TensorFlow for a command: on Keras' TensorFlow backend, without its start-up log noise.
+"""Start Keras for a command: on its TensorFlow backend, without TensorFlow's start-up log noise.
 
 TensorFlow's C++ runtime writes to file descriptor 2 while it is imported: on some CPUs a oneDNN
 banner, elsewhere a note about CPU instructions, absl's "log messages before InitializeLog", CUDA
@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 
-from ..keras_backend import BackendError, require_tensorflow
+from ..keras_backend import BackendError, require_supported_backend, selected_backend
 
 #: Lines TensorFlow (and the libraries it loads) print at import time, whatever the command.
 _NOISE = re.compile(
@@ -36,11 +36,16 @@ def is_noise(line: str) -> bool:
 
 
 def import_tensorflow(debug: bool = False) -> None:
-    """Check the Keras backend, then import TensorFlow and Keras quietly (see the module docstring).
+    """Check the Keras backend, then import Keras and its framework, TensorFlow quietly (see the
+    module docstring); on JAX, Keras alone (it imports JAX, which prints nothing).
 
     Raises :class:`saliency_kit.keras_backend.BackendError` for another backend, before importing.
     """
-    require_tensorflow()
+    require_supported_backend()
+    if selected_backend()[0].lower() != "tensorflow":
+        import keras  # noqa: F401
+
+        return
     if "tensorflow" in sys.modules and "keras" in sys.modules:
         return
     if debug:

@@ -1,8 +1,8 @@
 """The engine's backend interface: what :mod:`saliency_kit.engine` asks of a tensor framework.
 
-:class:`Backend` declares it; :func:`active` returns the backend in use (the TensorFlow one,
-:mod:`saliency_kit.engine.tf`, a module satisfying the protocol). The engine reaches the
-framework, and the model machinery built on it (score views, rewrites), only through
+:class:`Backend` declares it; :func:`active` returns the backend in use, Keras' own
+(:mod:`saliency_kit.engine.tf` or :mod:`saliency_kit.engine.jax`, modules satisfying the
+protocol). The engine reaches the framework, and the model machinery built on it (score views, rewrites), only through
 :func:`active`; the methods reach it only through the
 :class:`~saliency_kit.engine.tf_context.Context` the kernels hand them (and ``keras.ops``). A second
 backend is a module with these names, returned by :func:`active`.
@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..keras_backend import require_supported_backend
 from .spec import KernelSpec
 
 __all__ = ["Backend", "active"]
@@ -82,7 +83,18 @@ class Backend(Protocol):
 
 
 def active() -> Backend:
-    """The backend in use: :mod:`saliency_kit.engine.tf`."""
+    """The backend in use, Keras' own: :mod:`saliency_kit.engine.tf` on TensorFlow,
+    :mod:`saliency_kit.engine.jax` on JAX (:class:`~saliency_kit.keras_backend.BackendError` on
+    another)."""
+    import keras
+
+    name = keras.backend.backend()
+    if name == "jax":
+        from . import jax
+
+        return jax  # type: ignore[return-value]  # a module implementing the protocol
+    if name != "tensorflow":
+        require_supported_backend()
     from . import tf
 
-    return tf  # type: ignore[return-value]  # a module implementing the protocol
+    return tf  # type: ignore[return-value]

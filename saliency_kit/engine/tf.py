@@ -22,14 +22,14 @@ import tensorflow as tf
 
 from ..errors import translated
 from ..model.inspect import derived_state, weight_sync
-from ..model.model_inputs import embedding_table
 from ..model.placed import Placed
 from ..model.rewrite import rewrite
 from ..model.scores import ScoreView, score_columns
-from ..model.walker import is_recurrent, layer_at
+from ..model.walker import is_recurrent
+from .context import run_method
+from .selection import Selection
 from .spec import KernelSpec
 from .tf_context import Context
-from .tf_gradients import Selection
 
 if TYPE_CHECKING:
     import keras
@@ -111,31 +111,10 @@ def build_kernel(spec: KernelSpec) -> Callable:
     n, group = spec.layout.n, spec.layout.group
     views = tf.autograph.experimental.do_not_convert(spec.views)  # cache look-ups, not model code
     spec = dataclasses.replace(spec, views=views)
-    structure, per_input, leaf_specs = spec.payload
-    space = spec.space
+    leaf_specs = spec.payload[2]
 
-    def kernel(x: Any, targets: Any, index: Any, keys: Any, seed: Any, leaves: Any, *arrays: Any) -> dict:
-        spec.traced()
-        del spec.reports[:]  # a retrace reports afresh
-        tree = None if structure is None else tf.nest.pack_sequence_as(structure, list(leaves))
-        held, flags = (None if space is None else ()), per_input
-        if space is not None and tree is not None:  # the held inputs ride beside the target's payload
-            held, flags = tree["held"], per_input[len(tree["held"]) :]
-            tree = tree.get("target")
-        selection = Selection(targets, spec.target[0], tree, flags, held, space)
-        values = dict(spec.options)
-        values.update(zip(spec.array_names, arrays))
-        if space is not None and space.lookup:  # token ids, and token baselines, embedded here
-            embed = _embedder(views().model, space.parts[0])
-            x, values = embed(x), space.fill(values, embed)
-        ctx = Context(spec, x, selection, index, keys, seed, spec.layout.budget)
-        if "seed" in values:
-            values["seed"] = seed
-        out = spec.compute(ctx, **values)
-        out = dict(out) if isinstance(out, dict) else {"attributions": out}
-        if "scores" not in out and "scores" in ctx.memo:
-            out["scores"] = ctx.memo["scores"]
-        return {name: tf.cast(value, tf.float32) for name, value in out.items()}
+    def kernel(x: Any, targets: Any, index: int, keys: Any, seed: int, leaves: Any, *arrays: Any) -> dict:
+        return run_method(spec, Context, (x, targets, index, keys, seed, leaves, arrays))
 
     signature = [
         tf.TensorSpec([n, *spec.shape], spec.dtype),
@@ -147,20 +126,6 @@ def build_kernel(spec: KernelSpec) -> Callable:
         *spec.array_specs,
     ]
     return translating(tf.function(kernel, input_signature=signature, autograph=False), spec.doing)
-
-
-def _embedder(model: keras.Model, part: Any) -> Callable:
-    """``embed(ids [n, T]) -> [n, T, D]`` in the dtype of ``part`` (a token part): the rows of its
-    embedding layer's table, gathered from the variable (read at every call), or the layer
-    called when its call is more than a row lookup."""
-
-    layer = layer_at(model, part.layer)
-    table = embedding_table(layer)
-
-    def embed(ids: Any) -> tf.Tensor:
-        return tf.cast(layer(ids) if table is None else tf.gather(table, ids), part.dtype)
-
-    return embed
 
 
 def translating(compiled: Any, doing: str) -> Callable:

@@ -35,99 +35,21 @@ its moving statistics, weights are never written.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from ..model.taps import Tap
-from . import draws, resize
-from .spec import KernelSpec
-from .tf_gradients import Selection, accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
+from .context import BaseContext
+from .tf_gradients import accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
 
 __all__ = ["Context"]
 
 
-class Context:
-    """What a method's function sees: one chunk of inputs and targets, and the primitives.
-
-    Attributes:
-        spec: the :class:`~saliency_kit.engine.spec.KernelSpec` of the kernel it runs in.
-        inputs: ``[n, *input]`` the inputs of this chunk (model input dtype).
-        targets: int32 ``[n, K]`` the columns to explain (the classes of class targets; what a
-            target object resolved to otherwise).
-        selection: the :class:`Selection` of these rows (the columns, the target object and its
-            payload sliced to this chunk).
-        index: int32 ``[n]`` each input's position in the whole request.
-        keys: uint32 ``[n, 2]`` the (hi, lo) words of each input's int64 noise key: the
-            ``input_keys`` given to ``explain`` (a hash of an image's path in ``saliency
-            batch``), else its position.
-        seed: uint32 ``[2]`` the words of the int64 ``seed`` option (0 when the method has none).
-        budget: model rows per input and class the method may evaluate at once.
-        channel_axis: the channel axis of one input: ``-1`` (channels-last) or ``0``
-            (channels-first inputs, see :func:`saliency_kit.model.inspect.channel_axis`).
-        layer_channel_axis: the channel axis of the model's spatial layers' outputs (where a CAM
-            layer's channels are, see :func:`saliency_kit.model.inspect.layer_channel_axis`): the input's,
-            unless the model
-            moves its input's axes (a model converted from PyTorch takes ``[B, C, H, W]`` and
-            runs channels-last layers).
-    """
-
-    def __init__(
-        self,
-        spec: KernelSpec,
-        inputs: Any,
-        selection: Any,
-        index: tf.Tensor,
-        keys: tf.Tensor,
-        seed: tf.Tensor,
-        budget: int,
-        top: bool = True,
-    ):
-        """The context of kernel ``spec`` at ``inputs``; ``top``: the kernel's own inputs, not
-        copies (:meth:`at`), so gradients and scores taken at them are kept in :attr:`memo`."""
-        self.spec = spec  # what every context of the kernel shares
-        self._views = spec.views  # views(rule) -> ScoreView
-        self._reports = spec.reports  # what the op-level rules changed
-        self.inputs = inputs
-        self.selection = selection
-        self.targets = self.selection.columns
-        self.index = index
-        self.keys = keys
-        self.seed = seed
-        self.budget = max(1, int(budget))
-        self.channel_axis = spec.channel_axis
-        self.layer_channel_axis = spec.channel_axis if spec.layer_axis is None else spec.layer_axis
-        self._vectorise = spec.vectorise
-        self._top = top
-        self.segments = spec.segments  # ((offset, size), ...) of each part of packed points, else None
-        self.memo: dict = {}
-
-    @property
-    def shape(self) -> tuple:
-        """The shape of one input."""
-        return tuple(self.inputs.shape[1:])
-
-    @property
-    def spatial_size(self) -> tuple:
-        """``(T,)``, ``(H, W)`` or ``(D, H, W)``: one input's axes but its channel axis."""
-        return tuple(self.shape[1:]) if self.channel_axis == 0 else tuple(self.shape[:-1])
-
-    @property
-    def num_targets(self) -> int:
-        return int(self.targets.shape[1])
-
-    # -- evaluation -------------------------------------------------------------------------
-    def _rows(self, points: np.ndarray) -> tuple[tf.Tensor, Selection, tuple]:
-        """``points [n, *lead, *input]`` -> rows ``[n·copies, *input]``, their selection (each
-        copy keeps its input's columns and payload), lead shape."""
-        rank = len(self.shape)
-        lead = tuple(points.shape[1 : len(points.shape) - rank])
-        copies = int(np.prod(lead)) if lead else 1
-        n = self.inputs.shape[0]
-        rows = tf.reshape(points, [n * copies, *self.shape])
-        return rows, self.selection.repeat(copies), lead
+class Context(BaseContext):
+    """The TensorFlow context: :class:`~saliency_kit.engine.context.BaseContext` (its attributes,
+    scores, spreads, copies at other points) with gradients by tape, layer taps, running sums in
+    a ``tf.while_loop``, keyed draws, resizing and host steps."""
 
     def gradients(self, points: tf.Tensor, rule: Any = None, with_scores: bool = False) -> Any:
         """Gradients of the target scores at ``points``.
@@ -189,32 +111,6 @@ class Context:
             self.memo.setdefault("scores", scores)
         return scores, reference_scores, grads
 
-    def scores(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
-        """Target scores (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``."""
-        if self._top and points is self.inputs and "scores" in self.memo:
-            return self.memo["scores"]
-        rows, selection, lead = self._rows(points)
-        scores = tf.cast(selection.scores(self._views(rule), rows)[0], tf.float32)
-        if self._top and points is self.inputs:
-            self.memo["scores"] = scores
-        return tf.reshape(scores, [self.inputs.shape[0], *lead, self.num_targets])
-
-    def probabilities(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
-        """Target probabilities (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, K]``,
-        forward only: for class targets the softmax over every class taken at the target's class
-        (Score-CAM's weights); for target objects their ``probabilities`` (see each kind)."""
-        rows, selection, lead = self._rows(points)
-        probabilities = tf.cast(selection.probabilities(self._views(rule), rows), tf.float32)
-        return tf.reshape(probabilities, [self.inputs.shape[0], *lead, self.num_targets])
-
-    def values(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
-        """The whole score vector (float32) at ``points`` ``[n, *lead, *input]`` -> ``[n, *lead, C]``,
-        forward only; class targets (and a callable's scores) only: a target object's outputs need
-        not be a vector (its ``vector`` says so)."""
-        rows, selection, lead = self._rows(points)
-        values = tf.cast(selection.values(self._views(rule), rows), tf.float32)
-        return tf.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
-
     def gradients_per_target(self, points: tf.Tensor, rule: Any = None) -> tf.Tensor:
         """``points [n, K, *input]``, one point per input and target -> ``[n, K, *input]``: row
         ``(b, k)`` is ``∂s_k/∂z`` at ``z = points[b, k]`` only (paths that differ per class,
@@ -248,31 +144,6 @@ class Context:
             return activations, grads
         n, unit = self.inputs.shape[0], tuple(activations.shape[1:])
         return tf.reshape(activations, [n, *lead, *unit]), tf.reshape(grads, [n, *lead, self.num_targets, *unit])
-
-    def _tap(self, path: str) -> Any:
-        """What :meth:`layer` taps: the call of ``path`` on the explained input's path when the
-        points are one input of several, else the layer's one call (``path`` itself)."""
-
-        space = self.selection.space
-        if space is None or space.packed or space.parts[0].input is None:
-            return path
-        return Tap(path, space.parts[0].input)
-
-    def spread(self, points: Any) -> tf.Tensor:
-        """``max − min`` of each input of ``points [n, *input]``, ``[n, 1, ...]`` (broadcasts
-        against one input); when the points pack several parts (several inputs explained
-        together), of each part, ``[n, P]`` (each part's range over its own elements)."""
-        n = self.inputs.shape[0]
-        if self.segments is None:
-            axes = tuple(range(1, len(points.shape)))
-            ranges = tf.reduce_max(points, axis=axes) - tf.reduce_min(points, axis=axes)
-            return tf.reshape(ranges, [n, *([1] * len(self.shape))])
-        parts = []
-        for offset, size in self.segments:
-            segment = points[:, offset : offset + size]
-            span = tf.reduce_max(segment, axis=1) - tf.reduce_min(segment, axis=1)
-            parts.append(tf.repeat(span[:, None], size, axis=1))
-        return tf.concat(parts, axis=1)
 
     # -- running sums ------------------------------------------------------------------------
     def sum(self, count: int, fn: Callable) -> Any:
@@ -315,46 +186,7 @@ class Context:
             totals = tf.while_loop(lambda b, _: b < blocks, body, (1, totals), parallel_iterations=1)[1]
         return tf.nest.pack_sequence_as(structure[0], totals)
 
-    def at(self, points: tf.Tensor) -> Context:
-        """This context at other inputs ``points [n, m, *input]`` (rows ``[n·m, ...]``), each
-        copy keeping its input's targets (their payload included), index and key; results of a method there are
-        ``[n·m, K, ...]`` (reshape to ``[n, m, K, ...]``)."""
-        rows, selection, lead = self._rows(points)
-        copies = int(np.prod(lead)) if lead else 1
-        index = tf.reshape(tf.repeat(self.index[:, None], copies, axis=1), [-1])
-        keys = tf.reshape(tf.repeat(self.keys[:, None], copies, axis=1), [-1, 2])
-        return Context(self.spec, rows, selection, index, keys, self.seed, max(1, self.budget // copies), top=False)
-
     # -- helpers ------------------------------------------------------------------------------
-    def normal(self, ids: Any, count: int = 0) -> Any:
-        """Standard normal noise ``[n, m, *input]`` (the inputs' dtype) for copies ``ids [m]`` of
-        each input.
-
-        Copy ``s`` of input ``b`` is keyed by ``(seed, keys[b], ids[s])`` in the backend-neutral
-        generator :func:`saliency_kit.engine.draws.normal`: the same numbers whatever the chunking,
-        on every backend, and wherever the input sits when its key is its own
-        (``explain(..., input_keys=)``). ``count`` (the number of copies) is accepted and unused.
-        """
-        return draws.normal(self.seed, self.keys, ids, self.shape, self.inputs.dtype.name)
-
-    def resize(self, maps: Any, size: Sequence[int]) -> Any:
-        """``maps [n, K, *s]`` (1 to 3 spatial axes) resized to ``[n, K, *size]``: linear along each
-        axis in turn, half-pixel centres, edges held (:func:`saliency_kit.engine.resize.linear`;
-        ``tf.image.resize(method="bilinear")`` one axis at a time; ``scipy.ndimage.zoom(order=1,
-        grid_mode=True, mode="nearest")``)."""
-        return resize.linear(maps, size)
-
-    def uniform(self, ids: Any, count: int = 0, shape: tuple = (), dtype: str = "float32", shared: bool = False) -> Any:
-        """Uniform numbers on [0, 1) ``[n, m, *shape]`` for draws ``ids [m]`` of each input, keyed
-        like :meth:`normal` in a stream apart from its noise (:func:`saliency_kit.engine.draws.uniform`).
-        ``shared=True``: ``[m, *shape]``, the same for every input, keyed by ``(seed, ids[s])`` in
-        a third stream (masks every input shares, :func:`saliency_kit.engine.draws.shared_uniform`).
-        ``count`` is accepted and unused."""
-        dtype = tf.as_dtype(dtype).name
-        if shared:
-            return draws.shared_uniform(self.seed, ids, shape, dtype)
-        return draws.uniform(self.seed, self.keys, ids, shape, dtype)
-
     def host(self, fn: Callable, args: Any, dtype: Any, shape: tuple | None = None) -> tf.Tensor:
         """``fn(*args)``, a pure NumPy step no tensor op expresses (a segmentation, a greedy
         ranking), run on the host inside the compiled function: ``args`` arrive as NumPy arrays,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from ..explanation import Explanation
 from ..targets.base import Target
 from . import similarity as metrics
 from ._common import check_int
@@ -322,8 +323,6 @@ def pointing_game(
 
 def _maps_first(first: Any) -> bool:
     """Whether the first argument of :func:`pointing_game` is maps (an Explanation or an array), not a model."""
-    from ..explanation import Explanation
-
     return isinstance(first, (Explanation, np.ndarray, list, tuple))
 
 

@@ -51,7 +51,8 @@ def kth_smallest(values: Any, k: int) -> Any:
         if shift + DIGIT < width:
             in_play = ops.equal(ops.right_shift(bits, shift + DIGIT), ops.right_shift(prefix, shift + DIGIT))
             index = ops.where(in_play, index, spill)
-        counts = ops.bincount(ops.reshape(index, [-1]), minlength=spill + 1)[:spill]
+        flat = ops.reshape(index, [-1])
+        counts = ops.segment_sum(ops.ones_like(flat), flat, num_segments=spill + 1)[:spill]
         running = ops.cumsum(ops.reshape(ops.cast(counts, "int32"), [rows, bins]), axis=1)  # values ≤ each digit
         chosen = ops.sum(ops.cast(running <= below, "int32"), axis=1, keepdims=True)  # first digit whose count > k
         below = below - ops.take_along_axis(ops.pad(running, [[0, 0], [1, 0]]), chosen, axis=1)

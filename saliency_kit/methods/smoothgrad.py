@@ -4,7 +4,8 @@ each input.
 
 * smoothgrad: ``a = (1/S) Σ_s base(x + ε_s)`` (``aggregate="mean"``, or ``"square"``/``"variance"``)
 * squaregrad: ``a = (1/S) Σ_s base(x + ε_s)²``
-* vargrad: ``a = (1/S) Σ_s base(x + ε_s)² − ((1/S) Σ_s base(x + ε_s))²``
+* vargrad: ``a = (1/S) Σ_s d_s² − ((1/S) Σ_s d_s)²`` with ``d_s = base(x + ε_s) − base(x)`` (the variance,
+  summed about the clean input's attributions so that float32 keeps its digits)
 
 with ``ε_s ~ N(0, σ²)``, ``σ = noise · (max x − min x)`` per input (per explained input when a
 model's several inputs are explained together; ``noise`` may then be given per input, or as an
@@ -66,11 +67,20 @@ def smoothgrad(ctx: Any, base: str, samples: int, noise: Any, aggregate: str, se
     n = x.shape[0]
     sigma = ops.expand_dims(ops.cast(noise, x.dtype) * ctx.spread(x), 1)  # [n, 1, ...]: per input (or part)
 
+    # the variance is summed about the clean input's attributions, close to the samples' mean: the
+    # difference of two nearly equal means of squares would leave only float32 rounding
+    centre = None
+    if aggregate == "variance":
+        centre = method.compute(ctx, **base_options)
+        centre = ops.expand_dims(centre["attributions"] if isinstance(centre, dict) else centre, 1)
+
     def noisy(ids: Any) -> Any:  # copies ids of each input, [m] -> base attributions [n, m, K, *input]
         copies = x[:, None] + sigma * ctx.normal(ids, samples)
         a = method.compute(ctx.at(copies), **base_options)
         a = a["attributions"] if isinstance(a, dict) else a
         a = ops.reshape(a, [n, ids.shape[0], *a.shape[1:]])
+        if centre is not None:
+            a = a - ops.cast(centre, a.dtype)
         return a if aggregate == "mean" else (a, ops.square(a))
 
     if aggregate == "mean":

@@ -14,11 +14,12 @@ from typing import Any
 import keras
 import numpy as np
 
+from . import keras_private
 from .copy import input_signature as copy_signature
 from .input_axes import SPATIAL_LAYER_KINDS, may_move_axes, traced_channel_axis
 from .walker import walk
 
-__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state"]
+__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state", "outside_any_trace"]
 
 
 def input_signature(model: keras.Model) -> tuple[tuple, str]:
@@ -48,14 +49,18 @@ def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
         yield visit.layer
 
 
-def _outside_any_trace(fn: Callable) -> Any:
-    """``fn()`` (which traces the model) out of any TensorFlow kernel being traced; a JAX trace
-    is a program of its own, nested in a kernel's without landing in it."""
-    if keras.backend.backend() == "jax":
-        return fn()
-    import tensorflow as tf
+def outside_any_trace(fn: Callable) -> Any:
+    """``fn()`` run eagerly, on the variables' own values, even while a kernel is being traced:
+    tracing or probing a model must not land in the kernel (TensorFlow's ``init_scope``; on JAX,
+    compile-time evaluation outside the kernel's stateless scope)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
-    with tf.init_scope():  # tracing the model must not land in a kernel being traced
+        with tf.init_scope():
+            return fn()
+    import jax
+
+    with jax.ensure_compile_time_eval(), keras_private.outside_stateless_scope():
         return fn()
 
 
@@ -110,7 +115,7 @@ def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtyp
     known = _traced_axes.setdefault(model, {})
     key = (tuple(shape), str(dtype))
     if key not in known:
-        known[key] = _outside_any_trace(lambda: traced_channel_axis(model, tuple(shape), dtype))
+        known[key] = outside_any_trace(lambda: traced_channel_axis(model, tuple(shape), dtype))
     found = known[key]
     if found.unsure:
         if found.moved:
@@ -130,7 +135,8 @@ def channel_axis(model: keras.Model, rank: int, shape: tuple | None = None, dtyp
 
 
 def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
-    """A compiled function copying ``source``'s weights into ``copy`` (same architecture)."""
+    """``sync()`` copying ``source``'s weights into ``copy`` (same architecture): one compiled
+    function on TensorFlow, the variables assigned one by one elsewhere."""
     pairs = list(zip(source.weights, copy.weights))
     # The rewrite rebuilds the same graph, so its variables come in the same order; names can
     # differ (Keras numbers unnamed variables: "variable" becomes "variable_1").
@@ -138,6 +144,13 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
         tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
     ):
         raise RuntimeError(f"the rewrite of {source.name!r} does not mirror its weights")
+    if keras.backend.backend() != "tensorflow":
+
+        def assign() -> None:
+            for a, b in pairs:
+                b.assign(a.value)
+
+        return assign
     import tensorflow as tf
 
     @tf.function(autograph=False)
@@ -148,15 +161,15 @@ def weight_sync(source: Any, copy: Any) -> Callable[[], None]:
     return sync
 
 
-def _eager_tensor_type() -> type:
-    """The active backend's concrete tensor type (variables are not of this type)."""
-    if keras.backend.backend() == "jax":
-        import jax
+def _tensor_type() -> type:
+    """The backend's concrete tensor type (variables are not of it)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
-        return jax.Array
-    import tensorflow as tf
+        return type(tf.constant(0.0))
+    import jax
 
-    return type(tf.constant(0.0))
+    return jax.Array
 
 
 def derived_state(layer: Any) -> tuple:
@@ -164,10 +177,9 @@ def derived_state(layer: Any) -> tuple:
     (``Normalization``'s mean and variance, derived from its variables by ``finalize_state``): a
     compiled function captures such tensors as constants, so they key the engine's caches, by
     value (small per-channel statistics in practice)."""
-    state = []
-    tensor = _eager_tensor_type()
+    state, tensor = [], _tensor_type()
     for name, value in vars(layer).items():
         if isinstance(value, tensor):
-            data = np.ascontiguousarray(np.asarray(value))
+            data = np.ascontiguousarray(keras.ops.convert_to_numpy(value))
             state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
     return tuple(state)

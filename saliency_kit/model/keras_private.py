@@ -10,7 +10,8 @@ method.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -49,6 +50,7 @@ __all__ = [
     "attention_scale",
     "attention_equations",
     "attention_softmax",
+    "outside_stateless_scope",
 ]
 
 #: ``(class, attribute, what saliency_kit uses it for)`` for every private attribute used.
@@ -325,3 +327,19 @@ def attention_softmax(mha: Any, scores: Any, mask: Any) -> Any:
     """``mha``'s softmax of ``scores`` ``[B, N, T, S]`` under ``mask``. Private:
     ``MultiHeadAttention._masked_softmax``."""
     return mha._masked_softmax(scores, mask)
+
+
+@contextlib.contextmanager
+def outside_stateless_scope() -> Iterator[None]:
+    """Within: no ``keras.StatelessScope`` (the JAX kernels run the model in one that maps its
+    variables to the kernel's arguments), so a probe of the model built while a kernel is traced
+    reads and creates real variables. Keras offers no public way to step out of the scope: its
+    global state is set aside and put back."""
+    from keras.src.backend.common import global_state
+
+    scope = global_state.get_global_attribute("stateless_scope")
+    global_state.set_global_attribute("stateless_scope", None)
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("stateless_scope", scope)

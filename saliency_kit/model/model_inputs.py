@@ -23,6 +23,7 @@ __all__ = [
     "embedding_table",
     "embedded_spec",
     "lookup",
+    "embedder",
     "inputs_reaching",
     "calls_of",
 ]
@@ -82,13 +83,25 @@ def lookup(layer: Any, ids: Any) -> Any:
     checked ids ``[N, T]``: the rows of its table (:func:`embedding_table`; the same rows its
     call takes, read from the variable alone, without an eager layer call) when it has a plain
     one, else the layer called."""
-    import tensorflow as tf
-
     ids = np.asarray(ids)
     table = embedding_table(layer)
     if table is not None:
-        return tf.gather(table, ids).numpy().astype(layer.compute_dtype, copy=False)
+        rows = keras.ops.convert_to_numpy(keras.ops.take(table, ids, axis=0))
+        return rows.astype(layer.compute_dtype, copy=False)
     return keras.ops.convert_to_numpy(layer(ids))
+
+
+def embedder(layer: Any, dtype: Any) -> Callable[[Any], Any]:
+    """``embed(ids [n, T]) -> [n, T, D]`` in ``dtype``, inside a compiled kernel: the rows of
+    ``layer``'s table gathered from its variable (read at every call, so a kernel sees training),
+    or the layer called when its call is more than a row lookup (:func:`embedding_table`)."""
+
+    def embed(ids: Any) -> Any:
+        table = embedding_table(layer)
+        rows = layer(ids) if table is None else keras.ops.take(table, ids, axis=0)
+        return keras.ops.cast(rows, dtype)
+
+    return embed
 
 
 def reading_layer(model: keras.Model, index: int, reads: Callable[[Any], bool]) -> str | None:

@@ -1,12 +1,11 @@
 """Scores: which numbers the gradients are taken of, and taps on inner layers.
 
-:class:`ScoreView` is a callable ``view(x) -> [n, C]`` giving the logits behind a final
-softmax/sigmoid (``score="logits"``) or the outputs as they are (``score="output"``);
-``view(x, tap=path)`` also returns that layer's
-activations (Grad-CAM), and ``view(x, tap=Tap(path, i))`` (:mod:`.taps`) those of the one call of a layer called
-more than once (a branch shared by two inputs) that model input ``i`` reaches. The user's model
-is never changed: the logits are computed by re-running the model's own functional graph with its
-final activation skipped.
+:class:`ScoreView` is a callable ``view(x) -> [n, C]`` giving the logits behind a final softmax/sigmoid
+(``score="logits"``) or the outputs as they are (``score="output"``); ``view(x, tap=path)`` also returns
+that layer's activations (Grad-CAM), and ``view(x, tap=Tap(path, i))`` (:mod:`.taps`) those of the one
+call of a layer called more than once (a branch shared by two inputs) that model input ``i`` reaches.
+The user's model is never changed: the logits are computed by re-running the model's own functional
+graph with its final activation skipped.
 
 Where the logits are found:
 
@@ -20,9 +19,9 @@ Where the logits are found:
   ``Activation("linear")``, ``Reshape``, ``Flatten``, ...), or inside a nested
   Functional/Sequential model at the end.
 
-Where a softmax/sigmoid is there but the values before it cannot be reached (it ends a separately
-compiled ``tf.function`` the model calls), a warning says so once per model and
-``view.differentiated`` is ``"output"``: that is what the gradients are of.
+Where a softmax/sigmoid is there but the values before it cannot be reached (it ends a separately compiled
+``tf.function`` the model calls), a warning says so once per model and ``view.differentiated`` is
+``"output"``: that is what the gradients are of.
 """
 
 from __future__ import annotations
@@ -86,11 +85,8 @@ def _fused(op: Any) -> bool:
     if isinstance(op, (keras.layers.Activation, keras.Model)) or keras.backend.backend() == "jax":
         return False
     activation = getattr(op, "activation", None)
-    return (
-        activation is not None
-        and _squasher_name(activation) is not None
-        and (getattr(activation, "__module__", "") or "").startswith("keras")
-    )
+    keras_own = (getattr(activation, "__module__", "") or "").startswith("keras")
+    return activation is not None and _squasher_name(activation) is not None and keras_own
 
 
 def _specs(op: Any) -> list | None:
@@ -278,6 +274,7 @@ class ScoreView:
         prefix: str = "",
         swaps: dict | None = None,
         reach: Reach | None = None,
+        shifts: dict | None = None,
     ) -> Any:
         """Run ``model``'s graph on ``x`` (one input, or a list); ``taps``: ``(path below this
         model, key)``, each call's activations to ``taken[key]`` (:func:`.taps.recording`); a
@@ -297,7 +294,7 @@ class ScoreView:
         kind, final = squash if squash else (None, None)
 
         def recorder(op: Any, fn: Callable) -> Callable:
-            return recording(fn, [key for parts, key in taps if parts == (op.name,)], taken, reach, self.model)
+            return recording(fn, [key for parts, key in taps if parts == (op.name,)], taken, reach, self.model, shifts)
 
         def operation_fn(op: Any) -> Callable:
             inner = tuple((parts[1:], key) for parts, key in taps if len(parts) > 1 and parts[0] == op.name)
@@ -320,6 +317,7 @@ class ScoreView:
                         prefix=f"{prefix}{op.name}/",
                         swaps=inner_swaps,
                         reach=reach,
+                        shifts=shifts,
                     ),
                 )
             if inner or inner_swaps:
@@ -336,11 +334,14 @@ class ScoreView:
             return outputs[0]
         return outputs
 
-    def raw(self, x: Any, taps: Sequence[str | Tap] = (), strip: bool = True) -> tuple[Any, dict]:
+    def raw(
+        self, x: Any, taps: Sequence[str | Tap] = (), strip: bool = True, shifts: dict | None = None
+    ) -> tuple[Any, dict]:
         """``(values, {tap: activations})``: the model's outputs (its structure; the logits of a
         single output with a final softmax/sigmoid under ``score="logits"``, unless
         ``strip=False``) and the activations of each tap: a path (a layer called once) or a
-        :class:`.taps.Tap`; ``ValueError`` for no such call, or several."""
+        :class:`.taps.Tap`; ``ValueError`` for no such call, or several. ``shifts`` (``{tap:
+        zeros of its shape}``) are added where the model reads those taps (:func:`.taps.recording`)."""
         taken: dict = {}
         strip = strip and self.strips_activation
         swaps, called = {}, x
@@ -354,7 +355,7 @@ class ScoreView:
             return eager_or_traced(_call_op(self.model), self.model.variables)(called), taken
         wanted = tuple((tuple(path_of(tap).split("/")), tap) for tap in taps)
         reach = Reach(x if isinstance(x, list) else [x]) if any(isinstance(tap, Tap) for tap in taps) else None
-        values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach)
+        values = self._run(self.model, x, wanted, strip, taken, swaps=swaps, reach=reach, shifts=shifts)
         missing = [tap for tap in taps if tap not in taken]
         if missing:
             raise ValueError(not_reached(self.model, missing[0]))

@@ -62,12 +62,19 @@ class Reach:
             self._of[id(value)] = (value, inputs)
 
 
-def recording(fn: Callable, keys: list, taken: dict, reach: Reach | None, model: keras.Model) -> Callable:
+def recording(
+    fn: Callable, keys: list, taken: dict, reach: Reach | None, model: keras.Model, shifts: dict | None = None
+) -> Callable:
     """``fn`` (one layer's call in ``model``'s graph) that also puts its output in ``taken[key]``
     for each tap ``key`` among ``keys`` it matches (a path: every call; a :class:`Tap`: a call its
-    input reaches), refusing a second match, and follows ``reach`` through the call."""
+    input reaches), refusing a second match, and follows ``reach`` through the call. A matched
+    key in ``shifts`` adds ``shifts[key]`` (zeros of the output's shape) to what the call gives
+    the rest of the graph and to what is taken (a target reading the same layer reads it
+    shifted): the gradient with respect to that shift is the gradient with respect to the
+    layer's output, on any backend."""
     if not keys and reach is None:
         return fn
+    shifts = shifts or {}
 
     def record(*args: Any, **kwargs: Any) -> Any:
         came = reach.of((args, kwargs)) if reach is not None else frozenset()
@@ -79,6 +86,8 @@ def recording(fn: Callable, keys: list, taken: dict, reach: Reach | None, model:
                 continue  # a call on another input's path
             if key in taken:
                 raise ValueError(_several_calls(model, key))
+            if key in shifts:
+                out = out + shifts[key]
             taken[key] = out
         return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import keras
 import numpy as np
 
 from .. import engine, methods
@@ -78,6 +79,7 @@ def _explanation(prepared: Prepared, done: tuple, out: dict) -> Explanation:
         rewritten=out.get("rewritten"),
         target_info=prepared.selection.info,
         parts=kinds,
+        backend=keras.backend.backend(),
     )
 
 

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..keras_backend import require_tensorflow
+from ..keras_backend import require_supported_backend
 from .config import DETECTION_FIELDS, MODEL_SUFFIXES, ModelSpec, Preprocessing, get_spec, resolve_path, sidecar_spec
 from .weights import check_imagenet_weights, load_weights_into
 
@@ -32,7 +32,7 @@ def load_model(name_or_path: Any, weights: Any = "imagenet", *, unsafe: bool = F
     ``description``), defaulting to: name ``"net"``, the model's input size, ``x / 255``
     preprocessing, classes ``"0".."N-1"``, and the last layer with a 4-D output for Grad-CAM.
     """
-    require_tensorflow()  # another Keras backend: one clear RuntimeError, not a failure deep inside
+    require_supported_backend()  # another Keras backend: one clear RuntimeError, not a failure deep inside
     path = Path(os.fspath(name_or_path)) if isinstance(name_or_path, (str, os.PathLike)) else None
     if path is None:
         raise TypeError(f"name_or_path must be a model name or a path, got {type(name_or_path).__name__}")

@@ -56,7 +56,7 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
     )
     assert code == 1, err  # one unreadable input
     assert any("broken.png" in line for line in own_lines(err, "explain")) and "Traceback" not in err
-    assert out.splitlines()[0].startswith("model: shapes; input 64x64; 5 classes")
+    assert out.splitlines()[0] == "model: shapes; input 64x64; 5 classes; backend tensorflow"
     notes = [line for line in err.splitlines() if line.startswith("note: the default model 'shapes'")]
     assert len(notes) == 1 and "--model" in notes[0]  # big photo.jpg is not 64x64
 

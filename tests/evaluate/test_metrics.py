@@ -4,7 +4,7 @@ input, independent of batch_size and of the other inputs in the batch)."""
 import keras
 import numpy as np
 import pytest
-from method_support import SMALL
+from method_support import CHEAP_METRICS, SMALL
 
 from saliency_kit import evaluate
 from saliency_kit.evaluate import explained, scoring
@@ -37,21 +37,7 @@ def masks():
 
 
 # cheap options for each model-based metric
-CHEAP = {
-    "faithfulness_correlation": {"nr_runs": 8, "subset_size": 20},
-    "infidelity": {"perturb_patch_sizes": [2, 4]},
-    "road": {"percentages": [10, 50, 90]},
-    "monotonicity_correlation": {"nr_samples": 3, "features_in_step": 16, "perturb_baseline": "uniform"},
-    "region_perturbation": {"patch_size": 2, "regions_evaluation": 6, "order": "random"},
-    "pixel_flipping": {"features_in_step": 24},
-    "max_sensitivity": {"nr_samples": 4},
-    "avg_sensitivity": {"nr_samples": 4, "return_nan_when_prediction_changes": True},
-    "relative_input_stability": {"nr_samples": 4},
-    "random_logit": {},
-    "completeness": {},
-    "non_sensitivity": {"features_in_step": 8},
-    "input_invariance": {},
-}
+CHEAP = CHEAP_METRICS
 
 
 def _score(value):

@@ -1,0 +1,154 @@
+"""The JAX backend of the engine: the kernels are ``jax.jit`` functions of the model's variables.
+
+This module is the backend object :func:`saliency_kit.engine.backend.active` returns on Keras'
+JAX backend; its ``__all__`` is the backend's surface (:class:`saliency_kit.engine.backend.Backend`),
+as :mod:`saliency_kit.engine.tf`'s is on TensorFlow. A kernel is one ``jax.jit`` of the method's
+function over a chunk, compiled once per (model, method, options, shapes) and reused: the
+model's variables are its first argument, their values read at every call and mapped into the
+model with ``keras.StatelessScope`` while it is traced (so a kernel sees training and never
+captures weights as constants). The :class:`Context` a method sees is in
+:mod:`saliency_kit.engine.jax_context`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+from ..errors import translated
+from ..keras_backend import BackendError
+from ..model.inspect import derived_state, outside_any_trace, weight_sync
+from ..model.placed import Placed
+from ..model.scores import ScoreView, score_columns
+from .context import run_method
+from .jax_context import Context
+from .spec import KernelSpec
+
+__all__ = [
+    "Context",
+    "ScoreView",
+    "build_kernel",
+    "build_values_kernel",
+    "vectorise_classes",
+    "eagerly",
+    "array_spec",
+    "to_numpy",
+    "rewrite",
+    "weight_sync",
+    "derived_state",
+    "score_columns",
+]
+
+
+def vectorise_classes(model: keras.Model) -> bool:
+    """The K backward passes of a kernel run one after another over the shared forward pass
+    (XLA compiles them into one program)."""
+    return False
+
+
+def eagerly(fn: Callable) -> Any:
+    """``fn()`` run eagerly, on the variables' own values, even while a kernel is being traced."""
+    return outside_any_trace(fn)
+
+
+def rewrite(model: keras.Model, rule: Any) -> keras.Model:
+    """A model copy carrying a rule (``sk.rewrite``, LRP, DeepLIFT): not yet on JAX."""
+    raise BackendError(
+        f"rewritten model copies (sk.rewrite, LRP, DeepLIFT) do not run on Keras' JAX backend yet; "
+        f"set KERAS_BACKEND=tensorflow, or use method='guided_backprop'/'deconvnet', whose rules run on JAX; "
+        f"received rule {type(rule).__name__} on backend 'jax'."
+    )
+
+
+class _Stateless:
+    """The model's variables, mapped to a kernel's traced values while the kernel is traced."""
+
+    def __init__(self, model: keras.Model):
+        self.variables = list(model.variables)
+
+    def values(self) -> list:
+        return [variable.value for variable in self.variables]
+
+    def scope(self, values: list) -> keras.StatelessScope:
+        return keras.StatelessScope(state_mapping=list(zip(self.variables, values)))
+
+
+def _compiled(body: Callable, stateless: _Stateless, doing: str) -> Callable:
+    """``call(*args)``: ``jax.jit(body)`` called with the variables' current values first; an error
+    raised while it is traced or run reaches the user as one line (:func:`saliency_kit.errors.translated`).
+
+    It is traced and run with 64-bit types enabled (``jax.enable_x64``, for this call only): the
+    methods keep some bookkeeping in float64 and the draws' keys are 64-bit, as on TensorFlow;
+    the model itself runs in its own dtypes."""
+
+    def traced(values: list, *args: Any) -> Any:
+        with stateless.scope(values):
+            return body(*args)
+
+    compiled = jax.jit(traced)
+
+    def call(*args: Any) -> Any:
+        try:
+            with jax.enable_x64(True):
+                return compiled(stateless.values(), *args)
+        except Exception as error:  # noqa: BLE001 - every error leaves as the project's one line
+            raise translated(error, doing) from None
+
+    return call
+
+
+def build_kernel(spec: KernelSpec) -> Callable:
+    """The compiled ``kernel(x, targets, index, keys, seed, payload, *arrays) -> dict`` of one method,
+    with the contract of :func:`saliency_kit.engine.tf.build_kernel`."""
+    view = eagerly(lambda: spec.views())  # the score view is built before tracing, on real values
+    stateless = _Stateless(view.model)
+    spec = dataclasses.replace(spec, views=spec.views)
+
+    def kernel(x: Any, targets: Any, index: Any, keys: Any, seed: Any, leaves: Any, *arrays: Any) -> dict:
+        return run_method(spec, Context, (x, targets, index, keys, seed, leaves, arrays))
+
+    return _compiled(kernel, stateless, spec.doing)
+
+
+def build_values_kernel(
+    views: Any,
+    n: int,
+    shape: tuple,
+    dtype: Any,
+    traced: Any,
+    doing: str = "the forward pass",
+    raw: bool | str = False,
+    taps: tuple = (),
+) -> Callable:
+    """The compiled ``kernel(x [n, ...]) -> [n, C]``, with the contract of
+    :func:`saliency_kit.engine.tf.build_values_kernel`."""
+    view = eagerly(views)
+    stateless = _Stateless(view.model)
+    several = isinstance(shape, list)
+
+    def kernel(x: Any) -> Any:
+        traced()
+        view = views()
+        if several:
+            x = Placed(list(x))
+        if taps:
+            return view.raw(x, taps, strip=False)[1]
+        if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
+            return keras.tree.map_structure(lambda t: t.astype(jnp.float32), view.raw(x, strip=raw != "unstripped")[0])
+        return view(x).astype(jnp.float32)
+
+    return _compiled(kernel, stateless, doing)
+
+
+def array_spec(value: np.ndarray) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(value.shape, value.dtype)
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    return np.asarray(tensor)

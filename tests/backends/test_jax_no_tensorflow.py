@@ -1,0 +1,62 @@
+"""A JAX process imports no TensorFlow: the package's work on JAX (explaining with plain, rule-based,
+noisy and CAM methods, a layer's attributions, the gradient tools, a metric, rendering) runs in a
+fresh process where importing TensorFlow fails outright. Run in its own process, this does not
+depend on what Keras itself loads elsewhere in the suite (its serialiser imports TensorFlow
+whenever it is installed)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
+)
+
+WORK = textwrap.dedent(
+    """
+    import sys
+
+    class Refuse:
+        def find_spec(self, name, path, target=None):
+            if name == "tensorflow" or name.startswith("tensorflow."):
+                raise ImportError("TensorFlow imported in a JAX process")
+
+    sys.meta_path.insert(0, Refuse())
+    import numpy as np
+    import keras
+    import saliency_kit as sk
+
+    assert sk.backend() == "jax"
+    image = keras.Input((16, 16, 3))
+    conv = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(image)
+    pooled = keras.layers.GlobalAveragePooling2D()(conv)
+    model = keras.Model(image, keras.layers.Dense(3, activation="softmax")(pooled))
+    x = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype("float32")
+    for method, options in [
+        ("gradient", {}),
+        ("guided_backprop", {}),
+        ("smoothgrad", {"samples": 2}),
+        ("gradcam", {}),
+        ("integrated_gradients", {"steps": 4}),
+        ("rise", {"masks": 4}),
+    ]:
+        explanation = sk.explain(model, x, method, targets=1, **options)
+        assert np.isfinite(explanation.maps).all(), method
+    sk.explain(model, x, "gradient", targets=0, attribute_to="conv")
+    sk.evaluate.completeness(model, x, "integrated_gradients", targets=0, steps=4)
+    sk.render.grid(explanation)
+    assert float(keras.ops.convert_to_numpy(sk.gradients.scale(keras.ops.ones(2), 2.0))[0]) == 1.0
+    assert "tensorflow" not in sys.modules
+    print("no tensorflow")
+    """
+)
+
+
+def test_a_jax_process_never_imports_tensorflow():
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    done = subprocess.run([sys.executable, "-c", WORK], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("no tensorflow"), done.stderr[-3000:]
