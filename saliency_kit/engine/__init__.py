@@ -42,7 +42,6 @@ from . import payload as payload_module
 from .backend import active as active_backend
 from .cache import KERNELS, KERNELS_PER_MODEL, call_count, count_call, kernel_count, trace_count, traced, value_key
 from .chunking import check_batch_size
-from .draws import words
 from .forward import activations, all_scores, forward_scores, outputs
 from .inputs import channel_axis, check_array, check_channels_axis, check_inputs, check_score, layer_channel_axis
 from .job import Job
@@ -175,8 +174,7 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
         rewritten_model(model, rule)  # refresh the rewritten copies' weights
     n, group = layout.n, layout.group
     results: dict = {}
-    seed_words = words(np.int64(seed))  # uint32 [2]: the generator's key words (engine.draws)
-    keys = words(np.arange(B, dtype=np.int64) if job.keys is None else np.asarray(job.keys, np.int64))  # [B, 2]
+    seed_words, keys = _key_words(seed, job.keys, B)
     for start in range(0, B, n):
         stop = min(start + n, B)
         x = chunking.pad(inputs[start:stop], n)
@@ -201,6 +199,16 @@ def run(compute: Callable, job: Job, *, with_scores: bool = True) -> dict:
     if rewritten is not None:
         results["rewritten"] = rewritten
     return results
+
+
+def _key_words(seed: int, keys: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(seed words uint32 [2], key words uint32 [count, 2])``: the draws' generator keys
+    (:func:`saliency_kit.engine.draws.words`) of the seed and of each row's noise key (its
+    position when ``keys`` is None)."""
+    from .draws import words  # imports Keras: `import saliency_kit.engine` stays framework-free
+
+    rows = np.arange(count, dtype=np.int64) if keys is None else np.asarray(keys, np.int64)
+    return words(np.int64(seed)), words(rows)
 
 
 def _with_held(payload: Any, space: Any, held: Any) -> Any:
