@@ -131,9 +131,10 @@ def test_without_scores_the_same_attributions_and_no_pass_for_them(cnn, method, 
 
 
 def _scores_on_the_way(method, options):
-    """Whether the method's kernel evaluates the target scores at the inputs themselves."""
+    """Whether the method's kernel evaluates the target scores at the inputs themselves (vargrad
+    does: its variance is summed about its base method's attributions at the inputs)."""
     base = options.get("base")
-    noisy_or_pathed = ("smoothgrad", "squaregrad", "vargrad", "guided_ig", "blur_ig", "expected_gradients", "xrai")
+    noisy_or_pathed = ("smoothgrad", "squaregrad", "guided_ig", "blur_ig", "expected_gradients", "xrai")
     return method not in noisy_or_pathed + ("rise",) and base is None
 
 
