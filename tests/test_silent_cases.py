@@ -448,8 +448,9 @@ def test_the_command_line_prints_a_kernel_error_as_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     errors_printed = [line for line in err.splitlines() if ": error:" in line]
-    assert code == 1 and len(errors_printed) == 1, err
-    assert "ReLU" in errors_printed[0]
+    # refused before any work, in flags (a usage error), since the model shows no ReLU at the layer level
+    assert code == 2 and len(errors_printed) == 1, err
+    assert "ReLU" in errors_printed[0] and "--method gradient" in errors_printed[0]
     assert "in user code" not in err and not re.search(r"File \"|[\\/]\w+\.py\b", err.replace(str(tmp_path), ""))
     assert os.path.exists(path)
 
