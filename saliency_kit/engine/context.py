@@ -15,13 +15,14 @@ import numpy as np
 from keras import ops
 
 from ..model.model_inputs import embedder
+from ..model.placed import Placed
 from ..model.taps import Tap
 from ..model.walker import layer_at
 from . import draws, resize
 from .selection import Selection
 from .spec import KernelSpec
 
-__all__ = ["BaseContext", "run_method"]
+__all__ = ["BaseContext", "run_method", "run_values"]
 
 
 class BaseContext:
@@ -226,3 +227,18 @@ def run_method(spec: KernelSpec, context: type, arguments: tuple) -> dict:
     if "scores" not in out and "scores" in ctx.memo:
         out["scores"] = ctx.memo["scores"]
     return {name: ops.cast(value, "float32") for name, value in out.items()}
+
+
+def run_values(view: Any, x: Any, several: bool, raw: bool | str, taps: tuple) -> Any:
+    """The body of every backend's forward-only kernel (``build_values_kernel``): the score vector
+    ``[n, C]`` float32 of ``view`` at ``x``; ``raw``: the model's outputs (``"unstripped"``: a final
+    squash kept), float32 leaves; ``taps``: ``{path: activations}`` of those layers, in their own
+    dtype. ``several``: ``x`` is a tuple, one array per model input."""
+    if several:
+        x = Placed(list(x))
+    if taps:
+        return view.raw(x, taps, strip=False)[1]
+    if raw:
+        outputs = view.raw(x, strip=raw != "unstripped")[0]
+        return keras.tree.map_structure(lambda t: ops.cast(t, "float32"), outputs)
+    return ops.cast(view(x), "float32")

@@ -12,21 +12,18 @@ captures weights as constants). The :class:`Context` a method sees is in
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import keras
 import numpy as np
 
 from ..errors import translated
 from ..keras_backend import BackendError
 from ..model.inspect import derived_state, outside_any_trace, weight_sync
-from ..model.placed import Placed
 from ..model.scores import ScoreView, score_columns
-from .context import run_method
+from .context import run_method, run_values
 from .jax_context import Context
 from .spec import KernelSpec
 
@@ -108,7 +105,6 @@ def build_kernel(spec: KernelSpec) -> Callable:
     with the contract of :func:`saliency_kit.engine.tf.build_kernel`."""
     view = eagerly(lambda: spec.views())  # the score view is built before tracing, on real values
     stateless = _Stateless(view.model)
-    spec = dataclasses.replace(spec, views=spec.views)
 
     def kernel(x: Any, targets: Any, index: Any, keys: Any, seed: Any, leaves: Any, *arrays: Any) -> dict:
         return run_method(spec, Context, (x, targets, index, keys, seed, leaves, arrays))
@@ -134,14 +130,7 @@ def build_values_kernel(
 
     def kernel(x: Any) -> Any:
         traced()
-        view = views()
-        if several:
-            x = Placed(list(x))
-        if taps:
-            return view.raw(x, taps, strip=False)[1]
-        if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
-            return keras.tree.map_structure(lambda t: t.astype(jnp.float32), view.raw(x, strip=raw != "unstripped")[0])
-        return view(x).astype(jnp.float32)
+        return run_values(views(), x, several, raw, taps)
 
     return _compiled(kernel, stateless, doing)
 

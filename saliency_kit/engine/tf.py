@@ -22,11 +22,10 @@ import tensorflow as tf
 
 from ..errors import translated
 from ..model.inspect import derived_state, weight_sync
-from ..model.placed import Placed
 from ..model.rewrite import rewrite
 from ..model.scores import ScoreView, score_columns
 from ..model.walker import is_recurrent
-from .context import run_method
+from .context import run_method, run_values
 from .selection import Selection
 from .spec import KernelSpec
 from .tf_context import Context
@@ -171,14 +170,7 @@ def build_values_kernel(
 
     def kernel(x: Any) -> Any:
         traced()
-        view = views()
-        if several:
-            x = Placed(list(x))
-        if taps:
-            return view.raw(x, taps, strip=False)[1]
-        if raw:  # "raw": the outputs; "unstripped": the outputs without removing a final squash
-            return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), view.raw(x, strip=raw != "unstripped")[0])
-        return tf.cast(view(x), tf.float32)
+        return run_values(views(), x, several, raw, taps)
 
     if several:
         spec: Any = tuple(tf.TensorSpec([n, *s], d) for s, d in zip(shape, dtype))
