@@ -100,7 +100,8 @@ def test_fit_on_jax_writes_each_explained_epochs_grid_to_tensorboard_and_png(tmp
     x, y = _data()
     watch = _GivenMaps(x[:2], "gradient", every_n_epochs=2, log_dir=tmp_path / "logs", out=tmp_path / "png")
     _linear_model().fit(x, y, epochs=4, batch_size=16, verbose=0, callbacks=[watch])
-    assert "tensorflow" not in sys.modules  # written by the tensorboard package alone
+    # written by the tensorboard package alone: tests/backends/test_jax_no_tensorflow.py checks it in a
+    # fresh process (here Keras' own serialiser may have loaded TensorFlow for other tests)
 
     events = _image_events(tmp_path / "logs")
     assert [(tag, step) for tag, step, *_ in events] == [("saliency/gradient", 1), ("saliency/gradient", 3)]
@@ -138,7 +139,3 @@ def test_maps_on_jax_are_each_epochs_gradients(tmp_path):
     assert [(tag, step) for tag, step, *_ in events] == [("saliency/gradient", 0), ("saliency/gradient", 1)]
     for (*_, logged), (_, explanation) in zip(events, explained):
         np.testing.assert_array_equal(logged, _picture(explanation, watch.originals))
-
-
-def test_no_tensorflow_was_imported():
-    assert "tensorflow" not in sys.modules

@@ -1,5 +1,6 @@
 """A JAX process imports no TensorFlow: the package's work on JAX (explaining with plain, rule-based,
-noisy and CAM methods, a layer's attributions, the gradient tools, a metric, rendering) runs in a
+noisy and CAM methods, a layer's attributions, the gradient tools, a metric, rendering, the training
+callback's TensorBoard images) runs in a
 fresh process where importing TensorFlow fails outright. Run in its own process, this does not
 depend on what Keras itself loads elsewhere in the suite (its serialiser imports TensorFlow
 whenever it is installed)."""
@@ -49,6 +50,12 @@ WORK = textwrap.dedent(
     sk.explain(model, x, "gradient", targets=0, attribute_to="conv")
     sk.evaluate.completeness(model, x, "integrated_gradients", targets=0, steps=4)
     sk.render.grid(explanation)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as logs:
+        watch = sk.callbacks.SaliencyCallback(x[:1], "gradient", log_dir=logs)
+        model.compile("sgd", "sparse_categorical_crossentropy")
+        model.fit(x, np.array([0, 1]), epochs=1, verbose=0, callbacks=[watch])
     assert float(keras.ops.convert_to_numpy(sk.gradients.scale(keras.ops.ones(2), 2.0))[0]) == 1.0
     assert "tensorflow" not in sys.modules
     print("no tensorflow")
