@@ -47,6 +47,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .. import keras_backend
 from ..files import remove_partials, write_atomic
 from ..images import ImageLoadError, load_image
 from ..targets.tasks import AskError
@@ -101,8 +102,16 @@ def import_ray() -> Any:
 
 def check_visible(job: Job) -> str:
     """Raise :class:`OutputNotShared` unless this process sees the driver's probe in ``--out`` and
-    ``INPUT_DIR``; returns this node's name for messages."""
+    ``INPUT_DIR``, and :class:`~saliency_kit.keras_backend.BackendError` unless its Keras backend is
+    the driver's; returns this node's name for messages."""
     node = socket.gethostname()
+    here = keras_backend.selected_backend()
+    if here[0].lower() != job.backend:
+        raise keras_backend.BackendError(
+            f"Ray node {node!r} runs Keras on {here[0]!r} (set by {here[1]}) but the driver on "
+            f"{job.backend!r}: every actor must use the driver's backend; set KERAS_BACKEND={job.backend} "
+            f"in the cluster's environment, or run the driver with KERAS_BACKEND={here[0]}."
+        )
     probe = os.path.join(job.out_dir, job.probe)
     try:
         with open(probe, encoding="utf-8") as handle:
@@ -123,19 +132,29 @@ def check_visible(job: Job) -> str:
     return node
 
 
-def _use_assigned_cpus() -> None:
-    """TensorFlow's thread pools sized to the CPUs Ray gave this actor, not to the whole machine
-    (actors sharing a node would otherwise each start a thread per core and compete)."""
+def _use_assigned_cpus(backend: str) -> None:
+    """The framework's thread pools sized to the CPUs Ray gave this actor, not to the whole machine
+    (actors sharing a node would otherwise each start a thread per core and compete): TensorFlow's
+    intra- and inter-op pools; on JAX, with one CPU, XLA's CPU operations single-threaded
+    (``XLA_FLAGS``, read when JAX first computes, so set before the model loads)."""
     import ray
-    import tensorflow as tf
 
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    if cpus:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(max(1, int(cpus)))
-            tf.config.threading.set_inter_op_parallelism_threads(max(1, int(cpus)))
-        except RuntimeError:  # TensorFlow already started in this process: keep its pools
-            pass
+    if not cpus:
+        return
+    if backend == "jax":
+        flag = "--xla_cpu_multi_thread_eigen=false"
+        current = os.environ.get("XLA_FLAGS", "")
+        if int(cpus) == 1 and flag not in current:
+            os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+        return
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, int(cpus)))
+        tf.config.threading.set_inter_op_parallelism_threads(max(1, int(cpus)))
+    except RuntimeError:  # TensorFlow already started in this process: keep its pools
+        pass
 
 
 class ChunkExplainer:
@@ -150,7 +169,7 @@ class ChunkExplainer:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         os.environ.setdefault("MPLBACKEND", "Agg")
         check_visible(job)
-        _use_assigned_cpus()
+        _use_assigned_cpus(job.backend)
         self.job = job
         self.model, self.spec = job.model.load()
         self.ask = pipeline.TaskAsker(self.model, job.recipe.task, self.spec, job.recipe.batch_size)
@@ -222,7 +241,13 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Any:
         "log_to_driver": False,
         "configure_logging": True,
     }
-    env = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"), "MPLBACKEND": "Agg"}}
+    env = {
+        "env_vars": {
+            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
+            "MPLBACKEND": "Agg",
+            "KERAS_BACKEND": keras_backend.backend(),  # the actors run the driver's backend
+        }
+    }
     if address is None:
         ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env, **quiet)
     else:
@@ -315,6 +340,7 @@ def _job_with_probe(batch: pipeline.BatchRun, model: ModelSource) -> Job:
         model=model,
         recipe=batch.recipe,
         max_pixels=batch.max_pixels,
+        backend=keras_backend.backend(),
     )
 
 

@@ -6,6 +6,7 @@ byte for byte, and the same manifest lines (order aside), also when an actor is 
 when the driver is killed and the run resumed. Skipped where the ``ray`` extra is not installed.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -28,6 +29,7 @@ from saliency_kit.batch import (
 )
 from saliency_kit.batch import ray as ray_runner  # noqa: E402
 from saliency_kit.batch.run import Recipe  # noqa: E402
+from saliency_kit.keras_backend import BackendError  # noqa: E402
 from saliency_kit.targets.tasks import TaskPlan  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -276,6 +278,7 @@ def _job(out, token, input_dir):
         token=token,
         model=ray_job.ModelSource("shapes"),
         recipe=Recipe(task=TaskPlan("classification"), methods=(), looks={}, batch_size=BATCH, formats=("png",)),
+        backend="tensorflow",
     )
 
 
@@ -295,6 +298,19 @@ def test_a_node_that_cannot_see_out_is_refused(cluster, images, tmp_path):
     # An actor checks too, before it loads the model or writes anything.
     with pytest.raises(ray_runner.OutputNotShared):
         ray_runner.ChunkExplainer(_job(str(tmp_path), "token host 1", images))
+
+
+def test_a_node_on_another_backend_than_the_driver_is_refused(cluster, images, tmp_path):
+    # A driver on JAX joining a cluster whose workers run TensorFlow: refused before any work,
+    # naming both backends and the setting, never a run that silently mixes frameworks.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".probe").write_text("token host 1")
+    on_jax = dataclasses.replace(_job(str(out), "token host 1", images), backend="jax")
+    with pytest.raises(BackendError, match=r"runs Keras on 'tensorflow' .*but the driver on 'jax'.*KERAS_BACKEND=jax"):
+        ray_runner.check_nodes(ray, on_jax)
+    with pytest.raises(BackendError, match="every actor must use the driver's backend"):
+        ray_runner.ChunkExplainer(on_jax)
 
 
 @pytest.fixture(scope="module")
