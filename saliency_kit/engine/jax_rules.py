@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.extend.core as jcore
 import numpy as np
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
+from ..rules.coverage import RuleCoverage
 from .jax_relu_patterns import Activation, Graph, find_activations, function_name, holds_relu
 
 __all__ = ["RuleReport", "with_rule"]
@@ -45,42 +46,17 @@ _CUSTOM_DERIVATIVES = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_ja
 
 
 @dataclasses.dataclass
-class RuleReport:
-    """What :func:`with_rule`'s wrapped function took over, filled in each time it is traced.
-
-    ``ops``: one readable line per ReLU-family operation whose gradient follows the rule, e.g.
+class RuleReport(RuleCoverage):
+    """What :func:`with_rule`'s wrapped function took over, filled in each time it is traced: a
+    :class:`~saliency_kit.rules.coverage.RuleCoverage` whose ``ops`` are readable lines, e.g.
     ``"relu at dense"``, ``"leaky_relu(negative_slope=0.2) at leaky_re_lu"``, ``"relu at
-    simple_rnn (in scan)"``; ``families``: the :class:`~saliency_kit.rules.ReluFamily` of each, in
-    the same order. ``unreached``: one line per function with its own derivative
-    (``custom_jvp``/``custom_vjp``) that holds ReLU-family operations the rule cannot reach.
-    ``unsupported``: one line per activation whose parameters are not constants. ``complete``:
-    neither happened. ``plain``: activations built from ReLUs that are not of the family (a PReLU's
-    learned slope) and keep their plain gradient, as at the layer level.
-    """
+    simple_rnn (in scan)"``, ``families`` the :class:`~saliency_kit.rules.ReluFamily` of each in
+    the same order, and whose ``unreached`` are functions with their own derivative
+    (``custom_jvp``/``custom_vjp``)."""
 
-    rule: ModifiedBackprop
-    ops: list = dataclasses.field(default_factory=list)
     families: list = dataclasses.field(default_factory=list)
-    unreached: list = dataclasses.field(default_factory=list)
-    unsupported: list = dataclasses.field(default_factory=list)
-    plain: list = dataclasses.field(default_factory=list)
 
-    @property
-    def complete(self) -> bool:
-        return not self.unreached and not self.unsupported
-
-    def check(self, what: str) -> None:
-        """``ValueError`` naming ``what`` (e.g. ``"layer 'block'"``) unless the rule reached every
-        ReLU-family operation."""
-        if self.complete:
-            return
-        problems = "; ".join(self.unreached + self.unsupported)
-        raise ValueError(
-            f"cannot apply {type(self.rule).__name__} to every ReLU of {what}: {problems}. Its map "
-            "would silently mix plain and modified gradients; compute these activations with "
-            "keras.activations.relu / keras.layers.ReLU (constant parameters) in the model's own "
-            f"graph, not inside a function with its own custom derivative; received {what}."
-        )
+    WHERE: ClassVar[str] = "not inside a function with its own custom derivative"
 
     def _clear(self) -> None:
         for entries in (self.ops, self.families, self.unreached, self.unsupported, self.plain):

@@ -54,13 +54,14 @@ import json
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import record as _tape_record  # TF-private: see the module docstring
 
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
+from ..rules.coverage import RuleCoverage
 from .activation_patterns import (
     LAST_OP_TYPES,
     RELU_OP_TYPES,
@@ -258,41 +259,16 @@ def _composite_activations(ops: list, report: OverrideReport) -> tuple[dict, set
 
 
 @dataclasses.dataclass
-class OverrideReport:
-    """What a :func:`relu_rule` block changed (filled in when the block exits).
+class OverrideReport(RuleCoverage):
+    """What a :func:`relu_rule` block changed (filled in when the block exits): a
+    :class:`~saliency_kit.rules.coverage.RuleCoverage` whose ``ops`` are TensorFlow op names
+    (``"model/dense/Relu"``, nested ones as ``"model/rnn/while/.../Relu"``; an activation made of
+    several ops by its last op, e.g. ``"model/layer/clip_by_value"``), ``families`` the activation
+    each computes (keyed by op name), and whose ``unreached`` are nested functions."""
 
-    ``ops``: names of the ops whose gradient now follows the rule (``"model/dense/Relu"``, nested
-    ones as ``"model/rnn/while/.../Relu"``; an activation made of several ops by its last op, e.g.
-    ``"model/layer/clip_by_value"``), and ``families``: the activation each computes.
-    ``unreached``: one line per nested function that holds ReLU-family ops the rule could not
-    reach. ``unsupported``: one line per activation made of several ops whose parameters are not
-    constants. ``complete``: neither happened. ``plain``: activations built from ReLU ops that are
-    not of the family (a PReLU's learned slope) and keep their plain gradient, as at the layer level.
-    """
-
-    rule: ModifiedBackprop
-    ops: list = dataclasses.field(default_factory=list)
     families: dict = dataclasses.field(default_factory=dict)
-    unreached: list = dataclasses.field(default_factory=list)
-    unsupported: list = dataclasses.field(default_factory=list)
-    plain: list = dataclasses.field(default_factory=list)
 
-    @property
-    def complete(self) -> bool:
-        return not self.unreached and not self.unsupported
-
-    def check(self, what: str) -> None:
-        """``ValueError`` naming ``what`` (e.g. ``"layer 'block'"``) unless the rule reached every
-        ReLU-family operation."""
-        if self.complete:
-            return
-        problems = "; ".join(self.unreached + self.unsupported)
-        raise ValueError(
-            f"cannot apply {type(self.rule).__name__} to every ReLU of {what}: {problems}. Its map "
-            "would silently mix plain and modified gradients; compute these activations with "
-            "keras.activations.relu / keras.layers.ReLU (constant parameters) in the model's own "
-            f"graph, not in a separately compiled tf.function; received {what}."
-        )
+    WHERE: ClassVar[str] = "not in a separately compiled tf.function"
 
 
 def _mark_op(op: Any, binding: Any, report: OverrideReport, gradient: str, family: ReluFamily) -> None:
