@@ -37,9 +37,9 @@ def _weights(seed):
 
 def prefix_mean_lm(seed=0, causal=True):
     """``(model, E [V, D], W [D, V])``; ``causal=False`` mixes every position (a model that sees
-    its future)."""
+    its future). Its sequences may have any length."""
     table, weight = _weights(seed)
-    ids = keras.Input((T,), dtype="int32", name="ids")
+    ids = keras.Input((None,), dtype="int32", name="ids")
     embedded = keras.layers.Embedding(V, D, name="embedding")(ids)
     mixed = (PrefixMean() if causal else WholeMean())(embedded)
     logits = keras.layers.Dense(V, use_bias=False, name="logits")(mixed)
