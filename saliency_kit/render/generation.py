@@ -24,7 +24,7 @@ from .colour import colormap as find_colormap
 from .sequences import legend_stops, token_colours
 from .titles import method_title
 
-__all__ = ["generation_html", "generation_figure", "word_matrix", "word_groups"]
+__all__ = ["generation_html", "generation_figure", "word_matrix", "word_groups", "is_generation"]
 
 MERGES = ("tokens", "words")
 
@@ -53,13 +53,19 @@ def word_groups(tokens: list[str], start: int) -> list[list[int]]:
     return groups
 
 
+def is_generation(explanation: Any) -> bool:
+    """Whether ``explanation`` explains generated text (``sk.explain_generation``: its tokens and start)."""
+    options = getattr(explanation, "options", None) or {}
+    return bool(getattr(explanation, "tokens", None)) and "start" in options
+
+
 def word_matrix(explanation: Any, merge: str = "tokens") -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
     """``(row labels, column labels, values [R, C], hidden bool [R, C])`` of an
     :func:`saliency_kit.explain_generation` explanation: rows the generated tokens (or words),
     columns the sequence's; ``hidden`` marks the cells at or after a row's own (last) token."""
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {list(MERGES)}; received {merge!r}.")
-    if not explanation.tokens or "start" not in explanation.options:
+    if not is_generation(explanation):
         raise ValueError(
             "a generation figure needs an explanation of generated text (sk.explain_generation), with its tokens "
             "and start; received one without."

@@ -95,3 +95,8 @@ def test_an_explanation_of_something_else_is_refused():
     plain = sk.Explanation(e.attributions, e.maps, e.targets, e.scores, e.method, options={})
     with pytest.raises(ValueError, match="explain_generation"):
         sk.render.generation_html(plain)
+
+
+def test_a_notebook_shows_the_matrix():
+    e = fake_explanation()
+    assert e._repr_html_() == sk.render.generation_html(e)
