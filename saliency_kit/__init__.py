@@ -25,6 +25,7 @@ _NAMES = {
     "DeconvBackprop": "rules",
     "rewrite": "model.rewrite",
     "explain": "pipeline.api",
+    "explain_generation": "pipeline.generation",
     "jacobian": "pipeline.api",
     "Explanation": "explanation",
     "load_model": "zoo",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .keras_backend import backend
     from .model.rewrite import rewrite
     from .pipeline.api import explain, jacobian
+    from .pipeline.generation import explain_generation
     from .propagation import composites
     from .rules import DeconvBackprop, GuidedBackprop, ModifiedBackprop
     from .zoo import ModelSpec, list_models, load_model

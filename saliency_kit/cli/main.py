@@ -29,13 +29,13 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import batch, evaluate, explain, listing, sanity
+from . import batch, evaluate, explain, explain_text, listing, sanity
 from .options import UsageError, message
 
 __all__ = ["Parser", "build_parser", "main"]
 
 #: The subcommands, in the order ``saliency --help`` lists them.
-COMMANDS = (explain, batch, sanity, evaluate, listing)
+COMMANDS = (explain, batch, sanity, evaluate, explain_text, listing)
 
 
 class Parser(argparse.ArgumentParser):

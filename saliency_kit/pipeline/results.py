@@ -57,6 +57,7 @@ def _collect(attributions: np.ndarray, chosen: Any, run: Any, into: tuple) -> No
 def _explanation(prepared: Prepared, done: tuple, out: dict) -> Explanation:
     """The Explanation of the runs ``done = (results, maps)``; ``out`` the last run's other results."""
     (results, maps), call, parts = done, prepared.call, prepared.parts
+    _hide_positions(prepared.selection, results, maps)
     chosen, recorded = call.chosen, prepared.runs[-1].recorded
     kinds: dict | None = None
     if chosen.layered:
@@ -81,6 +82,22 @@ def _explanation(prepared: Prepared, done: tuple, out: dict) -> Explanation:
         parts=kinds,
         backend=keras.backend.backend(),
     )
+
+
+def _hide_positions(selection: Any, *values: dict) -> None:
+    """Zero, in place, the sequence positions each column must not be explained by (a generated
+    token's own and later ones: ``Target.hidden_positions``) in every ``[B, K, T, ...]`` result."""
+    hide = getattr(selection.target, "hidden_positions", None)
+    if hide is None:
+        return
+    for results in values:
+        for name, value in results.items():
+            if value.ndim < 3:
+                continue
+            hidden = hide(selection.payload, value.shape[2])
+            if hidden is not None:
+                mask = hidden.reshape(*hidden.shape, *(1,) * (value.ndim - 3))
+                results[name] = np.where(mask, np.zeros((), value.dtype), value)
 
 
 def _map(chosen: Any, values: dict, part: Any, attributions: np.ndarray, channel_axis: int) -> np.ndarray:

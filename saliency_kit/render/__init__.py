@@ -11,6 +11,8 @@
     style = sk.render.Style(sign="all", dpi=200)             # how the figures look, declared once
     fig = sk.render.grid(expl, originals, style=style)       # the same as grid(..., sign="all", dpi=200)
     page = sk.render.tokens_html(expl_text, tokens)          # tokens: escaped, coloured HTML spans
+    page = sk.render.generation_html(expl_gen)               # generated text: [generated x source] matrix
+    fig = sk.render.generation_figure(expl_gen, merge="words")
 
 Everything here works on NumPy arrays and a bare :class:`matplotlib.figure.Figure`: the pyplot
 global state is never touched, so a batch job can render millions of figures without leaking any.
@@ -28,6 +30,7 @@ from __future__ import annotations
 from ..files import png_bytes, save_png
 from .colour import DEFAULT_CMAPS, heatmap, normalize, overlay
 from .figure import explanation_png, grid, show
+from .generation import generation_figure, generation_html
 from .marks import MARK_COLOUR, Mark, draw_box, draw_mark, outline
 from .sequences import check_tokens, series, tokens_html, volume
 from .style import Style
@@ -44,6 +47,8 @@ __all__ = [
     "outline",
     "explanation_png",
     "fit_text",
+    "generation_figure",
+    "generation_html",
     "grid",
     "heatmap",
     "method_title",

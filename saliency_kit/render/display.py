@@ -7,6 +7,8 @@
   (:meth:`~saliency_kit.Explanation.with_tokens`): escaped, coloured token spans
   (:func:`~.sequences.tokens_html`), the tokens' positions as their labels when no tokens were
   given; no PNG;
+* generated text (:func:`saliency_kit.explain_generation`): its ``[generated × source]`` matrix
+  (:func:`~.generation.generation_html`); no PNG;
 * several parts (a model's several inputs): HTML with one section per part, headed by its name,
   each drawn as above (a PNG part as an embedded image); and, for front ends that show only
   images, a PNG of every part's picture stacked under its name (token parts as strips).
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..files import png_bytes
 from .figure import explanation_png
+from .generation import generation_html, is_generation
 from .sequences import tokens_html
 
 __all__ = ["MAX_INPUTS", "display_png", "display_html", "part_explanations"]
@@ -134,6 +137,8 @@ def _stacked(sections: list[tuple[str, bytes]]) -> bytes:
 def display_html(explanation: Any, originals: Any = None, class_names: Any = None) -> str | None:
     """The HTML a notebook shows for ``explanation``, or None where its PNG says it all (one
     part that is not tokens). Every name is escaped."""
+    if is_generation(explanation):
+        return generation_html(explanation)
     parts = part_explanations(explanation)
     if len(parts) == 1:
         name, kind, part = parts[0]

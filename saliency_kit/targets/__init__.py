@@ -11,6 +11,9 @@ engine's chunking (:mod:`.base`), and every method accepts them:
 * :func:`box` — the D-RISE similarity of a box to a detector's raw proposals;
 * :func:`output` — one head of a multi-output model (regression included);
 * :func:`unit` — the activation of an inner unit;
+* :func:`generated` — each generated token's log-probability under a causal language model
+  (``[B, T, V]`` logits), all from one teacher-forced forward pass (:mod:`.generated`);
+* :func:`contrast` — ``log p(token) − log p(foil)`` at one position of such a model (:mod:`.contrast`);
 * :class:`Target` — subclass it for a kind of your own.
 
 A list of target objects puts their columns side by side.
@@ -32,6 +35,8 @@ from __future__ import annotations
 from .base import PerInput, Resolved, Several, Target, TargetRequest, is_target
 from .box import Box, box
 from .classes import Classes, Function, as_target
+from .contrast import Contrast, contrast
+from .generated import Generated, generated
 from .heads import Output, Unit, output, unit
 from .parse import TargetSpec, class_names_of, combine, parse, parse_string, resolve
 from .region import Region, region
@@ -55,10 +60,14 @@ __all__ = [
     "box",
     "output",
     "unit",
+    "generated",
+    "contrast",
     "Region",
     "Box",
     "Output",
     "Unit",
+    "Generated",
+    "Contrast",
     "Classes",
     "Function",
     "Several",

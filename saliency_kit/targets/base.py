@@ -207,6 +207,12 @@ class Target:
         ``[count, K, H, W]`` (``shape`` the maps' ``(H, W)``); ``None`` when the kind has none."""
         return None
 
+    def hidden_positions(self, payload: Any, length: int) -> np.ndarray | None:
+        """bool ``[B, K, length]``: the sequence positions each column must not be explained by
+        (a generated token's own and later ones), zeroed in the attributions and maps whose axis
+        2 has ``length`` positions; ``payload`` the resolved payload (NumPy). ``None``: none."""
+        return None
+
     def kernel_key(self) -> tuple:
         """What the compiled score depends on besides the payload (a hashable value): by default
         the class and the attributes that are not arrays. New payloads never recompile."""
@@ -298,6 +304,15 @@ class Several(Target):
 
     def probabilities(self, outputs: Any, payload: Any) -> Any:
         return self._each(outputs, payload, "probabilities")
+
+    def hidden_positions(self, payload: Any, length: int) -> np.ndarray | None:
+        hidden = [part.hidden_positions(piece, length) for part, piece in zip(self.parts, payload["parts"])]
+        if all(h is None for h in hidden):
+            return None
+        owner = np.asarray(payload["owner"])  # [B, K]
+        shape = (*owner.shape, length)
+        stacked = np.stack([np.zeros(shape, bool) if h is None else np.broadcast_to(h, shape) for h in hidden])
+        return np.take_along_axis(stacked, owner[None, :, :, None], axis=0)[0]
 
 
 def _spread(payload: Any, index: np.ndarray) -> Any:

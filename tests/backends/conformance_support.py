@@ -47,6 +47,8 @@ TARGET_KINDS = {
     "box": "shapes_det",
     "output": "two_heads",
     "unit": "shapes",
+    "generated": "causal_lm",
+    "contrast": "causal_lm",
 }
 #: the layer a layered method (conductance) attributes to, per model
 LAYERS = {
@@ -56,6 +58,7 @@ LAYERS = {
     "two_heads": "conv",
     "image_meta": "conv",
     "text": "hidden",
+    "causal_lm": "conv",
 }
 
 
@@ -127,6 +130,11 @@ def save_own_models(folder: pathlib.Path) -> None:
     logits = keras.layers.Dense(3, name="head")(keras.layers.GlobalAveragePooling1D()(hidden))
     keras.Model(ids, logits, name="text").save(folder / "text.keras")
 
+    ids = keras.Input((7,), dtype="int32", name="token_ids")
+    embedded = keras.layers.Embedding(20, 6, name="embedding")(ids)
+    causal = keras.layers.Conv1D(5, 3, padding="causal", activation="relu", name="conv")(embedded)
+    keras.Model(ids, keras.layers.Dense(20, name="logits")(causal), name="causal_lm").save(folder / "causal_lm.keras")
+
 
 def load(name: str, folder: pathlib.Path):
     import keras
@@ -143,7 +151,7 @@ def inputs_of(name: str, model) -> object:
     rng = np.random.default_rng(RNG_SEED)
     if name == "image_meta":
         return [rng.normal(size=(B, 8, 8, 3)).astype("float32"), rng.normal(size=(B, 5)).astype("float32")]
-    if name == "text":
+    if name in ("text", "causal_lm"):
         return rng.integers(1, 20, size=(B, 7)).astype("int32")
     return rng.uniform(0, 1, size=(B, *model.input_shape[1:])).astype("float32")
 
@@ -168,6 +176,10 @@ def targets_of(row: Row):
         return [sk.targets.output("kind", [0, 2]), sk.targets.output("size", 1)]
     if kind == "unit":
         return sk.targets.unit("conv2", [1, 3])
+    if kind == "generated":
+        return sk.targets.generated(inputs_of("causal_lm", None), start=4)
+    if kind == "contrast":
+        return sk.targets.contrast(5, token=[1, 2], foil=3)
     raise KeyError(kind)
 
 
@@ -181,7 +193,7 @@ def options_of(row: Row, model, name: str) -> dict:
     if row.method == "expected_gradients" and name == "image_meta":
         rng = np.random.default_rng(5)
         options["baselines"] = [rng.uniform(-1, 1, (2, *shape)).astype("float32") for shape in ((8, 8, 3), (5,))]
-    if row.method == "expected_gradients" and name == "text":
+    if row.method == "expected_gradients" and name in ("text", "causal_lm"):
         options.pop("baselines", None)
     if methods.get(row.method).layered:
         options["attribute_to"] = LAYERS[name]
