@@ -24,6 +24,9 @@ __all__ = [
     "CAM_RANKS",
     "prepare_cam_layer",
     "check_cam_rank",
+    "cam_tensors",
+    "token_grid",
+    "tokens_on_grid",
     "channels_last",
     "spatial_axes",
     "require_channels_last",
@@ -136,7 +139,7 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
         shape = tuple(found.output.shape)
     except (AttributeError, ValueError):  # called several times: checked when it runs
         return {**options, "layer": path}
-    if len(shape) != rank:
+    if len(shape) != rank and not (rank == 4 and len(shape) == 3):  # [B, N, C]: a transformer's tokens
         raise ValueError(
             f"layer {path!r} has output shape {shape}; CAM methods on inputs of shape "
             f"{request.inputs.shape} need a {spatial_output_text(rank)} layer (layer=None picks the last "
@@ -156,6 +159,43 @@ def check_cam_rank(ctx: Any, activations: Any, layer: str) -> None:
             f"layer {layer!r} has a {len(activations.shape)}-D output {tuple(activations.shape)}; "
             f"CAM methods on these inputs need a {spatial_output_text(rank)} layer; received {layer!r}."
         )
+
+
+def token_grid(tokens: int, height: int, width: int) -> tuple[int, int, int]:
+    """``(prefix, h, w)``: how ``tokens`` transformer tokens of an image ``height × width`` split
+    into prefix tokens (class, distillation, registers) and an ``h × w`` patch grid of the image's
+    aspect ratio, the fewest prefix tokens first. ``ValueError`` when no split fits."""
+    for prefix in range(tokens):
+        patches = tokens - prefix
+        h = round((patches * height / width) ** 0.5)
+        if h > 0 and patches % h == 0 and h * width == (patches // h) * height:
+            return prefix, h, patches // h
+    raise ValueError(
+        f"cannot lay {tokens} tokens out on a patch grid of an image {height}×{width}; "
+        "CAM methods need a layer whose tokens are the image's patches (and prefix tokens)."
+    )
+
+
+def tokens_on_grid(ctx: Any, tensor: Any, lead: int) -> Any:
+    """A transformer layer's tokens ``[*lead axes, N, c]`` as ``[*lead axes, h, w, c]``: its
+    prefix tokens dropped, its patch tokens on the patch grid (see :func:`token_grid`)."""
+    from keras import ops
+
+    height, width = (int(size) for size in ctx.spatial_size)
+    prefix, h, w = token_grid(int(tensor.shape[lead]), height, width)
+    shape = tuple(tensor.shape)
+    return ops.reshape(tensor[(slice(None),) * lead + (slice(prefix, None),)], (-1, *shape[1:lead], h, w, shape[-1]))
+
+
+def cam_tensors(ctx: Any, activations: Any, g: Any, layer: str) -> Any:
+    """A CAM layer's ``A [n, *s, c]`` (and ``g [n, K, *s, c]`` unless ``g`` is None), checked to
+    have the inputs' rank, channels last; a transformer's tokens ``[n, N, c]`` of image inputs
+    are laid out on their patch grid ``[n, h, w, c]``."""
+    if len(activations.shape) == 3 and len(ctx.inputs.shape) == 4:
+        activations = tokens_on_grid(ctx, activations, 1)
+        return activations if g is None else (activations, tokens_on_grid(ctx, g, 2))
+    check_cam_rank(ctx, activations, layer)
+    return channels_last(ctx, activations, g)
 
 
 def channels_last(ctx: Any, activations: Any, g: Any = None) -> Any:

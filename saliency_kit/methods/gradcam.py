@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
+from ._common import LAYER_OPTION, RELU_OPTION, cam_tensors, prepare_cam_layer, spatial_axes
 from .base import register
 
 __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "cam_map"]
@@ -55,8 +55,7 @@ def gradcam(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    check_cam_rank(ctx, activations, layer)
-    activations, g = channels_last(ctx, activations, g)  # [n, *s, c], [n, K, *s, c]
+    activations, g = cam_tensors(ctx, activations, g, layer)  # [n, *s, c], [n, K, *s, c]
     return cam_map(ctx, ops.mean(g, axis=spatial_axes(g, 2)), activations, relu)
 
 
@@ -73,8 +72,7 @@ def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    check_cam_rank(ctx, activations, layer)
-    activations, g = channels_last(ctx, activations, g)
+    activations, g = cam_tensors(ctx, activations, g, layer)
     g2 = ops.square(g)
     total = ops.sum(activations, axis=spatial_axes(activations), keepdims=True)[:, None]  # Σ_s A_c, [n, 1, 1.., c]
     alpha = ops.divide_no_nan(g2, 2.0 * g2 + total * g2 * g)

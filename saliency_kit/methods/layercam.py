@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, RELU_OPTION, channels_last, check_cam_rank, prepare_cam_layer
+from ._common import LAYER_OPTION, RELU_OPTION, cam_tensors, prepare_cam_layer
 from .base import register
 
 __all__ = ["layercam"]
@@ -41,8 +41,7 @@ def layercam(ctx: Any, layer: str, relu: bool) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)  # [n, *s, c], [n, K, *s, c] (channels first: [n, c, *s], [n, K, c, *s])
-    check_cam_rank(ctx, activations, layer)
-    activations, g = channels_last(ctx, ops.cast(activations, "float32"), ops.cast(g, "float32"))
+    activations, g = cam_tensors(ctx, ops.cast(activations, "float32"), ops.cast(g, "float32"), layer)
     maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, *s]
     if relu:
         maps = ops.relu(maps)

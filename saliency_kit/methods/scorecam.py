@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, channels_last, check_cam_rank, prepare_cam_layer, spatial_axes
+from ._common import LAYER_OPTION, cam_tensors, prepare_cam_layer, spatial_axes
 from .base import Option, register
 
 __all__ = ["scorecam"]
@@ -62,8 +62,7 @@ def scorecam(ctx: Any, layer: str, max_channels: int | None) -> Any:
     from keras import ops
 
     activations, _ = ctx.layer(layer)  # [n, *s, C] (channels first: [n, C, *s])
-    check_cam_rank(ctx, activations, layer)
-    activations = channels_last(ctx, ops.cast(activations, "float32"))
+    activations = cam_tensors(ctx, ops.cast(activations, "float32"), None, layer)
     axes = spatial_axes(activations)
     channels = activations.shape[-1]
     count = channels if max_channels is None else min(max_channels, channels)
