@@ -5,9 +5,6 @@ language model, with each column's own and later positions zero.
 Run under both backends: ``pytest`` (TensorFlow) and ``KERAS_BACKEND=jax pytest``.
 """
 
-import sys
-
-import keras
 import numpy as np
 import pytest
 from causal_lm_support import T, log_softmax, prefix_mean_gradient, prefix_mean_lm
@@ -66,8 +63,3 @@ def test_a_model_that_sees_its_future_is_still_explained_by_the_past_alone():
     for k, p in enumerate(range(START, T)):
         assert not e.attributions[:, k, p:].any()
         assert e.attributions[:, k, :p].any()
-
-
-def test_a_jax_process_imports_no_tensorflow():
-    if keras.backend.backend() == "jax":
-        assert "tensorflow" not in sys.modules

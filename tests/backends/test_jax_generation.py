@@ -1,7 +1,6 @@
 """``sk.explain_generation`` on JAX: greedy tokens and gradients of a prefix-mean language model
-against NumPy (its logits and their closed-form gradients), and no TensorFlow imported."""
-
-import sys
+against NumPy (its logits and their closed-form gradients). (That it imports no TensorFlow is
+checked in a fresh process: test_jax_no_tensorflow.py.)"""
 
 import keras
 import numpy as np
@@ -28,4 +27,3 @@ def test_greedy_tokens_and_gradients_against_numpy():
     for k, p in enumerate(range(3, 7)):
         want = prefix_mean_gradient(np.array(sequence), table, weight, p, sequence[p])
         np.testing.assert_allclose(e.attributions[0, k], want, rtol=1e-4, atol=1e-6)
-    assert "tensorflow" not in sys.modules

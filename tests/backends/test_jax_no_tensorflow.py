@@ -1,5 +1,5 @@
 """A JAX process imports no TensorFlow: the package's work on JAX (explaining with plain, rule-based,
-noisy and CAM methods, a layer's attributions, the gradient tools, a metric, rendering, the training
+noisy and CAM methods, a layer's attributions, generated text, the gradient tools, a metric, rendering, the training
 callback's TensorBoard images) runs in a
 fresh process where importing TensorFlow fails outright. Run in its own process, this does not
 depend on what Keras itself loads elsewhere in the suite (its serialiser imports TensorFlow
@@ -57,6 +57,11 @@ WORK = textwrap.dedent(
         model.compile("sgd", "sparse_categorical_crossentropy")
         model.fit(x, np.array([0, 1]), epochs=1, verbose=0, callbacks=[watch])
     assert float(keras.ops.convert_to_numpy(sk.gradients.scale(keras.ops.ones(2), 2.0))[0]) == 1.0
+    ids = keras.Input((None,), dtype="int32")
+    lm = keras.Model(ids, keras.layers.Dense(7)(keras.layers.Embedding(7, 4)(ids)))
+    generated = sk.explain_generation(lm, np.array([1, 2, 3]), max_new_tokens=2, method="gradient")
+    assert generated.maps.shape[:2] == (1, 2)
+    sk.render.generation_html(generated)
     assert "tensorflow" not in sys.modules
     print("no tensorflow")
     """
