@@ -249,7 +249,14 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Any:
         }
     }
     if address is None:
-        ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env, **quiet)
+        # "local": a new instance even where `ray start` left a cluster (live or stale) to auto-join
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            runtime_env=env,
+            **quiet,
+        )
     else:
         quiet.pop("include_dashboard")
         ray.init(address=address, runtime_env=env, **quiet)

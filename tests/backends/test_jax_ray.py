@@ -18,10 +18,12 @@ if importlib.util.find_spec("ray") is None:
 import os  # noqa: E402
 import pathlib  # noqa: E402
 import secrets  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -58,6 +60,10 @@ def head(tmp_path_factory):
     log = tmp_path_factory.mktemp("ray_head") / "head.log"
     command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block"]
     command += [f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--object-store-memory=100000000"]
+    # Its own temporary folder (short: it holds Unix sockets), so that the address file `ray start`
+    # writes there cannot make a later ray.init() on this machine join this stopped cluster.
+    temp_dir = tempfile.mkdtemp(prefix="skray")
+    command += [f"--temp-dir={temp_dir}"]
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
@@ -73,6 +79,7 @@ def head(tmp_path_factory):
             process.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,7 @@ def cluster():
     the dashboard where installed ("ray[default]"): it serves Ray's state API (``ray.util.state``)."""
     dashboard = importlib.util.find_spec("aiohttp") is not None
     ray.init(
+        address="local",  # never a cluster some `ray start` on this machine left behind
         num_cpus=2,
         include_dashboard=dashboard,
         dashboard_port=_free_port() if dashboard else None,

@@ -95,3 +95,29 @@ def test_joining_a_cluster_that_is_not_there_is_a_usage_error(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert "--ray auto: cannot join a Ray cluster there" in done.stderr
+
+
+def test_ray_without_an_address_starts_its_own_instance_even_where_ray_start_left_one(tmp_path):
+    # `ray start` records its cluster's address in Ray's temporary folder, and stays recorded after
+    # the cluster is gone; `--ray` without an address must start a local instance, never join it.
+    pytest.importorskip("ray.data")
+    import shutil
+    import tempfile
+
+    from PIL import Image
+
+    (tmp_path / "in").mkdir()
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(tmp_path / "in" / "a.png")
+    ray_tmp = tempfile.mkdtemp(prefix="skray")  # short: Ray puts Unix sockets under it
+    try:
+        os.makedirs(os.path.join(ray_tmp, "ray"))
+        with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w") as handle:
+            handle.write("127.0.0.1:9")  # a stopped cluster
+        env = {**os.environ, "PYTHONPATH": REPO, "RAY_ADDRESS": "", "RAY_TMPDIR": ray_tmp}
+        command = [sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in")]
+        command += ["--out", str(tmp_path / "out"), "--method", "gradient", "--ray", "--workers", "1"]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 images explained, 0 already complete, 0 failed" in done.stdout
