@@ -23,7 +23,7 @@ _NAMES = {
     "ModifiedBackprop": "rules",
     "GuidedBackprop": "rules",
     "DeconvBackprop": "rules",
-    "rewrite": "model.rewrite",
+    "rewrite": "model.rule_copy",
     "explain": "pipeline.api",
     "explain_generation": "pipeline.generation",
     "jacobian": "pipeline.api",
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
     from .gradients import layers
     from .images import load_images
     from .keras_backend import backend
-    from .model.rewrite import rewrite
+    from .model.rule_copy import rewrite
     from .pipeline.api import explain, jacobian
     from .pipeline.generation import explain_generation
     from .propagation import composites

@@ -335,8 +335,6 @@ def main() -> None:
 
 
 # rows with a floor ------------------------------------------------------------------------------
-#: methods a backend refuses for now (their rows are left out there)
-NOT_ON_BACKEND = {"jax": ("lrp", "deeplift")}
 NOISE = 0.05  # rounds of one row that disagree by more than this cannot tell a 5% difference
 
 
@@ -380,7 +378,6 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
         ("lrp, composite epsilon_gamma_box", explain("lrp", composite="epsilon_gamma_box", **bounds), batch, 1, 1.5),
         ("deeplift, baseline 0", explain("deeplift"), batch, 1, 1.15),
     ]
-    rows = [row for row in rows if row[0].split(",")[0] not in NOT_ON_BACKEND.get(sk.backend(), ())]
     #: What each row's convolutions cost, in forward passes F and backward passes B of the batch
     #: (B = plain forward+backward − F, measured in the same round), over F + B: ε runs the plain
     #: ones; z⁺ adds a forward with w⁺ (its transposed pass uses w⁺ instead of w); γ adds that

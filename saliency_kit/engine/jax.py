@@ -12,6 +12,7 @@ captures weights as constants). The :class:`Context` a method sees is in
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,6 @@ import keras
 import numpy as np
 
 from ..errors import translated
-from ..keras_backend import BackendError
 from ..model.inspect import derived_state, outside_any_trace, weight_sync
 from ..model.scores import ScoreView, score_columns
 from .context import run_method, run_values
@@ -55,12 +55,35 @@ def eagerly(fn: Callable) -> Any:
 
 
 def rewrite(model: keras.Model, rule: Any) -> keras.Model:
-    """A model copy carrying a rule (``sk.rewrite``, LRP, DeepLIFT): not yet on JAX."""
-    raise BackendError(
-        f"rewritten model copies (sk.rewrite, LRP, DeepLIFT) do not run on Keras' JAX backend yet; "
-        f"set KERAS_BACKEND=tensorflow, or use method='guided_backprop'/'deconvnet', whose rules run on JAX; "
-        f"received rule {type(rule).__name__} on backend 'jax'."
-    )
+    """``sk.rewrite`` on JAX. A ReLU-family rule: a :class:`~saliency_kit.engine.jax_rewrite.RuledModel`
+    (the model itself, called with the rule on its traced program). A rule that rewrites the linear
+    layers too (an LRP composite, DeepLIFT): ``rule.rewrite_model(model)``, a copy each of whose
+    weights reads, inside a kernel, the traced value of the model's weight it mirrors
+    (:class:`_MirroredScope`), so the copy always computes with the model's current weights."""
+    if not hasattr(rule, "rewrite_model"):
+        from .jax_rewrite import rewrite_relus
+
+        return rewrite_relus(model, rule)
+    copy = rule.rewrite_model(model)
+    if len(copy.weights) != len(model.weights):
+        raise RuntimeError(f"the rewrite of {model.name!r} does not mirror its weights")
+    for source, mirror in zip(model.weights, copy.weights):
+        mirror._saliency_mirrors = weakref.ref(source)  # the copy is the library's own object
+    return copy
+
+
+class _MirroredScope(keras.StatelessScope):
+    """A ``StatelessScope`` in which a rewritten copy's weight reads the value of the model's
+    weight it mirrors (set by :func:`rewrite`)."""
+
+    def get_current_value(self, variable: Any) -> Any:
+        value = super().get_current_value(variable)
+        if value is None:
+            source = getattr(variable, "_saliency_mirrors", None)
+            source = source() if source is not None else None
+            if source is not None:
+                return super().get_current_value(source)
+        return value
 
 
 class _Stateless:
@@ -73,7 +96,7 @@ class _Stateless:
         return [variable.value for variable in self.variables]
 
     def scope(self, values: list) -> keras.StatelessScope:
-        return keras.StatelessScope(state_mapping=list(zip(self.variables, values)))
+        return _MirroredScope(state_mapping=list(zip(self.variables, values)))
 
 
 def _compiled(body: Callable, stateless: _Stateless, doing: str) -> Callable:

@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 from keras import ops
 
-from ..keras_backend import BackendError
 from ..model.relu_layers import nothing_to_rewrite
 from .context import BaseContext
 from .selection import SMALL_FLOATS
@@ -104,11 +103,32 @@ class Context(BaseContext):
         return scores, vjp_columns(pullback, scores)
 
     def gradients_against(self, reference: Any, rule: Any, shared: Callable[[], Any]) -> tuple:
-        """DeepLIFT's reading of each input against a reference: not yet on JAX."""
-        raise BackendError(
-            "DeepLIFT does not run on Keras' JAX backend yet (its rules keep a reference across the "
-            "traced call); set KERAS_BACKEND=tensorflow for method='deeplift'; received backend 'jax'."
-        )
+        """For a rule that reads each input against a reference (DeepLIFT's rewrite):
+        ``(scores [n, K], reference scores [n, K], gradients [n, K, *input])``, as on TensorFlow:
+        the reference runs alone, one row, within ``shared().record()``; the inputs are traced
+        once, differentiated, within ``replay()`` (the rule's state lives for this one trace)."""
+        x, selection = self.inputs, self.selection
+        reference = ops.cast(reference, x.dtype)
+        if selection.held:
+            pairs = jnp.stack([x, reference + jnp.zeros_like(x)], axis=1)
+            scores, grads = self.gradients(pairs, rule=rule, with_scores=True)
+            return scores[:, 0], scores[:, 1], grads[:, 0]
+        n, view, context = x.shape[0], self._views(rule), shared()
+        with context.record():
+            at_reference = selection.outputs(view, jnp.reshape(reference, [1, *self.shape]))  # each leaf [1, ...]
+
+        def scored(z: Any) -> Any:
+            return differentiable(selection.score_outputs(selection.outputs(view, z)), z.dtype)
+
+        with context.replay():
+            scores, pullback = jax.vjp(scored, x)
+        grads = jnp.reshape(vjp_columns(pullback, scores), [n, self.num_targets, *self.shape])
+        at_reference = jax.tree_util.tree_map(lambda t: jnp.broadcast_to(t, (n, *t.shape[1:])), at_reference)
+        reference_scores = selection.score_outputs(at_reference).astype(jnp.float32)
+        scores = scores.astype(jnp.float32)
+        if self._top:
+            self.memo.setdefault("scores", scores)
+        return scores, reference_scores, grads
 
     def gradients_per_target(self, points: Any, rule: Any = None) -> Any:
         """``points [n, K, *input]`` -> ``[n, K, *input]``: row ``(b, k)`` is ``∂s_k/∂z`` at

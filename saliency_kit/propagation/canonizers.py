@@ -41,7 +41,7 @@ import dataclasses
 from typing import Any, NoReturn
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from ..model import keras_private
 from ..rules.relu import relu_family_of_activation as relu_family_of
@@ -411,12 +411,12 @@ def model_facts(
 
 def batchnorm_affine(bn: Any, dtype: Any) -> Any:
     """``(scale, shift)`` with ``bn(x) = x·scale + shift`` at inference, as tensors of ``dtype``."""
-    variance = tf.cast(tf.convert_to_tensor(bn.moving_variance), dtype)
-    mean = tf.cast(tf.convert_to_tensor(bn.moving_mean), dtype)
-    scale = tf.math.rsqrt(variance + tf.cast(bn.epsilon, dtype))
+    variance = ops.cast(ops.convert_to_tensor(bn.moving_variance), dtype)
+    mean = ops.cast(ops.convert_to_tensor(bn.moving_mean), dtype)
+    scale = ops.rsqrt(variance + ops.cast(bn.epsilon, dtype))
     if bn.gamma is not None:
-        scale = scale * tf.cast(tf.convert_to_tensor(bn.gamma), dtype)
+        scale = scale * ops.cast(ops.convert_to_tensor(bn.gamma), dtype)
     shift = -mean * scale
     if bn.beta is not None:
-        shift = shift + tf.cast(tf.convert_to_tensor(bn.beta), dtype)
+        shift = shift + ops.cast(ops.convert_to_tensor(bn.beta), dtype)
     return scale, shift

@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from . import canonizers
+from .autodiff import pullback
 
 __all__ = [
     "Branch",
@@ -39,7 +40,7 @@ __all__ = [
 
 def stabilize(d: Any, epsilon: float) -> Any:
     """``d + ε·sign(d)`` with ``sign(0) = +1``: never zero, same sign as ``d``."""
-    return d + tf.where(d >= 0, tf.cast(epsilon, d.dtype), tf.cast(-epsilon, d.dtype))
+    return d + ops.where(d >= 0, ops.cast(epsilon, d.dtype), ops.cast(-epsilon, d.dtype))
 
 
 def unchanged(w: Any) -> Any:
@@ -68,7 +69,7 @@ def _add_bias(z: Any, bias: Any, layer: Any) -> Any:
     if bias is None:
         return z
     if getattr(layer, "data_format", "channels_last") == "channels_first":
-        bias = tf.reshape(bias, [1, -1] + [1] * (len(z.shape) - 2))
+        bias = ops.reshape(bias, [1, -1] + [1] * (len(z.shape) - 2))
     return z + bias
 
 
@@ -78,14 +79,14 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     dtype = layer.compute_dtype
 
     def value(variable: Any) -> Any:
-        return tf.cast(tf.convert_to_tensor(variable), dtype)
+        return ops.cast(ops.convert_to_tensor(variable), dtype)
 
     bias = value(layer.bias) if getattr(layer, "use_bias", False) else None
     if isinstance(layer, keras.layers.Dense):
         parts = [
             LinearPart(
                 lambda x, k, b: _add_bias(
-                    tf.matmul(x, k["kernel"]) if len(x.shape) == 2 else tf.tensordot(x, k["kernel"], 1), b, layer
+                    ops.matmul(x, k["kernel"]) if len(x.shape) == 2 else ops.tensordot(x, k["kernel"], 1), b, layer
                 ),
                 {"kernel": value(layer.kernel)},
                 bias,
@@ -95,7 +96,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
         _refuse_modified_einsum(layer)
 
         def einsum(x: Any, k: Any, b: Any) -> Any:
-            z = tf.einsum(layer.equation, x, k["kernel"])
+            z = ops.einsum(layer.equation, x, k["kernel"])
             return z if b is None else z + b
 
         einsum_bias = value(layer.bias) if layer.bias is not None else None
@@ -175,7 +176,7 @@ def _merge(part: LinearPart, layer: Any, bn: Any, dtype: Any) -> LinearPart:
     scale, shift = canonizers.batchnorm_affine(bn, dtype)
     ((name, kernel),) = part.kernels.items()
     if isinstance(layer, (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)):
-        merged = kernel * tf.reshape(scale, kernel.shape[-2:])
+        merged = kernel * ops.reshape(scale, kernel.shape[-2:])
     else:
         merged = kernel * scale
     bias = shift if part.bias is None else part.bias * scale + shift
@@ -238,16 +239,16 @@ class LinearRule:
     def constant_input(self, name: str, x: Any) -> Any:
         """The tensor of a non-proportional input kind (``"ones"``, ``"low"``, ``"high"``)."""
         if name == "ones":
-            return tf.ones_like(x)
+            return ops.ones_like(x)
         raise ValueError(f"{type(self).__name__} has no input kind {name!r}")
 
     def _modified_input(self, kind: str, x: Any) -> Any:
         if kind == "x":
             return x
         if kind == "positive":
-            return tf.maximum(x, 0)
+            return ops.maximum(x, 0)
         if kind == "negative":
-            return tf.minimum(x, 0)
+            return ops.minimum(x, 0)
         return self.constant_input(kind, x)
 
     def backward(self, part: LinearPart, x: Any, z: Any, relevance: Any, nonnegative: bool = False) -> Any:
@@ -263,8 +264,8 @@ class LinearRule:
         """
         branches = [b for b in self.branches if not (nonnegative and b.inputs == "negative")]
         # Branches on x⁻ contribute nothing where no input is negative (after a ReLU): skip their
-        # convolutions then (tf.cond runs one side only).
-        any_negative = tf.reduce_any(x < 0) if any(b.inputs == "negative" for b in branches) else None
+        # convolutions then (ops.cond runs one side only).
+        any_negative = ops.any(x < 0) if any(b.inputs == "negative" for b in branches) else None
         outputs = []
         for branch in branches:
             kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
@@ -276,7 +277,7 @@ class LinearRule:
 
             if kind == "negative":
                 # with no bias in the branch (all rules here): zero output when x⁻ = 0
-                out = tf.cond(any_negative, run, lambda: tf.zeros_like(z)) if bias is None else run()
+                out = ops.cond(any_negative, run, lambda: ops.zeros_like(z)) if bias is None else run()
             else:
                 out = run()
             outputs.append((branch, kind, kernels, out))
@@ -290,30 +291,30 @@ class LinearRule:
                 ratio = ratio * scales[group]
             if group in masks:
                 keep = z > 0 if masks[group] == "positive" else z < 0
-                ratio = tf.where(keep, ratio, tf.zeros_like(ratio))
+                ratio = ops.where(keep, ratio, ops.zeros_like(ratio))
             normalised[group] = ratio
 
         coefficients = None
         constant = None
         for branch, kind, kernels, _ in outputs:
             if kind == "negative":
-                vjp = tf.cond(
+                vjp = ops.cond(
                     any_negative,
                     lambda kernels=kernels, group=branch.group: linear_vjp(part, kernels, x, normalised[group]),
-                    lambda: tf.zeros_like(x),
+                    lambda: ops.zeros_like(x),
                 )
             else:
                 vjp = linear_vjp(part, kernels, x, normalised[branch.group])
             if kind in _PROPORTIONAL:
                 if kind != "x":
                     keep = x > 0 if kind == "positive" else x < 0
-                    vjp = tf.where(keep, vjp, tf.zeros_like(vjp))
+                    vjp = ops.where(keep, vjp, ops.zeros_like(vjp))
                 term = vjp if branch.sign == 1.0 else branch.sign * vjp
                 coefficients = term if coefficients is None else coefficients + term
             else:
                 term = branch.sign * self.constant_input(branch.inputs, x) * vjp
                 constant = term if constant is None else constant + term
-        return (tf.zeros_like(x) if coefficients is None else coefficients), constant
+        return (ops.zeros_like(x) if coefficients is None else coefficients), constant
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "branches")
@@ -322,13 +323,11 @@ class LinearRule:
 
 def positive_part(part: LinearPart) -> LinearPart:
     """``part`` with ``w⁺`` and ``b⁺``: for ``x >= 0`` it computes ``z⁺ = Σ_i x_i w⁺_ij + b⁺_j``."""
-    kernels = {name: tf.maximum(w, 0) for name, w in part.kernels.items()}
-    return LinearPart(part.apply, kernels, None if part.bias is None else tf.maximum(part.bias, 0))
+    kernels = {name: ops.maximum(w, 0) for name, w in part.kernels.items()}
+    return LinearPart(part.apply, kernels, None if part.bias is None else ops.maximum(part.bias, 0))
 
 
 def linear_vjp(part: LinearPart, kernels: dict, x: Any, cotangent: Any) -> Any:
     """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP)."""
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        out = part.apply(x, kernels, None)
-    return tape.gradient(out, x, output_gradients=cotangent)
+    _, pull = pullback(lambda x: part.apply(x, kernels, None), x)
+    return pull(cotangent)

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from ..model import keras_private
 from ..model.copy import rebuild_layer
@@ -91,11 +90,11 @@ def _is_float(dtype: Any) -> bool:
     return dtype.is_floating
 
 
-def _refuse_op(layer: Any, path: str, op: Any, why: str) -> None:
+def _refuse_op(layer: Any, path: str, kind: str, name: str, why: str) -> None:
     canonizers.refuse(
         layer,
         path,
-        f"its call computes {op.type} ({op.name!r}) from the explained values {why}, outside the "
+        f"its call computes {kind} ({name!r}) from the explained values {why}, outside the "
         "sublayers a rule covers (only linear operations may: additions, reshaping, slicing, "
         "products with values no explained input reaches)",
     )
@@ -111,7 +110,6 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
     positions = [i for i, v in enumerate(flat) if isinstance(v, keras.KerasTensor)]
     if len(positions) != len(live):
         raise RuntimeError(f"layer {path!r} was called with {len(positions)} tensors; facts name {len(live)}")
-    specs = [tf.TensorSpec(flat[i].shape, flat[i].dtype) for i in positions]
     if keras_private.call_takes_training(layer):
         structure[1]["training"] = False
         flat = keras.tree.flatten(structure)
@@ -126,6 +124,19 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
         with covered_scopes(scopes):
             return layer(*call_args, **call_kwargs)
 
+    shapes = [(tuple(flat[i].shape), flat[i].dtype) for i in positions]
+    if keras.backend.backend() == "tensorflow":
+        return _check_graph(layer, path, run, shapes, live, scopes)
+    from .custom_jax import check_jaxpr
+
+    return check_jaxpr(layer, path, run, shapes, live, scopes, _refuse_op)
+
+
+def _check_graph(layer: Any, path: str, run: Any, shapes: list, live: list, scopes: list) -> bool:
+    """:func:`check_call` on TensorFlow: the operations of ``run``'s graph, traced on ``shapes``."""
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec(shape, dtype) for shape, dtype in shapes]
     graph = tf.function(run).get_concrete_function(*specs).graph
     placeholders = graph.inputs[: len(specs)]
     alive = {t.name for t, flag in zip(placeholders, live) if flag and _is_float(t.dtype)}
@@ -140,28 +151,30 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
             continue
         if op.type in _LINEAR_OPS:
             if op.type in _REDUCTIONS and 0 in _constant_axes(op):
-                _refuse_op(layer, path, op, "across the batch (rows mix)")
+                _refuse_op(layer, path, op.type, op.name, "across the batch (rows mix)")
         elif op.type in _ONE_FACTOR_OPS:
             allowed = _ONE_FACTOR_OPS[op.type]
             if allowed is None:
                 if len(reads) > 1:
-                    _refuse_op(layer, path, op, "as a product of two of them")
+                    _refuse_op(layer, path, op.type, op.name, "as a product of two of them")
             elif allowed == "all but last":
                 if len(op.inputs) - 1 in reads:
-                    _refuse_op(layer, path, op, "as an axis")
+                    _refuse_op(layer, path, op.type, op.name, "as an axis")
             elif any(i not in allowed for i in reads):
-                _refuse_op(layer, path, op, "in a place where it is not linear")
+                _refuse_op(layer, path, op.type, op.name, "in a place where it is not linear")
         elif op.type == "Cast":
             if not (_is_float(op.inputs[0].dtype) and _is_float(op.outputs[0].dtype)):
-                _refuse_op(layer, path, op, "as a cast to a type without gradient")
+                _refuse_op(layer, path, op.type, op.name, "as a cast to a type without gradient")
         else:
-            _refuse_op(layer, path, op, "by an operation that is not linear")
+            _refuse_op(layer, path, op.type, op.name, "by an operation that is not linear")
         alive.update(t.name for t in float_outputs)
     outputs = keras.tree.flatten(graph.structured_outputs)
     return any(getattr(t, "name", None) in alive for t in outputs)
 
 
 def _constant_axes(op: Any) -> tuple:
+    import tensorflow as tf
+
     value = tf.get_static_value(op.inputs[1])
     if value is None:
         return (0,)  # unknown axes: taken as mixing rows
@@ -221,7 +234,7 @@ class CustomLayer(WrapperLayer):
         if self.to_relevance and self.relevance:
             structure = (list(args), kwargs)
             flat = keras.tree.flatten(structure)
-            tensors = [i for i, v in enumerate(flat) if tf.is_tensor(v) or isinstance(v, keras.KerasTensor)]
+            tensors = [i for i, v in enumerate(flat) if keras.ops.is_tensor(v) or isinstance(v, keras.KerasTensor)]
             for i, gated in zip(tensors, self.relevance):
                 if gated:
                     flat[i] = relevance_gate(flat[i])

@@ -7,22 +7,24 @@ gates serve both: LRP passes relevance through it unchanged (``Pass``, the ident
 et al. 2022 and AttnLRP), DeepLIFT takes the Rescale multiplier ``(f(x) − f(x₀)) / (x − x₀)``.
 
 Only functions known to act on each value alone are recognised (:func:`activation_family`), by
-identity: Keras' activations, their ``keras.ops`` and ``tf.nn`` twins, ``functools.partial`` of
-``gelu`` with ``approximate=``, and KerasHub's ``gelu_approximate``. ``softmax``, ``log_softmax``,
-``glu`` and ``sparsemax`` mix values along an axis and are not element-wise.
+identity: Keras' activations, their ``keras.ops`` twins and the backend's own (``tf.nn``,
+``jax.nn``), ``functools.partial`` of ``gelu`` with ``approximate=``, and KerasHub's
+``gelu_approximate``. ``softmax``, ``log_softmax``, ``glu`` and ``sparsemax`` mix values along
+an axis and are not element-wise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from ..rules.relu import ReluFamily, relu_family_of_function
+from .autodiff import pullback
 
 __all__ = ["Elementwise", "activation_family", "elementwise_of_function"]
 
@@ -51,16 +53,27 @@ _KERAS_NAMES = (
     "tanh",
     "tanh_shrink",
 )
-_TF_FUNCTIONS = {
-    "gelu": (tf.nn.gelu,),
-    "tanh": (tf.tanh, tf.math.tanh, tf.nn.tanh),
-    "sigmoid": (tf.sigmoid, tf.math.sigmoid, tf.nn.sigmoid),
-    "silu": (tf.nn.silu, tf.nn.swish),
-    "elu": (tf.nn.elu,),
-    "selu": (tf.nn.selu,),
-    "softplus": (tf.nn.softplus, tf.math.softplus),
-    "softsign": (tf.nn.softsign, tf.math.softsign),
-    "exponential": (tf.exp, tf.math.exp),
+_TF_FUNCTIONS = {  # TensorFlow's twins, recognised on TensorFlow
+    "gelu": ("nn.gelu",),
+    "tanh": ("tanh", "math.tanh", "nn.tanh"),
+    "sigmoid": ("sigmoid", "math.sigmoid", "nn.sigmoid"),
+    "silu": ("nn.silu", "nn.swish"),
+    "elu": ("nn.elu",),
+    "selu": ("nn.selu",),
+    "softplus": ("nn.softplus", "math.softplus"),
+    "softsign": ("nn.softsign", "math.softsign"),
+    "exponential": ("exp", "math.exp"),
+}
+_JAX_FUNCTIONS = {  # JAX's twins, recognised on JAX
+    "gelu": ("nn.gelu",),
+    "tanh": ("numpy.tanh",),
+    "sigmoid": ("nn.sigmoid",),
+    "silu": ("nn.silu", "nn.swish"),
+    "elu": ("nn.elu",),
+    "selu": ("nn.selu",),
+    "softplus": ("nn.softplus",),
+    "softsign": ("nn.soft_sign",),
+    "exponential": ("numpy.exp",),
 }
 
 
@@ -73,9 +86,12 @@ def _known() -> dict:
             fn = getattr(namespace, name, None)
             if callable(fn):
                 known[fn] = name
-    for name, functions in _TF_FUNCTIONS.items():
-        for fn in functions:
-            known[fn] = name
+    backend = keras.backend.backend()
+    if backend in ("tensorflow", "jax"):
+        framework = importlib.import_module(backend)
+        for name, functions in (_TF_FUNCTIONS if backend == "tensorflow" else _JAX_FUNCTIONS).items():
+            for dotted in functions:
+                known[functools.reduce(getattr, dotted.split("."), framework)] = name
     return known
 
 
@@ -103,10 +119,8 @@ class Elementwise:
         return self.function(x)
 
     def backward(self, x: Any, dy: Any) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = self.function(x)
-        return tape.gradient(y, x, output_gradients=dy)
+        _, pull = pullback(self.function, x)
+        return pull(dy)
 
 
 def elementwise_of_function(fn: Any) -> Elementwise | None:

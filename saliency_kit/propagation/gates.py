@@ -19,8 +19,9 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-import tensorflow as tf
+from keras import ops
 
+from .autodiff import custom_gradient, divide_no_nan, fused, identity, linearized, pullback
 from .core import LinearPart, LinearRule
 
 __all__ = [
@@ -44,17 +45,17 @@ def rule_gate(rule: LinearRule, part: LinearPart, x: Any, z: Any, to_relevance: 
     """``z`` unchanged; its gradient w.r.t. ``x`` replaced by ``rule``'s (in gradient form, or
     the relevance itself when ``to_relevance``); ``nonnegative``: ``x >= 0`` by construction."""
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(x: Any, z: Any) -> Any:
         def backward(dz: Any) -> Any:
             coefficients, constant = rule.backward(part, x, z, z * dz, nonnegative)
             if to_relevance:
                 dx = x * coefficients + (constant if constant is not None else 0)
             else:
-                dx = coefficients if constant is None else coefficients + tf.math.divide_no_nan(constant, x)
+                dx = coefficients if constant is None else coefficients + divide_no_nan(constant, x)
             return dx, None
 
-        return tf.identity(z), backward
+        return identity(z), backward
 
     return gate(x, z)
 
@@ -64,24 +65,24 @@ def pass_gate(rule: Any, x: Any, y: Any, to_relevance: bool, family: Any = None)
     (in gradient form; ``family``: the ReLU family ``y = f(x)`` is, when it is one), or unchanged
     when ``to_relevance``."""
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(x: Any, y: Any) -> Any:
         def backward(dy: Any) -> Any:
             if to_relevance:
                 return dy, None
             return rule.gradient(x, y, dy, family), None
 
-        return tf.identity(y), backward
+        return identity(y), backward
 
     return gate(x, y)
 
 
-@tf.custom_gradient
+@custom_gradient
 def relevance_gate(x: Any) -> Any:
     """``x`` unchanged; backward ``x ⊙ dx``: the relevance of ``x`` from its gradient-form
     cotangent (where an LRP copy reads an explained value, so that its input gradient *is* the
     relevance)."""
-    return tf.identity(x), lambda dx: x * dx
+    return identity(x), lambda dx: x * dx
 
 
 _REFERENCE: contextvars.ContextVar[SharedReference | None] = contextvars.ContextVar(
@@ -141,7 +142,7 @@ class SharedReference:
         the reference's values at this call of ``site`` (``[1, ...]``, broadcasting against ``values``)."""
         calls = self._saved.setdefault(site, [])
         if not self._replaying:
-            calls.append(tuple(tf.stop_gradient(v) for v in values))
+            calls.append(tuple(ops.stop_gradient(v) for v in values))
             return None
         index = self._read.get(site, 0)
         if index >= len(calls):
@@ -171,13 +172,13 @@ def shared_reference() -> SharedReference | None:
 
 def halves(t: Any) -> Any:
     """``(inputs, baselines)``: the even and the odd rows of ``t`` (rows interleaved in pairs)."""
-    pairs = tf.reshape(t, tf.concat([[-1, 2], tf.shape(t)[1:]], 0))
+    pairs = ops.reshape(t, (-1, 2, *ops.shape(t)[1:]))
     return pairs[:, 0], pairs[:, 1]
 
 
 def interleave(first: Any, second: Any) -> Any:
     """Rows ``[first_0, second_0, first_1, ...]``."""
-    return tf.reshape(tf.stack([first, second], 1), tf.concat([[-1], tf.shape(first)[1:]], 0))
+    return ops.reshape(ops.stack([first, second], 1), (-1, *ops.shape(first)[1:]))
 
 
 def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
@@ -196,13 +197,13 @@ def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
             return y
         x0, y0 = shared.exchange(site, x, None)
 
-        @tf.custom_gradient
+        @custom_gradient
         def against_reference(x: Any) -> Any:
             return family.forward(x), lambda dy: _rescaled(family, x, x0, y0, dy)
 
         return against_reference(x)
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(x: Any) -> Any:
         y = family.forward(x)
 
@@ -210,7 +211,7 @@ def rescale_gate(family: Any, x: Any, site: Any = None) -> Any:
             x1, x0 = halves(x)
             _, y0 = halves(y)
             dy1, _ = halves(dy)
-            return interleave(_rescaled(family, x1, x0, y0, dy1), tf.zeros_like(x0))
+            return interleave(_rescaled(family, x1, x0, y0, dy1), ops.zeros_like(x0))
 
         return y, backward
 
@@ -230,12 +231,12 @@ def _rescale_kernel(family: Any) -> Any:
     row when shared). Run apart, each step reads and writes the whole tensor, and together they
     cost a quarter of a ResNet's forward and backward."""
 
-    @tf.function(jit_compile=True, reduce_retracing=True)
+    @fused
     def rescaled(x: Any, x0: Any, y0: Any, dy: Any) -> Any:
         delta_x = x - x0
-        apart = tf.abs(delta_x) > DELTA_EPSILON
-        multiplier = (family.forward(x) - y0) / tf.where(apart, delta_x, tf.ones((), delta_x.dtype))
-        return tf.where(apart, dy * multiplier, family.backward(x, dy))
+        apart = ops.abs(delta_x) > DELTA_EPSILON
+        multiplier = (family.forward(x) - y0) / ops.where(apart, delta_x, ops.ones((), delta_x.dtype))
+        return ops.where(apart, dy * multiplier, family.backward(x, dy))
 
     return rescaled
 
@@ -250,21 +251,21 @@ def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
             return y
         x0, y0 = reference
 
-        @tf.custom_gradient
+        @custom_gradient
         def against_reference(x: Any, y: Any) -> Any:
-            return tf.identity(y), lambda dy: (_pooled(pool, x, x0, y, y0, dy), None)
+            return identity(y), lambda dy: (_pooled(pool, x, x0, y, y0, dy), None)
 
         return against_reference(x, y)
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(x: Any, y: Any) -> Any:
         def backward(dy: Any) -> Any:
             x1, x0 = halves(x)
             y1, y0 = halves(y)
             dy1, _ = halves(dy)
-            return interleave(_pooled(pool, x1, x0, y1, y0, dy1), tf.zeros_like(x0)), None
+            return interleave(_pooled(pool, x1, x0, y1, y0, dy1), ops.zeros_like(x0)), None
 
-        return tf.identity(y), backward
+        return identity(y), backward
 
     return gate(x, y)
 
@@ -273,18 +274,15 @@ def _pooled(pool: Any, x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:
     """The max-pooling multiplier: of ``Δy``, ``max(y, y₀) − y₀`` goes to the winner in ``x`` and
     ``y − max(y, y₀)`` to the winner in ``x₀``, each input's share divided by its ``x − x₀``
     (``x₀``, ``y₀``: one row each or one per row)."""
-    x0 = tf.broadcast_to(x0, tf.shape(x))  # each row's share goes to the reference's winners
-    top = tf.maximum(y, y0)
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch([x, x0])
-        p1, p0 = pool(x), pool(x0)
-    shares = tape.gradient(p1, x, output_gradients=dy * (top - y0)) + tape.gradient(
-        p0, x0, output_gradients=dy * (y - top)
-    )
-    plain = tape.gradient(p1, x, output_gradients=dy)
+    x0 = ops.broadcast_to(x0, ops.shape(x))  # each row's share goes to the reference's winners
+    top = ops.maximum(y, y0)
+    _, pull = pullback(pool, x)
+    _, pull0 = pullback(pool, x0)
+    shares = pull(dy * (top - y0)) + pull0(dy * (y - top))
+    plain = pull(dy)
     delta_x = x - x0
-    return tf.where(
-        tf.abs(delta_x) > DELTA_EPSILON, shares / tf.where(delta_x == 0, tf.ones_like(delta_x), delta_x), plain
+    return ops.where(
+        ops.abs(delta_x) > DELTA_EPSILON, shares / ops.where(delta_x == 0, ops.ones_like(delta_x), delta_x), plain
     )
 
 
@@ -308,14 +306,14 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
             return y
         x0, y0 = shared.exchange(site, x, None)
 
-        @tf.custom_gradient
+        @custom_gradient
         def against_reference(x: Any) -> Any:
             y = function(x)
             return y, lambda dy: _midpoint_multipliers(function, x, x0, y, y0, dy)
 
         return against_reference(x)
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(x: Any) -> Any:
         y = function(x)
 
@@ -326,7 +324,7 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
             _, y0 = halves(y)
             dy1, _ = halves(dy)
             return _midpoint_multipliers(
-                function, x, interleave(x0, x0), y, interleave(y0, y0), interleave(dy1, tf.zeros_like(dy1))
+                function, x, interleave(x0, x0), y, interleave(y0, y0), interleave(dy1, ops.zeros_like(dy1))
             )
 
         return y, backward
@@ -339,12 +337,8 @@ def _midpoint_multipliers(function: Any, x: Any, x0: Any, y: Any, y0: Any, dy: A
     one per row. One forward-mode product (``J_mid Δx``) and one reverse-mode product."""
     delta_x = x - x0
     midpoint = x0 + delta_x / 2
-    with tf.GradientTape() as tape:
-        tape.watch(midpoint)
-        with tf.autodiff.ForwardAccumulator(midpoint, delta_x) as forward:
-            out = function(midpoint)
-        linear = forward.jvp(out, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    apart = tf.abs(linear) > DELTA_EPSILON
-    ratio = (y - y0) / tf.where(apart, linear, tf.ones((), linear.dtype))
-    cotangent = tf.where(apart, dy * ratio, dy)
-    return tape.gradient(out, midpoint, output_gradients=tf.stop_gradient(cotangent))
+    _, linear, pull = linearized(function, midpoint, delta_x)
+    apart = ops.abs(linear) > DELTA_EPSILON
+    ratio = (y - y0) / ops.where(apart, linear, ops.ones((), linear.dtype))
+    cotangent = ops.where(apart, dy * ratio, dy)
+    return pull(ops.stop_gradient(cotangent))

@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from ..model import keras_private
 from . import canonizers
+from .autodiff import identity
 from .core import LinearRule, linear_parts
 from .custom import build_like, custom_layer
 from .elementwise import activation_family
@@ -76,7 +76,7 @@ class PassLayer(WrapperLayer):
 
     def call(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         if self.merged:
-            return tf.identity(x)
+            return identity(x)
         y = self.inner(x, training=False) if keras_private.call_takes_training(self.inner) else self.inner(x)
         return pass_gate(Pass(), x, y, self.to_relevance, canonizers.relu_family_of(self.inner))
 

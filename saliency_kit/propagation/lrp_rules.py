@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from .autodiff import divide_no_nan
 from .core import Branch, LinearRule, linear_vjp, positive_part, stabilize
 
 __all__ = [
@@ -41,19 +42,19 @@ def _identity(w: Any) -> Any:
 
 
 def _positive(w: Any) -> Any:
-    return tf.maximum(w, 0)
+    return ops.maximum(w, 0)
 
 
 def _negative(w: Any) -> Any:
-    return tf.minimum(w, 0)
+    return ops.minimum(w, 0)
 
 
 def _ones(w: Any) -> Any:
-    return tf.ones_like(w)
+    return ops.ones_like(w)
 
 
 def _square(w: Any) -> Any:
-    return tf.square(w)
+    return ops.square(w)
 
 
 def _gamma_mod(gamma: float, part: Callable) -> Any:
@@ -114,10 +115,10 @@ class Gamma(LinearRule):
         gamma = self.gamma
         positive = positive_part(part)
         scaled = {name: gamma * w for name, w in positive.kernels.items()}  # γw⁺: a weight-sized product
-        gamma_p = part.apply(x, scaled, None if positive.bias is None else tf.convert_to_tensor(positive.bias) * gamma)
+        gamma_p = part.apply(x, scaled, None if positive.bias is None else ops.convert_to_tensor(positive.bias) * gamma)
         up = z > 0
-        ratio = relevance / stabilize(z + tf.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
-        down = tf.where(up, tf.zeros((), ratio.dtype), ratio)
+        ratio = relevance / stabilize(z + ops.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
+        down = ops.where(up, ops.zeros((), ratio.dtype), ratio)
         coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + linear_vjp(
             part, scaled, x, ratio - 2 * down
         )
@@ -221,12 +222,13 @@ class ZBox(LinearRule):
         if name in ("low", "high"):
             bound = np.asarray(self.low if name == "low" else self.high, dtype=np.float32)
             try:
-                return tf.broadcast_to(tf.cast(bound, x.dtype), tf.shape(x))
-            except (ValueError, tf.errors.InvalidArgumentError) as error:
+                np.broadcast_shapes(bound.shape, tuple(1 if d is None else d for d in x.shape))
+            except ValueError as error:
                 raise ValueError(
                     f"ZBox {name} bound of shape {bound.shape} does not broadcast to the input of "
                     f"shape {tuple(x.shape)}; received {name}={bound!r}."
                 ) from error
+            return ops.broadcast_to(ops.cast(bound, x.dtype), ops.shape(x))
         return super().constant_input(name, x)
 
 
@@ -241,11 +243,11 @@ class Pass:
 
     def gradient(self, x: Any, y: Any, dy: Any, family: Any = None) -> Any:
         """``dy · f(x) / x``; ``family``: the ReLU family ``f`` is, when it is one. For a plain ReLU
-        that is exactly its derivative (``x / x = 1``), taken in one pass by TensorFlow's fused
+        that is exactly its derivative (``x / x = 1``), taken in one pass by the backend's fused
         kernel."""
         if family is not None and family.is_plain:
             return family.backward(x, dy)
-        return dy * tf.math.divide_no_nan(y, x)
+        return dy * divide_no_nan(y, x)
 
     def __repr__(self) -> str:
         return "Pass()"

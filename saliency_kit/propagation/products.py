@@ -30,8 +30,9 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from .autodiff import custom_gradient, pullback
 from .gates import halves, interleave, shared_reference
 
 __all__ = ["ProductLayer", "bilinear_gate", "product_gate"]
@@ -46,7 +47,7 @@ def product_gate(a: Any, b: Any, rule: str, to_relevance: bool = False, site: An
     if shared is not None and reference is None:  # the shared reference's own pass
         return a * b
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(a: Any, b: Any) -> Any:
         y = a * b
 
@@ -54,9 +55,9 @@ def product_gate(a: Any, b: Any, rule: str, to_relevance: bool = False, site: An
             t: Any, t0: Any = None
         ) -> Any:  # (t + t₀)/2 in the input rows (0 in interleaved baseline rows), at y's shape
             if t0 is not None:
-                return (tf.broadcast_to(t, tf.shape(y)) + t0) / 2
-            t1, t0 = halves(tf.broadcast_to(t, tf.shape(y)))
-            return interleave((t1 + t0) / 2, tf.zeros_like(t1))
+                return (ops.broadcast_to(t, ops.shape(y)) + t0) / 2
+            t1, t0 = halves(ops.broadcast_to(t, ops.shape(y)))
+            return interleave((t1 + t0) / 2, ops.zeros_like(t1))
 
         def backward(dy: Any) -> Any:
             if rule != "deeplift":
@@ -65,10 +66,10 @@ def product_gate(a: Any, b: Any, rule: str, to_relevance: bool = False, site: An
                 share_a, share_b = midpoints(b, reference[1]), midpoints(a, reference[0])
             else:
                 share_a, share_b = midpoints(b), midpoints(a)
-            with tf.GradientTape() as tape:  # dy ⊙ share, summed back over broadcast axes
-                tape.watch([a, b])
-                shared = a * tf.stop_gradient(share_a) + tf.stop_gradient(share_b) * b
-            da, db = tape.gradient(shared, [a, b], output_gradients=dy)
+            _, pull = pullback(  # dy ⊙ share, summed back over broadcast axes
+                lambda a, b: a * ops.stop_gradient(share_a) + ops.stop_gradient(share_b) * b, a, b
+            )
+            da, db = pull(dy)
             return (a * da, b * db) if to_relevance else (da, db)
 
         return y, backward
@@ -90,19 +91,19 @@ def bilinear_gate(function: Any, a: Any, b: Any, site: Any = None) -> Any:
         if t0 is not None:
             return t + (t0 - t) / 2
         t1, t0 = halves(t)
-        return interleave(t1 + (t0 - t1) / 2, tf.zeros_like(t1))
+        return interleave(t1 + (t0 - t1) / 2, ops.zeros_like(t1))
 
-    @tf.custom_gradient
+    @custom_gradient
     def gate(a: Any, b: Any) -> Any:
         def backward(dy: Any) -> Any:
             if reference is not None:
                 a_mid, b_mid = midpoint(a, reference[0]), midpoint(b, reference[1])
             else:
                 a_mid, b_mid = midpoint(a), midpoint(b)
-            with tf.GradientTape() as tape:
-                tape.watch([a, b])
-                split = function(a, tf.stop_gradient(b_mid)) + function(tf.stop_gradient(a_mid), b)
-            return tape.gradient(split, [a, b], output_gradients=dy)
+            _, pull = pullback(
+                lambda a, b: function(a, ops.stop_gradient(b_mid)) + function(ops.stop_gradient(a_mid), b), a, b
+            )
+            return tuple(pull(dy))
 
         return function(a, b), backward
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from ..model.copy import check_copy, copy_model
 from . import canonizers
@@ -29,7 +28,7 @@ _SCOPES: contextvars.ContextVar[list | None] = contextvars.ContextVar("saliency_
 
 @contextlib.contextmanager
 def covered_scopes(scopes: list) -> Iterator[None]:
-    """Within: every :func:`covered` block appends its TensorFlow name scope to ``scopes`` (while
+    """Within: every :func:`covered` block appends its name scope to ``scopes`` (while
     a custom layer's call is traced for its check, :mod:`.custom`)."""
     token = _SCOPES.set(scopes)
     try:
@@ -46,7 +45,17 @@ def covered() -> Iterator[None]:
     if scopes is None:
         yield
         return
-    with tf.name_scope("covered_by_rule") as scope:
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.name_scope("covered_by_rule") as scope:
+            scopes.append(scope)
+            yield
+        return
+    import jax
+
+    scope = f"covered_by_rule_{len(scopes)}"
+    with jax.named_scope(scope):
         scopes.append(scope)
         yield
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 from ..model import keras_private
 from .gates import midpoint_gate, relevance_gate
@@ -42,11 +43,11 @@ __all__ = ["AttentionLayer", "LayerNormLayer", "normaliser"]
 def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
     """``layer`` (a ``LayerNormalization``) as a function of its input, with its current
     parameters read now (a gate's function must not read variables), computed as Keras computes
-    it (in at least float32); ``constant_scale``: ``1/σ`` under ``tf.stop_gradient`` (LRP)."""
-    compute = tf.float64 if dtype == tf.float64 else tf.float32
-    gamma = None if layer.gamma is None else tf.cast(tf.convert_to_tensor(layer.gamma), compute)
-    beta = None if getattr(layer, "beta", None) is None else tf.cast(tf.convert_to_tensor(layer.beta), compute)
-    epsilon = tf.cast(layer.epsilon, compute)
+    it (in at least float32); ``constant_scale``: ``1/σ`` under ``stop_gradient`` (LRP)."""
+    compute = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    gamma = None if layer.gamma is None else ops.cast(ops.convert_to_tensor(layer.gamma), compute)
+    beta = None if getattr(layer, "beta", None) is None else ops.cast(ops.convert_to_tensor(layer.beta), compute)
+    epsilon = ops.cast(layer.epsilon, compute)
 
     def normalise(x: Any) -> Any:
         rank = len(x.shape)
@@ -54,19 +55,20 @@ def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
         shape = [x.shape[a] if a in axes else 1 for a in range(rank)]
 
         def parameter(value: Any) -> Any:
-            return value if axes == [rank - 1] else tf.reshape(value, shape)
+            return value if axes == [rank - 1] else ops.reshape(value, shape)
 
-        x = tf.cast(x, compute)
-        mean, variance = tf.nn.moments(x, axes=axes, keepdims=True)
-        inverse = tf.math.rsqrt(variance + epsilon)
+        x = ops.cast(x, compute)
+        mean = ops.mean(x, axis=axes, keepdims=True)  # the moments as tf.nn.moments computes them
+        variance = ops.mean(ops.square(x - ops.stop_gradient(mean)), axis=axes, keepdims=True)
+        inverse = ops.rsqrt(variance + epsilon)
         if constant_scale:
-            inverse = tf.stop_gradient(inverse)
+            inverse = ops.stop_gradient(inverse)
         y = x * inverse if layer.rms_scaling else (x - mean) * inverse  # Keras' rms_scaling: not centred
         if gamma is not None:
             y = y * parameter(gamma)
         if beta is not None and not layer.rms_scaling:
             y = y + parameter(beta)
-        return tf.cast(y, dtype)
+        return ops.cast(y, dtype)
 
     return normalise
 
@@ -143,20 +145,20 @@ class AttentionLayer(WrapperLayer):
         q = projections["query"](query)
         k = projections["key"](key)
         v = projections["value"](relevance_gate(value) if self.to_relevance and self.method == "lrp" else value)
-        q = q * tf.cast(keras_private.attention_scale(mha), q.dtype)
+        q = q * ops.cast(keras_private.attention_scale(mha), q.dtype)
         dot_product, combination = keras_private.attention_equations(mha)
 
         def scores_of(k: Any, q: Any) -> Any:
-            return tf.einsum(dot_product, k, q)
+            return ops.einsum(dot_product, k, q)
 
         def softmax(scores: Any) -> Any:
             return keras_private.attention_softmax(mha, scores, mask)
 
         def combine(p: Any, v: Any) -> Any:
-            return tf.einsum(combination, p, v)
+            return ops.einsum(combination, p, v)
 
         if self.method == "lrp":
-            probabilities = tf.stop_gradient(softmax(scores_of(k, q)))
+            probabilities = ops.stop_gradient(softmax(scores_of(k, q)))
             context = combine(probabilities, v)
         else:
             probabilities = midpoint_gate(softmax, bilinear_gate(scores_of, k, q, site=self), site=self)

@@ -44,6 +44,8 @@ WORK = textwrap.dedent(
         ("gradcam", {}),
         ("integrated_gradients", {"steps": 4}),
         ("rise", {"masks": 4}),
+        ("lrp", {}),
+        ("deeplift", {}),
     ]:
         explanation = sk.explain(model, x, method, targets=1, **options)
         assert np.isfinite(explanation.maps).all(), method
