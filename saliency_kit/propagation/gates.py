@@ -286,9 +286,10 @@ def _pooled(pool: Any, x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:
     )
 
 
-def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
+def midpoint_gate(function: Any, x: Any, site: Any = None, multipliers: Any = None) -> Any:
     """``y = function(x)`` (a map that mixes its inputs, same rows in and out); backward:
-    DeepLIFT's multipliers by the midpoint Jacobian rescaled per output,
+    DeepLIFT's multipliers (``multipliers(x, x0, y, y0, dy)`` when given, an exact split of the
+    map's own; else) by the midpoint Jacobian rescaled per output,
 
         ``m_x = J_midᵀ (m_y ⊙ Δy / (J_mid Δx))``, ``J_mid`` the Jacobian of ``function`` at
         ``(x + x₀)/2``, ``Δx = x − x₀``, ``Δy = y − y₀``,
@@ -298,6 +299,8 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
     Rescale, ``Δy / Δx``; for a linear one, its gradient. Rows as for :func:`rescale_gate`
     (``site``: the calling layer, within a :class:`SharedReference`).
     """
+    if multipliers is None:
+        multipliers = functools.partial(_midpoint_multipliers, function)
     shared = shared_reference()
     if shared is not None:
         if not shared.replaying:
@@ -309,7 +312,7 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
         @custom_gradient
         def against_reference(x: Any) -> Any:
             y = function(x)
-            return y, lambda dy: _midpoint_multipliers(function, x, x0, y, y0, dy)
+            return y, lambda dy: multipliers(x, x0, y, y0, dy)
 
         return against_reference(x)
 
@@ -323,9 +326,7 @@ def midpoint_gate(function: Any, x: Any, site: Any = None) -> Any:
             _, x0 = halves(x)
             _, y0 = halves(y)
             dy1, _ = halves(dy)
-            return _midpoint_multipliers(
-                function, x, interleave(x0, x0), y, interleave(y0, y0), interleave(dy1, ops.zeros_like(dy1))
-            )
+            return multipliers(x, interleave(x0, x0), y, interleave(y0, y0), interleave(dy1, ops.zeros_like(dy1)))
 
         return y, backward
 

@@ -14,9 +14,14 @@ projections (``EinsumDense``: the dense layers' rule), nothing through the queri
 * the scores ``Q·Kᵀ`` and the weighted sum ``P·V``, bilinear maps of two tensors that both move,
   by the exact split ``Δ(AB) = ΔA·(B + B₀)/2 + (A + A₀)/2·ΔB``
   (:func:`~saliency_kit.propagation.products.bilinear_gate`);
-* the masked softmax and layer normalisation, maps that mix their inputs, by the midpoint
-  Jacobian rescaled per output (:func:`~saliency_kit.propagation.gates.midpoint_gate`), which
-  keeps summation to delta exact and is Rescale on an element-wise map;
+* the masked softmax, a map that mixes its inputs, by the midpoint Jacobian rescaled per output
+  (:func:`~saliency_kit.propagation.gates.midpoint_gate`), which keeps summation to delta exact
+  and is Rescale on an element-wise map;
+* layer normalisation ``y = γ ⊙ c·s + β`` (``c`` the centred input, ``s = (var(c) + ε)^-1/2``)
+  by the exact split ``Δ(c·s) = Δc·s + c₀·Δs``, ``Δs = (Δs/Δvar)·mean((c + c₀) ⊙ Δc)``
+  (:func:`layer_norm_multipliers`): linear in ``Δc``, and well conditioned where the
+  reference's variance is zero (a zero baseline before a block whose biases are zero), where
+  ``c₀ = 0`` and the midpoint Jacobian, taken where the map has saturated, is nearly zero;
 * the projections, linear, by their gradient.
 
 Both wrappers compute what the layer computes (checked with the rest of the copy): the attention
@@ -30,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from ..model import keras_private
@@ -37,7 +43,7 @@ from .gates import midpoint_gate, relevance_gate
 from .products import bilinear_gate
 from .rewriting import WrapperLayer
 
-__all__ = ["AttentionLayer", "LayerNormLayer", "normaliser"]
+__all__ = ["AttentionLayer", "LayerNormLayer", "layer_norm_multipliers", "normaliser"]
 
 
 def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
@@ -73,9 +79,43 @@ def normaliser(layer: Any, dtype: Any, constant_scale: bool = False) -> Any:
     return normalise
 
 
+def layer_norm_multipliers(layer: Any, dtype: Any) -> Any:
+    """DeepLIFT's multipliers of ``layer`` (a ``LayerNormalization``), ``(x, x0, y, y0, dy) -> m_x``:
+    with ``g = γ ⊙ dy``, ``m_c = s·g + Σ(g ⊙ c₀)·(Δs/Δvar)·(c + c₀)/n`` and ``m_x`` its centred
+    part (``m_c`` itself under ``rms_scaling``), the plain ``ds/dvar`` where ``|Δvar| ≤ 1e-12``;
+    ``Σ Δx ⊙ m_x = Σ Δy ⊙ dy`` exactly (see the module docstring). ``x0``: one row or one per row."""
+    compute = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    gamma = None if layer.gamma is None else ops.cast(ops.convert_to_tensor(layer.gamma), compute)
+    epsilon = ops.cast(layer.epsilon, compute)
+
+    def multipliers(x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:
+        rank = len(x.shape)
+        axes = sorted(a % rank for a in ([layer.axis] if isinstance(layer.axis, int) else layer.axis))
+        shape = [x.shape[a] if a in axes else 1 for a in range(rank)]
+        size = float(np.prod([x.shape[a] for a in axes]))
+        x, x0, dy = (ops.cast(t, compute) for t in (x, x0, dy))
+
+        def centred(t: Any) -> Any:
+            return t if layer.rms_scaling else t - ops.mean(t, axis=axes, keepdims=True)
+
+        c, c0 = centred(x), centred(x0)
+        variance = ops.mean(ops.square(c), axis=axes, keepdims=True)
+        variance0 = ops.mean(ops.square(c0), axis=axes, keepdims=True)
+        s, s0 = ops.rsqrt(variance + epsilon), ops.rsqrt(variance0 + epsilon)
+        change = variance - variance0
+        apart = ops.abs(change) > 1e-12
+        secant = ops.where(apart, (s - s0) / ops.where(apart, change, ops.ones_like(change)), -0.5 * s * s * s)
+        g = dy if gamma is None else dy * (gamma if axes == [rank - 1] else ops.reshape(gamma, shape))
+        m_c = s * g + ops.sum(g * c0, axis=axes, keepdims=True) * secant * (c + c0) / size
+        return ops.cast(centred(m_c), dtype)
+
+    return multipliers
+
+
 class LayerNormLayer(WrapperLayer):
     """A ``LayerNormalization`` with the LRP rule (``method="lrp"``: ``1/σ`` constant; with
-    ``to_relevance`` its input gradient is the relevance) or DeepLIFT's midpoint rule."""
+    ``to_relevance`` its input gradient is the relevance) or DeepLIFT's exact split
+    (:func:`layer_norm_multipliers`)."""
 
     def __init__(self, inner: Any, method: str, **kwargs: Any) -> None:
         super().__init__(inner, **kwargs)
@@ -86,7 +126,9 @@ class LayerNormLayer(WrapperLayer):
         if self.method == "lrp":
             linear = normaliser(self.inner, x.dtype, constant_scale=True)
             return linear(relevance_gate(x) if self.to_relevance else x)
-        return midpoint_gate(normaliser(self.inner, x.dtype), x, site=self)
+        return midpoint_gate(
+            normaliser(self.inner, x.dtype), x, site=self, multipliers=layer_norm_multipliers(self.inner, x.dtype)
+        )
 
 
 class AttentionLayer(WrapperLayer):

@@ -128,7 +128,7 @@ def test_later_weights_are_seen_and_the_model_is_untouched():
         np.testing.assert_allclose(got[row, 0], want, rtol=1e-4, atol=1e-5)
 
 
-def _transformer(rng):
+def _transformer(rng, biases=True):
     tokens, width = 5, 8
     inp = keras.Input((tokens, width))
     attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)(inp, inp)
@@ -138,20 +138,26 @@ def _transformer(rng):
     h = keras.layers.GlobalAveragePooling1D()(h)
     model = keras.Model(inp, keras.layers.Dense(3, activation="tanh")(h))
     for variable in model.weights:
-        variable.assign(rng.normal(scale=0.4, size=variable.shape).astype(np.float32))
+        keep = biases or "bias" not in variable.path or "norm" in variable.path
+        value = rng.normal(scale=0.4, size=variable.shape) if keep else np.zeros(variable.shape)
+        variable.assign(value.astype(np.float32))
     return model
 
 
-def test_deeplift_sums_to_delta_through_attention_and_layer_norm():
+@pytest.mark.parametrize("case", ["random baseline", "zero baseline, zero biases"])
+def test_deeplift_sums_to_delta_through_attention_and_layer_norm(case):
+    """Also where the layer norm's input at the baseline has no variance (zero baseline, zero biases)."""
     rng = np.random.default_rng(2)
-    model = _transformer(rng)
+    model = _transformer(rng, biases=case == "random baseline")
     x = rng.normal(size=(2, 5, 8)).astype(np.float32)
     baseline = np.float32(0.2) * rng.normal(size=(5, 8)).astype(np.float32)
+    if case != "random baseline":
+        baseline = np.zeros((5, 8), np.float32)
     explanation = sk.explain(model, x, method="deeplift", targets=[[0, 2]] * 2, baseline=baseline)
     delta = np.asarray(model(x)) - np.asarray(model(np.broadcast_to(baseline, x.shape)))
     sums = explanation.attributions.reshape(2, 2, -1).sum(-1)
     np.testing.assert_allclose(sums, delta[:, [0, 2]], atol=2e-4)
-    assert np.abs(explanation.attributions).max() > 1e-3
+    assert 1e-3 < np.abs(explanation.attributions).max() < 10
 
 
 def test_lrp_conserves_relevance_through_a_transformer_without_biases():

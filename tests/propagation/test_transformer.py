@@ -79,11 +79,12 @@ def test_layer_norm_rules_against_numpy():
     layer.set_weights([RNG.normal(size=H), RNG.normal(size=H)])
     norm = reference.Norm(*layer.get_weights(), 1e-3)
     x, x0, dy = RNG.normal(size=(4, H)), RNG.normal(size=(4, H)), RNG.normal(size=(4, H))
-    # DeepLIFT: the midpoint Jacobian γ/σ (I − 1/n − x̂x̂ᵀ/n), rescaled per output
+    # DeepLIFT: the exact split of the difference, Δy = A Δx (the reference writes A out)
     deeplift = LayerNormLayer(layer, "deeplift")
-    np.testing.assert_allclose(
-        interleaved(deeplift, x, x0, dy), reference._layer_norm_multipliers(norm, x, x0, dy), rtol=1e-7, atol=1e-9
-    )
+    got = interleaved(deeplift, x, x0, dy)
+    np.testing.assert_allclose(got, reference._layer_norm_multipliers(norm, x, x0, dy), rtol=1e-7, atol=1e-9)
+    delta_y = reference.layer_norm(norm, x) - reference.layer_norm(norm, x0)
+    np.testing.assert_allclose(((x - x0) * got).sum(-1), (delta_y * dy).sum(-1), rtol=1e-9)
     # LRP: 1/σ constant, so the gradient is γ/σ (I − 1/n) dy, and with to_relevance x times it
     lrp = LayerNormLayer(layer, "lrp")
     sigma = np.sqrt(x.var(-1, keepdims=True) + 1e-3)
@@ -96,6 +97,27 @@ def test_layer_norm_rules_against_numpy():
     # conservation: what reaches x is the output's relevance less β's share
     y = reference.layer_norm(norm, x)
     np.testing.assert_allclose(relevance.sum(-1), ((y - norm.beta) * dy).sum(-1), rtol=1e-9)
+
+
+def test_layer_norm_deeplift_against_a_reference_of_zero_variance():
+    """A reference whose layer norm input is constant (a zero baseline before a block with zero
+    biases): the multipliers are γ·s·(I − 1/n) dy, bounded, and sum to delta in float32, where
+    the midpoint Jacobian, taken where the map has saturated, gave multipliers of 3e4 and sums
+    off by 5e-3."""
+    layer = keras.layers.LayerNormalization(epsilon=1e-5)
+    layer.build((None, H))
+    gamma, beta = RNG.normal(size=H).astype(np.float32), RNG.normal(size=H).astype(np.float32)
+    layer.set_weights([gamma, beta])
+    x = RNG.normal(size=(4, H)).astype(np.float32)
+    x0 = np.full((4, H), 0.3, np.float32)  # constant: zero variance
+    dy = RNG.normal(size=(4, H)).astype(np.float32)
+    got = interleaved(LayerNormLayer(layer, "deeplift"), x, x0, dy)
+    c = x - x.mean(-1, keepdims=True)
+    s = 1 / np.sqrt((c.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5)
+    plain = gamma * dy * s
+    np.testing.assert_allclose(got, plain - plain.mean(-1, keepdims=True), rtol=1e-4, atol=1e-5)
+    delta_y = np.asarray(layer(x)) - np.asarray(layer(x0))
+    np.testing.assert_allclose(((x - x0) * got).sum(-1), (delta_y * dy).sum(-1), rtol=1e-4, atol=1e-4)
 
 
 def test_bilinear_gate_splits_an_einsum_exactly():

@@ -12,8 +12,9 @@ layers into :class:`Params` (plain NumPy arrays); then
   gradient passes ``f(z)/z``: relevance unchanged); its gradient × input is LRP-0;
 * :func:`deeplift` computes DeepLIFT's multipliers by hand in NumPy with the rules documented
   for the library: Rescale for GELU and tanh, the exact midpoint split for the bilinear
-  attention products, the midpoint Jacobian rescaled per output for softmax and layer norm
-  (closed-form Jacobians), weights for the linear maps.
+  attention products, the midpoint Jacobian rescaled per output for softmax (its closed-form
+  Jacobian), layer norm's difference split exactly, written as a matrix (``Δy = A Δx``), and
+  weights for the linear maps.
 """
 
 from __future__ import annotations
@@ -164,16 +165,19 @@ def _rescaled_jacobian(m_y, jacobian, dx, dy):
 
 
 def _layer_norm_multipliers(norm: Norm, x, x0, m_y):
-    """Per token: the midpoint Jacobian of layer norm, ``γ/σ ⊙ (I − 1/n − x̂ x̂ᵀ/n)``."""
+    """Per token: ``Δy = A Δx`` exactly, with ``A = diag(γ) (s·P + (Δs/Δvar)·c₀ ((c + c₀)/n)ᵀ P)``
+    (``P = I − 1/n`` centres, ``c = P x``, ``s = (var(c) + ε)^-1/2``; ``Δs/Δvar`` the secant, the
+    derivative where the variances agree), and the multipliers ``Aᵀ m_y``."""
     out = np.zeros_like(x)
     n = x.shape[-1]
-    y, y0 = layer_norm(norm, x), layer_norm(norm, x0)
+    P = np.eye(n) - 1.0 / n
     for t in range(x.shape[0]):
-        mid = (x[t] + x0[t]) / 2
-        sigma = np.sqrt(((mid - mid.mean()) ** 2).mean() + norm.epsilon)
-        xhat = (mid - mid.mean()) / sigma
-        jacobian = norm.gamma[:, None] / sigma * (np.eye(n) - 1.0 / n - np.outer(xhat, xhat) / n)
-        out[t] = _rescaled_jacobian(m_y[t], jacobian, x[t] - x0[t], y[t] - y0[t])
+        c, c0 = P @ x[t], P @ x0[t]
+        var, var0 = (c**2).mean(), (c0**2).mean()
+        s, s0 = 1 / np.sqrt(var + norm.epsilon), 1 / np.sqrt(var0 + norm.epsilon)
+        secant = (s - s0) / (var - var0) if abs(var - var0) > 1e-12 else -0.5 * s**3
+        A = norm.gamma[:, None] * (s * P + secant * np.outer(c0, (c + c0) / n) @ P)
+        out[t] = A.T @ m_y[t]
     return out
 
 
