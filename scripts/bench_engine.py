@@ -9,8 +9,7 @@ method and divides by the time of a plain compiled function of the same backend 
 the same batch's forward pass and the gradient of one class score (the least any gradient method
 can cost): a ``tf.function`` with a tape on TensorFlow, ``jax.jit(jax.grad(...))`` over
 ``model.stateless_call`` on JAX (``--backend jax``; ``--backend all`` runs each backend in its
-own process, one after the other, and prints both tables; on JAX the main table and the rows
-with a floor, without the rows of methods JAX refuses for now):
+own process, one after the other, and prints both tables):
 
 * gradient, guided backprop, deconvnet: target ratio ≤ 1.10;
 * SmoothGrad with n samples: ≤ 1.10·n; integrated gradients with n steps: ≤ 1.10·n;

@@ -12,6 +12,7 @@ variables, is refused this way rather than explained wrongly).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -45,14 +46,38 @@ def rebuild_layer(op: Any) -> keras.layers.Layer:
             name=op.name,
             dtype=op.dtype_policy,
         )
+    config = layer_config(op)
     try:
-        return type(op).from_config(layer_config(op))
+        return type(op).from_config(config)
     except Exception as error:  # any failure to rebuild a layer is reported the same way
+        trimmed = {key: value for key, value in config.items() if key in _constructor_arguments(type(op))}
+        if trimmed != config:  # a get_config() that also returns derived values (KerasHub's ViT patching)
+            try:
+                return type(op).from_config(trimmed)  # the copy is checked against the original after
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
         raise ValueError(
             f"cannot copy layer {op.name!r} ({type(op).__name__}): it cannot be rebuilt from its "
             f"config ({type(error).__name__}: {error}). Give the layer a get_config() that returns "
             f"its constructor arguments; received {type(op).__name__}."
         ) from error
+
+
+def _constructor_arguments(cls: type) -> set:
+    """The keyword arguments ``cls(...)`` names: its ``__init__``'s and its bases' down to Keras'
+    ``Layer`` (whose own are the base layer's: ``name``, ``dtype``, ``trainable``, ...)."""
+    names: set = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None:
+            names.update(
+                p.name
+                for p in inspect.signature(init).parameters.values()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            )
+        if klass is keras.layers.Layer:
+            break
+    return names | {"name", "dtype", "trainable", "autocast"}
 
 
 def layer_config(op: Any, activation: Any = None) -> dict:

@@ -44,6 +44,7 @@ _LINEAR = frozenset(
 _ONE_FACTOR: dict = {
     "mul": None,
     "dot_general": None,
+    "conv_general_dilated": (0,),
     "div": (0,),
     "dynamic_slice": (0,),
     "gather": (0,),
