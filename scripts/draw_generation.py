@@ -4,7 +4,7 @@ each token it generated.
     PYTHONPATH=. python scripts/draw_generation.py [--out docs/generation.png] [--steps N]
 
 A one-block causal transformer (token and position embeddings, causal self-attention, a dense
-block; about 20,000 weights) is trained here, seeded, on a copy task: a prompt of four letters and
+block; 9,418 weights) is trained here, seeded, on a copy task: a prompt of four letters and
 ``=`` is to be followed by the same four letters. It is then asked to continue ``c a h e =``;
 ``sk.explain_generation`` explains each generated letter by integrated gradients over the token
 embeddings (from the embedding of ``_``, a token the data never holds), and
