@@ -91,3 +91,18 @@ def test_a_box_target_resolved_without_a_method_uses_the_drise_score(detector):
     boxes, labels = truth[1]
     resolved = resolve_selection(model, x[1:2], sk.targets.box(boxes[None], labels[None]))
     assert resolved.target.mode == "drise" and sk.targets.box(boxes).mode is None
+
+
+def test_a_metric_given_a_method_resolves_the_box_score_as_explain_does(detector):
+    """``sk.evaluate`` resolves its targets once for the method it re-explains: Grad-CAM's box
+    target scores the class logit there as in ``sk.explain``, the gradient's the D-RISE score."""
+    from saliency_kit.evaluate.explained import prepare
+
+    model, x, truth = detector
+    boxes, labels = truth[0]
+    drise, logit = _by_hand(np.asarray(model(x[:1]))[0], boxes, labels)
+    for method, expected in (("gradcam", logit), ("gradient", drise)):
+        scored = prepare(model, x[:1], method, sk.targets.box(boxes[None], labels[None]))
+        assert scored.selection.target.mode == ("class" if method == "gradcam" else "drise")
+        explained = sk.explain(model, x[:1], method, sk.targets.box(boxes[None], labels[None]))
+        np.testing.assert_allclose(explained.scores[0], expected, rtol=1e-4, atol=1e-6)
