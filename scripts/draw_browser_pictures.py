@@ -82,7 +82,7 @@ def callback_tensorboard(path: Path, logs: Path | None) -> None:
         server = subprocess.Popen([board, "--logdir", str(logs), "--port", str(port), "--host", "127.0.0.1"])
         driver = browser(1300, 757)
         try:
-            time.sleep(8)
+            _wait_for(port, server)
             driver.get(f"http://127.0.0.1:{port}/#images")
             time.sleep(8)
             driver.save_screenshot(str(path))
@@ -90,6 +90,19 @@ def callback_tensorboard(path: Path, logs: Path | None) -> None:
             driver.quit()
             server.terminate()
             server.wait()
+
+
+def _wait_for(port: int, server: subprocess.Popen, seconds: float = 120.0) -> None:
+    """Until a server on ``port`` accepts connections; ``RuntimeError`` if it exits or takes longer."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"tensorboard exited with status {server.returncode}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(1)
+    raise RuntimeError(f"tensorboard did not listen on port {port} within {seconds:.0f} s")
 
 
 PICTURES = {"gallery.png": gallery, "callback_tensorboard.png": callback_tensorboard}
