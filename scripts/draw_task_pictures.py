@@ -1,22 +1,25 @@
 """The README's pictures of the shipped segmentation model and detector, made by the commands the
 README shows, and the example scenes those commands read.
 
-    .venv/bin/python scripts/draw_task_pictures.py      # about a minute on 2 CPU cores
+    .venv/bin/python scripts/draw_task_pictures.py [--out docs] [--examples]   # ~30 s on 2 CPU cores
 
-Writes ``examples/scenes/`` (three scenes of seed 5 -- one shape of each kind at least across
-them, unseen in training -- and ``star_mask.png``, the star of the first one), then runs::
+With ``--examples``, first writes ``examples/scenes/`` (three scenes of seed 5 -- one shape of each
+kind at least across them, unseen in training -- and ``star_mask.png``, the star of the first
+one; the same files each time). Then runs::
 
     saliency explain examples/scenes/scene1.png --model shapes_seg --method gradient --method gradcam
     saliency explain examples/scenes/scene1.png --model shapes_seg --method gradient \
         --target star@examples/scenes/star_mask.png
     saliency explain examples/scenes/scene1.png --model shapes_det --method gradient --method gradcam
 
-and copies each run's ``grid.png`` to ``docs/shapes_seg_grid.png``, ``docs/shapes_seg_mask_grid.png``
-and ``docs/shapes_det_grid.png``; prints each command's output.
+and copies each run's ``grid.png`` to ``OUT/shapes_seg_grid.png``, ``OUT/shapes_seg_mask_grid.png``
+and ``OUT/shapes_det_grid.png`` (``OUT``: ``--out``, default ``docs``); prints each command's output.
+``scripts/pictures.py`` declares these pictures with this command.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -35,6 +38,7 @@ from saliency_kit.data import scenes  # noqa: E402
 EXAMPLE_SEED = 5
 EXAMPLES = ROOT / "examples" / "scenes"
 DOCS = ROOT / "docs"
+SCENE = "examples/scenes/scene1.png"
 
 
 def write_examples() -> None:
@@ -56,7 +60,7 @@ def write_examples() -> None:
     print(f"wrote {EXAMPLES / 'star_mask.png'}")
 
 
-def explain(arguments: list[str], picture: str) -> None:
+def explain(arguments: list[str], picture: Path) -> None:
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "saliency_kit", "explain", *arguments, "--out", out]
         print("$ saliency explain " + " ".join(arguments), flush=True)
@@ -67,19 +71,33 @@ def explain(arguments: list[str], picture: str) -> None:
         if done.returncode != 0:
             raise SystemExit(f"the command failed ({done.returncode}): {done.stderr}")
         grid = next(Path(out).glob("*/grid.png"))
-        shutil.copyfile(grid, DOCS / picture)
-        print(f"copied its grid to docs/{picture}")
+        shutil.copyfile(grid, picture)
+        print(f"copied its grid to {picture}")
 
 
-def main() -> int:
-    write_examples()
-    scene = "examples/scenes/scene1.png"
-    explain([scene, "--model", "shapes_seg", "--method", "gradient", "--method", "gradcam"], "shapes_seg_grid.png")
-    explain(
-        [scene, "--model", "shapes_seg", "--method", "gradient", "--target", "star@examples/scenes/star_mask.png"],
-        "shapes_seg_mask_grid.png",
-    )
-    explain([scene, "--model", "shapes_det", "--method", "gradient", "--method", "gradcam"], "shapes_det_grid.png")
+#: each picture and the ``saliency explain`` arguments whose grid it is
+PICTURES = {
+    "shapes_seg_grid.png": [SCENE, "--model", "shapes_seg", "--method", "gradient", "--method", "gradcam"],
+    "shapes_seg_mask_grid.png": [
+        *(SCENE, "--model", "shapes_seg", "--method", "gradient"),
+        *("--target", "star@examples/scenes/star_mask.png"),
+    ],
+    "shapes_det_grid.png": [SCENE, "--model", "shapes_det", "--method", "gradient", "--method", "gradcam"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DOCS, help="the folder to write the pictures to")
+    parser.add_argument("--examples", action="store_true", help="write examples/scenes/ first")
+    parser.add_argument("--only", action="append", choices=sorted(PICTURES), help="draw this picture only")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.examples:
+        write_examples()
+    for picture, arguments in PICTURES.items():
+        if args.only is None or picture in args.only:
+            explain(arguments, args.out / picture)
     return 0
 
 

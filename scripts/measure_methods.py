@@ -15,7 +15,8 @@ For each method, on freshly generated shapes images (seed 3, the held-out test s
   original ones (lower = the method depends on the weights, as it should), and the Spearman
   correlations after re-initialising only the output layer (the class-specific weights).
 
-Prints a markdown table and writes the sanity figure of one image to ``--figure``.
+Prints a markdown table and writes the sanity figure of one image to ``--figure``; with
+``--figure-only``, draws the figure alone (``scripts/pictures.py`` declares it so).
 """
 
 from __future__ import annotations
@@ -113,9 +114,13 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--figure", default=str(ROOT / "docs" / "sanity_example.png"))
     parser.add_argument("--figure-index", type=int, default=0, help="which image of seed 5 to draw")
+    parser.add_argument("--figure-only", action="store_true", help="draw the figure, measure nothing")
     args = parser.parse_args(argv)
 
     model, spec = sk.load_model("shapes")
+    if args.figure_only:
+        draw_figure(model, spec, args)
+        return 0
     images, masks, labels = shapes.make_dataset(args.images, seed=DATA_SEED)
     x = spec.preprocess(images)
     accuracy = float((np.argmax(model.predict(x, verbose=0), axis=1) == labels).mean())
@@ -130,13 +135,18 @@ def main(argv=None) -> int:
     print(markdown(rows, args))
 
     if args.figure:
-        example, _, _ = shapes.make_dataset(args.figure_index + 1, seed=5)
-        image = example[args.figure_index]
-        result = sanity.check_methods(model, spec.preprocess(image[None]), FIGURE_METHODS, "top1", mode="cascading")
-        fig = sanity.sanity_figure(image, result, class_names=spec.class_names)
-        sk.render.save_png(fig, args.figure, dpi=110)
-        print(f"wrote {args.figure}", file=sys.stderr)
+        draw_figure(model, spec, args)
     return 0
+
+
+def draw_figure(model, spec, args) -> None:
+    """The cascading randomisation figure of image ``--figure-index`` of seed 5, to ``--figure``."""
+    example, _, _ = shapes.make_dataset(args.figure_index + 1, seed=5)
+    image = example[args.figure_index]
+    result = sanity.check_methods(model, spec.preprocess(image[None]), FIGURE_METHODS, "top1", mode="cascading")
+    fig = sanity.sanity_figure(image, result, class_names=spec.class_names)
+    sk.render.save_png(fig, args.figure, dpi=110)
+    print(f"wrote {args.figure}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -262,7 +262,9 @@ def prepare(
     if expl is not None and target.score_vector:  # an explanation of classes is scored at its own classes
         _refuse_classes_for_objects(expl, targets)
         target = as_target(np.asarray(expl.targets, dtype=np.int64))
-    selection = resolve_parts(model, read_parts, target, score, batch_size, class_names_of(class_names))
+    method_name = expl.method if expl is not None else explanation_or_method
+    declared = get_method(method_name) if isinstance(method_name, str) and method_name in methods.names() else None
+    selection = resolve_parts(model, read_parts, target, score, batch_size, class_names_of(class_names), declared)
     if softmax and target.kind == "callable":
         raise ValueError(
             "softmax=True scores the softmax of the model's classes: give class targets or "

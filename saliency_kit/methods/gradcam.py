@@ -48,6 +48,7 @@ def cam_map(ctx: Any, weights: Any, activations: Any, relu: bool) -> Any:
     reduce="none",
     cam=True,
     prepare=prepare_cam_layer,
+    gradient_channel_weights=True,
     summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
     "the map is the CAM itself",
 )
@@ -66,6 +67,7 @@ def gradcam(ctx: Any, layer: str, relu: bool) -> Any:
     reduce="none",
     cam=True,
     prepare=prepare_cam_layer,
+    gradient_channel_weights=True,
     summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself",
 )
 def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
@@ -84,6 +86,7 @@ def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
     title="Guided Grad-CAM",
     options=OPTIONS,
     prepare=prepare_cam_layer,
+    gradient_channel_weights=True,
     warn_zero=False,
     spatial=True,
     summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); map: max |attribution| over the last axis",

@@ -188,18 +188,26 @@ def _fitted(call: ExplainCall, parts: Parts, run: Run, given: dict) -> Run:
 
 def _resolve(call: ExplainCall, parts: Parts) -> Resolved:
     names = class_names_of(call.class_names)
-    return resolve_parts(call.model, parts, call.targets, call.score, call.batch_size, names)
+    return resolve_parts(call.model, parts, call.targets, call.score, call.batch_size, names, method=call.chosen)
 
 
 def resolve_parts(
-    model: keras.Model, parts: Parts, targets: Any, score: str, batch_size: int, class_names: Any = None
+    model: keras.Model,
+    parts: Parts,
+    targets: Any,
+    score: str,
+    batch_size: int,
+    class_names: Any = None,
+    method: Any = None,
 ) -> Resolved:
     """``targets`` (any form) resolved once for what ``parts`` (:func:`.parts.read`) explains, the
     model running on every input as given (one batched forward pass when they need the scores):
-    the prepare step's, and every metric's on its clean inputs."""
+    the prepare step's, and every metric's on its clean inputs. ``method``: the declaration of
+    the method they are resolved for, if any (a box target's default score depends on it)."""
     first = parts.points[0] if parts.points[0] is not None else parts.held[parts.parts[0].input]  # token ids
     at = None if parts.plain else parts.held
-    return resolve_request(model, first, targets, score, engine.check_batch_size(batch_size), class_names, at=at)
+    batch_size = engine.check_batch_size(batch_size)
+    return resolve_request(model, first, targets, score, batch_size, class_names, at=at, method=method)
 
 
 def _job(call: ExplainCall, parts: Parts, run: Run, selection: Resolved, keys: np.ndarray | None) -> Job:

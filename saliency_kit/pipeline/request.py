@@ -68,11 +68,13 @@ def resolve_request(
     batch_size: int,
     class_names: Sequence[str] | None,
     at: Any = None,
+    method: methods.Method | None = None,
 ) -> targets_module.Resolved:
     """Any form of ``targets`` as one target object (:func:`saliency_kit.targets.as_target`)
     resolved for the checked inputs ``x`` ``[B, ...]``: ``Resolved(columns int [B, K], payload,
     info, bound target, vectors)``. ``at``: what the model runs on when it is not ``x`` (a
-    multi-input model's inputs, a list)."""
+    multi-input model's inputs, a list); ``method``: the method the targets are resolved for
+    (:attr:`saliency_kit.targets.TargetRequest.method`)."""
     at = x if at is None else at
     request = targets_module.TargetRequest(
         model,
@@ -81,6 +83,7 @@ def resolve_request(
         batch_size,
         class_names,
         forward=lambda strip: engine.outputs(model, at, score=score, batch_size=batch_size, strip=strip),
+        method=method,
     )
     resolved = targets_module.as_target(targets).resolve(request)
     columns = np.asarray(resolved.columns)

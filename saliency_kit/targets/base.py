@@ -91,6 +91,9 @@ class TargetRequest:
     ``clean_outputs()`` gives the model's raw outputs at the clean inputs (the score view's
     values: logits behind a final softmax of a single-output model), NumPy with leading axis
     ``B``, computed once by one batched forward pass and shared by every target of the request.
+    ``method``: the declaration (:class:`saliency_kit.methods.Method`) of the method the targets
+    are resolved for, or ``None`` (targets resolved on their own); a kind whose default score
+    suits some methods better than others reads it (a box target's default score).
     """
 
     model: Any
@@ -99,6 +102,7 @@ class TargetRequest:
     batch_size: int = 32
     class_names: Sequence[str] | None = None
     forward: Callable | None = None
+    method: Any = None
     _memo: dict = field(default_factory=dict, repr=False)
 
     @property

@@ -17,6 +17,15 @@ objectness logit is never multiplied in as it is: a negative one would make the 
 proposal the worst. The K boxes of one input are its K
 columns: they share its forward pass. Score-CAM's probability of a box: the D-RISE score
 itself (it lies in [0, 1]); with ``score="class"`` the best proposal's class probability.
+
+Without ``score=`` the score depends on the method (:func:`default_score`): ``"class"`` for a
+CAM weighting each channel by one number from the score's gradient (its declaration's
+``gradient_channel_weights``: Grad-CAM, Grad-CAM++, guided Grad-CAM), ``"drise"`` for every
+other method and for a target resolved without one. On the shipped detector ``shapes_det``
+(nine boxes covering 8.3% of the image on average; ``scripts/measure_box_scores.py``) Grad-CAM
+of the D-RISE score puts 17% of its map's mass inside the box (it lights up the background), of
+the class logit 55%; guided Grad-CAM 52% and 82%, Grad-CAM++ 20% and 2% (on 39 unseen boxes
+9% and 12%: poor either way); the gradient 38% and 40%, LayerCAM 86% and 61%.
 """
 
 from __future__ import annotations
@@ -33,7 +42,10 @@ from .parse import parse_string
 if TYPE_CHECKING:
     import keras
 
-__all__ = ["Box", "box"]
+__all__ = ["Box", "box", "default_score", "SCORES"]
+
+#: The box scores: what ``score=`` takes.
+SCORES = ("drise", "class")
 
 _ACTIVATIONS = ("softmax", "sigmoid", "none")
 _OBJECTNESS = ("logit", "probability")
@@ -49,12 +61,12 @@ class Box(Target):
         self,
         boxes: Any,
         classes: Any = None,
-        score: str = "drise",
+        score: str | None = None,
         class_activation: str | None = None,
         objectness: str = "logit",
     ):
-        if score not in ("drise", "class"):
-            raise ValueError(f"box score must be 'drise' or 'class'; received {score!r}.")
+        if score is not None and score not in SCORES:
+            raise ValueError(f"box score must be 'drise', 'class' or None (by method); received {score!r}.")
         if class_activation is not None and class_activation not in _ACTIVATIONS:
             raise ValueError(
                 f"class_activation must be one of {', '.join(map(repr, _ACTIVATIONS))} or None; "
@@ -65,7 +77,7 @@ class Box(Target):
         self.objectness = objectness
         self.boxes = boxes
         self.classes = classes
-        self.mode = score
+        self.mode = score  # None until resolved: the method's default_score
         self.class_activation = class_activation
         self.form: str | None = None  # "tensor" or "dict", set when bound to a model
 
@@ -85,7 +97,7 @@ class Box(Target):
         bound = Box(
             None,
             None,
-            self.mode,
+            self.mode or default_score(request.method),
             self.class_activation or ("softmax" if form == "tensor" else "sigmoid"),
             self.objectness,
         )
@@ -209,6 +221,15 @@ class Box(Target):
         return self._matched(outputs, payload, probability=True)
 
 
+def default_score(method: Any) -> str:
+    """The box score used when none is given, for ``method`` (a method's declaration, or
+    ``None``): ``"class"`` for a CAM weighting a layer by the score's gradient (declared
+    ``gradient_channel_weights``: the class logit puts their maps on the object, where the
+    D-RISE product's gradient, averaged over the layer, weights background channels), ``"drise"``
+    otherwise."""
+    return "class" if getattr(method, "gradient_channel_weights", False) else "drise"
+
+
 def _detector_form(model: keras.Model) -> tuple[str, int]:
     """``("tensor" | "dict", C)`` of a detector's raw output, else ``ValueError``."""
     from ..model.scores import output_structure
@@ -271,7 +292,7 @@ def box(
     boxes: Any,
     classes: Any = None,
     *,
-    score: str = "drise",
+    score: str | None = None,
     class_activation: str | None = None,
     objectness: str = "logit",
 ) -> Box:
@@ -285,7 +306,10 @@ def box(
         classes: ``None`` (each box's class is that of its best-matching proposal at the clean
             input), an int or class name (every box), or ints ``[B, K]`` / ``[K]``.
         score: ``"drise"``: max over proposals of IoU × objectness × class probability;
-            ``"class"``: the class logit of the proposal of highest IoU.
+            ``"class"``: the class logit of the proposal of highest IoU; ``None`` (default): by
+            method, ``"class"`` for the CAMs weighting channels by the gradient (Grad-CAM,
+            Grad-CAM++, guided Grad-CAM: on the D-RISE score Grad-CAM lights up the
+            background), ``"drise"`` for every other method (see the module docstring).
         class_activation: how class probabilities come from the class outputs: ``"softmax"``
             (default for ``[B, N, 4 + 1 + C]``), ``"sigmoid"`` (default for the dict form) or
             ``"none"`` (the model gives probabilities).
