@@ -71,6 +71,9 @@ PICTURES: dict[str, Picture] = {
         _browser("callback_tensorboard.png"), dear="trains the shapes CNN; TensorBoard in headless Chromium"
     ),
     "gallery.png": Picture(_browser("gallery.png"), dear="headless Chromium"),
+    "generation.png": Picture(
+        ("scripts/draw_generation.py", "--out", "{out}/generation.png"), dear="trains a small language model"
+    ),
 }
 
 
