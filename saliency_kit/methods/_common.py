@@ -29,6 +29,7 @@ __all__ = [
     "cam_tensors",
     "token_grid",
     "tokens_on_grid",
+    "reads_patch_tokens",
     "channels_last",
     "spatial_axes",
     "require_channels_last",
@@ -238,8 +239,8 @@ def reads_patch_tokens(model: Any, x: np.ndarray, path: str, prefix: int) -> boo
         shifted, _ = view.raw(
             Placed([ops.convert_to_tensor(x)], {path: ops.convert_to_tensor(tokens + noise)}), (), False
         )
-        before = [np.asarray(ops.convert_to_numpy(v)) for v in keras_leaves(values)]
-        after = [np.asarray(ops.convert_to_numpy(v)) for v in keras_leaves(shifted)]
+        before = [np.asarray(ops.convert_to_numpy(v)) for v in _leaves(values)]
+        after = [np.asarray(ops.convert_to_numpy(v)) for v in _leaves(shifted)]
         reads = any(not np.array_equal(b, a) for b, a in zip(before, after))
     except (ValueError, TypeError, KeyError):
         return True
@@ -247,7 +248,7 @@ def reads_patch_tokens(model: Any, x: np.ndarray, path: str, prefix: int) -> boo
     return reads
 
 
-def keras_leaves(values: Any) -> list:
+def _leaves(values: Any) -> list:
     """The tensors of a model's outputs (any structure), flattened."""
     import keras
 
