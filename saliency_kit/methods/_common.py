@@ -6,6 +6,7 @@ NumPy and the declarations only (no TensorFlow, no Keras at import), like every 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ __all__ = [
     "baseline_array",
     "input_shaped",
     "LAYER_OPTION",
+    "TOKEN_OPTIONS",
     "RELU_OPTION",
     "start_option",
     "CAM_RANKS",
@@ -27,6 +29,7 @@ __all__ = [
     "cam_tensors",
     "token_grid",
     "tokens_on_grid",
+    "reads_patch_tokens",
     "channels_last",
     "spatial_axes",
     "require_channels_last",
@@ -98,6 +101,24 @@ LAYER_OPTION = Option(
     help="the layer (default: the model's configured one, else the last layer whose output has the input's rank)",
 )
 RELU_OPTION = Option("relu", True, help="keep only the positive evidence (the paper's final ReLU)")
+#: How a transformer's token layer ``[B, N, C]`` of image inputs splits into prefix tokens and the patch grid.
+TOKEN_OPTIONS = (
+    Option(
+        "token_grid",
+        None,
+        type=int,
+        array=True,
+        help="a token layer's patch grid (h, w), an int for a square one (default: from the model's patch "
+        "embedding and the input size)",
+    ),
+    Option(
+        "prefix_tokens",
+        None,
+        type=int,
+        low=0,
+        help="a token layer's leading non-patch tokens: class, distillation, registers (default: inferred)",
+    ),
+)
 
 
 def start_option(what: str) -> Option:
@@ -117,9 +138,10 @@ CAM_RANKS = (3, 4, 5)
 
 
 def prepare_cam_layer(request: Request, options: dict) -> dict:
-    """The layer's path, checked to have an output of the input's rank, and inputs that are
-    sequences ``[B, T, F]``, images ``[B, H, W, C]`` or volumes ``[B, D, H, W, C]`` (channels
-    first for channels-first models) — before any work."""
+    """The layer's path, checked to have an output of the input's rank (or, on images, to be a
+    transformer's token layer ``[B, N, C]``, its ``token_grid`` and ``prefix_tokens`` resolved),
+    and inputs that are sequences ``[B, T, F]``, images ``[B, H, W, C]`` or volumes
+    ``[B, D, H, W, C]`` (channels first for channels-first models) — before any work."""
     from ..model.walker import default_cam_layer, find_layer, layer_at, spatial_output_text
 
     rank = request.inputs.ndim
@@ -131,21 +153,123 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
     layer = options["layer"]
     if layer is None:
         layer = request.default_layer
-    if layer is None:
-        return {**options, "layer": default_cam_layer(request.model, rank)}
-    path = find_layer(request.model, layer)
-    found = layer_at(request.model, path)
+    path = default_cam_layer(request.model, rank) if layer is None else find_layer(request.model, layer)
+    options = {**options, "layer": path}
     try:
-        shape = tuple(found.output.shape)
+        shape = tuple(layer_at(request.model, path).output.shape)
     except (AttributeError, ValueError):  # called several times: checked when it runs
-        return {**options, "layer": path}
-    if len(shape) != rank and not (rank == 4 and len(shape) == 3):  # [B, N, C]: a transformer's tokens
+        return {**options, **_token_layout(request, None, options)} if rank == 4 else options
+    if rank == 4 and len(shape) == 3:  # [B, N, C]: a transformer's tokens
+        layout = _token_layout(request, shape[1], options)
+        if not reads_patch_tokens(request.model, request.inputs[:1], path, layout["prefix_tokens"]):
+            raise ValueError(_unread_patches_text(request.model, path))
+        return {**options, **layout}
+    if len(shape) != rank:
         raise ValueError(
             f"layer {path!r} has output shape {shape}; CAM methods on inputs of shape "
             f"{request.inputs.shape} need a {spatial_output_text(rank)} layer (layer=None picks the last "
             f"one); received {path!r}."
         )
-    return {**options, "layer": path}
+    if options.get("token_grid") is not None or options.get("prefix_tokens") is not None:
+        raise ValueError(
+            f"token_grid and prefix_tokens apply to a transformer's token layer [B, N, C]; layer {path!r} has "
+            f"output shape {shape}; received token_grid={options.get('token_grid')!r}, "
+            f"prefix_tokens={options.get('prefix_tokens')!r}."
+        )
+    return options
+
+
+def _token_layout(request: Request, tokens: Any, options: dict) -> dict:
+    """``{"token_grid": (h, w), "prefix_tokens": p}`` of a token layer of ``tokens`` tokens on
+    image inputs: the options given, the rest inferred — the grid from the model's patch
+    embedding (:func:`~saliency_kit.model.walker.patch_size`) and the input size, else from the
+    tokens and the image's aspect ratio (:func:`token_grid`) — checked: ``h · w + p == tokens``."""
+    from ..model.walker import patch_size
+
+    grid, prefix = options.get("token_grid"), options.get("prefix_tokens")
+    if grid is not None:
+        sizes = (grid, grid) if isinstance(grid, (int, np.integer)) else tuple(grid)
+        if len(sizes) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in sizes):
+            raise ValueError(f"token_grid must be a positive int or a pair (h, w) of them; received {grid!r}.")
+        grid = (int(sizes[0]), int(sizes[1]))
+    if tokens is None:  # unknown until it runs
+        return {"token_grid": grid, "prefix_tokens": prefix}
+    height, width = request.inputs.shape[2:4] if request.channel_axis == 0 else request.inputs.shape[1:3]
+    if grid is None:
+        patch = patch_size(request.model)
+        if patch is not None and (height // patch[0]) * (width // patch[1]) <= tokens - (prefix or 0):
+            grid = (height // patch[0], width // patch[1])
+    if grid is None:
+        prefix, *grid = token_grid(tokens, height, width, prefix)
+    if prefix is None:
+        prefix = max(tokens - grid[0] * grid[1], 0)
+    if prefix < 0 or grid[0] * grid[1] + prefix != tokens:
+        raise ValueError(
+            f"a token_grid of {grid[0]}×{grid[1]} patches and {prefix} prefix tokens make "
+            f"{grid[0] * grid[1] + prefix} tokens, but the layer has {tokens}; received token_grid="
+            f"{options.get('token_grid')!r}, prefix_tokens={options.get('prefix_tokens')!r}."
+        )
+    return {"token_grid": tuple(grid), "prefix_tokens": prefix}
+
+
+_PATCH_READING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(path, prefix): reads}
+
+
+def reads_patch_tokens(model: Any, x: np.ndarray, path: str, prefix: int) -> bool:
+    """Whether ``model``'s outputs depend on the patch tokens of its token layer at ``path``
+    (``[1, N, C]`` after ``prefix`` prefix tokens): the model run on one input ``x [1, H, W, C]``
+    with noise added to those tokens gives outputs that differ from its own. Where they do not
+    (a class-token classifier's last block output: nothing after it reads a patch token), every
+    gradient there is exactly zero and so is every CAM map. Forward passes only, once per model
+    and layer; ``True`` when the layer cannot be swapped (the method's own run reports why)."""
+    from keras import ops
+
+    from ..model.placed import Placed
+    from ..model.scores import ScoreView
+
+    known = _PATCH_READING.setdefault(model, {})
+    if (path, prefix) in known:
+        return known[(path, prefix)]
+    try:
+        view = ScoreView(model, "output")
+        values, taken = view.raw(ops.convert_to_tensor(x), (path,), strip=False)
+        tokens = np.asarray(ops.convert_to_numpy(taken[path]))
+        noise = np.random.default_rng(0).normal(size=tokens.shape).astype(tokens.dtype)
+        noise[:, :prefix] = 0.0
+        shifted, _ = view.raw(
+            Placed([ops.convert_to_tensor(x)], {path: ops.convert_to_tensor(tokens + noise)}), (), False
+        )
+        before = [np.asarray(ops.convert_to_numpy(v)) for v in _leaves(values)]
+        after = [np.asarray(ops.convert_to_numpy(v)) for v in _leaves(shifted)]
+        reads = any(not np.array_equal(b, a) for b, a in zip(before, after))
+    except (ValueError, TypeError, KeyError):
+        return True
+    known[(path, prefix)] = reads
+    return reads
+
+
+def _leaves(values: Any) -> list:
+    """The tensors of a model's outputs (any structure), flattened."""
+    import keras
+
+    return list(keras.tree.flatten(values))
+
+
+def _unread_patches_text(model: Any, path: str) -> str:
+    """Why the token layer at ``path`` is refused, and a layer to use instead."""
+    from ..model.walker import attention_input_layer
+
+    works = attention_input_layer(model)
+    instead = (
+        f"use layer={works!r}, the input of the last block's attention (layer=None picks it)"
+        if works and works != path
+        else "use a layer before the last attention"
+    )
+    return (
+        f"layer {path!r}: the model's outputs do not depend on its patch tokens (a classifier reading its class "
+        f"token reads no patch token after the last attention), so its gradient there is zero and every CAM map "
+        f"would be zero; {instead}; received layer={path!r}."
+    )
 
 
 def check_cam_rank(ctx: Any, activations: Any, layer: str) -> None:
@@ -161,39 +285,49 @@ def check_cam_rank(ctx: Any, activations: Any, layer: str) -> None:
         )
 
 
-def token_grid(tokens: int, height: int, width: int) -> tuple[int, int, int]:
+def token_grid(tokens: int, height: int, width: int, prefix: int | None = None) -> tuple[int, int, int]:
     """``(prefix, h, w)``: how ``tokens`` transformer tokens of an image ``height × width`` split
     into prefix tokens (class, distillation, registers) and an ``h × w`` patch grid of the image's
-    aspect ratio, the fewest prefix tokens first. ``ValueError`` when no split fits."""
-    for prefix in range(tokens):
-        patches = tokens - prefix
-        h = round((patches * height / width) ** 0.5)
+    aspect ratio, the fewest prefix tokens first (exactly ``prefix`` when given). ``ValueError``
+    when no split fits."""
+    for count in range(tokens) if prefix is None else (prefix,):
+        patches = tokens - count
+        h = round((patches * height / width) ** 0.5) if patches > 0 else 0
         if h > 0 and patches % h == 0 and h * width == (patches // h) * height:
-            return prefix, h, patches // h
+            return count, h, patches // h
     raise ValueError(
-        f"cannot lay {tokens} tokens out on a patch grid of an image {height}×{width}; "
-        "CAM methods need a layer whose tokens are the image's patches (and prefix tokens)."
+        f"cannot lay {tokens} tokens out on a patch grid of an image {height}×{width}"
+        f"{'' if prefix is None else f' after {prefix} prefix tokens'}; CAM methods need a layer whose tokens "
+        "are the image's patches (and prefix tokens): give token_grid=(h, w) and prefix_tokens."
     )
 
 
-def tokens_on_grid(ctx: Any, tensor: Any, lead: int) -> Any:
+def tokens_on_grid(ctx: Any, tensor: Any, lead: int, grid: Any = None, prefix: int | None = None) -> Any:
     """A transformer layer's tokens ``[*lead axes, N, c]`` as ``[*lead axes, h, w, c]``: its
-    prefix tokens dropped, its patch tokens on the patch grid (see :func:`token_grid`)."""
+    ``prefix`` leading tokens dropped, its patch tokens on the ``grid`` ``(h, w)`` (both inferred
+    by :func:`token_grid` when None)."""
     from keras import ops
 
     height, width = (int(size) for size in ctx.spatial_size)
-    prefix, h, w = token_grid(int(tensor.shape[lead]), height, width)
+    if grid is None:
+        prefix, *grid = token_grid(int(tensor.shape[lead]), height, width, prefix)
+    elif prefix is None:
+        prefix = int(tensor.shape[lead]) - grid[0] * grid[1]
     shape = tuple(tensor.shape)
-    return ops.reshape(tensor[(slice(None),) * lead + (slice(prefix, None),)], (-1, *shape[1:lead], h, w, shape[-1]))
+    patches = tensor[(slice(None),) * lead + (slice(prefix, None),)]
+    return ops.reshape(patches, (-1, *shape[1:lead], grid[0], grid[1], shape[-1]))
 
 
-def cam_tensors(ctx: Any, activations: Any, g: Any, layer: str) -> Any:
+def cam_tensors(
+    ctx: Any, activations: Any, g: Any, layer: str, token_grid: Any = None, prefix_tokens: int | None = None
+) -> Any:
     """A CAM layer's ``A [n, *s, c]`` (and ``g [n, K, *s, c]`` unless ``g`` is None), checked to
     have the inputs' rank, channels last; a transformer's tokens ``[n, N, c]`` of image inputs
-    are laid out on their patch grid ``[n, h, w, c]``."""
+    are laid out on their patch grid ``[n, h, w, c]`` (``token_grid`` ``(h, w)`` after
+    ``prefix_tokens`` leading tokens; inferred when None)."""
     if len(activations.shape) == 3 and len(ctx.inputs.shape) == 4:
-        activations = tokens_on_grid(ctx, activations, 1)
-        return activations if g is None else (activations, tokens_on_grid(ctx, g, 2))
+        activations = tokens_on_grid(ctx, activations, 1, token_grid, prefix_tokens)
+        return activations if g is None else (activations, tokens_on_grid(ctx, g, 2, token_grid, prefix_tokens))
     check_cam_rank(ctx, activations, layer)
     return channels_last(ctx, activations, g)
 

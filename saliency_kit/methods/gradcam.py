@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, RELU_OPTION, cam_tensors, prepare_cam_layer, spatial_axes
+from ._common import LAYER_OPTION, RELU_OPTION, TOKEN_OPTIONS, cam_tensors, prepare_cam_layer, spatial_axes
 from .base import register
 
 __all__ = ["gradcam", "gradcam_plus_plus", "guided_gradcam", "cam_map"]
 
-OPTIONS = [LAYER_OPTION, RELU_OPTION]
+OPTIONS = [LAYER_OPTION, RELU_OPTION, *TOKEN_OPTIONS]
 
 
 def cam_map(ctx: Any, weights: Any, activations: Any, relu: bool) -> Any:
@@ -52,11 +52,11 @@ def cam_map(ctx: Any, weights: Any, activations: Any, relu: bool) -> Any:
     summary="Grad-CAM on a convolutional layer (Selvaraju et al. 2017), upsampled to the input; "
     "the map is the CAM itself",
 )
-def gradcam(ctx: Any, layer: str, relu: bool) -> Any:
+def gradcam(ctx: Any, layer: str, relu: bool, token_grid: Any = None, prefix_tokens: Any = None) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    activations, g = cam_tensors(ctx, activations, g, layer)  # [n, *s, c], [n, K, *s, c]
+    activations, g = cam_tensors(ctx, activations, g, layer, token_grid, prefix_tokens)  # [n, *s, c], [n, K, *s, c]
     return cam_map(ctx, ops.mean(g, axis=spatial_axes(g, 2)), activations, relu)
 
 
@@ -70,11 +70,11 @@ def gradcam(ctx: Any, layer: str, relu: bool) -> Any:
     gradient_channel_weights=True,
     summary="Grad-CAM++ (Chattopadhay et al. 2018), upsampled to the input; the map is the CAM itself",
 )
-def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
+def gradcam_plus_plus(ctx: Any, layer: str, relu: bool, token_grid: Any = None, prefix_tokens: Any = None) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)
-    activations, g = cam_tensors(ctx, activations, g, layer)
+    activations, g = cam_tensors(ctx, activations, g, layer, token_grid, prefix_tokens)
     g2 = ops.square(g)
     total = ops.sum(activations, axis=spatial_axes(activations), keepdims=True)[:, None]  # Σ_s A_c, [n, 1, 1.., c]
     alpha = ops.divide_no_nan(g2, 2.0 * g2 + total * g2 * g)
@@ -91,10 +91,10 @@ def gradcam_plus_plus(ctx: Any, layer: str, relu: bool) -> Any:
     spatial=True,
     summary="guided backprop × upsampled Grad-CAM (Selvaraju et al. 2017); map: max |attribution| over the last axis",
 )
-def guided_gradcam(ctx: Any, layer: str, relu: bool) -> Any:
+def guided_gradcam(ctx: Any, layer: str, relu: bool, token_grid: Any = None, prefix_tokens: Any = None) -> Any:
     from keras import ops
 
-    cam = gradcam(ctx, layer, relu)  # [n, K, *S]
+    cam = gradcam(ctx, layer, relu, token_grid, prefix_tokens)  # [n, K, *S]
     guided = ctx.gradients(ctx.inputs, rule="guided")  # [n, K, *S, C] (or [n, K, C, *S])
     cam = ops.expand_dims(ops.cast(cam, guided.dtype), 2 if ctx.channel_axis == 0 else -1)
     return guided * cam

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, RELU_OPTION, cam_tensors, prepare_cam_layer
+from ._common import LAYER_OPTION, RELU_OPTION, TOKEN_OPTIONS, cam_tensors, prepare_cam_layer
 from .base import register
 
 __all__ = ["layercam"]
@@ -32,16 +32,18 @@ __all__ = ["layercam"]
     title="LayerCAM",
     summary="LayerCAM (Jiang et al. 2021): activations × their positive gradients, summed over channels; "
     "works on early layers; the map is the CAM itself",
-    options=[LAYER_OPTION, RELU_OPTION],
+    options=[LAYER_OPTION, RELU_OPTION, *TOKEN_OPTIONS],
     reduce="none",
     cam=True,
     prepare=prepare_cam_layer,
 )
-def layercam(ctx: Any, layer: str, relu: bool) -> Any:
+def layercam(ctx: Any, layer: str, relu: bool, token_grid: Any = None, prefix_tokens: Any = None) -> Any:
     from keras import ops
 
     activations, g = ctx.layer(layer)  # [n, *s, c], [n, K, *s, c] (channels first: [n, c, *s], [n, K, c, *s])
-    activations, g = cam_tensors(ctx, ops.cast(activations, "float32"), ops.cast(g, "float32"), layer)
+    activations, g = cam_tensors(
+        ctx, ops.cast(activations, "float32"), ops.cast(g, "float32"), layer, token_grid, prefix_tokens
+    )
     maps = ops.sum(ops.relu(g) * activations[:, None], axis=-1)  # [n, K, *s]
     if relu:
         maps = ops.relu(maps)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import LAYER_OPTION, cam_tensors, prepare_cam_layer, spatial_axes
+from ._common import LAYER_OPTION, TOKEN_OPTIONS, cam_tensors, prepare_cam_layer, spatial_axes
 from .base import Option, register
 
 __all__ = ["scorecam"]
@@ -52,17 +52,18 @@ ASSUMED_CHANNELS = 512  # sizes the chunks when every channel is used (the count
             low=1,
             help="Faster-ScoreCAM: only each input's N channels of largest spread (default: every channel)",
         ),
+        *TOKEN_OPTIONS,
     ],
     reduce="none",
     cam=True,
     prepare=prepare_cam_layer,
     cost=lambda options: options["max_channels"] or ASSUMED_CHANNELS,
 )
-def scorecam(ctx: Any, layer: str, max_channels: int | None) -> Any:
+def scorecam(ctx: Any, layer: str, max_channels: int | None, token_grid: Any = None, prefix_tokens: Any = None) -> Any:
     from keras import ops
 
     activations, _ = ctx.layer(layer)  # [n, *s, C] (channels first: [n, C, *s])
-    activations = cam_tensors(ctx, ops.cast(activations, "float32"), None, layer)
+    activations = cam_tensors(ctx, ops.cast(activations, "float32"), None, layer, token_grid, prefix_tokens)
     axes = spatial_axes(activations)
     channels = activations.shape[-1]
     count = channels if max_channels is None else min(max_channels, channels)

@@ -29,6 +29,8 @@ __all__ = [
     "layer_paths",
     "find_layer",
     "default_cam_layer",
+    "patch_size",
+    "attention_input_layer",
     "spatial_output_text",
     "configure_cam_layer",
     "weighted_layers",
@@ -183,6 +185,7 @@ def default_cam_layer(model: keras.Model, rank: int = 4) -> str:
 
     A model returned by :func:`saliency_kit.load_model` uses its spec's ``gradcam_layer``
     (recorded with :func:`configure_cam_layer`).
+    A vision transformer (:func:`attention_input_layer`): the input of its last block's attention.
     Otherwise: the last layer (nested models included) whose output has the input's rank
     (``[B, t, c]``, ``[B, h, w, c]`` or ``[B, d, h, w, c]``, channels first or last as the model's).
     """
@@ -198,6 +201,9 @@ def default_cam_layer(model: keras.Model, rank: int = 4) -> str:
             "cannot be tapped from outside, so CAM methods have no default layer; wrap it in a "
             "functional model built from its layers, or use a gradient method."
         )
+    attention_input = attention_input_layer(model) if rank == 4 else None
+    if attention_input is not None:
+        return attention_input
     found = [path for path, layer in layer_paths(model) if output_rank(layer) == rank]
     if not found:
         raise ValueError(
@@ -205,6 +211,37 @@ def default_cam_layer(model: keras.Model, rank: int = 4) -> str:
             "output, so CAM methods cannot run on it; use a gradient method instead."
         )
     return found[-1]
+
+
+def attention_input_layer(model: keras.Model) -> str | None:
+    """The path of a vision transformer's CAM layer: the input of its last block's attention, the
+    output ``[B, N, C]`` of the last ``LayerNormalization`` before the model's last
+    ``MultiHeadAttention`` (a model that classifies from its class token reads no patch token after
+    that attention). ``None`` for a model without attention among its graph layers, or with an
+    image-shaped ``[B, h, w, c]`` layer after it (a convolutional head keeps its own CAM layer)."""
+    paths = list(layer_paths(model))
+    attentions = [i for i, (_, layer) in enumerate(paths) if isinstance(layer, keras.layers.MultiHeadAttention)]
+    if not attentions or any(output_rank(layer) == 4 for _, layer in paths[attentions[-1] :]):
+        return None
+    norms = [
+        path
+        for path, layer in paths[: attentions[-1]]
+        if isinstance(layer, keras.layers.LayerNormalization) and output_rank(layer) == 3
+    ]
+    return norms[-1] if norms else None
+
+
+def patch_size(model: keras.Model) -> tuple[int, int] | None:
+    """``(ph, pw)``: the patch size of a vision transformer's patch embedding, the first 2-D
+    convolution (nested and custom layers included, as KerasHub's ``ViTPatchingAndEmbedding``)
+    whose stride equals its kernel and exceeds 1; ``None`` when the model has none."""
+    for visit in walk(model):
+        layer = visit.layer
+        if isinstance(layer, keras.layers.Conv2D) and not isinstance(layer, keras.layers.Conv2DTranspose):
+            kernel, strides = tuple(layer.kernel_size), tuple(layer.strides)
+            if kernel == strides and max(strides) > 1:
+                return (int(strides[0]), int(strides[1]))
+    return None
 
 
 def weighted_layers(model: keras.Model) -> list[tuple[str, Any]]:
