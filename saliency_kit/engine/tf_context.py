@@ -151,21 +151,25 @@ class Context(BaseContext):
         """The attention probabilities of every attention call the model runs at the inputs, in
         call order, each ``[n, heads, T, S]`` (:func:`saliency_kit.model.attention.attention_recording`),
         and (``gradients=True``) the gradients of the scores with respect to each, ``[n, K, heads,
-        T, S]`` (else ``None``)."""
+        T, S]`` (else ``None``): the gradients of zero shifts added to the probabilities, as on JAX."""
         from ..model.attention import attention_recording
 
         view, rows = self._views(None), self.inputs
-        with tf.GradientTape(persistent=gradients, watch_accessed_variables=False) as tape:  # one source a call
-            tape.watch(rows)
-            with attention_recording(view.model) as taken:
-                scores = self.selection.scores(view, rows)[0]
-            if taken and scores.dtype != taken[0].dtype:
-                scores = tf.cast(scores, taken[0].dtype)
+        with attention_recording(view.model) as taken:  # unused when shifted: pruned from the graph
+            scores = self.selection.scores(view, rows)[0]
+        if gradients:
+            shifts = [tf.zeros_like(probabilities) for probabilities in taken]
+            with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:  # one source a call
+                tape.watch(shifts)
+                with attention_recording(view.model, shifts) as taken:
+                    scores = self.selection.scores(view, rows)[0]
+                if taken and scores.dtype != taken[0].dtype:
+                    scores = tf.cast(scores, taken[0].dtype)
         if self._top:
             self.memo.setdefault("scores", tf.cast(scores, tf.float32))
         if not gradients:
             return taken, None
-        return taken, [differentiate(tape, scores, probabilities, self._vectorise) for probabilities in taken]
+        return taken, [differentiate(tape, scores, shift, self._vectorise) for shift in shifts]
 
     # -- running sums ------------------------------------------------------------------------
     def sum(self, count: int, fn: Callable) -> Any:

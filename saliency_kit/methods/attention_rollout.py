@@ -62,6 +62,7 @@ def _discard(fused: Any, ratio: float) -> Any:
     ],
     reduce="none",
     cam=True,  # attributions are [B, K, H, W] maps, shown like CAMs
+    attention=True,
     prepare=prepare_attention("attention_rollout"),
 )
 def attention_rollout(ctx: Any, head_fusion: str, discard_ratio: float) -> Any:

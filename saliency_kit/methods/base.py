@@ -102,7 +102,8 @@ class Method:
     layer's upsampling): when a model's several inputs are explained, it runs once per input, the
     others held at their values, instead of once on all of them together. ``layered``: its
     attributions are of an inner layer's output (conductance), named by ``attribute_to=``; it
-    has no meaning without one.
+    has no meaning without one. ``attention``: it reads the attention probabilities of a
+    transformer's attention layers (attention rollout); a model without any is refused.
     """
 
     name: str
@@ -119,6 +120,7 @@ class Method:
     warn_zero: bool = True
     spatial: bool = False
     layered: bool = False
+    attention: bool = False
 
     @property
     def defaults(self) -> dict:
@@ -209,7 +211,7 @@ class Traits:
     (rendered diverging by default); ``prepare(request, options) -> options``: the method's own
     checks and resolutions (the registered :attr:`Method.prepare` also draws seeds and prepares
     the extended method); ``cost``, ``extends``, ``warn_zero`` (default: not ``cam``),
-    ``spatial`` (default: ``cam``), ``layered``: see :class:`Method`.
+    ``spatial`` (default: ``cam``), ``layered``, ``attention``: see :class:`Method`.
     """
 
     title: str | None = None
@@ -221,6 +223,7 @@ class Traits:
     warn_zero: bool | None = None
     spatial: bool | None = None
     layered: bool = False
+    attention: bool = False
 
     @classmethod
     def of(cls, name: str, keywords: dict) -> Traits:
@@ -246,7 +249,7 @@ def register(
         reduce: how maps are made: ``"abs_max"``, ``"sum"``, ``"mean"`` or ``"none"``
             (attributions are already maps, as for CAM methods).
         traits: the rarely given keywords ``title``, ``cam``, ``signed``, ``prepare``, ``cost``,
-            ``extends``, ``warn_zero``, ``spatial``, ``layered``: see :class:`Traits`.
+            ``extends``, ``warn_zero``, ``spatial``, ``layered``, ``attention``: see :class:`Traits`.
 
     Raises ``ValueError`` for a name registered twice, an option whose name the command line
     uses itself (:data:`RESERVED_OPTION_NAMES`), or an option declared by another method with
@@ -302,6 +305,7 @@ def register(
             warn_zero=(not given.cam) if given.warn_zero is None else bool(given.warn_zero),
             spatial=bool(given.cam) if given.spatial is None else bool(given.spatial),
             layered=bool(given.layered),
+            attention=bool(given.attention),
         )
         return fn
 

@@ -28,6 +28,7 @@ __all__ = ["transformer_attribution"]
     "rolled out; the class token's row on the patch grid",
     reduce="none",
     cam=True,  # attributions are [B, K, H, W] maps, shown like CAMs
+    attention=True,
     prepare=prepare_attention("transformer_attribution"),
 )
 def transformer_attribution(ctx: Any) -> Any:
@@ -35,9 +36,11 @@ def transformer_attribution(ctx: Any) -> Any:
 
     probabilities, gradients = ctx.attention()
     attention = stacked(ctx, probabilities)  # [L, n, heads, N, N]
-    tokens, K = int(attention.shape[-1]), ctx.num_targets
-    relevance = ops.broadcast_to(ops.eye(tokens, dtype="float32"), (1, K, tokens, tokens))
+    relevance: Any = None  # R_0 = I: R_1 = I + Ā_1
     for block, g in enumerate(gradients):
-        weighted = ops.relu(ops.cast(g, "float32") * attention[block][:, None])  # [n, K, heads, N, N]
-        relevance = relevance + ops.matmul(ops.mean(weighted, axis=2), relevance)
+        weighted = ops.mean(ops.relu(ops.cast(g, "float32") * attention[block][:, None]), axis=2)  # [n, K, N, N]
+        if relevance is None:
+            relevance = ops.eye(int(attention.shape[-1]), dtype="float32") + weighted
+        else:
+            relevance = relevance + ops.matmul(weighted, relevance)
     return patch_map(ctx, relevance[:, :, 0, :])

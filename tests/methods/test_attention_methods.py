@@ -70,3 +70,16 @@ def test_a_model_without_attention_is_refused(method):
     plain = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(inputs)))
     with pytest.raises(ValueError, match=f"^{method} needs a model with attention layers .*; this model has none"):
         sk.explain(plain, np.zeros((1, 8, 8, 3), "float32"), method, 0)
+
+
+def test_keras_hub_vit_needs_no_option():
+    keras_hub = pytest.importorskip("keras_hub")
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32
+    )
+    model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3, preprocessor=None)
+    for method in ("attention_rollout", "transformer_attribution"):
+        maps = sk.explain(model, images(), method, [[0, 2]] * 2).attributions
+        assert maps.shape == (2, 2, 32, 32) and np.isfinite(maps).all() and maps.min() >= 0 and maps.max() > 0
+        assert 0 < maps.max() < 10
