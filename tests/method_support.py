@@ -45,11 +45,12 @@ CHEAP_METRICS = {
 
 
 def input_methods() -> list:
-    """The registered methods whose attributions are of the inputs (every one but those
-    attributing to an inner layer, conductance, which the tests of layers run)."""
+    """The registered methods whose attributions are of the inputs of any model (every one but
+    those attributing to an inner layer, conductance, which the tests of layers run, and those
+    reading a transformer's attention, which tests/methods/test_attention_methods.py runs)."""
     from saliency_kit import methods
 
-    return [name for name in methods.names() if not methods.get(name).layered]
+    return [name for name in methods.names() if not methods.get(name).layered and not methods.get(name).attention]
 
 
 def small_options(method: str, input_shape: tuple, seed: int = 7) -> dict:

@@ -164,6 +164,37 @@ class Context(BaseContext):
         n, unit = self.inputs.shape[0], tuple(activations.shape[1:])
         return jnp.reshape(activations, [n, *lead, *unit]), jnp.reshape(grads, [n, *lead, self.num_targets, *unit])
 
+    def attention(self, gradients: bool = True) -> tuple[list, list | None]:
+        """The attention probabilities ``[n, heads, T, S]`` of every attention call at the inputs
+        and (``gradients=True``) the gradients ``[n, K, heads, T, S]`` of the scores with respect
+        to them, as on TensorFlow: each the gradient of a zero shift added to the probabilities."""
+        from ..model.attention import attention_recording
+
+        view, rows, selection = self._views(None), self.inputs, self.selection
+
+        def scores_at(shifts: Any) -> tuple[Any, list]:
+            with attention_recording(view.model, shifts) as taken:
+                scores = selection.scores(view, rows)[0]
+            return differentiable(scores, taken[0].dtype if taken else rows.dtype), list(taken)
+
+        def probabilities_at(z: Any) -> list:
+            with attention_recording(view.model) as taken:
+                scores = selection.scores(view, z)[0]
+            if self._top and not gradients:
+                self.memo.setdefault("scores", scores.astype(jnp.float32))
+            return list(taken)
+
+        if not gradients:
+            return probabilities_at(rows), None
+        shifts = [jnp.zeros(shape.shape, shape.dtype) for shape in jax.eval_shape(probabilities_at, rows)]
+        scores, pullback, taken = jax.vjp(scores_at, shifts, has_aux=True)
+        if self._top:
+            self.memo.setdefault("scores", scores.astype(jnp.float32))
+        columns = []
+        for k in range(scores.shape[1]):
+            columns.append(pullback(jnp.zeros_like(scores).at[:, k].set(1))[0])
+        return taken, [jnp.stack([column[i] for column in columns], axis=1) for i in range(len(taken))]
+
     # -- running sums ------------------------------------------------------------------------
     def sum(self, count: int, fn: Callable) -> Any:
         """``Σ_i fn(i)`` over ``i < count`` in blocks of ``m`` items that fit the chunk, as on

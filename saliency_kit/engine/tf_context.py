@@ -13,6 +13,8 @@ combines into its formula:
   respect to them, at the inputs or at other points (a path from a baseline);
 * ``ctx.spread(points)`` — each input's ``max − min`` (each part's, when several inputs are
   explained together), the scale of a noisy method's noise;
+* ``ctx.attention(gradients=True)`` — the attention probabilities of every attention call the
+  model runs, and the gradients of the scores with respect to them;
 * ``ctx.sum(count, fn)`` — a running sum over ``count`` items in blocks that fit the chunk, in a
   ``tf.while_loop`` (memory stays one chunk whatever ``samples``/``steps`` are);
 * ``ctx.at(points)`` — the same context at other inputs (noisy copies), for methods built on
@@ -144,6 +146,30 @@ class Context(BaseContext):
             return activations, grads
         n, unit = self.inputs.shape[0], tuple(activations.shape[1:])
         return tf.reshape(activations, [n, *lead, *unit]), tf.reshape(grads, [n, *lead, self.num_targets, *unit])
+
+    def attention(self, gradients: bool = True) -> tuple[list, list | None]:
+        """The attention probabilities of every attention call the model runs at the inputs, in
+        call order, each ``[n, heads, T, S]`` (:func:`saliency_kit.model.attention.attention_recording`),
+        and (``gradients=True``) the gradients of the scores with respect to each, ``[n, K, heads,
+        T, S]`` (else ``None``): the gradients of zero shifts added to the probabilities, as on JAX."""
+        from ..model.attention import attention_recording
+
+        view, rows = self._views(None), self.inputs
+        with attention_recording(view.model) as taken:  # unused when shifted: pruned from the graph
+            scores = self.selection.scores(view, rows)[0]
+        if gradients:
+            shifts = [tf.zeros_like(probabilities) for probabilities in taken]
+            with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:  # one source a call
+                tape.watch(shifts)
+                with attention_recording(view.model, shifts) as taken:
+                    scores = self.selection.scores(view, rows)[0]
+                if taken and scores.dtype != taken[0].dtype:
+                    scores = tf.cast(scores, taken[0].dtype)
+        if self._top:
+            self.memo.setdefault("scores", tf.cast(scores, tf.float32))
+        if not gradients:
+            return taken, None
+        return taken, [differentiate(tape, scores, shift, self._vectorise) for shift in shifts]
 
     # -- running sums ------------------------------------------------------------------------
     def sum(self, count: int, fn: Callable) -> Any:

@@ -105,7 +105,9 @@ class Method:
     has no meaning without one. ``gradient_channel_weights``: a CAM weighting each channel of a
     layer by one number taken from the score's gradient over the whole layer (Grad-CAM, Grad-CAM++,
     guided Grad-CAM; not LayerCAM, whose weights are the gradient at each position); a target whose
-    default score depends on the method reads it (a box target's default score).
+    default score depends on the method reads it (a box target's default score). ``attention``: it
+    reads the attention probabilities of a transformer's attention layers (attention rollout); a
+    model without any is refused.
     """
 
     name: str
@@ -123,6 +125,7 @@ class Method:
     spatial: bool = False
     layered: bool = False
     gradient_channel_weights: bool = False
+    attention: bool = False
 
     @property
     def defaults(self) -> dict:
@@ -213,7 +216,8 @@ class Traits:
     (rendered diverging by default); ``prepare(request, options) -> options``: the method's own
     checks and resolutions (the registered :attr:`Method.prepare` also draws seeds and prepares
     the extended method); ``cost``, ``extends``, ``warn_zero`` (default: not ``cam``),
-    ``spatial`` (default: ``cam``), ``layered``, ``gradient_channel_weights``: see :class:`Method`.
+    ``spatial`` (default: ``cam``), ``layered``, ``gradient_channel_weights``, ``attention``: see
+    :class:`Method`.
     """
 
     title: str | None = None
@@ -226,6 +230,7 @@ class Traits:
     spatial: bool | None = None
     layered: bool = False
     gradient_channel_weights: bool = False
+    attention: bool = False
 
     @classmethod
     def of(cls, name: str, keywords: dict) -> Traits:
@@ -251,8 +256,8 @@ def register(
         reduce: how maps are made: ``"abs_max"``, ``"sum"``, ``"mean"`` or ``"none"``
             (attributions are already maps, as for CAM methods).
         traits: the rarely given keywords ``title``, ``cam``, ``signed``, ``prepare``, ``cost``,
-            ``extends``, ``warn_zero``, ``spatial``, ``layered``, ``gradient_channel_weights``: see
-            :class:`Traits`.
+            ``extends``, ``warn_zero``, ``spatial``, ``layered``, ``gradient_channel_weights``,
+            ``attention``: see :class:`Traits`.
 
     Raises ``ValueError`` for a name registered twice, an option whose name the command line
     uses itself (:data:`RESERVED_OPTION_NAMES`), or an option declared by another method with
@@ -309,6 +314,7 @@ def register(
             spatial=bool(given.cam) if given.spatial is None else bool(given.spatial),
             layered=bool(given.layered),
             gradient_channel_weights=bool(given.gradient_channel_weights),
+            attention=bool(given.attention),
         )
         return fn
 

@@ -19,6 +19,9 @@ import keras
 __all__ = [
     "REQUIRED",
     "missing",
+    "attention_uses_flash",
+    "attention_steps_replaced",
+    "attention_steps_overridden",
     "functional_graph",
     "run_graph",
     "input_structure",
@@ -97,7 +100,10 @@ REQUIRED = (
 )
 
 #: Read when present (``getattr`` with a default): a Keras without it has no such feature.
-READ_IF_PRESENT = ((keras.layers.MultiHeadAttention, "_use_gate", "a gated attention output"),)
+READ_IF_PRESENT = (
+    (keras.layers.MultiHeadAttention, "_use_gate", "a gated attention output"),
+    (keras.layers.MultiHeadAttention, "_flash_attention", "attention that never forms its probabilities"),
+)
 
 #: The modules the layers Keras ships are defined in (``keras.layers`` re-exports them from
 #: ``keras.src``, Keras' private package).
@@ -291,10 +297,37 @@ def attention_overrides(op: Any) -> list[str]:
     return [name for name in ATTENTION_STEPS if getattr(type(op), name) is not getattr(base, name)]
 
 
+def attention_steps_overridden(op: Any) -> list[str]:
+    """The steps :func:`attention_steps_replaced` replaces that ``op``'s class (a
+    ``MultiHeadAttention``) overrides: a class computing its attention its own way."""
+    return [name for name in attention_overrides(op) if name != "call"]
+
+
 def attention_is_gated(op: Any) -> bool:
     """Whether a ``MultiHeadAttention`` gates its output (a Keras without the feature: no).
     Private: ``MultiHeadAttention._use_gate``."""
     return bool(getattr(op, "_use_gate", False))
+
+
+def attention_uses_flash(op: Any) -> bool:
+    """Whether a ``MultiHeadAttention`` runs flash attention, which never forms its probabilities
+    (a Keras without the feature: no). Private: ``MultiHeadAttention._flash_attention``."""
+    return bool(getattr(op, "_flash_attention", False))
+
+
+@contextlib.contextmanager
+def attention_steps_replaced(wrap: Callable) -> Iterator[None]:
+    """Within the block, ``MultiHeadAttention``'s own ``_compute_attention`` and ``_masked_softmax``
+    (on the class: every layer and subclass inheriting them) are ``wrap(compute_attention,
+    masked_softmax)``'s pair of functions; the originals are put back on leaving, whatever
+    happens. Private: ``MultiHeadAttention._compute_attention``, ``_masked_softmax``."""
+    base = keras.layers.MultiHeadAttention
+    saved = base.__dict__["_compute_attention"], base.__dict__["_masked_softmax"]
+    base._compute_attention, base._masked_softmax = wrap(*saved)
+    try:
+        yield
+    finally:
+        base._compute_attention, base._masked_softmax = saved
 
 
 def attention_projections(mha: Any) -> dict[str, Any]:
