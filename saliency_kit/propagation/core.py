@@ -278,6 +278,8 @@ class LinearRule:
             if kind == "negative":
                 # with no bias in the branch (all rules here): zero output when x⁻ = 0
                 out = ops.cond(any_negative, run, lambda: ops.zeros_like(z)) if bias is None else run()
+            elif kind == "x" and branch.kernels is unchanged and (part.bias is None or branch.bias is unchanged):
+                out = z  # the layer's own output: its convolution is not run a second time
             else:
                 out = run()
             outputs.append((branch, kind, kernels, out))

@@ -57,7 +57,7 @@ def rule_gate(rule: LinearRule, part: LinearPart, x: Any, z: Any, to_relevance: 
 
         return identity(z), backward
 
-    return gate(x, z)
+    return gate(x, ops.stop_gradient(z))  # z's own path gets no gradient: none flows back along it
 
 
 def pass_gate(rule: Any, x: Any, y: Any, to_relevance: bool, family: Any = None) -> Any:
@@ -74,7 +74,7 @@ def pass_gate(rule: Any, x: Any, y: Any, to_relevance: bool, family: Any = None)
 
         return identity(y), backward
 
-    return gate(x, y)
+    return gate(x, ops.stop_gradient(y))  # y's own path gets no gradient: none flows back along it
 
 
 @custom_gradient
@@ -255,7 +255,7 @@ def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
         def against_reference(x: Any, y: Any) -> Any:
             return identity(y), lambda dy: (_pooled(pool, x, x0, y, y0, dy), None)
 
-        return against_reference(x, y)
+        return against_reference(x, ops.stop_gradient(y))
 
     @custom_gradient
     def gate(x: Any, y: Any) -> Any:
@@ -267,7 +267,7 @@ def maxpool_gate(pool: Any, x: Any, y: Any, site: Any = None) -> Any:
 
         return identity(y), backward
 
-    return gate(x, y)
+    return gate(x, ops.stop_gradient(y))  # y's own path gets no gradient: none flows back along it
 
 
 def _pooled(pool: Any, x: Any, x0: Any, y: Any, y0: Any, dy: Any) -> Any:

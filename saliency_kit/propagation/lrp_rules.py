@@ -23,7 +23,7 @@ import numpy as np
 from keras import ops
 
 from .autodiff import divide_no_nan
-from .core import Branch, LinearRule, linear_vjp, positive_part, stabilize
+from .core import Branch, LinearRule, linear_vjp, positive_part, stabilize, unchanged
 
 __all__ = [
     "AlphaBeta",
@@ -37,8 +37,7 @@ __all__ = [
 ]
 
 
-def _identity(w: Any) -> Any:
-    return w
+_identity = unchanged
 
 
 def _positive(w: Any) -> Any:
