@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.placed import Placed
 from .base import Request, get
 from .option import Option
 
@@ -224,7 +225,6 @@ def reads_patch_tokens(model: Any, x: np.ndarray, path: str, prefix: int) -> boo
     and layer; ``True`` when the layer cannot be swapped (the method's own run reports why)."""
     from keras import ops
 
-    from ..model.placed import Placed
     from ..model.scores import ScoreView
 
     known = _PATCH_READING.setdefault(model, {})
