@@ -51,11 +51,12 @@ WORK = textwrap.dedent(
         assert np.isfinite(explanation.maps).all(), method
     sk.explain(model, x, "gradient", targets=0, attribute_to="conv")
     patches = keras.Input((16, 16, 3))
-    tokens = keras.layers.Reshape((16, 48))(keras.layers.Conv2D(48, 4, strides=4)(patches))
+    tokens = keras.layers.Reshape((16, 48), name="tokens")(keras.layers.Conv2D(48, 4, strides=4)(patches))
     tokens = tokens + keras.layers.MultiHeadAttention(2, 8)(tokens, tokens)
     vit = keras.Model(patches, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(tokens)))
     for method in ("attention_rollout", "transformer_attribution", "lrp", "deeplift"):
         assert np.isfinite(sk.explain(vit, x, method, targets=1).maps).all(), method
+    assert sk.explain(vit, x, "gradcam", targets=1, layer="tokens").maps.shape == (2, 1, 16, 16)
     sk.evaluate.completeness(model, x, "integrated_gradients", targets=0, steps=4)
     sk.render.grid(explanation)
     import tempfile

@@ -10,7 +10,6 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
 )
 
-import sys  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -82,7 +81,3 @@ def test_the_last_block_output_is_refused_naming_the_default():
     x = np.random.default_rng(1).normal(size=(1, SIZE, SIZE, 3)).astype("float32")
     with pytest.raises(ValueError, match=r"patch tokens.*layer='block2_norm1'"):
         sk.explain(class_token_vit(), x, "gradcam", 0, layer="block2_out")
-
-
-def test_no_tensorflow_was_imported():
-    assert "tensorflow" not in sys.modules
