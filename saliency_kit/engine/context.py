@@ -131,6 +131,19 @@ class BaseContext:
         values = ops.cast(selection.values(self._views(rule), rows), "float32")
         return ops.reshape(values, [self.inputs.shape[0], *lead, values.shape[-1]])
 
+    def gradients(self, points: Any, rule: Any = None, with_scores: bool = False) -> Any:
+        """Gradients of the target scores at ``points`` (each backend's :class:`Context`)."""
+        raise NotImplementedError
+
+    def _paired_with_references(self, reference: Any, rule: Any) -> tuple:
+        """:meth:`gradients_against` when other model inputs are held at each row's own values:
+        each input paired with its own reference, rows ``[x_0, x₀_0, x_1, x₀_1, ...]``;
+        ``(scores [n, K], reference scores [n, K], gradients [n, K, *input])``."""
+        x = self.inputs
+        pairs = ops.stack([x, ops.cast(reference, x.dtype) + ops.zeros_like(x)], axis=1)
+        scores, grads = self.gradients(pairs, rule=rule, with_scores=True)
+        return scores[:, 0], scores[:, 1], grads[:, 0]
+
     def _tap(self, path: str) -> Any:
         """What :meth:`layer` taps: the call of ``path`` on the explained input's path when the
         points are one input of several, else the layer's one call (``path`` itself)."""

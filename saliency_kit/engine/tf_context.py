@@ -92,9 +92,7 @@ class Context(BaseContext):
         x, selection = self.inputs, self.selection
         reference = tf.cast(reference, x.dtype)
         if selection.held:
-            pairs = tf.stack([x, reference + tf.zeros_like(x)], axis=1)
-            scores, grads = self.gradients(pairs, rule=rule, with_scores=True)
-            return scores[:, 0], scores[:, 1], grads[:, 0]
+            return self._paired_with_references(reference, rule)
         n, view, context = x.shape[0], self._views(rule), shared()
         with context.record():
             at_reference = selection.outputs(view, tf.reshape(reference, [1, *self.shape]))  # each leaf [1, ...]
