@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # for editors and type checkers: the eager view of the same n
 
 
 # Names that load without a framework; every other one first checks that Keras runs on a backend
-# saliency_kit supports (TensorFlow or JAX), so another one (KERAS_BACKEND=torch, numpy) gets one
+# saliency_kit supports (TensorFlow, JAX or PyTorch), so another one (KERAS_BACKEND=numpy) gets one
 # clear error, not an ImportError from deep inside.
 _WITHOUT_FRAMEWORK = {"methods", "render", "gallery", "Explanation", "list_models", "ModelSpec", "backend"}
 

@@ -3,7 +3,7 @@ for a backend it does not run on.
 
 Keras picks its backend once, when first imported: ``$KERAS_BACKEND``, else ``"backend"`` in
 ``$KERAS_HOME/keras.json`` (``~/.keras/keras.json``), else TensorFlow. saliency_kit runs on
-:data:`SUPPORTED` (TensorFlow and JAX); on another one (``torch``, ``numpy``) the package would
+:data:`SUPPORTED` (TensorFlow, JAX and PyTorch); on another one (``numpy``, ``openvino``) the package would
 fail deep inside, so :func:`require_supported_backend` says so first, naming the backend and what
 to use. Nothing here imports a framework.
 """
@@ -17,7 +17,7 @@ import sys
 __all__ = ["SUPPORTED", "selected_backend", "backend", "require_supported_backend", "BackendError"]
 
 #: The Keras backends saliency_kit runs on.
-SUPPORTED = ("tensorflow", "jax")
+SUPPORTED = ("tensorflow", "jax", "torch")
 
 
 class BackendError(RuntimeError):
@@ -51,7 +51,7 @@ def selected_backend() -> tuple[str, str]:
 
 def backend() -> str:
     """The Keras backend saliency_kit runs on (or will, once Keras is imported): ``"tensorflow"``
-    or ``"jax"``; :class:`BackendError` for another one."""
+    ``"jax"`` or ``"torch"``; :class:`BackendError` for another one."""
     require_supported_backend()
     return selected_backend()[0].lower()
 
@@ -61,7 +61,7 @@ def require_supported_backend() -> None:
     name, source = selected_backend()
     if name.lower() not in SUPPORTED:
         raise BackendError(
-            f"saliency_kit runs on Keras' TensorFlow or JAX backend, not on {name!r} (set by {source}): "
-            f"its gradients, backward rules and compiled kernels exist for those two; set "
-            f"KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; received backend {name!r}."
+            f"saliency_kit runs on Keras' TensorFlow, JAX or PyTorch backend, not on {name!r} (set by {source}): "
+            f"its gradients, backward rules and kernels exist for those three; set "
+            f"KERAS_BACKEND=tensorflow, KERAS_BACKEND=jax or KERAS_BACKEND=torch; received backend {name!r}."
         )

@@ -1,9 +1,9 @@
 """The engine's backend interface: what :mod:`saliency_kit.engine` asks of a tensor framework.
 
 :class:`Backend` declares it; :func:`active` returns the backend in use, Keras' own
-(:mod:`saliency_kit.engine.tf` or :mod:`saliency_kit.engine.jax`, modules satisfying the
-protocol). The engine reaches the framework, and the model machinery built on it (score views, rewrites), only through
-:func:`active`; the methods reach it only through the
+(:mod:`saliency_kit.engine.tf`, :mod:`saliency_kit.engine.jax` or :mod:`saliency_kit.engine.torch`,
+modules satisfying the protocol). The engine reaches the framework, and the model machinery built
+on it (score views, rewrites), only through :func:`active`; the methods reach it only through the
 :class:`~saliency_kit.engine.tf_context.Context` the kernels hand them (and ``keras.ops``). A second
 backend is a module with these names, returned by :func:`active`.
 """
@@ -84,8 +84,8 @@ class Backend(Protocol):
 
 def active() -> Backend:
     """The backend in use, Keras' own: :mod:`saliency_kit.engine.tf` on TensorFlow,
-    :mod:`saliency_kit.engine.jax` on JAX (:class:`~saliency_kit.keras_backend.BackendError` on
-    another)."""
+    :mod:`saliency_kit.engine.jax` on JAX, :mod:`saliency_kit.engine.torch` on PyTorch
+    (:class:`~saliency_kit.keras_backend.BackendError` on another)."""
     import keras
 
     name = keras.backend.backend()
@@ -93,6 +93,10 @@ def active() -> Backend:
         from . import jax
 
         return jax  # type: ignore[return-value]  # a module implementing the protocol
+    if name == "torch":
+        from . import torch
+
+        return torch  # type: ignore[return-value]
     if name != "tensorflow":
         require_supported_backend()
     from . import tf

@@ -25,7 +25,10 @@ backend without float64); a normal pair is Box–Muller's, ``r = √(−2 ln u�
 arguments may differ between backends, in the last bits (a few float32 ulps relative).
 
 Every draw is computed in float32 and cast to the dtype asked for. Tensors are built with
-``keras.ops`` only: the same code runs inside ``tf.function`` and ``jax.jit``.
+``keras.ops`` only: the same code runs inside ``tf.function``, ``jax.jit`` and on PyTorch. PyTorch
+has no uint32 arithmetic (its additions and shifts are not defined on that dtype), so there the
+words are int64 tensors holding values below 2³², masked back to 32 bits after each addition and
+left shift: the same bits.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -53,8 +57,20 @@ def words(values: Any) -> np.ndarray:
     return np.stack([bits >> np.uint64(32), bits & np.uint64(0xFFFFFFFF)], axis=-1).astype(np.uint32)
 
 
+def _word_dtype() -> str:
+    """The dtype words are held in: uint32, int64 on PyTorch (see the module's docstring)."""
+    return "int64" if keras.backend.backend() == "torch" else "uint32"
+
+
 def _u32(value: int) -> Any:
-    return ops.convert_to_tensor(np.uint32(value), "uint32")
+    return ops.convert_to_tensor(np.uint32(value), _word_dtype())
+
+
+def _wrapped(x: Any) -> Any:
+    """``x`` modulo 2³² where words are int64 (a no-op on uint32 words, which wrap themselves)."""
+    if keras.backend.standardize_dtype(x.dtype) == "uint32":
+        return x
+    return ops.bitwise_and(x, ops.convert_to_tensor(np.int64(0xFFFFFFFF), "int64"))
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -63,12 +79,14 @@ def _add(a: Any, b: Any) -> Any:
     the last axis when that axis has its length (``[1, 3, 3] + [1, 3, 1]`` adds along the wrong
     axis)."""
     if tuple(a.shape) == tuple(b.shape):
-        return ops.add(a, b)
+        return _wrapped(ops.add(a, b))
+    if keras.backend.standardize_dtype(a.dtype) != "uint32":
+        return _wrapped(ops.add(a, b))  # int64 words: no wrap-around to rely on, nor TensorFlow's bias add
     return ops.subtract(a, ops.subtract(_u32(0), b))
 
 
 def _rotate(x: Any, r: int) -> Any:
-    return ops.bitwise_or(ops.left_shift(x, _u32(r)), ops.right_shift(x, _u32(32 - r)))
+    return ops.bitwise_or(_wrapped(ops.left_shift(x, _u32(r))), ops.right_shift(x, _u32(32 - r)))
 
 
 def threefry(k0: Any, k1: Any, c0: Any, c1: Any) -> tuple[Any, Any]:
@@ -89,7 +107,7 @@ def threefry(k0: Any, k1: Any, c0: Any, c1: Any) -> tuple[Any, Any]:
 def _draw_keys(key: Any, ids: Any, stream: int) -> tuple[Any, Any]:
     """Draw keys ``(D0, D1)``, each uint32 ``[..., m]``: input key words ``key [..., 2]`` and copy
     indices ``ids [m]`` in ``stream``."""
-    ids = ops.cast(ids, "uint32")
+    ids = ops.cast(ids, _word_dtype())
     return threefry(key[..., 0:1], key[..., 1:2], ids, ops.zeros_like(ids) + _u32(stream))
 
 
@@ -101,7 +119,7 @@ def _element_words(d0: Any, d1: Any, shape: tuple) -> tuple[Any, Any, int]:
     is the same number wherever it sits in a chunk."""
     elements = math.prod(shape)
     padded = math.ceil((elements + 1) // 2 / PACKET) * PACKET
-    pairs = ops.cast(ops.arange(padded, dtype="int32"), "uint32")
+    pairs = ops.cast(ops.arange(padded, dtype="int32"), _word_dtype())
     w0, w1 = threefry(d0[..., None], d1[..., None], pairs, ops.zeros_like(pairs))
     return w0, w1, elements
 
@@ -160,13 +178,20 @@ def shared_uniform(seed: Any, ids: Any, shape: Any, dtype: str = "float32") -> A
     """Uniform draws on ``[0, 1)`` ``[m, *shape]`` of ``dtype`` that every input shares, keyed by
     ``(seed [2], ids [m])`` in a third stream."""
     shape = tuple(int(d) for d in shape)
-    key = _input_keys(seed, ops.convert_to_tensor(np.array([SHARED_KEY], np.uint32)))  # [1, 2]
+    key = _input_keys(seed, np.array([SHARED_KEY], np.uint32))  # [1, 2]
     d0, d1 = _draw_keys(key[0], ids, SHARED)
     return _uniform_from(d0, d1, (int(ids.shape[0]),), shape, dtype)
 
 
+def _words_tensor(value: Any) -> Any:
+    """uint32 words (NumPy or tensors) as a tensor of the words' dtype."""
+    if isinstance(value, np.ndarray):
+        return ops.convert_to_tensor(value.astype(np.int64) if _word_dtype() == "int64" else value, _word_dtype())
+    return ops.cast(value, _word_dtype())
+
+
 def _input_keys(seed: Any, keys: Any) -> Any:
     """The input keys uint32 ``[n, 2]``: ``F(seed, keys[b])``."""
-    seed, keys = ops.convert_to_tensor(seed, "uint32"), ops.convert_to_tensor(keys, "uint32")
+    seed, keys = _words_tensor(seed), _words_tensor(keys)
     k0, k1 = threefry(seed[0], seed[1], keys[:, 0], keys[:, 1])
     return ops.stack([k0, k1], axis=-1)

@@ -55,15 +55,16 @@ def eagerly(fn: Callable) -> Any:
 
 
 def rewrite(model: keras.Model, rule: Any) -> keras.Model:
-    """``sk.rewrite`` on JAX. A ReLU-family rule: a :class:`~saliency_kit.engine.jax_rewrite.RuledModel`
+    """``sk.rewrite`` on JAX. A ReLU-family rule: a :class:`~saliency_kit.engine.ruled_model.RuledModel`
     (the model itself, called with the rule on its traced program). A rule that rewrites the linear
     layers too (an LRP composite, DeepLIFT): ``rule.rewrite_model(model)``, a copy each of whose
     weights reads, inside a kernel, the traced value of the model's weight it mirrors
     (:class:`_MirroredScope`), so the copy always computes with the model's current weights."""
     if not hasattr(rule, "rewrite_model"):
-        from .jax_rewrite import rewrite_relus
+        from .jax_rules import with_rule
+        from .ruled_model import rewrite_relus
 
-        return rewrite_relus(model, rule)
+        return rewrite_relus(model, rule, with_rule)
     copy = rule.rewrite_model(model)
     if len(copy.weights) != len(model.weights):
         raise RuntimeError(f"the rewrite of {model.name!r} does not mirror its weights")

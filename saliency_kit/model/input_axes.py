@@ -247,6 +247,8 @@ def traced_channel_axis(model: keras.Model, shape: tuple, dtype: str) -> Traced:
     """
     import keras
 
+    if keras.backend.backend() == "torch":
+        return Traced(None)  # Keras' PyTorch convolutions transpose channels-last inputs themselves
     if keras.backend.backend() == "jax":
         from . import jax_input_axes
 

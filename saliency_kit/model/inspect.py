@@ -19,7 +19,15 @@ from .copy import input_signature as copy_signature
 from .input_axes import SPATIAL_LAYER_KINDS, may_move_axes, traced_channel_axis
 from .walker import walk
 
-__all__ = ["input_signature", "channel_axis", "layer_channel_axis", "weight_sync", "derived_state", "outside_any_trace"]
+__all__ = [
+    "input_signature",
+    "channel_axis",
+    "layer_channel_axis",
+    "weight_sync",
+    "derived_state",
+    "outside_any_trace",
+    "traced_shape",
+]
 
 
 def input_signature(model: keras.Model) -> tuple[tuple, str]:
@@ -52,12 +60,14 @@ def _sublayers(model: keras.Model) -> Iterator[keras.layers.Layer]:
 def outside_any_trace(fn: Callable) -> Any:
     """``fn()`` run eagerly, on the variables' own values, even while a kernel is being traced:
     tracing or probing a model must not land in the kernel (TensorFlow's ``init_scope``; on JAX,
-    compile-time evaluation outside the kernel's stateless scope)."""
+    compile-time evaluation outside the kernel's stateless scope; PyTorch runs it as it is)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         with tf.init_scope():
             return fn()
+    if keras.backend.backend() == "torch":
+        return fn()  # PyTorch traces nothing
     import jax
 
     with jax.ensure_compile_time_eval(), keras_private.outside_stateless_scope():
@@ -167,6 +177,10 @@ def _tensor_type() -> type:
         import tensorflow as tf
 
         return type(tf.constant(0.0))
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.Tensor
     import jax
 
     return jax.Array
@@ -183,3 +197,20 @@ def derived_state(layer: Any) -> tuple:
             data = np.ascontiguousarray(keras.ops.convert_to_numpy(value))
             state.append((name, data.dtype.str, data.shape, hashlib.blake2b(data.tobytes(), digest_size=16).digest()))
     return tuple(state)
+
+
+def traced_shape(fn: Callable, shape: tuple, dtype: str) -> tuple:
+    """The shape of ``fn``'s output on an input of ``shape``, traced by the active backend (nothing runs)."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return tuple(getattr(jax.eval_shape(fn, jax.ShapeDtypeStruct(shape, dtype)), "shape", ()))
+    if keras.backend.backend() == "torch":
+        import torch
+
+        with torch.no_grad():  # PyTorch traces nothing: run it once on zeros
+            return tuple(getattr(fn(keras.ops.zeros(shape, dtype)), "shape", ()))
+    import tensorflow as tf
+
+    traced = tf.function(fn, autograph=False).get_concrete_function(tf.TensorSpec(shape, dtype))
+    return tuple(getattr(traced.structured_outputs, "shape", ()))

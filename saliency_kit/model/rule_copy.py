@@ -1,5 +1,5 @@
 """``sk.rewrite(model, rule)`` on the active backend (:mod:`.rewrite` on TensorFlow,
-:mod:`saliency_kit.engine.jax_rewrite` and the LRP/DeepLIFT copies on JAX)."""
+:mod:`saliency_kit.engine.ruled_model` and the LRP/DeepLIFT copies on JAX)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
         ``rewritten_layers`` and ``rewritten_ops`` naming what takes the rule. On TensorFlow a
         copy of the layers (:func:`saliency_kit.model.rewrite.rewrite`); on JAX, for a ReLU-family
         rule, a model that calls ``model`` with the rule on its traced program
-        (:class:`saliency_kit.engine.jax_rewrite.RuledModel`).
+        (:class:`saliency_kit.engine.ruled_model.RuledModel`).
 
     Raises:
         TypeError: ``model`` is not a ``keras.Model``.

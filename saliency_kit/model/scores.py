@@ -36,6 +36,7 @@ import numpy as np
 
 from . import keras_private
 from .copy import input_signature, probe_input
+from .inspect import traced_shape
 from .placed import Placed
 from .squash import eager_or_traced, traced_squash
 from .taps import Reach, Tap, not_reached, path_of, recording
@@ -81,8 +82,9 @@ def _keeps_values(op: Any) -> bool:
 
 def _fused(op: Any) -> bool:
     """A weighted layer with Keras' own softmax/sigmoid as its ``activation`` argument (on
-    TensorFlow; JAX's traced program shows it, and a twin's config would import TensorFlow)."""
-    if isinstance(op, (keras.layers.Activation, keras.Model)) or keras.backend.backend() == "jax":
+    TensorFlow; JAX's traced program and PyTorch's calls show it, and a twin's config would import
+    TensorFlow)."""
+    if isinstance(op, (keras.layers.Activation, keras.Model)) or keras.backend.backend() != "tensorflow":
         return False
     activation = getattr(op, "activation", None)
     keras_own = (getattr(activation, "__module__", "") or "").startswith("keras")
@@ -418,18 +420,6 @@ def score_columns(model: keras.Model) -> int | None:
     return int(spec[0][-1])
 
 
-def _traced_shape(fn: Callable, shape: tuple, dtype: str) -> tuple:
-    """The shape of ``fn``'s output on an input of ``shape``, traced by the active backend (nothing runs)."""
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return tuple(getattr(jax.eval_shape(fn, jax.ShapeDtypeStruct(shape, dtype)), "shape", ()))
-    import tensorflow as tf
-
-    traced = tf.function(fn, autograph=False).get_concrete_function(tf.TensorSpec(shape, dtype))
-    return tuple(getattr(traced.structured_outputs, "shape", ()))
-
-
 def callable_columns(model: keras.Model, score_fn: Callable) -> int:
     """``K`` of a callable target ``score_fn(values) -> [B] or [B, K]`` on ``model``'s one output:
     traced symbolically (nothing runs); ``ValueError`` for another shape or several outputs."""
@@ -438,7 +428,7 @@ def callable_columns(model: keras.Model, score_fn: Callable) -> int:
         raise ValueError("a score_fn target needs a model with exactly one output.")
     shape, dtype = spec
     try:
-        out_shape = _traced_shape(score_fn, (3, *shape[1:]), dtype)
+        out_shape = traced_shape(score_fn, (3, *shape[1:]), dtype)
     except Exception as err:
         raise ValueError(
             f"targets callable failed on outputs of shape [B, {', '.join(map(str, shape[1:]))}]: {err}"

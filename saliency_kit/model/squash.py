@@ -2,7 +2,8 @@
 
 A layer (a ``Lambda``, an ``Activation`` holding a lambda, a ``keras.ops`` node, a layer of the
 user's own, a subclassed model) is traced on symbolic inputs by the active backend: into a
-TensorFlow graph (:mod:`.tf_squash`) or a JAX program (:mod:`.jax_squash`). Its output ends in a
+TensorFlow graph (:mod:`.tf_squash`) or a JAX program (:mod:`.jax_squash`), or run on PyTorch under a
+function mode noting its calls (:mod:`.torch_squash`). Its output ends in a
 squash when the last operations are a sigmoid or a softmax over the last axis (an op, or written
 out in ops), followed only by operations that keep values (casts, reshapes). The values before it
 are taken from the computation the layer runs in (the engine's compiled kernel), so the layer is
@@ -32,6 +33,10 @@ def traced_squash(call: Callable, specs: Sequence[tuple], variables: Sequence[An
         from . import jax_squash
 
         return jax_squash.traced_squash(call, specs, variables)
+    if keras.backend.backend() == "torch":
+        from . import torch_squash
+
+        return torch_squash.traced_squash(call, specs, variables)
     from . import tf_squash
 
     return tf_squash.traced_squash(call, specs)
@@ -45,6 +50,10 @@ def eager_or_traced(call: Callable, variables: Sequence[Any] = ()) -> Callable:
         from . import jax_squash
 
         return jax_squash.eager_or_traced(call, variables)
+    if keras.backend.backend() == "torch":
+        from . import torch_squash
+
+        return torch_squash.eager_or_traced(call, variables)
     from . import tf_squash
 
     return tf_squash.eager_or_traced(call)

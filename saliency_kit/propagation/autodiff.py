@@ -10,9 +10,9 @@ inside ``jax.jit``:
 * :func:`linearized`: the value, the Jacobian-vector product along one tangent, and the
   vector-Jacobian product, from one evaluation (DeepLIFT's midpoint rule);
 * :func:`fused`: a small element-wise function compiled into one pass (XLA on TensorFlow; on JAX
-  it already runs inside the caller's ``jax.jit``).
+  it already runs inside the caller's ``jax.jit``; PyTorch runs it as it is).
 
-TensorFlow is imported only on the TensorFlow path and JAX only on the JAX path.
+Each framework is imported only on its own path; PyTorch's are in :mod:`.torch_autodiff`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ def _on_tensorflow() -> bool:
     return keras.backend.backend() == "tensorflow"
 
 
+def _on_torch() -> bool:
+    return keras.backend.backend() == "torch"
+
+
 def custom_gradient(forward: Callable) -> Callable:
     """``forward(*args) -> (y, backward)`` as a function of ``args`` whose gradient is
     ``backward(dy)``: one gradient per argument (the gradient itself for one argument, a tuple for
@@ -37,6 +41,10 @@ def custom_gradient(forward: Callable) -> Callable:
         import tensorflow as tf
 
         return tf.custom_gradient(forward)
+    if _on_torch():
+        from . import torch_autodiff
+
+        return torch_autodiff.custom_gradient(forward)
     import jax
     import jax.numpy as jnp
 
@@ -78,6 +86,10 @@ def pullback(fn: Callable, *xs: Any) -> tuple[Any, Callable]:
             return grads[0] if len(xs) == 1 else grads
 
         return y, pull_tf
+    if _on_torch():
+        from . import torch_autodiff
+
+        return torch_autodiff.pullback(fn, *xs)
     import jax
 
     y, pull = jax.vjp(fn, *xs)
@@ -101,6 +113,10 @@ def linearized(fn: Callable, x: Any, tangent: Any) -> tuple[Any, Any, Callable]:
                 y = fn(x)
             product = forward.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return y, product, lambda cotangent: tape.gradient(y, x, output_gradients=cotangent)
+    if _on_torch():
+        from . import torch_autodiff
+
+        return torch_autodiff.linearized(fn, x, tangent)
     import jax
 
     y, jvp = jax.linearize(fn, x)
@@ -110,7 +126,7 @@ def linearized(fn: Callable, x: Any, tangent: Any) -> tuple[Any, Any, Callable]:
 
 def fused(fn: Callable) -> Callable:
     """``fn`` (element-wise steps on tensors) compiled into one pass: ``tf.function`` with XLA on
-    TensorFlow; on JAX ``fn`` itself (it runs inside the caller's ``jax.jit``)."""
+    TensorFlow; elsewhere ``fn`` itself (on JAX it runs inside the caller's ``jax.jit``)."""
     if _on_tensorflow():
         import tensorflow as tf
 

@@ -1,12 +1,14 @@
-"""``sk.rewrite(model, rule)`` with a ReLU-family rule on JAX: a model that runs the user's model
-unchanged and whose derivatives apply the rule at every ReLU-family operation it runs.
+"""``sk.rewrite(model, rule)`` with a ReLU-family rule on JAX and PyTorch: a model that runs the
+user's model unchanged and whose derivatives apply the rule at every ReLU-family operation it runs.
 
-There is no copy of the layers: :class:`RuledModel` calls the original model inside
-:func:`saliency_kit.engine.jax_rules.with_rule`, which traces the call and replaces the
-ReLU-family primitives of the traced program (hidden ones included: custom ``call`` methods,
-Lambdas, wrappers, recurrent layers, subclassed models) by versions carrying the rule. The
-original is only called, so a gradient of it taken before, after or at the same time stays
-plain; its weights are the original's own variables, so later training is seen.
+There is no copy of the layers: :class:`RuledModel` calls the original model inside the backend's
+op-level rule pass, ``with_rule`` (:func:`saliency_kit.engine.jax_rules.with_rule` traces the call
+and replaces the ReLU-family primitives of the traced program;
+:func:`saliency_kit.engine.torch_rules.with_rule` runs it under a function mode that replaces
+each ReLU-family call), hidden operations included (custom ``call`` methods, Lambdas, wrappers,
+recurrent layers, subclassed models). The original is only called, so a gradient of it taken
+before, after or at the same time stays plain; its weights are the original's own variables, so
+later training is seen.
 """
 
 from __future__ import annotations
@@ -18,16 +20,15 @@ import keras
 from ..model.copy import check_copy
 from ..model.relu_layers import nothing_to_rewrite
 from ..rules import as_rule
-from .jax_rules import with_rule
 
 __all__ = ["RuledModel", "rewrite_relus"]
 
 
 class RuledModel(keras.Model):
     """``model``'s outputs; their derivatives take ``rule`` at each ReLU-family operation.
-    ``report``: the :class:`~saliency_kit.engine.jax_rules.RuleReport` of the last trace."""
+    ``with_rule``: the backend's rule pass; ``report``: its report of the last call (or trace)."""
 
-    def __init__(self, model: keras.Model, rule: Any, **kwargs: Any) -> None:
+    def __init__(self, model: keras.Model, rule: Any, with_rule: Any, **kwargs: Any) -> None:
         super().__init__(name=kwargs.pop("name", f"{model.name}_{type(rule).__name__.lower()}"), **kwargs)
         self.original = model
         self.rule = rule
@@ -40,15 +41,16 @@ class RuledModel(keras.Model):
         return self.original.compute_output_spec(inputs)
 
 
-def rewrite_relus(model: keras.Model, rule: Any) -> keras.Model:
+def rewrite_relus(model: keras.Model, rule: Any, with_rule: Any) -> keras.Model:
     """The :class:`RuledModel` of ``model`` and ``rule`` (``"guided"``, ``"deconv"`` or a
-    :class:`~saliency_kit.ModifiedBackprop`), checked to compute ``model``'s outputs and to reach
+    :class:`~saliency_kit.ModifiedBackprop`) under ``with_rule`` (the backend's rule pass),
+    checked to compute ``model``'s outputs and to reach
     every ReLU-family operation (else ``ValueError`` naming what it could not reach); attributes
     ``rewritten_layers`` and ``rewritten_ops`` as on TensorFlow (the operations, e.g. ``"relu at
     dense"``)."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"rewrite expects a keras.Model; received {type(model).__name__}.")
-    ruled = RuledModel(model, as_rule(rule))
+    ruled = RuledModel(model, as_rule(rule), with_rule)
     check_copy(model, ruled, what="rewrite")  # also traces it, filling in the report
     ruled.report.check(f"model {model.name!r}")
     if not ruled.report.ops:
