@@ -23,7 +23,9 @@ What Keras 3 runs on PyTorch, and what is taken over (``x`` the activation's inp
   ``where(x > t, x, 0)`` (a ``threshold``), possibly clipped after; and Keras' leaky composite
   ``pos(x) − a · relu(−x [+ t])`` (``negative_slope`` with ``max_value`` or ``threshold``).
 
-A clip whose bounds are not constants is reported (``report.unsupported``). Nothing global
+A PReLU (``relu(x) − α · relu(−x)`` with a learned ``α``) is no member of the family: its ReLUs keep
+their plain gradient and are listed in ``report.plain``, as at the layer level. A clip whose bounds
+are not constants is reported (``report.unsupported``). Nothing global
 changes and the model is never touched: the mode exists only while ``wrapped`` runs, so the
 original function and its gradients stay plain, before, after and at the same time.
 """
@@ -34,11 +36,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import keras
 import torch
 import torch.nn.functional as F
-from keras.src.backend.common.name_scope import current_path  # Keras' layer path while a layer runs
 from torch.overrides import TorchFunctionMode
 
+from ..model.keras_private import running_layers
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
 from ..rules.coverage import RuleCoverage
 
@@ -52,7 +55,9 @@ _WHERE = (torch.where,)
 _NEGATE = (torch.neg, torch.negative, torch.Tensor.__neg__, torch.Tensor.neg)
 _ADD = (torch.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.Tensor.add)
 _MULTIPLY = (torch.multiply, torch.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul)
-_SUBTRACT = (torch.subtract, torch.sub, torch.Tensor.__sub__, torch.Tensor.__isub__, torch.Tensor.sub)
+_SUBTRACT = (
+    torch.subtract, torch.sub, torch.Tensor.__sub__, torch.Tensor.__isub__, torch.Tensor.sub, torch.Tensor.sub_,
+)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -165,17 +170,23 @@ class _RuleMode(TorchFunctionMode):
             del self.report.ops[index], self.report.families[index]
         ruled = _Ruled.apply(x, y.detach(), self.rule.bind(family))
         self._mark(ruled, _Made("activation", x, family))
-        self.report.ops.append(f"{_label(family)} at {current_path() or 'top level'}")
+        self.report.ops.append(f"{_label(family)} at {_where()}")
         self.report.families.append(family)
         return ruled
 
     def _ruled(self, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         first = args[0] if args else None
+        if func in _RELU and isinstance(running_layers()[1], keras.layers.PReLU):
+            entry = f"prelu at {_where()}"  # its learned slope: no member of the family
+            if entry not in self.report.plain:
+                self.report.plain.append(entry)
+            return out
         if func in _RELU:
+            ruled = self._activation(first, out, ReluFamily())
             negated = self._made(first)
-            if negated is not None and negated.kind == "negated":
-                self._mark(out, _Made("negative part", negated.x, threshold=negated.threshold))
-            return self._activation(first, out, ReluFamily())
+            if negated is not None and negated.kind == "negated":  # perhaps the negative part of a leaky one
+                self._mark(ruled, _Made("negative part", negated.x, threshold=negated.threshold))
+            return ruled
         if func is F.relu6:
             return self._activation(first, out, ReluFamily(max_value=6.0))
         if func is F.leaky_relu:
@@ -198,19 +209,21 @@ class _RuleMode(TorchFunctionMode):
     def _capped(self, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         """A clip or minimum of a rule-carrying activation: the activation with that cap."""
         inner = self._made(args[0] if args else None)
+        other = args[1] if len(args) > 1 else kwargs.get("other")
+        if func in _MINIMUMS and (inner is None or inner.kind != "activation"):
+            inner, other = self._made(other), args[0]  # minimum(cap, activation)
         if inner is None or inner.kind != "activation" or inner.family is None:
             return out
         low: float | None = 0.0
         if func in _MINIMUMS:
-            high = _constant(args[1] if len(args) > 1 else kwargs.get("other"))
+            high = _constant(other)
         else:
             low = _constant(args[1] if len(args) > 1 else kwargs.get("min"))
             high = _constant(args[2] if len(args) > 2 else kwargs.get("max"))
         family = inner.family
         if high is None or low not in (0.0, None) or family.max_value is not None or family.negative_slope:
             self.report.unsupported.append(
-                f"{func.__name__} of {family.name} at {current_path() or 'top level'}: its bounds are not "
-                "constants a rule can be bound to"
+                f"{func.__name__} of {family.name} at {_where()}: its bounds are not constants a rule can be bound to"
             )
             return out
         return self._activation(inner.x, out, dataclasses.replace(family, max_value=high), replaces=inner)
@@ -249,6 +262,11 @@ class _RuleMode(TorchFunctionMode):
             if self.report.families[index].is_plain:
                 del self.report.ops[index], self.report.families[index]
                 return
+
+
+def _where() -> str:
+    """The path of the layer running now (``"model/dense"``), or ``"top level"``."""
+    return running_layers()[0] or "top level"
 
 
 def _label(family: ReluFamily) -> str:

@@ -18,6 +18,7 @@ import keras
 
 __all__ = [
     "REQUIRED",
+    "running_layers",
     "missing",
     "attention_uses_flash",
     "attention_steps_replaced",
@@ -376,3 +377,15 @@ def outside_stateless_scope() -> Iterator[None]:
         yield
     finally:
         global_state.set_global_attribute("stateless_scope", scope)
+
+
+def running_layers() -> tuple[str, Any]:
+    """``(path, innermost layer)`` of the layers running right now (``"model/block/dense"`` and the
+    ``Dense``; ``("", None)`` outside any): PyTorch's op-level passes name where an operation runs,
+    and tell a PReLU's own ReLUs from others. Private: Keras' name-scope stack
+    (``global_state``'s ``"name_scope_stack"``, each entry's ``caller``)."""
+    from keras.src.backend.common import global_state
+    from keras.src.backend.common.name_scope import current_path
+
+    stack = global_state.get_global_attribute("name_scope_stack") or []
+    return current_path(), (stack[-1].caller if stack else None)
