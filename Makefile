@@ -7,8 +7,13 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The framework of Keras' backend: JAX's CPU build when KERAS_BACKEND=jax, else TensorFlow's.
-EXTRA  := $(if $(filter jax,$(KERAS_BACKEND)),jax,cpu)
+# The framework of Keras' backend: JAX's CPU build when KERAS_BACKEND=jax, PyTorch when
+# KERAS_BACKEND=torch, else TensorFlow's. PyTorch's CPU build is on PyTorch's own index (PyPI's wheel
+# carries CUDA): TORCH_INDEX=https://download.pytorch.org/whl/cpu adds it; left empty, pip takes what
+# its configuration finds (a local CPU wheel where one is set up, as on the CI machines).
+EXTRA  := $(if $(filter jax,$(KERAS_BACKEND)),jax,$(if $(filter torch,$(KERAS_BACKEND)),torch,cpu))
+TORCH_INDEX ?=
+INDEX  := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 READY  := $(VENV)/.installed-$(EXTRA)
 TESTS_READY := $(VENV)/.installed-tests
 IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
@@ -19,22 +24,24 @@ run: $(READY)
 	$(BIN)/saliency explain $(IMAGES)
 
 # The linter, the formatter check and the type checker run first (seconds); then the suite on
-# TensorFlow, then the tests of tests/backends again in a JAX process (Keras fixes its backend when
-# imported): the conformance table against TensorFlow's numbers and what holds on JAX alone.
+# TensorFlow, then the tests of tests/backends again in a JAX process and in a PyTorch process (Keras
+# fixes its backend when imported): the conformance table against TensorFlow's numbers and what holds
+# on each backend alone.
 test: $(TESTS_READY) browser
 	$(BIN)/ruff check saliency_kit tests scripts
 	$(BIN)/ruff format --check saliency_kit tests scripts
 	$(BIN)/mypy
 	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -q tests/backends
+	KERAS_BACKEND=torch $(BIN)/python -m pytest -q tests/backends
 
 # `make run` installs what the library needs; `make test` adds the test tools, the anchors the
-# methods are checked against, JAX's CPU build (the second backend the tests run on), and Ray (with
-# its state API, for the killed-actor test).
+# methods are checked against, JAX's and PyTorch's CPU builds (the other backends the tests run on),
+# and Ray (with its state API, for the killed-actor test).
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA)]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRA)]" $(INDEX)
 	touch $(READY)
 
 # KerasHub (its BERT: a multi-input model the methods are tested on) is installed without its
@@ -48,7 +55,7 @@ $(READY): pyproject.toml
 # scripts/bench_peers.py puts on the path: in site-packages Quantus would import it, and with it
 # torchvision, whose PyPI wheel does not load beside the CPU build of PyTorch.
 $(TESTS_READY): $(READY)
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]" $(INDEX)
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0 tokenizers==0.23.3 regex rich kagglehub==1.0.2 kagglesdk==0.1.28
 	$(BIN)/python -m pip install --quiet --no-deps xplique==2.0.2 tensorflow-probability==0.25.0 tf-keras==2.21.0 einops==0.8.2 decorator==5.3.1 dm-tree==0.1.10
 	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/peers zennit==0.5.1

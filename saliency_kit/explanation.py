@@ -59,7 +59,7 @@ class Explanation:
             ``attributions`` and ``maps`` come in the structure the inputs came in (a dict keyed
             by input name, a list with ``None`` for an input not explained) or, for one layer,
             as one array. Else None.
-        backend: the Keras backend that computed it (``"tensorflow"`` or ``"jax"``).
+        backend: the Keras backend that computed it (``"tensorflow"``, ``"jax"`` or ``"torch"``).
     """
 
     attributions: np.ndarray

@@ -1,6 +1,6 @@
 """Benchmark the attribution engine against the raw compiled forward+backward pass.
 
-    python scripts/bench_engine.py [--backend tensorflow|jax|all] [--samples N] [--steps N]
+    python scripts/bench_engine.py [--backend tensorflow|jax|torch|all] [--samples N] [--steps N]
                                    [--repeats R] [--quick] [--channels C] [--masks N]
                                    [--new-methods-only] [--lrp-only] [--floors-only] [--peers]
 
@@ -8,8 +8,10 @@ On ResNet50 (``weights=None``, so nothing is downloaded), batch 8, 224×224, it 
 method and divides by the time of a plain compiled function of the same backend that computes
 the same batch's forward pass and the gradient of one class score (the least any gradient method
 can cost): a ``tf.function`` with a tape on TensorFlow, ``jax.jit(jax.grad(...))`` over
-``model.stateless_call`` on JAX (``--backend jax``; ``--backend all`` runs each backend in its
-own process, one after the other, and prints both tables):
+``model.stateless_call`` on JAX (``--backend jax``), autograd through the model on PyTorch
+(``--backend torch``: ``torch.autograd.grad`` of the gathered scores, under ``torch.enable_grad``);
+``--backend all`` runs each backend in its own process, one after the other, and prints the three
+tables:
 
 * gradient, guided backprop, deconvnet: target ratio ≤ 1.10;
 * SmoothGrad with n samples: ≤ 1.10·n; integrated gradients with n steps: ≤ 1.10·n;
@@ -89,6 +91,8 @@ def plain_pass(model, shape: tuple, rows: int):
 
     if keras.backend.backend() == "jax":
         return _jax_plain(model, gradient=True)
+    if keras.backend.backend() == "torch":
+        return _torch_plain(model, gradient=True)
     import tensorflow as tf
 
     @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32), tf.TensorSpec([rows, 1], tf.int32)])
@@ -107,6 +111,8 @@ def plain_forward(model, shape: tuple, rows: int):
 
     if keras.backend.backend() == "jax":
         return _jax_plain(model, gradient=False)
+    if keras.backend.backend() == "torch":
+        return _torch_plain(model, gradient=False)
     import tensorflow as tf
 
     @tf.function(input_signature=[tf.TensorSpec([rows, *shape], tf.float32)])
@@ -124,6 +130,10 @@ def _framework() -> str:
         import jax
 
         return f"JAX {jax.__version__}"
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads"
     import tensorflow as tf
 
     return f"TensorFlow {tf.__version__}"
@@ -150,6 +160,28 @@ def _jax_plain(model, gradient: bool):
 
     grad = jax.jit(jax.grad(score))
     return lambda inputs, classes: grad(inputs, classes, trainable, fixed)
+
+
+def _torch_plain(model, gradient: bool):
+    """``plain_pass`` (``gradient=True``) or ``plain_forward`` on PyTorch, written as a PyTorch user
+    would: the model called eagerly, ``torch.autograd.grad`` of the gathered scores with respect to
+    the inputs (forward only under ``torch.no_grad``)."""
+    import torch
+
+    def forward(inputs):
+        with torch.no_grad():
+            return model(inputs, training=False)
+
+    if not gradient:
+        return forward
+
+    def grad(inputs, classes):
+        leaf = inputs.detach().requires_grad_(True)
+        with torch.enable_grad():
+            score = torch.gather(model(leaf, training=False), 1, classes.long()).sum()
+            return torch.autograd.grad(score, leaf)[0]
+
+    return grad
 
 
 def _status_mb(field: str) -> float:
@@ -216,7 +248,7 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="only the rows side by side with the installed peers")
     parser.add_argument(
         "--backend",
-        choices=("tensorflow", "jax", "all"),
+        choices=("tensorflow", "jax", "torch", "all"),
         default="tensorflow",
         help="the Keras backend to time, each against its own hand-written compiled gradient; "
         "'all': each in its own process, one after the other (default tensorflow)",
@@ -228,7 +260,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.backend == "all":
-        for backend in ("tensorflow", "jax"):
+        for backend in ("tensorflow", "jax", "torch"):
             rest = [a for a in sys.argv[1:] if not a.startswith("--backend") and a not in ("all",)]
             print(f"\n## Keras backend: {backend}\n", flush=True)
             subprocess.run([sys.executable, __file__, *rest, "--backend", backend], check=True)
@@ -270,7 +302,7 @@ def main() -> None:
     ten = list(range(10))
     n_samples, n_steps = args.samples, args.steps
     runs = {  # name -> function; all warmed up, then timed round-robin so load drifts hit all alike
-        "raw": lambda: np.asarray(raw(xt, classes)),
+        "raw": lambda: ops.convert_to_numpy(raw(xt, classes)),
         "gradient": explain("gradient"),
         "guided_backprop": explain("guided_backprop"),
         "deconvnet": explain("deconvnet"),
@@ -358,16 +390,16 @@ def bench_floors(model, x, targets, reps: int, samples: int, steps: int, lrp_onl
     def plain(rows):
         fn, inputs = plain_pass(model, shape, rows), ops.convert_to_tensor(np.repeat(x, rows // batch, axis=0))
         labels = ops.convert_to_tensor(np.repeat(classes, rows // batch, axis=0))
-        return lambda: np.asarray(fn(inputs, labels))
+        return lambda: ops.convert_to_numpy(fn(inputs, labels))
 
     forward_fn, batch_inputs = plain_forward(model, shape, batch), ops.convert_to_tensor(x)
     one_row_fn, one_input = plain_forward(model, shape, 1), ops.convert_to_tensor(x[:1])
 
     def forward():
-        return np.asarray(forward_fn(batch_inputs))
+        return ops.convert_to_numpy(forward_fn(batch_inputs))
 
     def forward_one_row():
-        return np.asarray(one_row_fn(one_input))
+        return ops.convert_to_numpy(one_row_fn(one_input))
 
     bounds = {"low": float(x.min()), "high": float(x.max())}
     #: (row, run, rows of its baseline, divided by, floor)
@@ -526,7 +558,7 @@ def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: i
         return XRAI().GetMask(image, None, base_attribution=attribution)
 
     runs = {
-        "raw": lambda: np.asarray(raw(xt, classes)),
+        "raw": lambda: ops.convert_to_numpy(raw(xt, classes)),
         "forward": lambda: forward(xt).numpy(),
         "blur_ig": explain("blur_ig", steps=steps),
         "guided_ig": explain("guided_ig", steps=steps),

@@ -57,14 +57,23 @@ def test_make_run_on_jax_installs_jax_and_not_tensorflow(tmp_path):
     assert any(line.startswith(f"{venv}/bin/saliency explain ") for line in lines)
 
 
+def test_make_run_on_torch_installs_torch_and_not_tensorflow(tmp_path):
+    venv = tmp_path / "venv"
+    lines = planned("run", venv, backend="torch")
+    installs = [line for line in lines if "pip install" in line and "-e " in line]
+    assert installs and all('-e ".[torch]"' in line for line in installs), installs
+    assert any(line.startswith(f"{venv}/bin/saliency explain ") for line in lines)
+
+
 def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp_path):
     venv = tmp_path / "venv"
     lines = planned("test", venv)
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         f"KERAS_BACKEND=tensorflow {venv}/bin/python -m pytest -q",
         f"KERAS_BACKEND=jax {venv}/bin/python -m pytest -q tests/backends",
-    ]  # the suite on TensorFlow, then the backends' tests in a JAX process
-    assert lines[-5:-2] == [
+        f"KERAS_BACKEND=torch {venv}/bin/python -m pytest -q tests/backends",
+    ]  # the suite on TensorFlow, then the backends' tests in a JAX process and in a PyTorch process
+    assert lines[-6:-3] == [
         f"{venv}/bin/ruff check saliency_kit tests scripts",
         f"{venv}/bin/ruff format --check saliency_kit tests scripts",
         f"{venv}/bin/mypy",

@@ -136,7 +136,8 @@ def _use_assigned_cpus(backend: str) -> None:
     """The framework's thread pools sized to the CPUs Ray gave this actor, not to the whole machine
     (actors sharing a node would otherwise each start a thread per core and compete): TensorFlow's
     intra- and inter-op pools; on JAX, with one CPU, XLA's CPU operations single-threaded
-    (``XLA_FLAGS``, read when JAX first computes, so set before the model loads)."""
+    (``XLA_FLAGS``, read when JAX first computes, so set before the model loads); PyTorch's
+    intra-op threads."""
     import ray
 
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
@@ -147,6 +148,11 @@ def _use_assigned_cpus(backend: str) -> None:
         current = os.environ.get("XLA_FLAGS", "")
         if int(cpus) == 1 and flag not in current:
             os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+        return
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(max(1, int(cpus)))
         return
     import tensorflow as tf
 

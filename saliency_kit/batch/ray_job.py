@@ -76,5 +76,5 @@ class Job:
     token: str  # its contents
     model: ModelSource
     recipe: Recipe  # the task plan, methods, looks, batch size and formats of the run
-    backend: str  # the driver's Keras backend ("tensorflow", "jax"): every actor must run it
+    backend: str  # the driver's Keras backend ("tensorflow", "jax", "torch"): every actor must run it
     max_pixels: int | None = None  # larger images are refused (None: Pillow's limit)
