@@ -7,7 +7,7 @@ runs with ``--no-browser`` (everything but the screenshot) and the gallery's ima
 classes and scores, and TensorBoard's images, must be those of the committed screenshot. The
 shapes CNN of the callback pictures is trained once: TensorBoard is shown the logs of the run that
 drew them (the run the screenshot's script makes itself: ``callback_demo.py --epochs 8``).
-About two and a half minutes on 2 CPU cores."""
+About 175 s of CPU time, most of it on 2 cores at once (a third of it the callback's training)."""
 
 import importlib.util
 import json
@@ -120,6 +120,7 @@ GALLERY_CARDS = {
 
 
 def _check_gallery(out: Path) -> None:
+    """The batch run behind docs/gallery.png holds the cards the screenshot shows."""
     from saliency_kit.batch.gallery import gallery_data
 
     run = out / "gallery"
@@ -138,6 +139,8 @@ def _check_gallery(out: Path) -> None:
 
 
 def _check_tensorboard(out: Path) -> None:
+    """TensorBoard lists what docs/callback_tensorboard.png shows: one run, one tag, eight steps,
+    and the grid of the last epoch."""
     shown = json.loads((out / "callback_tensorboard" / "images.json").read_text(encoding="utf-8"))
     assert {run: {tag: listed["steps"] for tag, listed in tags.items()} for run, tags in shown.items()} == {
         ".": {"saliency/guided_backprop": list(range(8))}
