@@ -10,12 +10,18 @@
   ``scripts/callback_demo.py --epochs 8`` at 1300×757 (trains the shapes CNN: several minutes;
   ``--logs DIR`` takes the logs of an earlier run instead).
 
+``--no-browser`` does everything but the screenshot and keeps what the browser would show:
+``OUT/gallery/`` (the batch run: its ``index.html``, manifest and maps) and
+``OUT/callback_tensorboard/`` (``images.json``: ``{run: {tag: {"steps": [...], "last": FILE}}}``
+as TensorBoard's images plugin lists them, and ``FILE``, the image it serves at the last step);
+``tests/test_pictures.py`` checks those, where a screenshot's pixels would depend on the fonts.
 ``scripts/pictures.py`` declares these pictures with this command.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -23,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +54,7 @@ def browser(width: int, height: int):
     return driver
 
 
-def gallery(path: Path, logs: Path | None) -> None:
+def gallery(path: Path, logs: Path | None, screenshot: bool = True) -> None:
     with tempfile.TemporaryDirectory() as work:
         out, shapes = Path(work) / "out", Path(work) / "shapes"
         shapes.mkdir()
@@ -60,6 +68,9 @@ def gallery(path: Path, logs: Path | None) -> None:
             check=True,
             capture_output=True,
         )
+        if not screenshot:
+            shutil.copytree(out, path.with_suffix(""), dirs_exist_ok=True)
+            return
         driver = browser(1280, 757)
         try:
             driver.get((out / "index.html").as_uri())
@@ -69,7 +80,7 @@ def gallery(path: Path, logs: Path | None) -> None:
             driver.quit()
 
 
-def callback_tensorboard(path: Path, logs: Path | None) -> None:
+def callback_tensorboard(path: Path, logs: Path | None, screenshot: bool = True) -> None:
     with tempfile.TemporaryDirectory() as work:
         if logs is None:
             demo = [sys.executable, "scripts/callback_demo.py", "--epochs", "8", "--out", str(Path(work) / "run")]
@@ -80,6 +91,14 @@ def callback_tensorboard(path: Path, logs: Path | None) -> None:
             port = probe.getsockname()[1]
         board = shutil.which("tensorboard") or str(Path(sys.executable).parent / "tensorboard")
         server = subprocess.Popen([board, "--logdir", str(logs), "--port", str(port), "--host", "127.0.0.1"])
+        if not screenshot:
+            try:
+                _wait_for(port, server)
+                _save_images_tab(f"http://127.0.0.1:{port}", path.with_suffix(""))
+            finally:
+                server.terminate()
+                server.wait()
+            return
         driver = browser(1300, 757)
         try:
             _wait_for(port, server)
@@ -105,6 +124,39 @@ def _wait_for(port: int, server: subprocess.Popen, seconds: float = 120.0) -> No
     raise RuntimeError(f"tensorboard did not listen on port {port} within {seconds:.0f} s")
 
 
+def _save_images_tab(url: str, folder: Path, seconds: float = 60.0) -> None:
+    """What TensorBoard's IMAGES tab at ``url`` shows, from its images plugin: each run's tags and
+    steps in ``folder/images.json``, and each tag's image at its last step as a PNG beside it. The
+    server reads the logs after it starts listening: the listing is taken once two reads 2 s apart
+    agree and are not empty (``RuntimeError`` after ``seconds``)."""
+
+    def get(route: str, query: str) -> bytes:
+        with urllib.request.urlopen(f"{url}/data/plugin/images/{route}?{query}") as answer:
+            return answer.read()
+
+    def listing() -> dict[str, dict[str, list[dict]]]:
+        return {
+            run: {
+                tag: json.loads(get("images", urllib.parse.urlencode({"run": run, "tag": tag, "sample": 0})))
+                for tag in tags
+            }
+            for run, tags in json.loads(get("tags", "")).items()
+        }
+
+    deadline, before, now = time.monotonic() + seconds, None, listing()
+    while not now or now != before:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"TensorBoard's image listing did not settle within {seconds:.0f} s: {now}")
+        time.sleep(2)
+        before, now = now, listing()
+    folder.mkdir(parents=True, exist_ok=True)
+    shown: dict[str, dict[str, dict]] = {}
+    for number, (run, tag, images) in enumerate((r, t, i) for r, tags in now.items() for t, i in tags.items()):
+        (folder / f"last-{number}.png").write_bytes(get("individualImage", images[-1]["query"]))
+        shown.setdefault(run, {})[tag] = {"steps": [image["step"] for image in images], "last": f"last-{number}.png"}
+    (folder / "images.json").write_text(json.dumps(shown, indent=1) + "\n", encoding="utf-8")
+
+
 PICTURES = {"gallery.png": gallery, "callback_tensorboard.png": callback_tensorboard}
 
 
@@ -113,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="the folder to write the pictures to")
     parser.add_argument("--only", action="append", choices=sorted(PICTURES), help="draw this picture only")
     parser.add_argument("--logs", type=Path, help="callback_demo.py's logs to show in TensorBoard")
+    parser.add_argument("--no-browser", action="store_true", help="keep what the browser would show, no screenshot")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, draw in PICTURES.items():
         if args.only is None or name in args.only:
-            draw(args.out / name, args.logs)
-            print(f"wrote {args.out / name}")
+            draw(args.out / name, args.logs, screenshot=not args.no_browser)
+            print(f"wrote {args.out / name if not args.no_browser else args.out / Path(name).stem}")
     return 0
 
 

@@ -16,9 +16,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,18 +50,17 @@ def saliency_grid(path: Path) -> None:
 
 
 def cli(arguments: list[str], produced: str, path: Path) -> None:
-    """Run ``saliency ARGUMENTS --out TMP`` and copy the file ``produced`` (a glob in TMP) to ``path``."""
+    """Run ``saliency ARGUMENTS --out TMP`` and copy the file ``produced`` (a glob in TMP) to ``path``.
+    The command line runs in this process (its ``main``, as the console script calls it): one
+    start of TensorFlow for every picture."""
+    from saliency_kit.cli.main import main
+
     with tempfile.TemporaryDirectory() as out:
         print("$ saliency " + " ".join(arguments), flush=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "saliency_kit", *arguments, "--out", out],
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"the command failed ({done.returncode}): {done.stderr}")
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = main([*arguments, "--out", out])
+        if status != 0:
+            raise SystemExit(f"the command failed ({status}); its error is above")
         shutil.copyfile(next(Path(out).glob(produced)), path)
 
 

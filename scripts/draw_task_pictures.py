@@ -20,9 +20,9 @@ and ``OUT/shapes_det_grid.png`` (``OUT``: ``--out``, default ``docs``); prints e
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import io
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -61,15 +61,19 @@ def write_examples() -> None:
 
 
 def explain(arguments: list[str], picture: Path) -> None:
+    """Run ``saliency explain ARGUMENTS`` into a temporary folder and copy its grid to ``picture``.
+    The command line runs in this process (its ``main``, as the console script calls it): one
+    start of TensorFlow for every picture."""
+    from saliency_kit.cli.main import main
+
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "saliency_kit", "explain", *arguments, "--out", out]
         print("$ saliency explain " + " ".join(arguments), flush=True)
-        done = subprocess.run(
-            command, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True
-        )
-        print(done.stdout.replace(out, "saliency_out"), end="")
-        if done.returncode != 0:
-            raise SystemExit(f"the command failed ({done.returncode}): {done.stderr}")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = main(["explain", *arguments, "--out", out])
+        print(printed.getvalue().replace(out, "saliency_out"), end="")
+        if status != 0:
+            raise SystemExit(f"the command failed ({status}); its error is above")
         grid = next(Path(out).glob("*/grid.png"))
         shutil.copyfile(grid, picture)
         print(f"copied its grid to {picture}")
