@@ -158,8 +158,8 @@ class ModifiedBackprop:
         def modified(x: Any) -> Any:
             y = self.activation.forward(x)
 
-            def backward(dy: Any) -> Any:
-                return self.grad(x, y, dy)
+            def backward(*grads: Any, upstream: Any = None) -> Any:  # PyTorch passes it as `upstream`
+                return self.grad(x, y, upstream if upstream is not None else grads[0])
 
             return y, backward
 

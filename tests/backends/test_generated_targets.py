@@ -21,7 +21,7 @@ def lm():
 
 
 def hand_log_probs(model, ids):
-    return log_softmax(np.asarray(model(ids), np.float64))
+    return log_softmax(np.asarray(keras.ops.convert_to_numpy(model(ids)), np.float64))
 
 
 def test_generated_scores_are_the_log_probabilities_of_the_sequence(lm):
@@ -50,7 +50,7 @@ def test_generated_gradients_match_the_closed_form_with_the_future_zero(lm):
 def test_contrast_is_the_difference_of_the_logits(lm):
     model, table, weight = lm
     e = sk.explain(model, IDS, method="gradient", targets=sk.targets.contrast(T, token=2, foil=[0, 7]))
-    logits = np.asarray(model(IDS), np.float64)
+    logits = np.asarray(keras.ops.convert_to_numpy(model(IDS)), np.float64)
     np.testing.assert_allclose(e.scores[:, 0], logits[:, -1, 2] - logits[:, -1, [0, 7]].diagonal(), rtol=1e-5)
     for b, foil in enumerate([0, 7]):
         want = prefix_mean_gradient(IDS[b], table, weight, T, 2) - prefix_mean_gradient(IDS[b], table, weight, T, foil)

@@ -33,9 +33,9 @@ def test_the_logits_are_the_head_layers_affine_values(kind):
     kernel, bias = (np.asarray(w) for w in head.get_weights())
     view = ScoreView(model, "logits")
     assert view.strips_activation
-    np.testing.assert_allclose(np.asarray(view(X)), X @ kernel + bias, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(view(X)), X @ kernel + bias, rtol=1e-5, atol=1e-6)
     _, tapped = view(X, tap="head")
-    np.testing.assert_allclose(np.asarray(tapped), X @ kernel + bias, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(tapped), X @ kernel + bias, rtol=1e-5, atol=1e-6)
     assert score_columns(model) == 3
     assert callable_columns(model, lambda out: out[:, 1:]) == 2
 

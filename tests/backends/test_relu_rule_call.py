@@ -38,6 +38,13 @@ def vjp(f, x, dy):
 
         y, pull = jax.vjp(f, x)
         return np.asarray(y), np.asarray(pull(dy)[0])
+    if keras.backend.backend() == "torch":
+        import torch
+
+        leaf = torch.tensor(x, requires_grad=True)
+        y = f(leaf)
+        (grad,) = torch.autograd.grad(y, leaf, torch.tensor(dy))
+        return y.detach().numpy(), grad.numpy()
     import tensorflow as tf
 
     x = tf.constant(x)
