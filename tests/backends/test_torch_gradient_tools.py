@@ -220,12 +220,19 @@ def test_forward_mode_is_refused_by_torch():
         torch.func.jvp(lambda u: G.scale(u, 2.0), (torch.ones(2),), (torch.ones(2),))
 
 
-def test_float16_gradients_keep_their_dtype():
+def test_float16_and_bfloat16_keep_their_dtype():
     x = torch.tensor([1.0, -2.0], dtype=torch.float16, requires_grad=True)
     weights = torch.tensor([2.0, 0.5], dtype=torch.float16)
     (g,) = torch.autograd.grad(torch.sum(G.clip(G.scale(x, 3.0), -1.0, 1.0) * weights), x)
     assert g.dtype == torch.float16
     np.testing.assert_allclose(g.numpy(), [3.0, 1.5])
+    doubled = G.numpy_function(lambda h: h * 2, lambda h, dy: 3 * dy, output_dtype="bfloat16")  # NumPy has no bfloat16
+    x = torch.tensor([1.0, -2.0], dtype=torch.bfloat16, requires_grad=True)
+    y = doubled(x)
+    (g,) = torch.autograd.grad(torch.sum(y), x)
+    assert y.dtype == g.dtype == torch.bfloat16
+    np.testing.assert_array_equal(y.detach().float().numpy(), [2.0, -4.0])
+    np.testing.assert_array_equal(g.float().numpy(), [3.0, 3.0])
 
 
 def _two_linear_layers(middle, seed=0):
@@ -288,6 +295,24 @@ def test_one_fit_step_on_torch(name, middle, backward_at_h, forward):
     np.testing.assert_allclose(model.get_layer("first").get_weights()[0], expected, rtol=1e-5, atol=1e-6)
     if name == "scale_zero":
         np.testing.assert_array_equal(model.get_layer("first").get_weights()[0], w1)
+
+
+@pytest.mark.parametrize(
+    "middle,factor",
+    [
+        (lambda: sk.layers.GradientScale(-2.0), -2.0),
+        (lambda: keras.layers.Lambda(G.numpy_function(lambda h: h.copy(), lambda h, dy: 0.5 * dy)), 0.5),
+    ],
+    ids=["GradientScale", "numpy_function"],
+)
+def test_explain_takes_the_gradient_through_the_tools(middle, factor):
+    """sk.explain's gradient on PyTorch passes through the overrides: ``factor * w1 @ w2[:, 1]``."""
+    model = _two_linear_layers(middle())
+    w1, w2 = model.get_weights()
+    x = np.random.default_rng(3).normal(size=(4, 3)).astype(np.float32)
+    explanation = sk.explain(model, x, "gradient", targets=1)
+    np.testing.assert_allclose(explanation.attributions[:, 0], np.tile(factor * w1 @ w2[:, 1], (4, 1)), rtol=1e-5)
+    np.testing.assert_allclose(explanation.scores.ravel(), (x @ w1 @ w2)[:, 1], rtol=1e-5)
 
 
 SAVE_AND_LOAD = """

@@ -347,5 +347,6 @@ def test_every_backend_module_offers_the_same_mechanisms():
     assert (
         offered["tensorflow"]
         == offered["jax"]
+        == offered["torch"]
         == ["broadcast_shape", "custom_gradient", "host_call", "numpy_dtype", "vjp"]
     )
