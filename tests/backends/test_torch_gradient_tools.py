@@ -215,7 +215,11 @@ def test_an_outer_grad_of_a_value_taken_inside_an_inner_one_sees_the_override():
     np.testing.assert_allclose(d_loss_d_w(lambda u: torch.sum(st_round(u))), 0.6 + 3, rtol=1e-6)
 
 
-def test_forward_mode_is_refused_by_torch():
+def test_torch_func_reverse_mode_runs_and_forward_mode_is_refused():
+    jacobian = torch.func.jacrev(lambda u: G.scale(u, 2.0) ** 2)(t([1.0, 3.0]))
+    np.testing.assert_allclose(jacobian.numpy(), [[4.0, 0.0], [0.0, 12.0]])
+    _, pull = torch.func.vjp(lambda u: G.clip(u, -0.5, 0.5), t([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(pull(t([-2.0, 0.25, 9.0]))[0].numpy(), [-0.5, 0.25, 0.5])
     with pytest.raises(NotImplementedError, match="jvp"):
         torch.func.jvp(lambda u: G.scale(u, 2.0), (torch.ones(2),), (torch.ones(2),))
 
