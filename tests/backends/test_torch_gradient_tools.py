@@ -158,6 +158,17 @@ def test_numpy_function_of_another_shape_declares_it():
         summed(t(a))
 
 
+def test_keras_infers_a_numpy_function_layers_shape_without_running_it():
+    """Keras infers a layer's output on the "meta" device: the declared shape, ``fn`` not called."""
+    calls = []
+    cube = G.numpy_function(lambda h: calls.append(h.shape) or h**3, lambda h, dy: 3.0 * dy)
+    inp = keras.Input((3,))
+    out = keras.layers.Lambda(cube)(keras.layers.Dense(4)(inp))
+    assert tuple(out.shape) == (None, 4) and calls == []
+    assert tuple(keras.Model(inp, out)(np.ones((2, 3), np.float32)).shape) == (2, 4)
+    assert calls == [(2, 4)]  # run on the values when the model is called
+
+
 def test_numpy_function_bad_grad_fn_and_torch_func_are_clear():
     broken = G.numpy_function(np_mod, lambda x, y, dy: (dy,))
     with pytest.raises(ValueError, match="one gradient per input"):
