@@ -2,8 +2,9 @@
 
 The functions (:mod:`.ops`: ``scale``, ``clip``, ``clip_norm``, ``straight_through``,
 ``numpy_function``) and the Keras layers built on them (:mod:`.layers`: ``GradientScale``,
-``GradientClip``, ``GradientClipNorm``, also ``sk.layers``), on Keras' TensorFlow and JAX backends:
-each backend's own mechanisms are in :mod:`.tf_ops` and :mod:`.jax_ops`, imported only on it.
+``GradientClip``, ``GradientClipNorm``, also ``sk.layers``), on Keras' TensorFlow, JAX and PyTorch
+backends: each backend's own mechanisms are in :mod:`.tf_ops`, :mod:`.jax_ops` and
+:mod:`.torch_ops`, imported only on it.
 """
 
 from .ops import clip, clip_norm, numpy_function, scale, straight_through

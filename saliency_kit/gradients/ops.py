@@ -1,10 +1,11 @@
 """Gradient overrides: keep the forward pass, change the backward pass.
 
-Every function here is written once in ``keras.ops`` and runs on Keras' TensorFlow and JAX
-backends: eagerly, inside ``tf.function`` or ``jax.jit``, inside Keras models trained with
-``fit``, and under nested ``tf.GradientTape``s or ``jax.grad``s. The three things a backend does
-its own way (a function with its own gradient, the gradient of a function at a point, calling NumPy
-from a compiled program) live in :mod:`.tf_ops` and :mod:`.jax_ops`. For layers you can put in a
+Every function here is written once in ``keras.ops`` and runs on Keras' TensorFlow, JAX and
+PyTorch backends: eagerly, inside ``tf.function`` or ``jax.jit``, inside Keras models trained with
+``fit``, and under nested ``tf.GradientTape``s, ``jax.grad``s or ``torch.autograd.grad``s with
+``create_graph=True``. The three things a backend does its own way (a function with its own
+gradient, the gradient of a function at a point, calling NumPy from a compiled program) live in
+:mod:`.tf_ops`, :mod:`.jax_ops` and :mod:`.torch_ops`. For layers you can put in a
 model (and save), see :mod:`saliency_kit.gradients.layers`.
 
 =======================================  =====================  ==================================
@@ -17,14 +18,19 @@ call                                     forward                backward (``dx``
 ``numpy_function(fn, grad_fn)(*xs)``     ``fn(*xs)`` (NumPy)    ``grad_fn(*xs, dy)`` (NumPy)
 =======================================  =====================  ==================================
 
-Under nested tapes (or ``jax.grad`` of a ``jax.grad``) the override applies at every order: with
+Under nested tapes (or ``jax.grad`` of a ``jax.grad``, or PyTorch gradients taken with
+``create_graph=True``) the override applies at every order: with
 ``y = scale(x, 5)``, every derivative that passes through ``y`` is multiplied by 5, including when
 an outer tape differentiates a gradient computed by an inner one. ``numpy_function``'s gradient is
 computed in NumPy and has no gradient of its own (an outer tape sees it as a constant).
 
 On JAX each tool is a ``custom_vjp`` function, so it is differentiated in reverse mode only
 (``jax.grad``, ``jax.vjp``, ``jax.jacrev``, Keras' ``fit``); ``jax.jvp``, ``jax.jacfwd`` and
-``jax.hessian`` refuse it with JAX's own error. Other Keras backends are refused in one line.
+``jax.hessian`` refuse it with JAX's own error. On PyTorch each tool is a
+``torch.autograd.Function`` without a forward-mode rule: ``backward()``, ``torch.autograd.grad``
+and Keras' ``fit`` differentiate it, and so do ``torch.func.grad``, ``vjp``, ``jacrev`` and
+``vmap`` (all but ``numpy_function``, which needs its inputs' values); ``torch.func.jvp`` and
+``jacfwd`` refuse it with PyTorch's own error. Other Keras backends are refused in one line.
 """
 
 from __future__ import annotations
@@ -42,17 +48,17 @@ from ..keras_backend import BackendError
 __all__ = ["scale", "clip", "clip_norm", "straight_through", "numpy_function"]
 
 # Keras backend -> the module of its own gradient mechanisms (each defines the same five functions)
-BACKEND_MODULES = {"tensorflow": "tf_ops", "jax": "jax_ops"}
+BACKEND_MODULES = {"tensorflow": "tf_ops", "jax": "jax_ops", "torch": "torch_ops"}
 
 
 def _backend() -> ModuleType:
     """The active backend's module of :data:`BACKEND_MODULES`, imported on first use so that a JAX
-    process never imports TensorFlow; another backend is refused in one line."""
+    or PyTorch process never imports TensorFlow; another backend is refused in one line."""
     name = keras.backend.backend()
     if name not in BACKEND_MODULES:
         raise BackendError(
-            f"sk.gradients runs on Keras' TensorFlow and JAX backends; received backend {name!r}: "
-            "set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax"
+            f"sk.gradients runs on Keras' TensorFlow, JAX and PyTorch backends; received backend {name!r}: "
+            "set KERAS_BACKEND=tensorflow, KERAS_BACKEND=jax or KERAS_BACKEND=torch"
         )
     return importlib.import_module(f".{BACKEND_MODULES[name]}", __package__)
 
@@ -143,7 +149,7 @@ def numpy_function(
 
     Args:
         fn: ``fn(*arrays) -> array``, run on the host on the forward pass (``tf.numpy_function`` on
-            TensorFlow, ``jax.pure_callback`` on JAX).
+            TensorFlow, ``jax.pure_callback`` on JAX, called directly on PyTorch).
         grad_fn: ``grad_fn(*arrays, dy) -> one gradient per input`` (a tuple, or a single array
             when there is one input); NumPy arrays in and out. Each gradient is cast to its input's
             dtype and must have its input's shape (or the output's, for an input that was
@@ -157,7 +163,9 @@ def numpy_function(
     Returns:
         ``op(*tensors) -> tensor``. On TensorFlow the result's static shape is ``output_shape``'s,
         else the broadcast of the inputs' static shapes, else unknown; on JAX it is
-        ``output_shape``'s or the broadcast (inputs that do not broadcast are refused). The op is
+        ``output_shape``'s or the broadcast (inputs that do not broadcast are refused); on PyTorch
+        the result is checked against ``output_shape``'s or the broadcast (any shape when the
+        inputs do not broadcast). The op is
         not differentiable twice (an outer tape sees its gradient as constant).
 
     Example, the element-wise ``x mod y`` with ``d/dx = 1`` and ``d/dy = -floor(x / y)``::

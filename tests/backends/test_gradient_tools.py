@@ -1,5 +1,6 @@
 """sk.gradients and sk.layers give the same gradients on every backend they run on: each tool,
-written in keras.ops, against its NumPy closed form (run under TensorFlow and under KERAS_BACKEND=jax)."""
+written in keras.ops, against its NumPy closed form (run under TensorFlow, KERAS_BACKEND=jax and
+KERAS_BACKEND=torch)."""
 
 import keras
 import numpy as np
@@ -20,6 +21,12 @@ def gradients(fn, *arrays):
         import jax
 
         grads = jax.grad(lambda *t: keras.ops.sum(fn(*t)), argnums=tuple(range(len(tensors))))(*tensors)
+    elif keras.backend.backend() == "torch":
+        import torch
+
+        tensors = [t.detach().requires_grad_(True) for t in tensors]
+        grads = torch.autograd.grad(keras.ops.sum(fn(*tensors)), tensors)
+        return [g.numpy() for g in grads]
     else:
         import tensorflow as tf
 
@@ -35,13 +42,14 @@ def _norm_clipped(d, max_norm):
 
 
 CASES = [
-    # (name, fn, inputs, closed-form gradients of sum(fn(*inputs)))
+    # (name, fn, inputs, closed-form gradients of sum(fn(*inputs))); keras.ops.multiply, as a PyTorch
+    # tensor that requires a gradient does not multiply a NumPy array
     ("scale", lambda x: G.scale(x, -1.5), [X], [np.full_like(X, -1.5)]),
-    ("clip", lambda x: G.clip(x, -0.1, 0.5) * W, [X], [np.clip(W, -0.1, 0.5)]),
+    ("clip", lambda x: keras.ops.multiply(G.clip(x, -0.1, 0.5), W), [X], [np.clip(W, -0.1, 0.5)]),
     ("clip_norm", lambda x: G.clip_norm(3 * x, 1.0), [X], [3 * _norm_clipped(np.ones_like(X), 1.0)]),
     (
         "clip_norm_per_sample",
-        lambda x: G.clip_norm(x, 1.0, axes=[1]) * np.float32([[3.0, 4.0]]),
+        lambda x: keras.ops.multiply(G.clip_norm(x, 1.0, axes=[1]), np.float32([[3.0, 4.0]])),
         [X],
         [np.tile([[0.6, 0.8]], (2, 1))],
     ),

@@ -324,7 +324,8 @@ def test_another_backend_is_refused_in_one_line():
     env = {**os.environ, "KERAS_BACKEND": "numpy", "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     line = out.stdout.strip()
-    assert line.startswith("BackendError") and "'numpy'" in line and "KERAS_BACKEND=jax" in line, out
+    assert line.startswith("BackendError") and "'numpy'" in line, out
+    assert "KERAS_BACKEND=jax" in line and "KERAS_BACKEND=torch" in line, out
     assert len(line.splitlines()) == 1
 
 
@@ -346,5 +347,6 @@ def test_every_backend_module_offers_the_same_mechanisms():
     assert (
         offered["tensorflow"]
         == offered["jax"]
+        == offered["torch"]
         == ["broadcast_shape", "custom_gradient", "host_call", "numpy_dtype", "vjp"]
     )
