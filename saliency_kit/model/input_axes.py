@@ -243,12 +243,15 @@ def traced_channel_axis(model: keras.Model, shape: tuple, dtype: str) -> Traced:
     operation's channels. ``Traced(None)`` when the model has no spatial operation reached from
     its input (sequences without convolutions, tabular models) or cannot be traced symbolically.
     A functional model is traced up to its first spatial layer only; others as a whole. The
-    active backend traces it: a TensorFlow graph, or a JAX program (:mod:`.jax_input_axes`).
+    active backend traces it: a TensorFlow graph, a JAX program (:mod:`.jax_input_axes`), or the
+    calls the model makes on PyTorch (:mod:`.torch_input_axes`).
     """
     import keras
 
     if keras.backend.backend() == "torch":
-        return Traced(None)  # Keras' PyTorch convolutions transpose channels-last inputs themselves
+        from . import torch_input_axes
+
+        return Traced(*torch_input_axes.traced_channel_axis(model, front_of(model), shape, dtype))
     if keras.backend.backend() == "jax":
         from . import jax_input_axes
 
