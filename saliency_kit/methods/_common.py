@@ -227,8 +227,14 @@ def _output_shape(model: Any, x: np.ndarray, path: str) -> tuple | None:
     except (AttributeError, ValueError):
         if any(visit.path == path and visit.in_graph for visit in walk(model)):
             return None
-    _, taken = ScoreView(model, "output").raw(ops.convert_to_tensor(x), (path,), strip=False)
-    return tuple(taken[path].shape)
+    known = _TAPPED_SHAPES.setdefault(model, {})
+    if (path, x.shape[1:]) not in known:
+        _, taken = ScoreView(model, "output").raw(ops.convert_to_tensor(x), (path,), strip=False)
+        known[(path, x.shape[1:])] = (None, *taken[path].shape[1:])
+    return known[(path, x.shape[1:])]
+
+
+_TAPPED_SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(path, input shape): shape}
 
 
 _PATCH_READING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(path, prefix): reads}
