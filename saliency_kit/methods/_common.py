@@ -215,8 +215,8 @@ def _token_layout(request: Request, tokens: Any, options: dict) -> dict:
 def _output_shape(model: Any, x: np.ndarray, path: str) -> tuple | None:
     """The output shape of the layer at ``path``: its graph node's, or for a layer inside a custom
     layer (no graph node knows it) from a forward pass of ``model`` on one input ``x [1, ...]``;
-    ``None`` for a graph layer called several times (which call is explained is settled when the
-    method runs)."""
+    ``None`` for a layer called several times or a model that input alone cannot run (settled
+    when the method runs)."""
     from keras import ops
 
     from ..model.scores import ScoreView
@@ -229,7 +229,10 @@ def _output_shape(model: Any, x: np.ndarray, path: str) -> tuple | None:
             return None
     known = _TAPPED_SHAPES.setdefault(model, {})
     if (path, x.shape[1:]) not in known:
-        _, taken = ScoreView(model, "output").raw(ops.convert_to_tensor(x), (path,), strip=False)
+        try:
+            _, taken = ScoreView(model, "output").raw(ops.convert_to_tensor(x), (path,), strip=False)
+        except (ValueError, TypeError):  # not one input, or not one call: the method's own run says why
+            return None
         known[(path, x.shape[1:])] = (None, *taken[path].shape[1:])
     return known[(path, x.shape[1:])]
 

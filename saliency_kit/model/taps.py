@@ -160,11 +160,10 @@ def inside(
     run in a loop (inside a recurrent layer or a wrapper) is refused, as is a name not inside
     ``op`` (the message lists the paths that are)."""
     if isinstance(op, (keras.layers.RNN, keras.layers.Wrapper)):
-        parts = taps[0][0] if taps else next(iter(swaps))
+        path = f"{where}/{'/'.join(taps[0][0] if taps else next(iter(swaps)))}"
         raise ValueError(
-            f"layer {where}/{'/'.join(parts)!r} is inside {op.name!r} ({type(op).__name__}), which runs it once per "
-            f"step or slice: only layers run once per call can be tapped; tap {where!r} itself; "
-            f"received {where}/{'/'.join(parts)!r}."
+            f"layer {path!r} is inside {op.name!r} ({type(op).__name__}), which runs it once per step or slice: "
+            f"only layers run once per call can be tapped; tap {where!r} itself; received {path!r}."
         )
     plan: dict[int, list] = {}  # id(layer) -> [layer, keys, swapped]
     for parts, key in taps:
@@ -197,9 +196,10 @@ def _below(op: Any, parts: tuple, where: str) -> Any:
         found = [child for child in children(layer) if getattr(child, "name", None) == name]
         if len(found) != 1:
             paths = [visit.path for visit in walk(op, prefix=f"{where}/")]
+            path = f"{where}/{'/'.join(parts)}"
             raise ValueError(
-                f"no single layer {where}/{'/'.join(parts)!r} inside {op.name!r} ({type(op).__name__}); the layers "
-                f"inside it: {paths or 'none'}; received {where}/{'/'.join(parts)!r}."
+                f"no single layer {path!r} inside {op.name!r} ({type(op).__name__}); the layers inside it: "
+                f"{paths or 'none'}; received {path!r}."
             )
         layer = found[0]
     return layer
