@@ -9,7 +9,9 @@ input image with its overlays (or heatmaps) in a table of methods by classes, fi
 name, method and image name, sortable by score, and paged so that a run of thousands of images
 stays quick: only one page of cards exists in the document at a time, and its images load lazily.
 A text's token explanations (written by :func:`saliency_kit.batch.tokens.write_token_outputs`,
-``"kind": "tokens"``) show in its card as its tokens coloured on a diverging scale, with a legend.
+``"kind": "tokens"``) show in its card as its tokens coloured on a diverging scale, with a legend;
+generated text (``saliency explain-text --out``, :func:`saliency_kit.batch.generation.write_generation_outputs`,
+``"kind": "generation"``) as its ``[generated × source]`` matrix, the tokens as labels, on that scale.
 
 Everything on the page comes from ``manifest*.jsonl`` (``manifest.jsonl`` and the per-shard
 ``manifest.shard-I-of-N.jsonl``) and the files it names, so rebuilding after ``--resume`` gives the
@@ -48,8 +50,8 @@ __all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
 INDEX = "index.html"
 PAGE = "gallery.html"  # the page's HTML, CSS and JS, beside this module: $title, $page_size, $data
-_KINDS = ("overlay", "heatmap", "npz", "tokens")  # the manifest's "kind" of each file the page links
-MAX_TOKENS = 100_000  # a token file longer than this is not shown (the page holds every token)
+_KINDS = ("overlay", "heatmap", "npz", "tokens", "generation")  # the manifest's "kind" of each file linked
+MAX_TOKENS = 100_000  # a token file (or a generation's matrix) larger than this is not shown
 
 
 def read_manifests(out_dir: str | os.PathLike) -> list[dict]:
@@ -102,12 +104,15 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     """What the page shows, as plain JSON-able data.
 
     ``{"images": [{"image", "outputs": [{"method", "class", "class_name", "score", "overlay",
-    "heatmap", "npz", "tokens"} (+ ``"subject"``: the region or box a map explains, e.g.
-    ``"box2"``; + ``"text"``: a token file's ``{"tokens", "values", "colours", "text_colours",
-    "scale"}``)]}], "methods": [{"name", "title"}], "classes": [names], "failed": [{"image",
-    "error"}], "missing": int, "metrics": [file names], "token_legend": [colours]}`` (``metrics``
-    lists the ``saliency evaluate`` table and chart when ``--out`` holds them; ``token_legend``
-    the diverging scale's colours when a token output is there). Images keep the order of their first manifest line;
+    "heatmap", "npz", "tokens", "generation"} (+ ``"subject"``: the region or box a map explains,
+    e.g. ``"box2"``; + ``"text"``: a token file's ``{"tokens", "values", "colours",
+    "text_colours", "scale"}``, or a generation file's ``{"rows", "columns", "values",
+    "colours", "text_colours", "scale"}``, each of the last three ``[rows][columns]`` with
+    ``null`` in the cells that explain nothing)]}], "methods": [{"name", "title"}], "classes":
+    [names], "failed": [{"image", "error"}], "missing": int, "metrics": [file names],
+    "token_legend": [colours]}`` (``metrics`` lists the ``saliency evaluate`` table and chart
+    when ``--out`` holds them; ``token_legend`` the diverging scale's colours when a token or
+    generation output is there). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
     succeeded (a retry) counts as succeeded.
     """
@@ -132,8 +137,9 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
         if not isinstance(file, str) or file not in files:  # also any file name that is not a string
             missing += 1
             continue
-        text = _token_view(os.path.join(out_root, file)) if kind == "tokens" else None
-        if kind == "tokens" and text is None:
+        view = _VIEWS.get(kind)
+        text = view(os.path.join(out_root, file)) if view else None
+        if view and text is None:
             missing += 1
             continue
         seen_files.add(file)
@@ -206,6 +212,50 @@ def _token_view(path: str) -> dict | None:
     }
 
 
+def _generation_view(path: str) -> dict | None:
+    """What the page shows of a generation file (:mod:`saliency_kit.batch.generation`): its row
+    and column labels, values and colours on one diverging scale (``null`` in the cells that
+    explain nothing); None for a file that is not what the writer writes."""
+    try:
+        with open(path, "rb") as handle:
+            content = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict):
+        return None
+    rows, columns, values = content.get("rows"), content.get("columns"), content.get("values")
+    if not isinstance(rows, list) or not isinstance(columns, list) or not isinstance(values, list):
+        return None
+    if not rows or len(values) != len(rows) or len(rows) * len(columns) > MAX_TOKENS:
+        return None
+    if not all(isinstance(t, str) for t in rows + columns):
+        return None
+    if not all(isinstance(r, list) and len(r) == len(columns) for r in values):
+        return None
+    cells = [v for row in values for v in row]
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in cells):
+        return None
+    shown = np.asarray([v for v in cells if v is not None], np.float64)
+    if not shown.size or not np.all(np.isfinite(shown)):
+        return None
+    colours, text_colours, scale = token_colours(shown)
+    order = iter(range(shown.size))
+    index = [[None if v is None else next(order) for v in row] for row in values]
+
+    def cells_of(per_cell: list) -> list:
+        return [[None if i is None else per_cell[i] for i in row] for row in index]
+
+    return {
+        "rows": rows,
+        "columns": columns,
+        "values": cells_of([float(f"{v:.4g}") for v in shown]),
+        "colours": cells_of(colours),
+        "text_colours": cells_of(text_colours),
+        "scale": float(f"{scale:.3g}"),
+    }
+
+
+_VIEWS = {"tokens": _token_view, "generation": _generation_view}
 _METRICS_FILES = ("metrics.png", "metrics.csv", "metrics.json")  # written by `saliency evaluate`
 
 
@@ -245,6 +295,7 @@ def _packed(data: dict) -> dict:
         ("heatmap", "-heatmap.png", 2),
         ("npz", ".npz", 4),
         ("tokens", "-tokens.json", 8),
+        ("generation", "-generation.json", 16),
     )
     images = []
     for entry in data["images"]:

@@ -5,8 +5,10 @@ The model is a local KerasHub preset directory (``model.save_to_preset``), a ``.
 causal language model, or a KerasHub preset name. The prompt is continued greedily and every
 generated token explained by the tokens before it (:func:`saliency_kit.explain_generation`).
 Files written to ``--out``: ``generation.html`` (the ``[generated × source]`` matrix, every
-token escaped) and ``generation.png`` (the same as a figure). Prints the generated text and each
-file written.
+token escaped) and ``generation.png`` (the same as a figure); the matrix's data, a manifest line
+and the gallery ``index.html``, where the prompt gets a card beside any images and texts already
+explained into that folder (:func:`saliency_kit.batch.generation.write_generation_outputs`).
+Prints the generated text and each file written.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def load_causal_lm(where: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency explain-text``: returns the exit status."""
+    from ..batch.generation import write_generation_outputs
     from ..pipeline.generation import explain_generation, generated_text
 
     if args.method not in registry.names():
@@ -98,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(os.path.join(args.out, "generation.html"), page.encode("utf-8")),
         save_png(generation_figure(explanation, merge=args.merge), os.path.join(args.out, "generation.png")),
     ]
+    written += map(str, write_generation_outputs(args.out, explanation, name=args.prompt, merge=args.merge))
     for path in written:
         print(f"wrote {path}")
     return 0

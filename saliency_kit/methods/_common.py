@@ -143,7 +143,7 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
     transformer's token layer ``[B, N, C]``, its ``token_grid`` and ``prefix_tokens`` resolved),
     and inputs that are sequences ``[B, T, F]``, images ``[B, H, W, C]`` or volumes
     ``[B, D, H, W, C]`` (channels first for channels-first models) — before any work."""
-    from ..model.walker import default_cam_layer, find_layer, layer_at, spatial_output_text
+    from ..model.walker import default_cam_layer, find_layer, spatial_output_text
 
     rank = request.inputs.ndim
     if rank not in CAM_RANKS:
@@ -156,9 +156,8 @@ def prepare_cam_layer(request: Request, options: dict) -> dict:
         layer = request.default_layer
     path = default_cam_layer(request.model, rank) if layer is None else find_layer(request.model, layer)
     options = {**options, "layer": path}
-    try:
-        shape = tuple(layer_at(request.model, path).output.shape)
-    except (AttributeError, ValueError):  # called several times: checked when it runs
+    shape = _output_shape(request.model, request.inputs[:1], path)
+    if shape is None:  # called several times: checked when it runs
         return {**options, **_token_layout(request, None, options)} if rank == 4 else options
     if rank == 4 and len(shape) == 3:  # [B, N, C]: a transformer's tokens
         layout = _token_layout(request, shape[1], options)
@@ -211,6 +210,34 @@ def _token_layout(request: Request, tokens: Any, options: dict) -> dict:
             f"{options.get('token_grid')!r}, prefix_tokens={options.get('prefix_tokens')!r}."
         )
     return {"token_grid": tuple(grid), "prefix_tokens": prefix}
+
+
+def _output_shape(model: Any, x: np.ndarray, path: str) -> tuple | None:
+    """The output shape of the layer at ``path``: its graph node's, or for a layer inside a custom
+    layer (no graph node knows it) from a forward pass of ``model`` on one input ``x [1, ...]``;
+    ``None`` for a layer called several times or a model that input alone cannot run (settled
+    when the method runs)."""
+    from keras import ops
+
+    from ..model.scores import ScoreView
+    from ..model.walker import layer_at, walk
+
+    try:
+        return tuple(layer_at(model, path).output.shape)
+    except (AttributeError, ValueError):
+        if any(visit.path == path and visit.in_graph for visit in walk(model)):
+            return None
+    known = _TAPPED_SHAPES.setdefault(model, {})
+    if (path, x.shape[1:]) not in known:
+        try:
+            _, taken = ScoreView(model, "output").raw(ops.convert_to_tensor(x), (path,), strip=False)
+        except (ValueError, TypeError):  # not one input, or not one call: the method's own run says why
+            return None
+        known[(path, x.shape[1:])] = (None, *taken[path].shape[1:])
+    return known[(path, x.shape[1:])]
+
+
+_TAPPED_SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(path, input shape): shape}
 
 
 _PATCH_READING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(path, prefix): reads}

@@ -39,7 +39,7 @@ from .copy import input_signature, probe_input
 from .inspect import traced_shape
 from .placed import Placed
 from .squash import eager_or_traced, traced_squash
-from .taps import Reach, Tap, not_reached, path_of, recording
+from .taps import Reach, Tap, inside, not_reached, path_of, recording
 from .walker import is_graph_model
 
 __all__ = ["ScoreView", "score_columns", "callable_columns", "final_squash", "output_structure", "output_shapes"]
@@ -322,13 +322,10 @@ class ScoreView:
                         shifts=shifts,
                     ),
                 )
-            if inner or inner_swaps:
-                shown = "/".join(inner[0][0]) if inner else "/".join(next(iter(inner_swaps)))
-                raise ValueError(
-                    f"layer {prefix}{op.name}/{shown!r} is inside {op.name!r} ({type(op).__name__}), "
-                    f"which runs it internally: only layers of functional or Sequential models can be tapped; "
-                    f"tap {prefix + op.name!r} itself; received {prefix}{op.name}/{shown!r}."
-                )
+            if inner or inner_swaps:  # layers inside a custom layer
+                where = f"{prefix}{op.name}"
+                fn = inside(op, _call_op(op), inner, inner_swaps, taken, reach, self.model, shifts, where)
+                return recorder(op, fn)
             return recorder(op, _call_op(op))
 
         outputs = keras_private.run_graph(graph, x if isinstance(x, list) else [x], operation_fn)

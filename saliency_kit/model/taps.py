@@ -6,10 +6,16 @@ siamese branch applied to two inputs) has one output per call: a :class:`Tap` na
 one model input reaches, found by following, call by call as the graph runs, which model inputs
 each tensor depends on (:class:`Reach`). A tap that matches two calls is refused, never resolved
 to whichever ran last.
+
+A layer inside a custom layer (a KerasHub transformer block's layer norm) is no node of any
+graph: :func:`inside` records it while the custom layer runs, by an intercept on its class that
+acts only on the layers tapped, in the recording thread, and is removed when the call returns
+(the model and its layers are never modified).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +23,9 @@ from typing import Any
 import keras
 
 from .model_inputs import model_inputs
+from .walker import children, walk
 
-__all__ = ["Tap", "Reach", "path_of", "recording", "not_reached"]
+__all__ = ["Tap", "Reach", "path_of", "recording", "not_reached", "inside"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,13 @@ class Reach:
 
 
 def recording(
-    fn: Callable, keys: list, taken: dict, reach: Reach | None, model: keras.Model, shifts: dict | None = None
+    fn: Callable,
+    keys: list,
+    taken: dict,
+    reach: Reach | None,
+    model: keras.Model,
+    shifts: dict | None = None,
+    reached: frozenset = frozenset(),
 ) -> Callable:
     """``fn`` (one layer's call in ``model``'s graph) that also puts its output in ``taken[key]``
     for each tap ``key`` among ``keys`` it matches (a path: every call; a :class:`Tap`: a call its
@@ -71,13 +84,14 @@ def recording(
     key in ``shifts`` adds ``shifts[key]`` (zeros of the output's shape) to what the call gives
     the rest of the graph and to what is taken (a target reading the same layer reads it
     shifted): the gradient with respect to that shift is the gradient with respect to the
-    layer's output, on any backend."""
+    layer's output, on any backend. Without ``reach``, the call is on the paths of the model
+    inputs ``reached``."""
     if not keys and reach is None:
         return fn
     shifts = shifts or {}
 
     def record(*args: Any, **kwargs: Any) -> Any:
-        came = reach.of((args, kwargs)) if reach is not None else frozenset()
+        came = reach.of((args, kwargs)) if reach is not None else reached
         out = fn(*args, **kwargs)
         if reach is not None:
             reach.mark(out, came)
@@ -123,3 +137,119 @@ def not_reached(model: keras.Model, tap: str | Tap) -> str:
             f"{model.name!r}, so its activations are not of that input; choose a layer after that input with layer=."
         )
     return f"layer {tap!r} was not reached when running the model."
+
+
+_LOCK = threading.RLock()
+_ACTIVE = threading.local()  # .calls: {id(layer): its call while tapped}
+
+
+def inside(
+    op: Any,
+    fn: Callable,
+    taps: tuple,
+    swaps: dict,
+    taken: dict,
+    reach: Reach | None,
+    model: keras.Model,
+    shifts: dict | None,
+    where: str,
+) -> Callable:
+    """``fn`` (the call of ``op``, a custom layer at path ``where`` of ``model``) with the layers
+    inside it recorded: ``taps`` ``((names below op), key)`` as :func:`recording` does, ``swaps``
+    ``{(names below op): tensor}`` returning that tensor instead of running the layer. A layer
+    run in a loop (inside a recurrent layer or a wrapper) is refused, as is a name not inside
+    ``op`` (the message lists the paths that are)."""
+    if isinstance(op, (keras.layers.RNN, keras.layers.Wrapper)):
+        path = f"{where}/{'/'.join(taps[0][0] if taps else next(iter(swaps)))}"
+        raise ValueError(
+            f"layer {path!r} is inside {op.name!r} ({type(op).__name__}), which runs it once per step or slice: "
+            f"only layers run once per call can be tapped; tap {where!r} itself; received {path!r}."
+        )
+    plan: dict[int, list] = {}  # id(layer) -> [layer, keys, swapped]
+    for parts, key in taps:
+        layer = _below(op, parts, where)
+        plan.setdefault(id(layer), [layer, [], None])[1].append(key)
+    for parts, value in swaps.items():
+        layer = _below(op, parts, where)
+        plan.setdefault(id(layer), [layer, [], None])[2] = value
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        came = reach.of((args, kwargs)) if reach is not None else frozenset()
+        calls = {}
+        for key, (layer, keys, swapped) in plan.items():
+            original = _class_call(layer)
+            call = original if swapped is None else (lambda *a, swapped=swapped, **k: swapped)
+            calls[key] = recording(call, keys, taken, None, model, shifts, came)
+        with _Intercepted(plan, calls):
+            out = fn(*args, **kwargs)
+        if reach is not None:
+            reach.mark(out, came)
+        return out
+
+    return run
+
+
+def _below(op: Any, parts: tuple, where: str) -> Any:
+    """The layer at ``parts`` (names) below ``op``; ``ValueError`` listing the paths there."""
+    layer = op
+    for name in parts:
+        found = [child for child in children(layer) if getattr(child, "name", None) == name]
+        if len(found) != 1:
+            paths = [visit.path for visit in walk(op, prefix=f"{where}/")]
+            path = f"{where}/{'/'.join(parts)}"
+            raise ValueError(
+                f"no single layer {path!r} inside {op.name!r} ({type(op).__name__}); the layers inside it: "
+                f"{paths or 'none'}; received {path!r}."
+            )
+        layer = found[0]
+    return layer
+
+
+def _class_call(layer: Any) -> Callable:
+    """``layer.call`` as its class defines it (an intercept looked behind), bound to ``layer``."""
+    call = type(layer).call
+    return getattr(call, "__wrapped__", call).__get__(layer)
+
+
+class _Intercepted:
+    """Within the block, each layer of ``plan`` (in this thread) runs ``calls[id(layer)]`` in place
+    of its class's ``call``; other instances of those classes, and other threads, run as ever."""
+
+    def __init__(self, plan: dict, calls: dict):
+        self.classes = {type(layer) for layer, _, _ in plan.values()}
+        self.calls = calls
+        self.saved: dict = {}
+
+    def __enter__(self) -> None:
+        _LOCK.acquire()
+        active = getattr(_ACTIVE, "calls", None)
+        _ACTIVE.calls = {**(active or {}), **self.calls}
+        self.outer = active
+        for cls in self.classes:
+            if getattr(cls.call, "_saliency_intercept", False):
+                continue
+            self.saved[cls] = cls.__dict__.get("call")
+            cls.call = _intercept(cls.call)
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            for cls, own in self.saved.items():
+                if own is None:
+                    del cls.call
+                else:
+                    cls.call = own
+            _ACTIVE.calls = self.outer
+        finally:
+            _LOCK.release()
+
+
+def _intercept(original: Callable) -> Callable:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = getattr(_ACTIVE, "calls", None) or {}
+        if id(self) in calls:
+            return calls[id(self)](*args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    call._saliency_intercept = True  # type: ignore[attr-defined]
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    return call

@@ -136,10 +136,11 @@ def find_layer(model: keras.Model, layer: Any) -> str:
         return matches[0]
     if not matches:
         spatial = [p for p, op in layer_paths(model) if output_rank(op) in _SPATIAL_OUTPUTS]
+        attention_input = attention_input_layer(model)
+        inside = f" and the input of the last attention, {attention_input!r}" if attention_input else ""
         raise ValueError(
             f"layer {layer!r} is not in model {model.name!r}; layers with a sequence, image or volume "
-            "(3-D to 5-D) output: "
-            f"{spatial or 'none'}; received {layer!r}."
+            f"(3-D to 5-D) output: {spatial or 'none'}{inside}; received {layer!r}."
         )
     raise ValueError(
         f"layer name {layer!r} is ambiguous: it matches {matches}; give the full path; received {layer!r}."
@@ -217,16 +218,20 @@ def attention_input_layer(model: keras.Model) -> str | None:
     """The path of a vision transformer's CAM layer: the input of its last block's attention, the
     output ``[B, N, C]`` of the last ``LayerNormalization`` before the model's last
     ``MultiHeadAttention`` (a model that classifies from its class token reads no patch token after
-    that attention). ``None`` for a model without attention among its graph layers, or with an
-    image-shaped ``[B, h, w, c]`` layer after it (a convolutional head keeps its own CAM layer)."""
-    paths = list(layer_paths(model))
-    attentions = [i for i, (_, layer) in enumerate(paths) if isinstance(layer, keras.layers.MultiHeadAttention)]
-    if not attentions or any(output_rank(layer) == 4 for _, layer in paths[attentions[-1] :]):
+    that attention), both looked for at any depth (inside a custom block, as KerasHub's
+    ``ViTEncoderBlock``, in the order the block tracks them). ``None`` for a model without
+    attention, or with an image-shaped ``[B, h, w, c]`` graph layer after it (a convolutional
+    head keeps its own CAM layer)."""
+    visits = list(walk(model))
+    attentions = [i for i, visit in enumerate(visits) if isinstance(visit.layer, keras.layers.MultiHeadAttention)]
+    if not attentions or any(v.in_graph and output_rank(v.layer) == 4 for v in visits[attentions[-1] :]):
         return None
+    looped = tuple(v.path + "/" for v in visits if isinstance(v.layer, (keras.layers.RNN, keras.layers.Wrapper)))
     norms = [
-        path
-        for path, layer in paths[: attentions[-1]]
-        if isinstance(layer, keras.layers.LayerNormalization) and output_rank(layer) == 3
+        visit.path
+        for visit in visits[: attentions[-1]]
+        if isinstance(visit.layer, keras.layers.LayerNormalization)
+        and (output_rank(visit.layer) == 3 if visit.in_graph else not visit.path.startswith(looped))
     ]
     return norms[-1] if norms else None
 

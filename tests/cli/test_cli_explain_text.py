@@ -6,6 +6,7 @@ from causal_lm_support import tiny_gpt2
 from cli_support import decodes, own_lines, run
 
 import saliency_kit as sk
+from saliency_kit.batch import gallery
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,13 @@ def test_explain_text_writes_the_matrix_and_prints_the_text(saved, where):
     assert f"wrote {out / 'generation.html'}" in lines and f"wrote {out / 'generation.png'}" in lines
     assert decodes(out / "generation.png")[0] > 100
     assert "<table" in (out / "generation.html").read_text()
+    # the gallery of --out shows the prompt's card: its matrix, read back from the manifest
+    assert f"wrote {out / 'index.html'}" in lines
+    (card,) = gallery.gallery_data(out)["images"]
+    (shown,) = card["outputs"]
+    assert card["image"] == "ab a c b" and shown["class_name"] == text and shown["method"] == "gradient"
+    assert f"wrote {out / shown['generation']}" in lines
+    assert "".join(shown["text"]["rows"]) == text and "".join(shown["text"]["columns"]).endswith("ab a c b" + text)
 
 
 def test_a_missing_model_and_an_unknown_method_are_one_line_errors(saved, tmp_path):
