@@ -558,7 +558,7 @@ def bench_new_methods(model, x, targets, raw, reps: int, steps: int, channels: i
         return XRAI().GetMask(image, None, base_attribution=attribution)
 
     runs = {
-        "raw": lambda: ops.convert_to_numpy(raw(xt, classes)),
+        "raw": lambda: np.asarray(raw(xt, classes)),
         "forward": lambda: forward(xt).numpy(),
         "blur_ig": explain("blur_ig", steps=steps),
         "guided_ig": explain("guided_ig", steps=steps),

@@ -71,10 +71,11 @@ class _Following(TorchFunctionMode):
         if not isinstance(out, torch.Tensor):
             return out
         if name in ("permute",):
-            dims = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
+            dims = kwargs.get("dims", args[1] if len(args) == 2 and isinstance(args[1], (tuple, list)) else args[1:])
             new, moved = [axes[int(d)] for d in dims], True
         elif name in ("transpose", "swapaxes", "swapdims"):
-            a, b = (int(d) % len(axes) for d in args[1:3])
+            pair = args[1:3] if len(args) >= 3 else (kwargs.get("dim0"), kwargs.get("dim1"))
+            a, b = (int(d) % len(axes) for d in pair)
             new = list(axes)
             new[a], new[b], moved = axes[b], axes[a], True
         elif name in _KEEP and out.ndim == len(axes):

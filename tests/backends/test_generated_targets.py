@@ -5,6 +5,7 @@ language model, with each column's own and later positions zero.
 Run under both backends: ``pytest`` (TensorFlow) and ``KERAS_BACKEND=jax pytest``.
 """
 
+import keras
 import numpy as np
 import pytest
 from causal_lm_support import T, log_softmax, prefix_mean_gradient, prefix_mean_lm

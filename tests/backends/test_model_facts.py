@@ -13,6 +13,12 @@ RNG = np.random.default_rng(11)
 X = RNG.normal(size=(4, 5)).astype("float32")
 ops = keras.ops
 
+
+def _softmax_by_hand(t):
+    exp = ops.exp(t - ops.max(t, axis=-1, keepdims=True))
+    return exp / ops.sum(exp, axis=-1, keepdims=True)
+
+
 HEADS = {
     "fused_softmax": lambda h: keras.layers.Dense(3, activation="softmax", name="head")(h),
     "activation_sigmoid": lambda h: keras.layers.Activation("sigmoid")(keras.layers.Dense(3, name="head")(h)),
@@ -22,6 +28,7 @@ HEADS = {
     "sigmoid_by_hand": lambda h: keras.layers.Lambda(lambda t: 1.0 / (1.0 + ops.exp(-t)))(
         keras.layers.Dense(3, name="head")(h)
     ),
+    "stable_softmax_by_hand": lambda h: keras.layers.Lambda(_softmax_by_hand)(keras.layers.Dense(3, name="head")(h)),
 }
 
 
