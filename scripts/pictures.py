@@ -32,6 +32,26 @@ TRAINED = (
     "thread count; ENVIRONMENT fixes the threads, the kernels are the machine's: oneDNN's on an AVX-512 "
     "Xeon here, and with oneDNN off 16% of the pixels differ)"
 )
+#: the CPU kernels the TRAINED pictures were drawn with (:func:`kernels`): elsewhere a training's
+#: float sums round differently, so the tests compare their size only there, saying so
+TRAINED_ON = "x86_64 avx512f onednn"
+
+
+def kernels() -> str:
+    """The CPU kernels TensorFlow trains with here: the architecture, whether the CPU has
+    AVX-512 (the widest vectors oneDNN and Eigen use), and whether oneDNN is on."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    wide = "avx512f" if "avx512f" in flags else "no-avx512f"
+    onednn = "no-onednn" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "onednn"
+    return f"{platform.machine()} {wide} {onednn}"
+
+
 #: what every command runs in: Keras on TensorFlow (the pictures' backend), and two intra-op
 #: threads whatever the machine's cores: a training's sums are split the same way on any of them
 #: (on 4 threads the callback pictures come out 17% different)

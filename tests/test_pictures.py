@@ -104,6 +104,11 @@ def test_a_picture_redrawn_by_its_command_matches_the_committed_one(name, drawn)
         return
     new, old = _pixels(out / name), _pixels(DOCS / name)
     assert new.shape == old.shape, f"docs/{name} is stale: redraw it with {command}"
+    if picture.check == pictures.TRAINED and pictures.kernels() != pictures.TRAINED_ON:
+        pytest.skip(
+            f"docs/{name} comes from a training, drawn on {pictures.TRAINED_ON!r} kernels; these are "
+            f"{pictures.kernels()!r}: its size matches, its pixels are compared there only"
+        )
     off = np.abs(new - old).max(axis=-1) > 8
     assert off.mean() <= 0.002, f"docs/{name} is stale ({off.mean():.1%} of pixels differ): redraw it with {command}"
 
