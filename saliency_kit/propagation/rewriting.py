@@ -40,10 +40,18 @@ def covered_scopes(scopes: list) -> Iterator[None]:
 @contextlib.contextmanager
 def covered() -> Iterator[None]:
     """Within a rule-carrying layer's call: its operations are covered by its rule; while
-    :func:`covered_scopes` records, in a name scope of their own, recorded."""
+    :func:`covered_scopes` records, in a name scope of their own, recorded (on PyTorch, whose
+    calls run eagerly, ``scopes`` holds one entry while a covered call runs)."""
     scopes = _SCOPES.get()
     if scopes is None:
         yield
+        return
+    if keras.backend.backend() == "torch":
+        scopes.append("covered_by_rule")
+        try:
+            yield
+        finally:
+            scopes.pop()
         return
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
