@@ -18,7 +18,7 @@ from typing import Any
 
 import keras
 
-from ..model.copy import check_copy, copy_model
+from ..model.copy import check_copy, copy_model, rebuild_layer
 from . import canonizers
 
 __all__ = ["WrapperLayer", "clone_layer", "covered", "covered_scopes", "rewrite_planned", "squash_apart"]
@@ -69,8 +69,9 @@ def covered() -> Iterator[None]:
 
 
 def clone_layer(op: Any) -> Any:
-    """A new, unbuilt layer from ``op``'s config."""
-    return type(op).from_config(op.get_config())
+    """A new, unbuilt layer from ``op``'s config, its activation the same object (one Keras cannot
+    deserialise, ``torch.tanh``, included)."""
+    return rebuild_layer(op)
 
 
 class WrapperLayer(keras.layers.Layer):
