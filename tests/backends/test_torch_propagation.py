@@ -104,15 +104,80 @@ def scores_of(model, x):
     return keras.ops.convert_to_numpy(model(x))
 
 
-@pytest.mark.parametrize("method", ["lrp", "deeplift"])
-def test_a_softmax_in_a_custom_call_is_refused_in_one_line(method):
+class BatchCentred(keras.layers.Layer):
+    """A custom layer subtracting the mean over the whole batch (rows mix)."""
+
+    def call(self, x):
+        return x - keras.ops.mean(x)
+
+
+class Squared(keras.layers.Layer):
+    """A custom layer multiplying the explained values by themselves."""
+
+    def call(self, x):
+        return x * x
+
+
+@pytest.mark.parametrize(
+    "layer, method, words",
+    [
+        (Squashing, "lrp", ("softmax", "not linear")),
+        (Squashing, "deeplift", ("softmax", "not linear")),
+        (BatchCentred, "lrp", ("mean", "across the batch")),
+        (Squared, "deeplift", ("mul", "product of two")),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else (v if isinstance(v, str) else None),
+)
+def test_a_nonlinear_custom_call_is_refused_in_one_line_naming_the_layer_and_the_operation(layer, method, words):
     inp = keras.Input((6,))
-    model = keras.Model(inp, keras.layers.Dense(3)(Squashing(name="squash")(inp)))
+    model = keras.Model(inp, keras.layers.Dense(3)(layer(name="custom")(inp)))
     x = np.random.default_rng(1).normal(size=(2, 6)).astype(np.float32)
     with pytest.raises(ValueError) as refused:
         sk.explain(model, x, method=method, targets=[0, 1])
     line = str(refused.value)
-    assert "\n" not in line and "'squash'" in line and "softmax" in line and "not linear" in line, line
+    assert "\n" not in line and "layer 'custom'" in line and all(word in line for word in words), line
+
+
+class Block(keras.layers.Layer):
+    """A transformer block written as a custom layer: its sublayers called in ``call`` around
+    two residual sums."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
+        self.norm1 = keras.layers.LayerNormalization(name="norm1")
+        self.ff1 = keras.layers.Dense(12, activation="gelu", name="ff1")
+        self.ff2 = keras.layers.Dense(8, name="ff2")
+        self.norm2 = keras.layers.LayerNormalization(name="norm2")
+
+    def call(self, h):
+        h1 = self.norm1(h + self.attention(h, h))
+        return self.norm2(h1 + self.ff2(self.ff1(h1)))
+
+
+@pytest.mark.parametrize("method", ["lrp", "deeplift"])
+def test_a_block_as_a_custom_layer_is_explained_as_the_same_functional_block(method):
+    inp = keras.Input((5, 8))
+    block = Block(name="block")
+    custom = keras.Model(inp, keras.layers.Dense(3, name="logits")(keras.layers.Flatten()(block(inp))))
+    rng = np.random.default_rng(12)
+    for variable in custom.weights:
+        variable.assign(rng.normal(scale=0.4, size=variable.shape).astype(np.float32))
+    h1 = keras.layers.LayerNormalization(name="norm1")(
+        inp + keras.layers.MultiHeadAttention(2, 4, name="attention")(inp, inp)
+    )
+    ff = keras.layers.Dense(8, name="ff2")(keras.layers.Dense(12, activation="gelu", name="ff1")(h1))
+    h2 = keras.layers.LayerNormalization(name="norm2")(h1 + ff)
+    functional = keras.Model(inp, keras.layers.Dense(3, name="logits")(keras.layers.Flatten()(h2)))
+    for name in ("attention", "norm1", "ff1", "ff2", "norm2"):
+        functional.get_layer(name).set_weights(getattr(block, name).get_weights())
+    functional.get_layer("logits").set_weights(custom.get_layer("logits").get_weights())
+    x = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    np.testing.assert_allclose(scores_of(custom, x), scores_of(functional, x), atol=1e-5)
+    options = {"composite": "epsilon"} if method == "lrp" else {"baseline": 0.1}
+    ours = sk.explain(custom, x, method, targets=[2, 0], **options).attributions
+    theirs = sk.explain(functional, x, method, targets=[2, 0], **options).attributions
+    np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
 
 
 def test_deeplift_sums_to_delta_through_a_kerashub_transformer_encoder():
