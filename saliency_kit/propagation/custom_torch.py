@@ -32,7 +32,7 @@ _SHAPE = frozenset(
         "requires_grad_", "grad_fn", "is_floating_point", "is_complex", "is_contiguous", "stride",
         "storage_offset", "element_size", "get_device", "names", "data", "detach", "zeros_like",
         "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "new_zeros", "new_ones",
-        "new_empty", "new_full", "__len__", "is_nonzero_shape",
+        "new_empty", "new_full", "len",
     }
 )  # fmt: skip
 # linear (or affine) in every operand that carries explained values
@@ -82,23 +82,27 @@ _ONE_FACTOR: dict = {
     "index_put": (0, 2, "input", "values"),
 }
 _REDUCTIONS = ("sum", "mean")
+# operators with an in-place (``__iadd__``) and a reflected (``__radd__``) form; ``a / x`` stays
+# ``rtruediv``, refused for an explained divisor
+_REFLECTED = ("add", "sub", "mul", "matmul", "truediv")
+# value-independent outside a rule; inside one, a detached copy still follows the explained values
+_DETACHING = ("detach", "data")
 
 
 def _name(func: Any) -> tuple[str, str, bool]:
     """``(kind, full name, in place)`` of a ``torch`` function: ``torch.Tensor.__iadd__`` is
-    ``("add", ..., True)``, ``torch.nn.functional.pad`` ``("pad", ..., False)``."""
+    ``("add", ..., True)``, ``torch.Tensor.__rmul__`` ``("mul", ..., False)``,
+    ``torch.nn.functional.pad`` ``("pad", ..., False)``."""
     full = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
-    last = full.removesuffix(".__get__").rsplit(".", 1)[-1]
-    if last.startswith("__") and last.endswith("__") and last != "__len__":
-        last = last[2:-2]
-        if last.startswith("i") and last[1:] in ("add", "sub", "mul", "truediv", "matmul"):
-            return last[1:], full, True
-        if last.startswith("r") and last[1:] in ("add", "sub", "mul", "matmul", "truediv"):
-            return ("rtruediv" if last == "rtruediv" else last[1:]), full, False
-        return last, full, last == "setitem"
-    if last.endswith("_") and not last.endswith("__") and last != "requires_grad_":
-        return last[:-1], full, True
-    return last, full, False
+    kind = full.removesuffix(".__get__").rsplit(".", 1)[-1]
+    if kind.startswith("__") and kind.endswith("__"):
+        kind = kind[2:-2]
+        if kind[:1] in ("i", "r") and kind[1:] in _REFLECTED:
+            return ("rtruediv" if kind == "rtruediv" else kind[1:]), full, kind[0] == "i"
+        return kind, full, kind == "setitem"
+    if kind.endswith("_") and kind != "requires_grad_":
+        return kind[:-1], full, True
+    return kind, full, False
 
 
 def _tensors(value: Any) -> list:
@@ -140,12 +144,9 @@ class _CheckMode(TorchFunctionMode):
         if not reads:
             return out
         kind, full, in_place = _name(func)
-        if self.covering:  # inside a rule: whatever its values are computed from the explained ones
-            if kind in _SHAPE and kind not in ("detach", "data"):
-                return out
-        elif kind in _SHAPE:
+        if kind in _SHAPE and not (self.covering and kind in _DETACHING):
             return out
-        else:
+        if not self.covering:  # inside a rule, whatever is computed from explained values is one
             self.classify(kind, full, reads, args, kwargs, out)
         self.mark(_tensors(out))
         if in_place and args and isinstance(args[0], torch.Tensor):

@@ -214,3 +214,51 @@ def test_torchs_own_element_wise_activations_are_explained():
     np.testing.assert_allclose(explanation.attributions.reshape(2, -1).sum(-1), delta[[0, 1], [0, 2]], atol=1e-5)
     rewritten = rewrite_lrp(model, composites.get("epsilon"))
     assert type(rewritten.rewritten_layers["activation"]).__name__ == "Pass"
+
+
+def _in_place_copy(x, torch):
+    out = torch.zeros(x.shape)
+    out[:, :3] = x[:, :3]
+    return out
+
+
+ACCEPTED = {  # f(x, torch) of the explained x [2, 6] -> whether its output depends on x
+    "reshape, sum over a row, scale": (lambda x, torch: (x + 1.0).reshape(2, 3, 2).sum(-1) * 2.0, True),
+    "where on a constant condition": (lambda x, torch: torch.where(x.new_ones(x.shape) > 0, x, 0.0), True),
+    "product with a constant matrix": (lambda x, torch: x @ torch.ones(6, 2), True),
+    "in-place write into a constant": (_in_place_copy, True),
+    "shape only": (lambda x, torch: torch.zeros_like(x) + x.shape[-1], False),
+}
+REFUSED = {  # f(x, torch) of the explained x [2, 6] -> the refused operation
+    "sum over everything": (lambda x, torch: x.sum(), "sum"),
+    "division by x": (lambda x, torch: 1.0 / x, "rtruediv"),
+    "exp": (lambda x, torch: x.exp(), "exp"),
+    "a comparison": (lambda x, torch: (x > 0).float() * x, "gt"),
+    "a cast to integers": (lambda x, torch: x.int(), "int"),
+    "a value read in Python": (lambda x, torch: x * x[0, 0].item(), "item"),
+}
+
+
+def _check(function):
+    """:func:`check_calls` on ``function(x, torch)``, ``x`` explained, refusing with the operation's kind."""
+    import torch
+
+    from saliency_kit.propagation.custom_torch import check_calls
+
+    def refuse_op(layer, path, kind, name, why):
+        raise ValueError(kind)
+
+    return check_calls(None, "f", lambda x: function(x, torch), [((None, 6), "float32")], [True], [], refuse_op)
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=str)
+def test_linear_torch_calls_are_accepted(case):
+    function, depends = ACCEPTED[case]
+    assert _check(function) is depends
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=str)
+def test_nonlinear_torch_calls_are_refused_naming_the_operation(case):
+    function, kind = REFUSED[case]
+    with pytest.raises(ValueError, match=f"^{kind}$"):
+        _check(function)
