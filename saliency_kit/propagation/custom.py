@@ -12,7 +12,7 @@ tracked), so its state is copied and synchronised like any layer's.
 
 The ``call`` is then traced once on the layer's argument shapes (:func:`check_call`; on JAX
 its jaxpr, :mod:`.custom_jax`; on PyTorch its ``torch`` calls, :mod:`.custom_torch`) and every
-TensorFlow operation outside the replacements that reads an explained value must be linear in
+operation outside the replacements that reads an explained value must be linear in
 it — additions (a residual), reshaping, slicing, gathering, casting, a product with a value that
 depends on no explained input (a mask, a constant scale) — or depend on its shape only
 (``PositionEmbedding``: its output is then a constant, which LRP's gradient form treats as a
