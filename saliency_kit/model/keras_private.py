@@ -285,10 +285,14 @@ def is_shipped_layer(op: Any) -> bool:
 
 
 def own_attributes(layer: Any) -> list[tuple[str, Any]]:
-    """``[(name, value)]``: ``layer``'s instance attributes without Keras' tracking bookkeeping.
-    Private: ``Layer._layers``, ``Layer._tracker`` (and the ``_tracker*`` attributes)."""
-    items = vars(layer).items()
-    return [(name, value) for name, value in items if name != "_layers" and not name.startswith("_tracker")]
+    """``[(name, value)]``: ``layer``'s instance attributes without Keras' tracking bookkeeping;
+    on PyTorch, where a layer is a ``torch.nn.Module``, its sublayers are in ``_modules``, not in
+    its ``__dict__`` (an attribute in ``__dict__`` takes precedence). Private: ``Layer._layers``,
+    ``Layer._tracker`` (and the ``_tracker*`` attributes), ``torch.nn.Module._modules``."""
+    own = vars(layer)
+    items = [(name, value) for name, value in own.items() if name not in ("_layers", "_modules")]
+    items += [(name, value) for name, value in (own.get("_modules") or {}).items() if name not in own]
+    return [(name, value) for name, value in items if not name.startswith("_tracker")]
 
 
 def attention_overrides(op: Any) -> list[str]:

@@ -10,8 +10,9 @@ carrying that rule around the same sublayer object: the clone's own ``call`` the
 rules. The clone's tracked layers and variables are unchanged (the replacements are not
 tracked), so its state is copied and synchronised like any layer's.
 
-The ``call`` is then traced once on the layer's argument shapes (:func:`check_call`) and every
-TensorFlow operation outside the replacements that reads an explained value must be linear in
+The ``call`` is then traced once on the layer's argument shapes (:func:`check_call`; on JAX
+its jaxpr, :mod:`.custom_jax`; on PyTorch its ``torch`` calls, :mod:`.custom_torch`) and every
+operation outside the replacements that reads an explained value must be linear in
 it — additions (a residual), reshaping, slicing, gathering, casting, a product with a value that
 depends on no explained input (a mask, a constant scale) — or depend on its shape only
 (``PositionEmbedding``: its output is then a constant, which LRP's gradient form treats as a
@@ -131,6 +132,10 @@ def check_call(layer: Any, path: str, args: Any, kwargs: Any, live: list) -> boo
     shapes = [(tuple(flat[i].shape), flat[i].dtype) for i in positions]
     if keras.backend.backend() == "tensorflow":
         return _check_graph(layer, path, run, shapes, live, scopes)
+    if keras.backend.backend() == "torch":
+        from .custom_torch import check_calls
+
+        return check_calls(layer, path, run, shapes, live, scopes, _refuse_op)
     from .custom_jax import check_jaxpr
 
     return check_jaxpr(layer, path, run, shapes, live, scopes, _refuse_op)

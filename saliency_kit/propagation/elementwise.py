@@ -8,8 +8,8 @@ et al. 2022 and AttnLRP), DeepLIFT takes the Rescale multiplier ``(f(x) âˆ’ f(xâ
 
 Only functions known to act on each value alone are recognised (:func:`activation_family`), by
 identity: Keras' activations, their ``keras.ops`` twins and the backend's own (``tf.nn``,
-``jax.nn``), ``functools.partial`` of ``gelu`` with ``approximate=``, and KerasHub's
-``gelu_approximate``. ``softmax``, ``log_softmax``, ``glu`` and ``sparsemax`` mix values along
+``jax.nn``, ``torch.nn.functional``), ``functools.partial`` of ``gelu`` with ``approximate=``,
+and KerasHub's ``gelu_approximate``. ``softmax``, ``log_softmax``, ``glu`` and ``sparsemax`` mix values along
 an axis and are not element-wise.
 """
 
@@ -75,6 +75,18 @@ _JAX_FUNCTIONS = {  # JAX's twins, recognised on JAX
     "softsign": ("nn.soft_sign",),
     "exponential": ("numpy.exp",),
 }
+_TORCH_FUNCTIONS = {  # PyTorch's twins, recognised on PyTorch
+    "gelu": ("nn.functional.gelu",),
+    "tanh": ("tanh", "nn.functional.tanh"),
+    "sigmoid": ("sigmoid", "nn.functional.sigmoid"),
+    "silu": ("nn.functional.silu",),
+    "elu": ("nn.functional.elu",),
+    "selu": ("selu", "nn.functional.selu"),
+    "softplus": ("nn.functional.softplus",),
+    "softsign": ("nn.functional.softsign",),
+    "exponential": ("exp",),
+}
+_FRAMEWORK_FUNCTIONS = {"tensorflow": _TF_FUNCTIONS, "jax": _JAX_FUNCTIONS, "torch": _TORCH_FUNCTIONS}
 
 
 @functools.cache
@@ -87,9 +99,9 @@ def _known() -> dict:
             if callable(fn):
                 known[fn] = name
     backend = keras.backend.backend()
-    if backend in ("tensorflow", "jax"):
+    if backend in _FRAMEWORK_FUNCTIONS:
         framework = importlib.import_module(backend)
-        for name, functions in (_TF_FUNCTIONS if backend == "tensorflow" else _JAX_FUNCTIONS).items():
+        for name, functions in _FRAMEWORK_FUNCTIONS[backend].items():
             for dotted in functions:
                 known[functools.reduce(getattr, dotted.split("."), framework)] = name
     return known

@@ -18,7 +18,7 @@ from typing import Any
 
 import keras
 
-from ..model.copy import check_copy, copy_model
+from ..model.copy import check_copy, copy_model, rebuild_layer
 from . import canonizers
 
 __all__ = ["WrapperLayer", "clone_layer", "covered", "covered_scopes", "rewrite_planned", "squash_apart"]
@@ -40,10 +40,18 @@ def covered_scopes(scopes: list) -> Iterator[None]:
 @contextlib.contextmanager
 def covered() -> Iterator[None]:
     """Within a rule-carrying layer's call: its operations are covered by its rule; while
-    :func:`covered_scopes` records, in a name scope of their own, recorded."""
+    :func:`covered_scopes` records, in a name scope of their own, recorded (on PyTorch, whose
+    calls run eagerly, ``scopes`` holds one entry while a covered call runs)."""
     scopes = _SCOPES.get()
     if scopes is None:
         yield
+        return
+    if keras.backend.backend() == "torch":
+        scopes.append("covered_by_rule")
+        try:
+            yield
+        finally:
+            scopes.pop()
         return
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
@@ -61,8 +69,9 @@ def covered() -> Iterator[None]:
 
 
 def clone_layer(op: Any) -> Any:
-    """A new, unbuilt layer from ``op``'s config."""
-    return type(op).from_config(op.get_config())
+    """A new, unbuilt layer from ``op``'s config, its activation the same object (one Keras cannot
+    deserialise, ``torch.tanh``, included)."""
+    return rebuild_layer(op)
 
 
 class WrapperLayer(keras.layers.Layer):
