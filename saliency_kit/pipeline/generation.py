@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import keras
 import numpy as np
 
 from ..explanation import Explanation
@@ -69,7 +70,7 @@ def greedy(model: Any, ids: Any, max_new_tokens: int, stop: int | None = None) -
     ends before a ``stop`` token (not included)."""
     sequence = np.asarray(ids, np.int32)
     for _ in range(max_new_tokens):
-        logits = np.asarray(model(model_inputs(model, sequence[None]), training=False))
+        logits = keras.ops.convert_to_numpy(model(model_inputs(model, sequence[None]), training=False))
         token = int(np.argmax(logits[0, -1]))
         if stop is not None and token == stop:
             break

@@ -120,7 +120,7 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     elif isinstance(layer, (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
         parts = [
             LinearPart(
-                lambda x, k, b: _add_bias(layer.convolution_op(x, k["kernel"]), b, layer),
+                lambda x, k, b: _add_bias(_convolution(layer, x, k["kernel"]), b, layer),
                 {"kernel": value(layer.kernel)},
                 bias,
             )
@@ -134,6 +134,26 @@ def linear_parts(layer: Any, absorbed_bn: Any = None) -> list[LinearPart]:
     if absorbed_bn is not None:
         parts[-1] = _merge(parts[-1], layer, absorbed_bn, dtype)
     return parts
+
+
+def _convolution(layer: Any, x: Any, kernel: Any) -> Any:
+    """``layer``'s convolution of ``x`` with ``kernel`` (no bias), as its ``call`` computes it: a
+    causal ``Conv1D`` pads the time axis with ``dilation · (size − 1)`` zeros on the left first
+    (a linear step, so every rule passes through it)."""
+    if layer.padding != "causal":
+        return layer.convolution_op(x, kernel)
+    left = layer.dilation_rate[0] * (layer.kernel_size[0] - 1)
+    time_axis = 1 if layer.data_format == "channels_last" else 2
+    widths = [[0, 0], [0, 0], [0, 0]]
+    widths[time_axis] = [left, 0]
+    return ops.conv(
+        ops.pad(x, widths),
+        kernel,
+        strides=layer.strides,
+        padding="valid",
+        dilation_rate=layer.dilation_rate,
+        data_format=layer.data_format,
+    )
 
 
 def _refuse_modified_einsum(layer: Any) -> None:

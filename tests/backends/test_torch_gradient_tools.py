@@ -361,7 +361,3 @@ def test_layers_save_and_load_on_torch_without_tensorflow(tmp_path):
         [sys.executable, "-c", SAVE_AND_LOAD, str(tmp_path / "m.keras")], capture_output=True, text=True, env=env
     )
     assert out.returncode == 0 and out.stdout.strip() == "loaded", out.stderr[-2000:]
-
-
-def test_no_tensorflow_in_the_torch_process():
-    assert "tensorflow" not in sys.modules

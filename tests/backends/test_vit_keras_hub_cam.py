@@ -36,7 +36,7 @@ def vit():
 
 def _head_gradient(model, x, k):
     """``(A [n, N, C], ∂ logit_k / ∂A)`` at the last block's first layer norm, ``A`` computed by
-    running the blocks one by one and the gradient by TensorFlow's tape or ``jax.grad``."""
+    running the blocks one by one and the gradient by TensorFlow's tape, ``jax.grad`` or PyTorch's autograd."""
     backbone = model.backbone
     encoder = backbone.get_layer("vit_encoder")
     first, last = encoder.encoder_layers
@@ -53,6 +53,12 @@ def _head_gradient(model, x, k):
         import jax
 
         return np.asarray(tokens), np.asarray(jax.grad(score)(tokens))
+    if keras.backend.backend() == "torch":
+        import torch
+
+        leaf = tokens.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(score(leaf), leaf)
+        return leaf.detach().numpy(), grad.numpy()
     import tensorflow as tf
 
     with tf.GradientTape() as tape:

@@ -2,6 +2,7 @@
 download), on each backend: LRP-ε conserves the score when nothing absorbs relevance (biases,
 class token and position embeddings zero), DeepLIFT sums to ``s(x) − s(baseline)``."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -33,7 +34,7 @@ def test_lrp_conserves_the_score_on_a_vision_transformer():
     model = _vit(1, absorbing=False)
     x = np.random.default_rng(2).uniform(-1, 1, size=(2, 16, 16, 3)).astype(np.float32)
     explanation = sk.explain(model, x, method="lrp", composite="epsilon", epsilon=1e-9, targets=[0, 2])
-    scores = np.asarray(model(x))[[0, 1], [0, 2]]
+    scores = keras.ops.convert_to_numpy(model(x))[[0, 1], [0, 2]]
     np.testing.assert_allclose(explanation.attributions.reshape(2, -1).sum(-1), scores, rtol=2e-3, atol=1e-5)
     assert explanation.maps.shape == (2, 1, 16, 16)
 
@@ -43,6 +44,6 @@ def test_deeplift_sums_to_delta_on_a_vision_transformer():
     x = np.random.default_rng(4).uniform(-1, 1, size=(2, 16, 16, 3)).astype(np.float32)
     baseline = np.zeros((16, 16, 3), np.float32)
     explanation = sk.explain(model, x, method="deeplift", targets=[1, 0], baseline=baseline)
-    delta = np.asarray(model(x)) - np.asarray(model(np.zeros_like(x)))
+    delta = keras.ops.convert_to_numpy(model(x)) - keras.ops.convert_to_numpy(model(np.zeros_like(x)))
     sums = explanation.attributions.reshape(2, -1).sum(-1)
     np.testing.assert_allclose(sums, delta[[0, 1], [1, 0]], rtol=1e-3, atol=1e-4)
