@@ -6,7 +6,9 @@ for a functional model, its front up to its first spatial layer) runs once on ze
 under :class:`_Following`, a ``torch.overrides.TorchFunctionMode`` that keeps, for every tensor
 computed from the input, which input axis each of its axes is: ``permute`` and ``transpose``
 compose, operations that keep axes where they are (element-wise arithmetic, casts, copies,
-padding, slices that keep the rank) pass them on, any other makes them unknown. Keras' PyTorch
+padding, slices that keep the rank) pass them on, any other makes them unknown (and forgets the
+transposes before it: only those after the last unknown step say the axes were moved, as when the
+JAX program is followed back from the output). Keras' PyTorch
 convolutions and pooling take channels-first tensors (a channels-last layer permutes its input
 first, a call this follows like any other), so the first ``conv*``/``*pool*`` call reading the
 input's values has its channels at its axis 1.
@@ -80,8 +82,8 @@ class _Following(TorchFunctionMode):
             new[a], new[b], moved = axes[b], axes[a], True
         elif name in _KEEP and out.ndim == len(axes):
             new = list(axes)
-        else:
-            new = [None] * out.ndim
+        else:  # axes unknown from here; a transpose before it no longer tells where they went
+            new, moved = [None] * out.ndim, False
         self.axes[id(out)] = (out, new, moved)
         return out
 

@@ -206,14 +206,14 @@ def test_torchs_own_element_wise_activations_are_explained():
     rng = np.random.default_rng(7)
     inp = keras.Input((6,))
     h = keras.layers.Dense(5, activation=torch.tanh)(inp)
-    h = keras.layers.Activation(torch.nn.functional.gelu)(h)
+    h = keras.layers.Activation(torch.nn.functional.gelu, name="gelu")(h)
     model = keras.Model(inp, keras.layers.Dense(3)(h))
     x = rng.normal(size=(2, 6)).astype(np.float32)
     explanation = sk.explain(model, x, method="deeplift", targets=[0, 2], baseline=np.zeros(6, np.float32))
     delta = scores_of(model, x) - scores_of(model, np.zeros_like(x))
     np.testing.assert_allclose(explanation.attributions.reshape(2, -1).sum(-1), delta[[0, 1], [0, 2]], atol=1e-5)
     rewritten = rewrite_lrp(model, composites.get("epsilon"))
-    assert type(rewritten.rewritten_layers["activation"]).__name__ == "Pass"
+    assert type(rewritten.rewritten_layers["gelu"]).__name__ == "Pass"
 
 
 def _in_place_copy(x, torch):

@@ -1,12 +1,15 @@
-"""A notebook on Keras' JAX backend (a real Jupyter kernel: nbclient + ipykernel): the kernel runs
-on JAX, ``sk.explain`` gives a linear model's closed-form gradient, an Explanation as a cell's last
-expression draws its grid once, and ``sk.render.show`` draws it inline once."""
+"""A notebook on Keras' JAX and PyTorch backends (a real Jupyter kernel: nbclient + ipykernel): the
+kernel runs on the process's backend, ``sk.explain`` gives a linear model's closed-form gradient,
+an Explanation as a cell's last expression draws its grid once, and ``sk.render.show`` draws it
+inline once."""
 
 import keras
 import pytest
 
+BACKEND = keras.backend.backend()
 pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
+    BACKEND == "tensorflow",
+    reason="runs in the JAX and PyTorch processes: KERAS_BACKEND=jax (or torch) pytest tests/backends",
 )
 
 import base64  # noqa: E402
@@ -41,7 +44,7 @@ def _pngs(cell) -> list:
     ]
 
 
-def test_a_jupyter_kernel_on_jax_explains_and_draws(tmp_path):
+def test_a_jupyter_kernel_on_the_backend_explains_and_draws(tmp_path):
     nbformat = pytest.importorskip("nbformat", reason="notebook tests need nbformat (pip install -e '.[test]')")
     nbclient = pytest.importorskip("nbclient", reason="notebook tests need nbclient (pip install -e '.[test]')")
     pytest.importorskip("ipykernel", reason="notebook tests need ipykernel (pip install -e '.[test]')")
@@ -56,12 +59,12 @@ def test_a_jupyter_kernel_on_jax_explains_and_draws(tmp_path):
     client = nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, KERAS_BACKEND=BACKEND, PYTHONPATH=str(ROOT))
     client.execute(env=dict(env, MPLBACKEND="module://matplotlib_inline.backend_inline"))
     assert not [o for cell in notebook.cells for o in cell.outputs if o["output_type"] == "error"]
 
     facts = json.loads(notebook.cells[1].outputs[0]["text"])
-    assert (facts["backend"], facts["keras"], facts["recorded"]) == ("jax", "jax", "jax")
+    assert (facts["backend"], facts["keras"], facts["recorded"]) == (BACKEND, BACKEND, BACKEND)
     # The gradient of logit k is kernel[:, k] reshaped; its map is the largest |.| over channels.
     kernel = np.asarray(facts["kernel"], np.float32).reshape(6, 5, 3, 4)
     expected = [[np.abs(kernel[..., k]).max(-1) for k in row] for row in ([1, 3], [2, 0])]

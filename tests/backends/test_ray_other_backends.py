@@ -1,13 +1,15 @@
-"""``saliency batch --ray`` from a driver on Keras' JAX backend, joining a real local Ray cluster
-whose own environment says TensorFlow: the job's actors run the driver's backend, and write what
-the local JAX run writes, byte for byte; their maps are TensorFlow's (a local run in a TensorFlow
-process on the same images) to 1e-4."""
+"""``saliency batch --ray`` from a driver on Keras' JAX or PyTorch backend, joining a real local Ray
+cluster whose own environment says TensorFlow: the job's actors run the driver's backend, and write
+what the local run on that backend writes, byte for byte; their maps are TensorFlow's (a local run
+in a TensorFlow process on the same images) to 1e-4."""
 
 import keras
 import pytest
 
+BACKEND = keras.backend.backend()
 pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "jax", reason="runs in the JAX process: KERAS_BACKEND=jax pytest tests/backends"
+    BACKEND == "tensorflow",
+    reason="runs in the JAX and PyTorch processes: KERAS_BACKEND=jax (or torch) pytest tests/backends",
 )
 
 import importlib.util  # noqa: E402
@@ -89,7 +91,7 @@ def images(tmp_path_factory):
 
     from saliency_kit.data.shapes import make_dataset
 
-    root = tmp_path_factory.mktemp("jax_ray_in")
+    root = tmp_path_factory.mktemp(f"{BACKEND}_ray_in")
     pictures, _, labels = make_dataset(12, seed=3)
     for i, (picture, label) in enumerate(zip(pictures, labels)):
         (root / f"part{i % 2}").mkdir(exist_ok=True)
@@ -122,8 +124,8 @@ def test_actors_run_the_drivers_backend_and_write_the_local_runs_files(head, ima
     local, on_ray, reference = (str(tmp_path / where / "out") for where in ("local", "ray", "tensorflow"))
     assert main(["batch", images, "--out", local, *OPTIONS]) == 1
     address, auth = head
-    printed = _batch("jax", images, on_ray, "--ray", address, "--workers", "2", env=auth)
-    assert printed.startswith("model: shapes; input 64x64; 5 classes; backend jax")
+    printed = _batch(BACKEND, images, on_ray, "--ray", address, "--workers", "2", env=auth)
+    assert printed.startswith(f"model: shapes; input 64x64; 5 classes; backend {BACKEND}")
     assert "12 images explained, 0 already complete, 1 failed" in printed
     mine, theirs = _files(on_ray), _files(local)
     assert sorted(mine) == sorted(theirs)
