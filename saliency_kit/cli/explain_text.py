@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from .. import methods as registry
+from ..batch.generation import write_generation_outputs
 from ..files import save_png, write_atomic
 from ..render.generation import generation_figure, generation_html
 from .options import start_tensorflow
@@ -82,7 +83,6 @@ def load_causal_lm(where: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``saliency explain-text``: returns the exit status."""
-    from ..batch.generation import write_generation_outputs
     from ..pipeline.generation import explain_generation, generated_text
 
     if args.method not in registry.names():

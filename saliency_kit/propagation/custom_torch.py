@@ -19,8 +19,9 @@ from typing import Any
 
 import keras
 import torch
-from keras.src.backend.common.name_scope import current_path  # Keras' layer path while a layer runs
 from torch.overrides import TorchFunctionMode, resolve_name
+
+from ..model.keras_private import running_layers
 
 __all__ = ["check_calls"]
 
@@ -154,7 +155,7 @@ class _CheckMode(TorchFunctionMode):
         return out
 
     def classify(self, kind: str, full: str, reads: list, args: tuple, kwargs: dict, out: Any) -> None:
-        where = f"{full} at {current_path() or 'the call'}"
+        where = f"{full} at {running_layers()[0] or 'the call'}"
         if kind in _LINEAR:
             if kind in _REDUCTIONS and 0 in _reduced_axes(args, kwargs):
                 self.refuse(kind, where, "across the batch (rows mix)")
