@@ -7,13 +7,13 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The framework of Keras' backend: JAX's CPU build when KERAS_BACKEND=jax, PyTorch when
+# The framework of Keras' backend: JAX's CPU build when KERAS_BACKEND=jax, PyTorch's when
 # KERAS_BACKEND=torch, else TensorFlow's. PyTorch's CPU build is on PyTorch's own index (PyPI's wheel
-# carries CUDA): TORCH_INDEX=https://download.pytorch.org/whl/cpu adds it; left empty, pip takes what
-# its configuration finds (a local CPU wheel where one is set up, as on the CI machines).
+# carries CUDA), added for the `torch` extra (TORCH_INDEX= to leave it out); where that index cannot
+# be reached pip goes on without it and takes PyPI's build, which also runs on a CPU.
 EXTRA  := $(if $(filter jax,$(KERAS_BACKEND)),jax,$(if $(filter torch,$(KERAS_BACKEND)),torch,cpu))
-TORCH_INDEX ?=
-INDEX  := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+INDEX  := $(if $(and $(TORCH_INDEX),$(filter torch,$(EXTRA))),--extra-index-url $(TORCH_INDEX))
 READY  := $(VENV)/.installed-$(EXTRA)
 TESTS_READY := $(VENV)/.installed-tests
 IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
@@ -55,7 +55,7 @@ $(READY): pyproject.toml
 # scripts/bench_peers.py puts on the path: in site-packages Quantus would import it, and with it
 # torchvision, whose PyPI wheel does not load beside the CPU build of PyTorch.
 $(TESTS_READY): $(READY)
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]" $(INDEX)
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0 tokenizers==0.23.3 regex rich kagglehub==1.0.2 kagglesdk==0.1.28
 	$(BIN)/python -m pip install --quiet --no-deps xplique==2.0.2 tensorflow-probability==0.25.0 tf-keras==2.21.0 einops==0.8.2 decorator==5.3.1 dm-tree==0.1.10
 	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/peers zennit==0.5.1
