@@ -36,8 +36,8 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
-from ..rules import ModifiedBackprop, ReluFamily, as_rule
-from ..rules.coverage import RuleCoverage
+from ..rules import ModifiedBackprop, as_rule
+from ..rules.coverage import FamilyCoverage
 from .jax_relu_patterns import Activation, Graph, find_activations, function_name, holds_relu
 
 __all__ = ["RuleReport", "with_rule"]
@@ -46,7 +46,7 @@ _CUSTOM_DERIVATIVES = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_ja
 
 
 @dataclasses.dataclass
-class RuleReport(RuleCoverage):
+class RuleReport(FamilyCoverage):
     """What :func:`with_rule`'s wrapped function took over, filled in each time it is traced: a
     :class:`~saliency_kit.rules.coverage.RuleCoverage` whose ``ops`` are readable lines, e.g.
     ``"relu at dense"``, ``"leaky_relu(negative_slope=0.2) at leaky_re_lu"``, ``"relu at
@@ -54,13 +54,7 @@ class RuleReport(RuleCoverage):
     the same order, and whose ``unreached`` are functions with their own derivative
     (``custom_jvp``/``custom_vjp``)."""
 
-    families: list = dataclasses.field(default_factory=list)
-
     WHERE: ClassVar[str] = "not inside a function with its own custom derivative"
-
-    def _clear(self) -> None:
-        for entries in (self.ops, self.families, self.unreached, self.unsupported, self.plain):
-            entries.clear()
 
 
 def with_rule(fn: Callable, rule: Any) -> tuple[Callable, RuleReport]:
@@ -81,7 +75,7 @@ def with_rule(fn: Callable, rule: Any) -> tuple[Callable, RuleReport]:
     report = RuleReport(rule)
 
     def wrapped(*args: Any) -> Any:
-        report._clear()
+        report.clear()
         closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         flat = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args), _State(rule, report), "")
         return jax.tree.unflatten(jax.tree.structure(out_shape), flat)
@@ -108,12 +102,6 @@ def _place(eqn: Any, where: str) -> str:
     return place or "top level"
 
 
-def _label(family: ReluFamily) -> str:
-    if family.negative_slope and family.max_value is None and family.threshold == 0.0:
-        return f"leaky_relu(negative_slope={family.negative_slope})"
-    return family.name
-
-
 def _evaluate(jaxpr: Any, consts: Any, args: list, state: _State, where: str) -> list:
     graph = Graph(jaxpr, consts)
     found = find_activations(graph, state.report.unsupported, state.report.plain, where)
@@ -130,8 +118,7 @@ def _evaluate(jaxpr: Any, consts: Any, args: list, state: _State, where: str) ->
         if index in found:
             activation = found[index]
             outs = [_rule_activation(graph, activation, read, state)]
-            state.report.ops.append(f"{_label(activation.family)} at {_place(eqn, where)}")
-            state.report.families.append(activation.family)
+            state.report.took(activation.family, _place(eqn, where))
         else:
             outs = _nested(eqn, [read(v) for v in eqn.invars], state, where)
         env.update(zip(eqn.outvars, outs))

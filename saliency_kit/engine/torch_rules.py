@@ -43,7 +43,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..model.keras_private import running_layers
 from ..rules import ModifiedBackprop, ReluFamily, as_rule
-from ..rules.coverage import RuleCoverage
+from ..rules.coverage import FamilyCoverage
 
 __all__ = ["RuleReport", "with_rule"]
 
@@ -61,18 +61,12 @@ _SUBTRACT = (
 
 
 @dataclasses.dataclass
-class RuleReport(RuleCoverage):
+class RuleReport(FamilyCoverage):
     """What :func:`with_rule`'s wrapped function took over, refilled at each call: ``ops`` are
     readable lines (``"relu at model/dense"``), ``families`` the
     :class:`~saliency_kit.rules.ReluFamily` of each in the same order."""
 
-    families: list = dataclasses.field(default_factory=list)
-
     WHERE: ClassVar[str] = "with constant parameters"
-
-    def _clear(self) -> None:
-        for entries in (self.ops, self.families, self.unreached, self.unsupported, self.plain):
-            entries.clear()
 
 
 def with_rule(fn: Callable, rule: Any) -> tuple[Callable, RuleReport]:
@@ -91,7 +85,7 @@ def with_rule(fn: Callable, rule: Any) -> tuple[Callable, RuleReport]:
     report = RuleReport(rule)
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        report._clear()
+        report.clear()
         with _RuleMode(rule, report):
             return fn(*args, **kwargs)
 
@@ -170,8 +164,7 @@ class _RuleMode(TorchFunctionMode):
             del self.report.ops[index], self.report.families[index]
         ruled = _Ruled.apply(x, y.detach(), self.rule.bind(family))
         self._mark(ruled, _Made("activation", x, family))
-        self.report.ops.append(f"{_label(family)} at {_where()}")
-        self.report.families.append(family)
+        self.report.took(family, _where())
         return ruled
 
     def _ruled(self, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
@@ -267,9 +260,3 @@ class _RuleMode(TorchFunctionMode):
 def _where() -> str:
     """The path of the layer running now (``"model/dense"``), or ``"top level"``."""
     return running_layers()[0] or "top level"
-
-
-def _label(family: ReluFamily) -> str:
-    if family.negative_slope and family.max_value is None and family.threshold == 0.0:
-        return f"leaky_relu(negative_slope={family.negative_slope})"
-    return family.name

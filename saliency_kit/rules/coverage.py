@@ -1,5 +1,5 @@
-"""What a rule pass reached: the report both backends' op-level ReLU-rule passes fill in
-(TensorFlow's ``model.override.OverrideReport``, JAX's ``engine.jax_rules.RuleReport``), and the
+"""What a rule pass reached: the report every backend's op-level ReLU-rule passes fill in
+(TensorFlow's ``model.override.OverrideReport``, JAX's and PyTorch's ``RuleReport``), and the
 one error they give when the rule could not reach every ReLU-family operation. No framework is
 imported."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from .relu import ModifiedBackprop
+from .relu import ModifiedBackprop, ReluFamily
 
-__all__ = ["RuleCoverage"]
+__all__ = ["RuleCoverage", "FamilyCoverage"]
 
 
 @dataclasses.dataclass
@@ -51,3 +51,28 @@ class RuleCoverage:
             "keras.activations.relu / keras.layers.ReLU (constant parameters) in the model's own "
             f"graph, {self.WHERE}; received {what}."
         )
+
+
+@dataclasses.dataclass
+class FamilyCoverage(RuleCoverage):
+    """The report of an op-level pass that rebuilds activations itself (JAX's, PyTorch's): ``ops``
+    are readable lines (``"relu at dense"``, ``"leaky_relu(negative_slope=0.2) at act"``),
+    ``families`` the :class:`~saliency_kit.rules.ReluFamily` of each, in the same order; emptied
+    before each trace or call (:meth:`clear`)."""
+
+    families: list = dataclasses.field(default_factory=list)
+
+    def clear(self) -> None:
+        for entries in (self.ops, self.families, self.unreached, self.unsupported, self.plain):
+            entries.clear()
+
+    def took(self, family: ReluFamily, where: str) -> None:
+        """Record that the activation ``family`` at ``where`` now follows the rule."""
+        self.ops.append(f"{_label(family)} at {where}")
+        self.families.append(family)
+
+
+def _label(family: ReluFamily) -> str:
+    if family.negative_slope and family.max_value is None and family.threshold == 0.0:
+        return f"leaky_relu(negative_slope={family.negative_slope})"
+    return family.name
