@@ -24,6 +24,7 @@ import numpy as np
 from keras import ops
 
 from ..model.relu_layers import nothing_to_rewrite
+from ..rules.relu import is_relu_rule
 from .context import BaseContext
 from .selection import SMALL_FLOATS
 
@@ -50,12 +51,6 @@ def vjp_columns(pullback: Callable, scores: Any) -> Any:
     return jnp.stack(columns, axis=1)
 
 
-def _relu_rule(rule: Any) -> bool:
-    from ..rules import ModifiedBackprop
-
-    return isinstance(rule, (str, ModifiedBackprop))
-
-
 class Context(BaseContext):
     """The JAX context: :class:`~saliency_kit.engine.context.BaseContext` with gradients by
     ``jax.vjp``, layer taps by a shifted output, running sums in a ``lax.fori_loop``, keyed
@@ -73,7 +68,7 @@ class Context(BaseContext):
         ``rule`` as on TensorFlow: a ReLU-family rule applies at every ReLU-family operation the
         model runs (:func:`saliency_kit.engine.jax_rules.with_rule` on the traced program)."""
         rows, selection, lead = self._rows(points)
-        if rule is not None and _relu_rule(rule):
+        if rule is not None and is_relu_rule(rule):
             scores, grads = self._by_rule(rows, selection, rule)
         else:
             view = self._views(rule)

@@ -42,8 +42,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from ..rules.relu import is_relu_rule
 from .context import BaseContext
-from .tf_gradients import accumulator_dtype, differentiate, gradient_at, gradient_by_rule, is_relu_rule
+from .tf_gradients import accumulator_dtype, differentiate, gradient_at, gradient_by_rule
 
 __all__ = ["Context"]
 

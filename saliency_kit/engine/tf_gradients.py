@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from ..model.override import relu_rule
 from ..model.relu_layers import nothing_to_rewrite
-from ..rules import ModifiedBackprop
 from .selection import SMALL_FLOATS
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "differentiate",
     "gradient_at",
     "gradient_by_rule",
-    "is_relu_rule",
 ]
 
 
@@ -58,14 +56,6 @@ def gradient_at(
             scores = tf.cast(scores, source.dtype if source.dtype.is_floating else tf.float32)
     gradients = differentiate(tape, scores, source, vectorise)
     return tf.cast(scores, tf.float32), gradients
-
-
-def is_relu_rule(rule: Any) -> bool:
-    """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
-    ``ModifiedBackprop``), which the op-level override applies; LRP composites and DeepLIFT
-    rewrite linear layers too and go through ``sk.rewrite``."""
-
-    return isinstance(rule, (str, ModifiedBackprop))
 
 
 def gradient_by_rule(view: Any, z: Any, selection: Any, rule: Any, reports: list) -> tuple[tf.Tensor, tf.Tensor]:

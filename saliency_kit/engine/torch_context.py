@@ -25,6 +25,7 @@ import torch
 from keras import ops
 
 from ..model.relu_layers import nothing_to_rewrite
+from ..rules.relu import is_relu_rule
 from .context import BaseContext
 from .selection import SMALL_FLOATS
 
@@ -62,12 +63,6 @@ def grad_columns(scores: Any, sources: Any) -> Any:
     return stacked if several else stacked[0]
 
 
-def _relu_rule(rule: Any) -> bool:
-    from ..rules import ModifiedBackprop
-
-    return isinstance(rule, (str, ModifiedBackprop))
-
-
 class Context(BaseContext):
     """The PyTorch context: :class:`~saliency_kit.engine.context.BaseContext` with gradients by
     ``torch.autograd.grad``, layer taps, running sums over blocks, keyed draws, resizing and
@@ -81,7 +76,7 @@ class Context(BaseContext):
         rows, selection, lead = self._rows(points)
         rows = source(rows)
         with torch.enable_grad():
-            if rule is not None and _relu_rule(rule):
+            if rule is not None and is_relu_rule(rule):
                 scores = self._by_rule(rows, selection, rule)
             else:
                 scores = differentiable(selection.scores(self._views(rule), rows)[0], rows.dtype)

@@ -25,6 +25,7 @@ from keras import ops
 
 __all__ = [
     "PLAIN_RELU",
+    "is_relu_rule",
     "ReluFamily",
     "ModifiedBackprop",
     "GuidedBackprop",
@@ -294,3 +295,10 @@ def relu_family_of_activation(op: Any) -> ReluFamily | None:
         max_value = None if op.max_value is None else float(op.max_value)
         return ReluFamily(float(op.negative_slope), max_value, float(op.threshold))
     return None
+
+
+def is_relu_rule(rule: Any) -> bool:
+    """Whether ``rule`` is a rule for ReLU-family ops (``"guided"``, ``"deconv"``, a
+    ``ModifiedBackprop``), which each backend's op-level pass applies; LRP composites and DeepLIFT
+    rewrite linear layers too and go through ``sk.rewrite``."""
+    return isinstance(rule, (str, ModifiedBackprop))
