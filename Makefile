@@ -1,6 +1,7 @@
 # Two commands on a fresh clone; each sets itself up on first use.
 #   make run    explain the example shapes with the shipped model (writes saliency_out/)
 #   make test   lint (ruff), type-check (mypy) and run the test suite
+#   make docs   build the documentation site into site/ (offline, strict: a warning fails it)
 # The virtual environment (.venv) is created and the package installed into it the first time,
 # and again whenever pyproject.toml changes. `make clean` removes it.
 
@@ -16,12 +17,16 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 INDEX  := $(if $(and $(TORCH_INDEX),$(filter torch,$(EXTRA))),--extra-index-url $(TORCH_INDEX))
 READY  := $(VENV)/.installed-$(EXTRA)
 TESTS_READY := $(VENV)/.installed-tests
+DOCS_READY := $(VENV)/.installed-docs
 IMAGES := $(filter-out %_mask.png,$(wildcard examples/shapes/*.png))
 
-.PHONY: run test browser clean
+.PHONY: run test docs browser clean
 
 run: $(READY)
 	$(BIN)/saliency explain $(IMAGES)
+
+docs: $(DOCS_READY)
+	$(BIN)/mkdocs build --strict
 
 # The linter, the formatter check and the type checker run first (seconds); then the suite on
 # TensorFlow, then the tests of tests/backends again in a JAX process and in a PyTorch process (Keras
@@ -55,11 +60,15 @@ $(READY): pyproject.toml
 # scripts/bench_peers.py puts on the path: in site-packages Quantus would import it, and with it
 # torchvision, whose PyPI wheel does not load beside the CPU build of PyTorch.
 $(TESTS_READY): $(READY)
-	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray]" "ray[default]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,test,ray,docs]" "ray[default]"
 	$(BIN)/python -m pip install --quiet --no-deps keras-hub==0.32.0 tokenizers==0.23.3 regex rich kagglehub==1.0.2 kagglesdk==0.1.28
 	$(BIN)/python -m pip install --quiet --no-deps xplique==2.0.2 tensorflow-probability==0.25.0 tf-keras==2.21.0 einops==0.8.2 decorator==5.3.1 dm-tree==0.1.10
 	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/peers zennit==0.5.1
 	touch $(TESTS_READY)
+
+$(DOCS_READY): $(READY)
+	$(BIN)/python -m pip install --quiet -e ".[cpu,docs]"
+	touch $(DOCS_READY)
 
 # The gallery's test drives a real headless Chromium. Installed from the system packages when
 # missing and we are root (as in CI); otherwise that one test says why it is skipped.

@@ -78,7 +78,7 @@ def test_make_test_sets_up_then_runs_the_suite_and_ci_runs_exactly_make_test(tmp
         f"{venv}/bin/ruff format --check saliency_kit tests scripts",
         f"{venv}/bin/mypy",
     ]  # lint and type-check before the suite
-    assert any("pip install" in line and '-e ".[cpu,test,ray]"' in line for line in lines[:-1])
+    assert any("pip install" in line and '-e ".[cpu,test,ray,docs]"' in line for line in lines[:-1])
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == "exec make test"
     assert not [line for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
