@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import translated
-from ..model.inspect import derived_state, weight_sync
+from ..model import inspect
+from ..model.inspect import derived_state
 from ..model.scores import ScoreView, score_columns
 from .context import run_method, run_values
 from .spec import KernelSpec
@@ -66,6 +67,25 @@ def rewrite(model: keras.Model, rule: Any) -> keras.Model:
 
         return rewrite_relus(model, rule, with_rule)
     return rule.rewrite_model(model)
+
+
+def weight_sync(source: keras.Model, copy: keras.Model) -> Callable[[], None]:
+    """``sync()`` copying ``source``'s weights into its rewritten ``copy`` when one has changed
+    since the last sync: a weight whose tensor was replaced, or written in place (PyTorch counts
+    each in-place write of a tensor in its ``_version``: ``assign``, ``set_weights`` and the
+    optimizers all write so). A sync with nothing changed costs one look at each weight, not a
+    copy of the model."""
+    assign = inspect.weight_sync(source, copy)
+    synced: list = []  # (tensor, version) of each weight at the last sync
+
+    def sync() -> None:
+        now = [(v.value, v.value._version) for v in source.weights]
+        if len(now) == len(synced) and all(a is b and m == n for (a, m), (b, n) in zip(now, synced)):
+            return
+        assign()
+        synced[:] = now
+
+    return sync
 
 
 def _tensor(value: Any) -> Any:

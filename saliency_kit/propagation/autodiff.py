@@ -7,10 +7,13 @@ inside ``jax.jit``:
 * :func:`custom_gradient`: ``tf.custom_gradient``'s contract on every backend (``backward``
   returns one gradient per argument, ``None`` for none);
 * :func:`pullback`: the value of a function and its vector-Jacobian product;
+* :func:`eager_pullback`: the value, with its vector-Jacobian product recorded by the same
+  evaluation where the backend runs eagerly (PyTorch), so that a later pull-back needs no second
+  forward pass;
 * :func:`linearized`: the value, the Jacobian-vector product along one tangent, and the
   vector-Jacobian product, from one evaluation (DeepLIFT's midpoint rule);
 * :func:`fused`: a small element-wise function compiled into one pass (XLA on TensorFlow; on JAX
-  it already runs inside the caller's ``jax.jit``; PyTorch runs it as it is).
+  it already runs inside the caller's ``jax.jit``; ``torch.compile`` on PyTorch, for large tensors).
 
 Each framework is imported only on its own path; PyTorch's are in :mod:`.torch_autodiff`.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import keras
 
-__all__ = ["custom_gradient", "identity", "pullback", "linearized", "fused", "divide_no_nan"]
+__all__ = ["custom_gradient", "identity", "pullback", "eager_pullback", "linearized", "fused", "divide_no_nan"]
 
 
 def _on_tensorflow() -> bool:
@@ -101,6 +104,18 @@ def pullback(fn: Callable, *xs: Any) -> tuple[Any, Callable]:
     return y, pull_jax
 
 
+def eager_pullback(fn: Callable, x: Any) -> tuple[Any, Callable | None]:
+    """``(fn(x), pull)`` on PyTorch, where every function runs as it is called: ``pull`` (as
+    :func:`pullback`'s) reuses this evaluation, where pulling back later from ``x`` alone would run
+    ``fn`` a second time. ``(fn(x), None)`` on TensorFlow and JAX, whose compilers already share
+    the work of a forward evaluation and its pull-back (a caller then uses :func:`pullback`)."""
+    if _on_torch():
+        from . import torch_autodiff
+
+        return torch_autodiff.pullback(fn, x)
+    return fn(x), None
+
+
 def linearized(fn: Callable, x: Any, tangent: Any) -> tuple[Any, Any, Callable]:
     """``(fn(x), J·tangent, pull)`` with ``J`` the Jacobian of ``fn`` at ``x`` and ``pull(c) = Jᵀc``,
     from one evaluation of ``fn`` (an output that does not depend on ``x`` has a zero product)."""
@@ -126,11 +141,17 @@ def linearized(fn: Callable, x: Any, tangent: Any) -> tuple[Any, Any, Callable]:
 
 def fused(fn: Callable) -> Callable:
     """``fn`` (element-wise steps on tensors) compiled into one pass: ``tf.function`` with XLA on
-    TensorFlow; elsewhere ``fn`` itself (on JAX it runs inside the caller's ``jax.jit``)."""
+    TensorFlow; ``torch.compile`` on PyTorch, for tensors large enough to repay it
+    (:func:`~saliency_kit.propagation.torch_autodiff.fused`); on JAX ``fn`` itself (it runs inside
+    the caller's ``jax.jit``)."""
     if _on_tensorflow():
         import tensorflow as tf
 
         return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
+    if _on_torch():
+        from . import torch_autodiff
+
+        return torch_autodiff.fused(fn)
     return fn
 
 

@@ -24,7 +24,7 @@ import keras
 from keras import ops
 
 from . import canonizers
-from .autodiff import pullback
+from .autodiff import eager_pullback, pullback
 
 __all__ = [
     "Branch",
@@ -57,12 +57,15 @@ class LinearPart:
     """A linear map ``z = apply(x, kernels, bias)`` with its current parameters.
 
     ``kernels``: ``{name: tensor}`` (empty for pooling); ``bias``: a tensor or ``None``. ``apply``
-    must be linear in ``x`` when ``bias`` is ``None``.
+    must be linear in ``x`` when ``bias`` is ``None``. ``pull``: ``c ↦ Wᵀc`` for these ``kernels``,
+    recorded by the layer's forward pass where that spares a second one
+    (:func:`~saliency_kit.propagation.autodiff.eager_pullback`), else ``None``.
     """
 
     apply: Callable
     kernels: dict
     bias: object = None
+    pull: Callable | None = None
 
 
 def _add_bias(z: Any, bias: Any, layer: Any) -> Any:
@@ -288,26 +291,31 @@ class LinearRule:
         any_negative = ops.any(x < 0) if any(b.inputs == "negative" for b in branches) else None
         outputs = []
         for branch in branches:
-            kernels = {name: branch.kernels(w) for name, w in part.kernels.items()}
+            kernels = (
+                part.kernels if branch.kernels is unchanged else {n: branch.kernels(w) for n, w in part.kernels.items()}
+            )
             bias = None if branch.bias is None or part.bias is None else branch.bias(part.bias)
             kind = "x" if nonnegative and branch.inputs == "positive" else branch.inputs
 
             def run(kernels: Any = kernels, bias: Any = bias, kind: Any = kind) -> Any:
                 return part.apply(self._modified_input(kind, x), kernels, bias)
 
+            pull = None
             if kind == "negative":
                 # with no bias in the branch (all rules here): zero output when x⁻ = 0
                 out = ops.cond(any_negative, run, lambda: ops.zeros_like(z)) if bias is None else run()
-            elif kind == "x" and branch.kernels is unchanged and (part.bias is None or branch.bias is unchanged):
+            elif kind == "x" and kernels is part.kernels and (part.bias is None or branch.bias is unchanged):
                 out = z  # the layer's own output: its convolution is not run a second time
-            else:
-                out = run()
-            outputs.append((branch, kind, kernels, out))
+            else:  # the branch's pull-back from this same evaluation (its map is linear: any point serves)
+                out, pull = eager_pullback(
+                    lambda m, kernels=kernels, bias=bias: part.apply(m, kernels, bias), self._modified_input(kind, x)
+                )
+            outputs.append((branch, kind, kernels, out, pull))
 
         scales, masks = self.group_scales(), self.group_masks()
         normalised = {}
         for group in sorted({branch.group for branch in branches}):
-            denominator = sum(branch.sign * out for branch, _, _, out in outputs if branch.group == group)
+            denominator = sum(branch.sign * out for branch, _, _, out, _ in outputs if branch.group == group)
             ratio = relevance / stabilize(denominator, self.stabilizer)
             if group in scales:
                 ratio = ratio * scales[group]
@@ -318,8 +326,10 @@ class LinearRule:
 
         coefficients = None
         constant = None
-        for branch, kind, kernels, _ in outputs:
-            if kind == "negative":
+        for branch, kind, kernels, _, pull in outputs:
+            if pull is not None:
+                vjp = pull(normalised[branch.group])
+            elif kind == "negative":
                 vjp = ops.cond(
                     any_negative,
                     lambda kernels=kernels, group=branch.group: linear_vjp(part, kernels, x, normalised[group]),
@@ -350,6 +360,9 @@ def positive_part(part: LinearPart) -> LinearPart:
 
 
 def linear_vjp(part: LinearPart, kernels: dict, x: Any, cotangent: Any) -> Any:
-    """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP)."""
+    """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP); the
+    forward pass's recorded pull-back where ``kernels`` are the part's own."""
+    if kernels is part.kernels and part.pull is not None:
+        return part.pull(cotangent)
     _, pull = pullback(lambda x: part.apply(x, kernels, None), x)
     return pull(cotangent)

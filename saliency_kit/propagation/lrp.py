@@ -22,13 +22,14 @@ returns a copy whose input gradient *is* the relevance (what the ``"lrp"`` metho
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import keras
 
 from ..model import keras_private
 from . import canonizers
-from .autodiff import identity
+from .autodiff import eager_pullback, identity
 from .core import LinearRule, linear_parts
 from .custom import build_like, custom_layer
 from .elementwise import activation_family
@@ -58,7 +59,8 @@ class RuleLayer(WrapperLayer):
         out = x
         parts = linear_parts(self.inner, absorbed_bn=bn.inner if bn is not None else None)
         for i, part in enumerate(parts):
-            z = part.apply(out, part.kernels, part.bias)
+            z, pull = eager_pullback(lambda x, part=part: part.apply(x, part.kernels, part.bias), out)
+            part = dataclasses.replace(part, pull=pull)
             out = rule_gate(self.rule, part, out, z, self.to_relevance and i == 0, self.nonnegative_input and i == 0)
         if self.family is not None:
             out = pass_gate(Pass(), out, self.family.forward(out), False, self.family)

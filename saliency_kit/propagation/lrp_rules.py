@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from keras import ops
 
-from .autodiff import divide_no_nan
+from .autodiff import divide_no_nan, eager_pullback
 from .core import Branch, LinearRule, linear_vjp, positive_part, stabilize, unchanged
 
 __all__ = [
@@ -114,13 +114,15 @@ class Gamma(LinearRule):
         gamma = self.gamma
         positive = positive_part(part)
         scaled = {name: gamma * w for name, w in positive.kernels.items()}  # γw⁺: a weight-sized product
-        gamma_p = part.apply(x, scaled, None if positive.bias is None else ops.convert_to_tensor(positive.bias) * gamma)
+        scaled_bias = None if positive.bias is None else ops.convert_to_tensor(positive.bias) * gamma
+        gamma_p, pull_scaled = eager_pullback(lambda x: part.apply(x, scaled, scaled_bias), x)
         up = z > 0
         ratio = relevance / stabilize(z + ops.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
         down = ops.where(up, ops.zeros((), ratio.dtype), ratio)
-        coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + linear_vjp(
-            part, scaled, x, ratio - 2 * down
+        pulled = (
+            pull_scaled(ratio - 2 * down) if pull_scaled is not None else linear_vjp(part, scaled, x, ratio - 2 * down)
         )
+        coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + pulled
         return coefficients, None
 
 
@@ -167,12 +169,15 @@ class AlphaBeta(LinearRule):
         if not nonnegative:
             return super().backward(part, x, z, relevance)
         positive = positive_part(part)
-        p = part.apply(x, positive.kernels, positive.bias)
+        p, pull_positive = eager_pullback(lambda x: part.apply(x, positive.kernels, positive.bias), x)
         r_plus = self.alpha * relevance / stabilize(p, self.stabilizer)
         r_minus = -self.beta * relevance / stabilize(z - p, self.stabilizer)
-        coefficients = linear_vjp(part, positive.kernels, x, r_plus - r_minus) + linear_vjp(
-            part, part.kernels, x, r_minus
+        pulled = (
+            pull_positive(r_plus - r_minus)
+            if pull_positive is not None
+            else linear_vjp(part, positive.kernels, x, r_plus - r_minus)
         )
+        coefficients = pulled + linear_vjp(part, part.kernels, x, r_minus)
         return coefficients, None
 
 

@@ -1,23 +1,28 @@
 """The differentiation primitives of :mod:`.autodiff` on PyTorch (imported only there).
 
 * :func:`custom_gradient`: a ``torch.autograd.Function`` whose forward runs ``forward`` and keeps
-  its ``backward``, called (with autograd enabled, so its own pullbacks can run) when the outer
-  gradient reaches it;
+  its ``backward``, called when the outer gradient reaches it (with autograd off, unless that
+  gradient is itself differentiated; the pull-backs below switch it on for their own graphs);
 * :func:`pullback`: the function run on detached copies of its arguments that need their
   gradient, its vector-Jacobian products taken by ``torch.autograd.grad`` on that small graph (the
   value is for the pull-back only: callers use the forward value of their own computation);
 * :func:`linearized`: the Jacobian-vector product by the double-backward identity
-  ``J·t = ∂⟨Jᵀu, t⟩/∂u`` (``Jᵀu`` is linear in ``u``), from the one evaluation the pull-back uses.
+  ``J·t = ∂⟨Jᵀu, t⟩/∂u`` (``Jᵀu`` is linear in ``u``), from the one evaluation the pull-back uses;
+* :func:`fused`: an element-wise function compiled by ``torch.compile`` (Inductor) for tensors
+  large enough to repay its compilation, run as it is for small ones.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["custom_gradient", "pullback", "linearized"]
+__all__ = ["custom_gradient", "pullback", "linearized", "fused"]
+
+COMPILE_FROM = 1 << 16  # elements of the first argument from which fused functions are compiled
 
 
 class _Gate(torch.autograd.Function):
@@ -30,13 +35,12 @@ class _Gate(torch.autograd.Function):
         ctx.backward_fn = backward
         ctx.several = isinstance(y, (tuple, list))
         outputs = tuple(y) if ctx.several else (y,)
-        outputs = tuple(o.clone() if any(o is a for a in args) else o for o in outputs)  # a new tensor each
+        outputs = tuple(o.view_as(o) if any(o is a for a in args) else o for o in outputs)  # a new tensor each, no copy
         return outputs if ctx.several else outputs[0]
 
     @staticmethod
     def backward(ctx: Any, *dys: Any) -> tuple:
-        with torch.enable_grad():
-            grads = ctx.backward_fn(dys if ctx.several else dys[0])
+        grads = ctx.backward_fn(dys if ctx.several else dys[0])  # its pull-backs enable autograd themselves
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         return (None, *grads)
 
@@ -94,3 +98,34 @@ def linearized(fn: Callable, x: Any, tangent: Any) -> tuple[Any, Any, Callable]:
         else:
             (product,) = torch.autograd.grad(transposed, probe, tangent, retain_graph=True)
     return y, product, lambda cotangent: _grads(y, [leaf], cotangent)[0]
+
+
+def fused(fn: Callable) -> Callable:
+    """``fn`` (element-wise steps on tensors of one shape family) compiled by ``torch.compile`` into
+    one pass over memory, where run step by step each step reads and writes whole tensors.
+
+    Compiled only when it pays: the first argument has at least :data:`COMPILE_FROM` elements
+    (compiling costs seconds, once per function, plus a little per new broadcast pattern; shapes
+    are dynamic), and autograd is off (a backward pass that is not itself differentiated). Where
+    PyTorch cannot compile here (no C++ compiler), a warning says so once and ``fn`` runs as it
+    is: the same numbers, more slowly."""
+    state: dict = {}
+
+    def run(*args: Any) -> Any:
+        if state.get("failed") or torch.is_grad_enabled() or args[0].numel() < COMPILE_FROM:
+            return fn(*args)
+        if "compiled" not in state:
+            state["compiled"] = torch.compile(fn, dynamic=True, fullgraph=True)
+        try:
+            return state["compiled"](*args)
+        except Exception as error:  # the compiler's own failure; fn's errors recur below, uncaught
+            state["failed"] = True
+            warnings.warn(
+                f"torch.compile could not compile an element-wise kernel here ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else ''}); it runs uncompiled, with the same results.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return fn(*args)
+
+    return run

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import saliency_kit as sk
+from propagation.numpy_reference import numpy_deeplift
 from saliency_kit.propagation import composites
 from saliency_kit.propagation.lrp import rewrite_lrp
 from saliency_kit.propagation.lrp_rules import Epsilon
@@ -262,3 +263,58 @@ def test_nonlinear_torch_calls_are_refused_naming_the_operation(case):
     function, kind = REFUSED[case]
     with pytest.raises(ValueError, match=f"^{kind}$"):
         _check(function)
+
+
+def test_lrp_sees_weights_changed_in_place_replaced_or_trained():
+    """The rewritten copy's weights follow the model's however they change: assigned in place, set
+    from NumPy, or trained by an optimizer (each checked against LRP-ε of ``x W + b`` written out,
+    ``R_i = x_i W_ij z_j / stab(z_j)``, from the weights the model has then)."""
+    rng = np.random.default_rng(11)
+    inp = keras.Input((4,))
+    model = keras.Model(inp, keras.layers.Dense(3, name="head")(inp))
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    eps = Epsilon().stabilizer
+
+    def check():
+        W, b = (w.astype(np.float64) for w in model.get_layer("head").get_weights())
+        got = sk.explain(model, x, method="lrp", composite="epsilon", targets=[2] * 5).attributions[:, 0]
+        z = x.astype(np.float64) @ W + b
+        want = x * W[:, 2] * (z[:, 2:3] / stab(z[:, 2:3], eps))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    check()
+    head = model.get_layer("head")
+    head.kernel.assign(rng.normal(size=(4, 3)).astype(np.float32))  # in place
+    check()
+    head.set_weights([rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)])
+    check()
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    before = head.get_weights()[0].copy()
+    model.fit(x, rng.normal(size=(5, 3)).astype(np.float32), epochs=1, batch_size=5, verbose=0)
+    assert not np.allclose(head.get_weights()[0], before)
+    check()
+
+
+def test_deeplift_through_a_relu_large_enough_to_be_compiled_matches_numpy():
+    """A ReLU whose tensor is large enough for DeepLIFT's element-wise kernel to be compiled by
+    ``torch.compile`` (checked: Dynamo captured a graph) gives NumPy's Rescale multipliers."""
+    import torch._dynamo
+
+    from saliency_kit.propagation import torch_autodiff
+
+    rng = np.random.default_rng(12)
+    units = torch_autodiff.COMPILE_FROM // 2  # two rows: the ReLU's input has COMPILE_FROM elements
+    inp = keras.Input((6,))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Dense(units, activation="relu")(inp)))
+    W1, b1 = rng.normal(scale=0.5, size=(6, units)), rng.normal(scale=0.3, size=units)
+    W2, b2 = rng.normal(scale=0.01, size=(units, 3)), rng.normal(size=3)
+    model.layers[1].set_weights([W1.astype(np.float32), b1.astype(np.float32)])
+    model.layers[2].set_weights([W2.astype(np.float32), b2.astype(np.float32)])
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    captured = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    got = sk.explain(model, x, method="deeplift", targets=[0, 2]).attributions
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > captured
+    layers = [("dense", W1, b1), ("relu",), ("dense", W2, b2)]
+    for row, column in enumerate((0, 2)):
+        want = numpy_deeplift(layers, x[row].astype(np.float64), np.zeros(6), column)
+        np.testing.assert_allclose(got[row, 0], want, rtol=1e-4, atol=1e-6)
