@@ -30,6 +30,7 @@ from mkdocs.structure.pages import Page
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _ROLE = re.compile(r":(?:mod|class|func|meth|data|attr|obj|exc):`~?\.?([^`]+)`")
+_SECTIONS = ("Args:", "Arguments:", "Returns:", "Raises:", "Yields:", "Example:", "Examples:")
 _PAPER = re.compile(r"[A-Z][\w'-]+(?: (?:&|and) [A-Z][\w'-]+| et al\.)?,? (?:19|20)\d\d")
 
 
@@ -41,15 +42,27 @@ def _checks() -> dict:
 
 
 def _markdown(docstring: str) -> str:
-    """A reST-flavoured docstring as Markdown: roles become code, ``::`` blocks fenced."""
+    """A reST-flavoured docstring as Markdown: roles become code, ``::`` blocks fenced, the Google
+    sections (``Args:``, ``Returns:``, ``Raises:``) lists."""
     text = _ROLE.sub(lambda m: f"``{m.group(1)}``", inspect.cleandoc(docstring or ""))
-    out, block = [], False
+    out, block, section = [], False, False
     for line in text.splitlines():
         if block and line.strip() and not line.startswith("    "):
             out.append("```")
             block = False
         if block:
             out.append(line[4:])
+            continue
+        if section and line.strip() and not line.startswith("    "):
+            out.append("")
+            section = False
+        if section and line.strip():
+            item = not line.startswith("        ")
+            out.append(("- " if item else "  ") + line.strip())
+            continue
+        if line.strip() in _SECTIONS:
+            out += [f"**{line.strip()[:-1]}**", ""]
+            section = True
             continue
         if line.rstrip().endswith("::"):
             out += [line.rstrip()[:-1], "", "```python"]
@@ -58,7 +71,7 @@ def _markdown(docstring: str) -> str:
         out.append(line)
     if block:
         out.append("```")
-    return "\n".join(out).replace("|", "\\|")
+    return "\n".join(out)
 
 
 def _cell(text: object) -> str:
