@@ -84,13 +84,21 @@ def _code(value: object) -> str:
 
 
 # ------------------------------------------------------------------------------------------ methods
-def _measured() -> tuple[str, dict[str, str]]:
-    """README's "Does it work?" table: its header lines and ``{method: row}``."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Does it work?", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    rows = {line.split("|")[1].strip(): line for line in lines[2:]}
-    return "\n".join(lines[:2]), rows
+def _measured() -> tuple[str, str, dict[str, str]]:
+    """The "Does it work?" table (README's, or the guide page it moved to): the file, its header
+    lines and ``{method: row}``; nothing when no such section is found."""
+    heading = re.compile(r"^(#+) Does it work\?\s*$", re.M)
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        found = heading.search(text)
+        if found is None:
+            continue
+        section = re.split(rf"\n#{{1,{len(found.group(1))}}} ", text[found.end() :], maxsplit=1)[0]
+        table = section[section.index("\n| method |") + 1 :] if "\n| method |" in section else ""
+        lines = table.split("\n\n", 1)[0].splitlines()  # its first table of methods
+        rows = {line.split("|")[1].strip(): line for line in lines[2:]}
+        return str(path.relative_to(ROOT)), "\n".join(lines[:2]), rows
+    return "", "", {}
 
 
 def _paper(*texts: str) -> str:
@@ -107,7 +115,7 @@ def method_pages() -> dict[str, str]:
     from saliency_kit.methods import table
 
     checks = _checks()
-    header, measured = _measured()
+    source, header, measured = _measured()
     pages = {}
     index = [
         "# Methods",
@@ -183,7 +191,7 @@ def method_pages() -> dict[str, str]:
         lines += ["## Measured on the shipped model", ""]
         if name in measured:
             lines += [
-                'From the README\'s "Does it work?" section (the shipped `shapes` model, '
+                f'From the "Does it work?" section of `{source}` (the shipped `shapes` model, '
                 "`python scripts/measure_methods.py`):",
                 "",
                 header,
@@ -191,7 +199,7 @@ def method_pages() -> dict[str, str]:
                 "",
             ]
         else:
-            lines += ["Not in the README's measurements (they cover the image classifier's methods).", ""]
+            lines += ["Not among the measured methods (they are the image classifier's).", ""]
         pages[f"methods/{name}.md"] = "\n".join(lines)
     pages["methods/index.md"] = "\n".join(index) + "\n"
     return pages
