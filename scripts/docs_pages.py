@@ -363,26 +363,50 @@ def _children(files, config, folder: str) -> list[Page]:
     return pages
 
 
+def _attach(items: list, parent, pages: dict) -> None:
+    """Give the nav entry of each ``FOLDER/index.md`` in ``pages`` its pages: the entries of the
+    section it opens (``- Methods: [methods/index.md]``), or a new section in its place
+    (``- Methods: methods/index.md``)."""
+    for i, item in enumerate(items):
+        if isinstance(item, Section):
+            _attach(item.children, item, pages)
+            continue
+        children = pages.get(getattr(getattr(item, "file", None), "src_uri", ""))
+        if not children:
+            continue
+        if parent is not None and parent.children == [item]:
+            section = parent
+            section.children.extend(children)
+        else:
+            section = Section(item.title, [item, *children])
+            section.parent = parent
+            items[i] = section
+        for child in section.children:
+            child.parent = section
+
+
+def _walk(items: list):
+    for item in items:
+        if isinstance(item, Section):
+            yield from _walk(item.children)
+        elif isinstance(item, Page):
+            yield item
+
+
 def on_nav(nav, config, files):
     from saliency_kit import methods
     from saliency_kit.evaluate import registry
 
     order = {"methods": methods.builtins(), "metrics": [m.name for m in registry.builtins()]}
-    for i, item in enumerate(nav.items):
-        uri = getattr(getattr(item, "file", None), "src_uri", "")
-        folder = uri.partition("/")[0]
-        if uri.endswith("/index.md") and folder in order:
-            rank = {name: k for k, name in enumerate(order[folder])}
-            children = sorted(
-                _children(files, config, folder), key=lambda p: rank[p.file.src_uri[len(folder) + 1 : -3]]
-            )
-            section = Section(item.title, [item, *children])
-            for child in section.children:
-                child.parent = section
-            section.parent = None
-            nav.items[i] = section
-            at = nav.pages.index(item)
-            nav.pages[at + 1 : at + 1] = children
+    pages = {}
+    for folder, names in order.items():
+        rank = {name: k for k, name in enumerate(names)}
+        found = _children(files, config, folder)
+        pages[f"{folder}/index.md"] = sorted(found, key=lambda p: rank[p.file.src_uri[len(folder) + 1 : -3]])
+    _attach(nav.items, None, pages)
+    nav.pages = list(_walk(nav.items))
+    for page in nav.pages:
+        page.previous_page = page.next_page = None
     for previous, page in zip(nav.pages, nav.pages[1:]):
         previous.next_page, page.previous_page = page, previous
     return nav

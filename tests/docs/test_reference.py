@@ -198,3 +198,16 @@ def test_a_notebook_that_fails_fails_the_build(tmp_path):
     )
     assert done.returncode != 0
     assert "ZeroDivisionError" in done.stdout + done.stderr
+
+
+def test_the_measured_methods_show_their_row_of_the_does_it_work_table(built_site):
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    texts = [p.read_text(encoding="utf-8") for p in sources]
+    text = next((t for t in texts if "Does it work?" in t), "")
+    section = text.split("Does it work?", 1)[-1].split("\n## ", 1)[0]
+    table = section.split("\n| method |", 1)[-1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| (\w+) \| ([^|]+?) \|", table, re.M))
+    assert "gradient" in rows, "no table of measured methods found"
+    for name, pointing in rows.items():
+        if name in methods.builtins():
+            assert f"<td>{html.escape(pointing, quote=False)}</td>" in _page(built_site, f"methods/{name}"), name
