@@ -345,6 +345,8 @@ def api_page() -> str:
 def on_config(config):
     # the notebooks' kernels import this checkout's saliency_kit, the code the site documents
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    # and TensorFlow's C++ start-up lines stay out of their outputs (as the command line keeps them out)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return config
 
 

@@ -137,6 +137,7 @@ def test_each_notebook_page_holds_its_executed_outputs(built_site, name):
     page = _page(built_site, f"notebooks/{name}")
     assert 'src="data:image/png;base64,' in page, f"{name}: no image output"
     assert "Traceback" not in page and "jp-OutputArea-output" in page
+    assert "cpu_feature_guard" not in page and "absl::" not in page, f"{name}: TensorFlow's logs in the outputs"
     source = json.loads((ROOT / "docs" / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
     for cell in source["cells"]:  # committed without outputs: the site's are its own run
         assert not cell.get("outputs") and cell.get("execution_count") is None
