@@ -135,7 +135,7 @@ def method_pages() -> dict[str, str]:
         module = inspect.getmodule(method.compute)
         index.append(
             f"| [`{name}`]({name}.md) | {_cell(method.title)} | {_cell(method.summary)} | "
-            f"{table.map_text(method)} | {'yes' if method.signed else 'no'} |"
+            f"{_cell(table.map_text(method))} | {'yes' if method.signed else 'no'} |"
         )
         if name not in checks:
             raise ValueError(
@@ -155,7 +155,7 @@ def method_pages() -> dict[str, str]:
             f'| call | `sk.explain(model, x, "{name}", ...)`, `saliency explain --method {name}` |',
             f"| module | `{module.__name__}` |",
             f"| kind | {kind} |",
-            f"| map | {table.map_text(method)} |",
+            f"| map | {_cell(table.map_text(method))} |",
             f"| signed | {'yes' if method.signed else 'no'} |",
             f"| random | {'yes: a seed option makes it repeatable' if method.noisy else 'no'} |",
         ]

@@ -20,6 +20,7 @@ import yaml
 
 from saliency_kit import methods
 from saliency_kit.evaluate import registry
+from saliency_kit.methods import table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = ("quickstart", "tasks", "evaluation")
@@ -58,6 +59,7 @@ def test_every_built_in_method_has_a_page_with_its_declared_options_and_defaults
         page = _page(built_site, f"methods/{name}")
         assert f'href="{name}/"' in index, f"the methods index does not link {name}"
         assert html.escape(method.title, quote=False) in page
+        assert f"<td>{html.escape(table.map_text(method), quote=False)}</td>" in page, name  # a whole cell
         shown = _options(page)
         assert list(shown) == [option.name for option in method.options], name
         for option in method.options:
