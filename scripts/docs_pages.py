@@ -23,6 +23,7 @@ import inspect
 import os
 import pathlib
 import re
+import sys
 
 from mkdocs.structure.files import File
 from mkdocs.structure.nav import Section
@@ -343,6 +344,10 @@ def api_page() -> str:
 
 # ------------------------------------------------------------------------------------------ the hooks
 def on_config(config):
+    # this checkout's saliency_kit, whether mkdocs runs as `python -m mkdocs` here or as the console
+    # script of an environment where another checkout is installed
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     # the notebooks' kernels import this checkout's saliency_kit, the code the site documents
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     # and TensorFlow's C++ start-up lines stay out of their outputs (as the command line keeps them out)
