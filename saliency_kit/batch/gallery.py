@@ -107,7 +107,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     "heatmap", "npz", "tokens", "generation"} (+ ``"subject"``: the region or box a map explains,
     e.g. ``"box2"``; + ``"text"``: a token file's ``{"tokens", "values", "colours",
     "text_colours", "scale"}``, or a generation file's ``{"rows", "columns", "values",
-    "colours", "text_colours", "scale"}``, each of the last three ``[rows][columns]`` with
+    "colours", "text_colours", "scale"}``, each of the last three rows × columns, with
     ``null`` in the cells that explain nothing)]}], "methods": [{"name", "title"}], "classes":
     [names], "failed": [{"image", "error"}], "missing": int, "metrics": [file names],
     "token_legend": [colours]}`` (``metrics`` lists the ``saliency evaluate`` table and chart

@@ -112,12 +112,12 @@ def randomization_test(
 
         - ``layer``: the path of the layer re-initialised at this step;
         - ``spearman_abs``: Spearman rank correlation of the magnitude maps ``Σ_c |attribution|``,
-          mean over inputs and targets;
+            mean over inputs and targets;
         - ``spearman``: the same on the signed maps ``Σ_c attribution``;
         - ``ssim``: SSIM of the magnitude maps after :func:`saliency_kit.evaluate.similarity.normalize_abs`
-          (each divided by its 99th percentile, clipped to [0, 1]); with several explained parts,
-          of each part whose maps are 2-D (an image's ``[H, W]``) on its own, averaged over those
-          parts (the others have none: NaN when no explained part is an image);
+            (each divided by its 99th percentile, clipped to [0, 1]); with several explained parts,
+            of each part whose maps are 2-D (an image's ``[H, W]``) on its own, averaged over those
+            parts (the others have none: NaN when no explained part is an image);
         - ``step`` (1-based) and ``randomized``: the paths whose weights are random at this step.
 
         See :func:`comparison_maps` for the maps compared (CAM maps and non-image attributions
