@@ -3,9 +3,10 @@ Python blocks in order in one namespace, like a doctest.
 
 ``python tests/docs/blocks.py RESULT.json PAGE...`` runs each page in a fresh namespace and a
 fresh temporary folder (``examples/`` linked into it, so the pages' relative paths work and
-anything they write stays there) and writes, per page, ``null`` or the failing block's line and
-traceback. One process runs every page: TensorFlow is imported once, and whatever the pages
-register (a method, a composite, an input kind) stays out of the test process."""
+anything they write stays there) and writes, per page, its ``failure`` (``null``, or the failing
+block's line and traceback) and the ``seconds`` it took. One process runs every page: TensorFlow
+is imported once, and whatever the pages register (a method, a composite, an input kind) stays out
+of the test process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -74,7 +76,9 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     result = {}
     for name in argv[1:]:
-        result[name] = run_page(ROOT / name)
+        start = time.monotonic()
+        failure = run_page(ROOT / name)
+        result[name] = {"failure": failure, "seconds": round(time.monotonic() - start, 1)}
         Path(argv[0]).write_text(json.dumps(result), encoding="utf-8")
     return 0
 

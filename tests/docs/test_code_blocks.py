@@ -27,7 +27,8 @@ def _name(path) -> str:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Each page's outcome: ``None``, or the failing block's line and traceback (one process runs them all)."""
+    """Each page's outcome: its ``failure`` (``None``, or the failing block's line and traceback)
+    and ``seconds`` (one process runs them all)."""
     result = tmp_path_factory.mktemp("blocks") / "result.json"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "docs" / "blocks.py"), str(result), *map(_name, PAGES)],
@@ -42,7 +43,7 @@ def outcomes(tmp_path_factory):
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_the_python_blocks_of_the_page_run(outcomes, page):
-    failure = outcomes[_name(page)]
+    failure = outcomes[_name(page)]["failure"]
     assert failure is None, f"{_name(page)}, the block at line {failure['line']}:\n{failure['error']}"
 
 
