@@ -62,10 +62,15 @@ def run_page(path: Path) -> dict | None:
         os.chdir(folder)
         try:
             for line, code in python_blocks(path):
+                name = f"{path.relative_to(ROOT)}:{line}"
                 try:
-                    exec(compile(code, f"{path.relative_to(ROOT)}:{line}", "exec"), namespace)
-                except BaseException:  # noqa: BLE001 - any failure of a block is reported, with its line
-                    return {"line": line, "error": traceback.format_exc(limit=-6)}
+                    exec(compile(code, name, "exec"), namespace)
+                except BaseException as error:  # noqa: BLE001 - any failure of a block is reported, with its line
+                    inside = [
+                        frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == name
+                    ]
+                    where = line + inside[-1] if inside else line  # the page's line that raised (the fence is `line`)
+                    return {"line": line, "at": where, "error": traceback.format_exc(limit=-6)}
         finally:
             os.chdir(ROOT)
     return None

@@ -44,7 +44,9 @@ def outcomes(tmp_path_factory):
 @pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_the_python_blocks_of_the_page_run(outcomes, page):
     failure = outcomes[_name(page)]["failure"]
-    assert failure is None, f"{_name(page)}, the block at line {failure['line']}:\n{failure['error']}"
+    assert failure is None, (
+        f"{_name(page)}:{failure['at']}, in the block at line {failure['line']}:\n{failure['error']}"
+    )
 
 
 def test_every_block_is_fenced_with_what_it_is():
