@@ -126,3 +126,11 @@ def test_the_readme_is_short_and_its_relative_links_lead_somewhere():
         elif not path and anchor not in anchors:
             broken.append(link)
     assert not broken, broken
+
+
+def test_the_readme_and_the_home_page_count_the_methods_there_are():
+    from saliency_kit import methods
+
+    for page in (ROOT / "README.md", DOCS / "index.md"):
+        counts = re.findall(r"with (\d+) methods", page.read_text(encoding="utf-8"))
+        assert counts == [str(len(methods.builtins()))], (page.name, counts)
