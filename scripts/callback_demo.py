@@ -6,7 +6,7 @@
 Writes ``OUT/logs`` (TensorBoard event files) and ``OUT/png/guided_backprop-epoch-NNNN.png``.
 The guided-backprop maps sharpen onto the shapes as the network learns them. ``--pictures DIR``
 (with ``--epochs 8``) copies epochs 1 and 8 to ``DIR/callback_epoch1.png`` and
-``DIR/callback_epoch8.png``, the README's pictures (``scripts/pictures.py`` declares them so).
+``DIR/callback_epoch8.png``, the docs' pictures (``scripts/pictures.py`` declares them so).
 """
 
 import argparse

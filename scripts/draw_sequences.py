@@ -11,7 +11,7 @@ Tokens: a tiny embedding model (``Embedding → mean → Dense``) is trained her
 with more "good" than "bad" words. ``sk.explain`` explains its token ids in the embedding's space:
 integrated gradients of the positive class's logit from the padding token's embedding, ``[B, 1,
 T, D]``, mapped per token by summing over the embedding axis ``[B, 1, T]``. The maps are drawn by
-``sk.render.tokens_html`` (the HTML file) and, as a picture for the README, by a few lines of
+``sk.render.tokens_html`` (the HTML file) and, as a picture for the docs, by a few lines of
 matplotlib below using the same colour scale.
 """
 

@@ -1,4 +1,4 @@
-"""Draw the README's pictures of the shipped ``shapes`` model on ``examples/shapes/*.png``.
+"""Draw the docs' pictures of the shipped ``shapes`` model on ``examples/shapes/*.png``.
 
     PYTHONPATH=. python scripts/draw_shapes_pictures.py [--out docs] [--only NAME]
 

@@ -1,5 +1,5 @@
-"""The README's pictures of the shipped segmentation model and detector, made by the commands the
-README shows, and the example scenes those commands read.
+"""The docs' pictures of the shipped segmentation model and detector, made by the commands the
+docs show, and the example scenes those commands read.
 
     .venv/bin/python scripts/draw_task_pictures.py [--out docs] [--examples]   # ~30 s on 2 CPU cores
 

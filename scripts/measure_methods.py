@@ -1,4 +1,4 @@
-"""Measure every saliency method on the shipped "shapes" model: the README's "Does it work?" table.
+"""Measure every saliency method on the shipped "shapes" model: the "Does it work?" table of the docs.
 
     .venv/bin/python scripts/measure_methods.py                 # ~ a few minutes on 2 CPU cores
     .venv/bin/python scripts/measure_methods.py --methods gradient gradcam --images 50

@@ -2,7 +2,7 @@
 
     python scripts/method_tables.py [--write]
 
-README.md's table of the built-in methods (between its two marker comments) and the table in
+The table of the built-in methods in ``docs/guide/python.md`` (between its two marker comments) and the table in
 ``saliency_kit/methods/__init__.py``'s docstring are made by :mod:`saliency_kit.methods.table`.
 Without ``--write`` it prints which of them is stale and exits 1 (``tests/methods/test_base.py``
 runs the same comparison); with ``--write`` it rewrites them.
@@ -20,12 +20,12 @@ sys.path.insert(0, str(REPO))
 
 from saliency_kit.methods import table  # noqa: E402
 
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "guide" / "python.md"  # the methods table of the Python guide
 PACKAGE_INIT = REPO / "saliency_kit" / "methods" / "__init__.py"
 _RST = re.compile(r"(?m)^=+(?:  =+)*\n.*?\n=+(?:  =+)*\n(?:.*\n)*?=+(?:  =+)*$")
 
 
-def updated_readme(text: str) -> str:
+def updated_page(text: str) -> str:
     start, end = text.index(table.README_START), text.index(table.README_END)
     return text[: start + len(table.README_START)] + "\n" + table.markdown() + "\n" + text[end:]
 
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the stale tables")
     args = parser.parse_args(argv)
     stale = []
-    for path, update in ((README, updated_readme), (PACKAGE_INIT, updated_package_docstring)):
+    for path, update in ((PAGE, updated_page), (PACKAGE_INIT, updated_package_docstring)):
         text = path.read_text(encoding="utf-8")
         new = update(text)
         if new != text:

@@ -1,4 +1,4 @@
-"""Every picture the README and ``docs/*.md`` show is declared in ``scripts/pictures.py`` with the
+"""Every picture the README and the pages under ``docs/`` show is declared in ``scripts/pictures.py`` with the
 command that draws it, exists, and is checked here, so none can go stale: each is redrawn by its
 declared command into a temporary folder (the pictures of one script by one process) and must
 match the committed file, pixel by pixel (an HTML file: as text). The two screenshots of a browser,
@@ -35,16 +35,18 @@ def _pictures_module():
 pictures = _pictures_module()
 EXTENSIONS = r"\.(?:png|html|jpe?g|gif|svg)"
 NAMED = re.compile(r"docs/([\w.-]+" + EXTENSIONS + ")")  # docs/NAME anywhere: a link or a path in text
-LINKED = re.compile(r"\]\(([\w.-]+" + EXTENSIONS + r")\)")  # a link beside the page: ](NAME)
+LINKED = re.compile(r"\]\(((?:\.\./)*[\w.-]+" + EXTENSIONS + r")\)")  # a relative link: ](NAME), ](../NAME)
 
 
 def _shown() -> set:
     """The files of ``docs/`` the markdown shows or names: ``docs/NAME`` in the README and in
-    ``docs/*.md``, and links ``](NAME)`` in ``docs/*.md``."""
+    the pages under ``docs/``, and the links of those pages that lead to ``docs/NAME`` (``](NAME)``
+    beside it, ``](../NAME)`` from ``docs/guide/``)."""
     found = set(NAMED.findall((ROOT / "README.md").read_text(encoding="utf-8")))
-    for page in sorted(DOCS.glob("*.md")):
+    for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text(encoding="utf-8")
-        found |= set(NAMED.findall(text)) | set(LINKED.findall(text))
+        linked = {(page.parent / target).resolve() for target in LINKED.findall(text)}
+        found |= set(NAMED.findall(text)) | {path.name for path in linked if path.parent == DOCS.resolve()}
     return found
 
 

@@ -15,7 +15,7 @@ from cli_support import ROOT, environment, own_lines, run, save_tiny_model
 from PIL import Image
 
 PLUGIN = '''
-"""An outside method: |∂s/∂x| to a power (the README's plugin example)."""
+"""An outside method: |∂s/∂x| to a power (the Python guide's plugin example)."""
 import tensorflow as tf
 
 from saliency_kit import methods

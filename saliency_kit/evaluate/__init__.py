@@ -2,7 +2,7 @@
 
 Every metric is declared once where it is defined, ``@metric(name, family=..., higher_is_better=...,
 needs_masks=...)`` (:mod:`.registry`); :func:`metrics` lists them (name, family, direction, whether
-masks are needed), and ``compare``, ``saliency evaluate --metric``, README's metric table and this
+masks are needed), and ``compare``, ``saliency evaluate --metric``, the docs' metric table and this
 package's metric names are made from that list; an installed distribution adds metrics through the
 entry-point group ``saliency_kit.metrics``. Definitions and defaults are Quantus 0.6.0's (where
 Quantus departs from its paper the docstring says which one is followed). One module per family:

@@ -197,7 +197,7 @@ def get(name: str) -> Metric:
 
 
 def markdown() -> str:
-    """README's table of the built-in metrics, in the order of :func:`metrics`."""
+    """The docs' table of the built-in metrics (docs/guide/evaluation.md), in the order of :func:`metrics`."""
     lines = ["| metric | family | better | masks | function |", "|---|---|---|---|---|"]
     for declared in builtins():
         cells = [

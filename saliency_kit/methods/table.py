@@ -1,4 +1,4 @@
-"""The method tables of the docs, made from the declarations: README's Markdown table and the reST
+"""The method tables of the docs, made from the declarations: the Python guide's Markdown table and the reST
 table of :mod:`saliency_kit.methods`' docstring (``python scripts/method_tables.py --write``
 writes both; a test fails when either is stale). No TensorFlow.
 """
@@ -48,7 +48,7 @@ def _module(method: Method) -> str:
 
 
 def markdown() -> str:
-    """README's table of the built-in methods, in the order of ``names()``."""
+    """The docs' table of the built-in methods (docs/guide/python.md), in the order of ``names()``."""
     lines = ["| method | title | module | options (defaults) | map | signed |", "|---|---|---|---|---|---|"]
     for name in builtins():
         method = get(name)

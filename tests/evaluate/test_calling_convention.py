@@ -1,4 +1,4 @@
-"""Every declared metric, and the functions beside them, is called as the README says:
+"""Every declared metric, and the functions beside them, is called as the docs say:
 ``NAME(model, inputs, explanation_or_method, targets, ...)`` (the list generated from the
 declarations); class names given with ``class_names=`` work in the metrics and in ``compare`` as
 in ``sk.explain``."""

@@ -466,7 +466,7 @@ def test_guided_backprop_ignores_the_output_layer(cascading):
     the signed gradient decorrelates. (Measured on 48 images and two seeds: guided backprop
     0.79-0.86 (abs) / 0.73-0.76 (signed), the signed gradient -0.05-0.17. Once the convolutions
     below are re-initialised too, guided backprop's maps do change on this small model: see the
-    README's table.)"""
+    table of docs/guide/evaluation.md.)"""
     first = {m: steps[0] for m, steps in cascading.items()}
     assert all(step["layer"] == "predictions" for step in first.values())
     assert first["guided_backprop"]["spearman_abs"] > 0.6, first["guided_backprop"]

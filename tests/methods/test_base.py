@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILTINS = methods.builtins()  # the methods defined in saliency_kit/methods/, in registration order
 
 
-# -- a method written outside the package (README's example) -------------------------------------
+# -- a method written outside the package (the Python guide's example) -------------------------------------
 def gradient_power(ctx, power):
     return tf.abs(ctx.gradients(ctx.inputs)) ** power  # [B, K, *input]
 
@@ -218,14 +218,17 @@ def test_the_order_does_not_depend_on_which_method_module_is_imported_first():
 
 
 def test_the_doc_tables_are_generated_from_the_declarations():
-    """README's method table and the package docstring's are what scripts/method_tables.py makes;
-    every method README's other tables name is a registered one."""
+    """The methods table of docs/guide/python.md and the package docstring's are what
+    scripts/method_tables.py makes; every method the other tables of the README and the docs' pages
+    name is a registered one."""
     import re
 
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "method_tables.py")], capture_output=True, text=True)
     assert out.returncode == 0, f"stale method tables (run scripts/method_tables.py --write): {out.stdout}"
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert table.markdown() in readme and table.rst() in methods.__doc__
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "guide").glob("*.md"))]
+    readme = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    guide = (REPO / "docs" / "guide" / "python.md").read_text(encoding="utf-8")
+    assert table.markdown() in guide and table.rst() in methods.__doc__
     named = set()
     for block in re.findall(r"(?m)^\| method \|.*\n(?:\|.*\n)+", readme):  # every table of methods
         for row in block.splitlines()[2:]:
