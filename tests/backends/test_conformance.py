@@ -4,11 +4,14 @@ weights. Each row must agree to 1e-4 (relative to the row's largest value, float
 refused as TensorFlow refuses it; what this backend does not run yet is refused in one line
 naming the backend and what to use (:data:`NOT_YET`), never answered with other numbers."""
 
+import hashlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+from importlib import metadata
 
 import keras
 import numpy as np
@@ -33,19 +36,43 @@ OWN_SCORES = {
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+def _reference_key() -> str:
+    """A digest of everything TensorFlow's reference depends on: the package's files (sources and
+    shipped models), this folder's sources, and the versions of the frameworks that compute it."""
+    digest = hashlib.sha256()
+    package = HERE.parents[1] / "saliency_kit"
+    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted(files + list(HERE.glob("*.py"))):
+        digest.update(str(path.relative_to(HERE.parents[1])).encode() + b"\0" + path.read_bytes())
+    for dist in ("keras", "numpy", "tensorflow-cpu", "tensorflow"):
+        try:
+            digest.update(f"{dist}=={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            pass
+    return digest.hexdigest()[:24]
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("conformance")
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1]), env.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, str(HERE / "conformance_support.py"), str(folder)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def reference(request, tmp_path_factory):
+    """TensorFlow's numbers, written by a TensorFlow process; kept in pytest's cache under the
+    digest of what they depend on, so the next backend's process of the same checkout reads them
+    instead of computing them again (any change to the package or its frameworks computes anew)."""
+    folder = request.config.cache.mkdir("conformance-reference") / _reference_key()
+    if not (folder / "refusals.json").exists():
+        scratch = tmp_path_factory.mktemp("conformance")
+        env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1]), env.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            [sys.executable, str(HERE / "conformance_support.py"), str(scratch)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(scratch, folder.with_suffix(".part"), dirs_exist_ok=True)
+        os.replace(folder.with_suffix(".part"), folder)  # whole or absent, never half written
     arrays = dict(np.load(folder / "reference.npz"))
     refusals = json.loads((folder / "refusals.json").read_text())
     return folder, arrays, refusals

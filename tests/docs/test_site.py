@@ -91,11 +91,18 @@ def _nav_pages(entry) -> list[str]:
     return []
 
 
-def test_every_page_of_the_nav_exists_and_every_hand_written_page_is_in_it():
+def _built(site, page: str) -> bool:
+    """Whether the built ``site`` has ``page`` (``a/b.md`` or ``.ipynb`` is ``a/b/index.html``)."""
+    stem = page.rsplit(".", 1)[0]
+    return (site / (stem + ".html" if stem.endswith("index") else stem + "/index.html")).is_file()
+
+
+def test_every_page_of_the_nav_exists_and_every_hand_written_page_is_in_it(built_site):
+    """Each nav entry is a page of docs/ or one the build generates from the code, and was built."""
     config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_AnyTag)
     pages = _nav_pages(config["nav"])
-    assert "index.md" in pages and "guide/python.md" in pages, pages
-    missing = [page for page in pages if not (DOCS / page).is_file()]
+    assert "index.md" in pages and "guide/python.md" in pages and "cli.md" in pages, pages
+    missing = [page for page in pages if not _built(built_site, page)]
     assert not missing, missing
     written = {str(path.relative_to(DOCS)) for folder in (DOCS, DOCS / "guide") for path in folder.glob("*.md")}
     assert written - set(pages) == set(), sorted(written - set(pages))
