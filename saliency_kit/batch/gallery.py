@@ -45,6 +45,7 @@ import numpy as np
 from ..files import write_atomic
 from ..render import method_title
 from ..render.sequences import legend_stops, token_colours
+from .gallery_metrics import metric_values
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
@@ -122,6 +123,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     methods: dict[str, None] = {}
     classes: dict[str, None] = {}
     seen_files: set[str] = set()
+    photos: dict[str, str] = {}
     files = _Files(out_root)
     missing = 0
     for record in read_manifests(out_root):
@@ -143,6 +145,9 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
             missing += 1
             continue
         seen_files.add(file)
+        photo = record.get("photo")
+        if kind in ("overlay", "heatmap") and image not in photos and isinstance(photo, str) and photo in files:
+            photos[image] = photo
         method = str(record.get("method", ""))
         target = record.get("class")
         target = target if isinstance(target, (int, str)) or target is None else str(target)
@@ -171,9 +176,14 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     for outputs in images.values():
         for output in outputs.values():
             methods.setdefault(output["method"], None)
+    scored = metric_values(out_root, list(images), list(methods))
     return {
-        "images": [{"image": image, "outputs": list(outputs.values())} for image, outputs in images.items()],
+        "images": [
+            {"image": image, "outputs": list(outputs.values()), "photo": photos.get(image), "metrics": values}
+            for (image, outputs), values in zip(images.items(), scored["values"])
+        ],
         "methods": [{"name": m, "title": method_title(m)} for m in methods],
+        "metric_names": scored["metrics"],
         "classes": sorted(classes, key=str.casefold),
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,
@@ -331,7 +341,12 @@ def _packed(data: dict) -> dict:
                 ]
             )
         images.append([entry["image"], folder, outputs])
-    return {**data, "images": images}
+    return {
+        **data,
+        "images": images,
+        "photos": [entry.get("photo") or "" for entry in data["images"]],
+        "metric_values": [entry.get("metrics") or [] for entry in data["images"]],
+    }
 
 
 def render_html(data: dict, *, title: str = "Saliency maps", page_size: int = 40) -> str:
