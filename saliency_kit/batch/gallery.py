@@ -5,9 +5,13 @@
 
 The page is self-contained (inline CSS and JavaScript, no server, no network) and links the images
 by relative paths, so the folder can be zipped, copied or opened from disk. It shows one card per
-input image with its overlays (or heatmaps) in a table of methods by classes, filterable by class
-name, method and image name, sortable by score, and paged so that a run of thousands of images
-stays quick: only one page of cards exists in the document at a time, and its images load lazily.
+input image with its maps in a table of methods by classes: each heatmap laid over the image's
+photo (:mod:`.photos`) at the opacity of a slider, or the overlays blended at write time, or the
+heatmaps alone. Cards are filtered by class name, method (each turned on and off) and image name,
+sorted by score or by a ``saliency evaluate`` metric (:mod:`.gallery_metrics`), and paged so that a
+run of thousands of images stays quick: only one page of cards exists in the document at a time,
+and its images load lazily. One image's methods show side by side, larger; the keys (listed on
+the page) walk the images across pages, open that view, turn methods on and off and fade the maps.
 A text's token explanations (written by :func:`saliency_kit.batch.tokens.write_token_outputs`,
 ``"kind": "tokens"``) show in its card as its tokens coloured on a diverging scale, with a legend;
 generated text (``saliency explain-text --out``, :func:`saliency_kit.batch.generation.write_generation_outputs`,
@@ -111,7 +115,9 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     "colours", "text_colours", "scale"}``, each of the last three ``[rows][columns]`` with
     ``null`` in the cells that explain nothing)]}], "methods": [{"name", "title"}], "classes":
     [names], "failed": [{"image", "error"}], "missing": int, "metrics": [file names],
-    "token_legend": [colours]}`` (``metrics`` lists the ``saliency evaluate`` table and chart
+    "metric_names": [{"name", "higher_is_better"}], "token_legend": [colours]}`` (each image also has
+    ``"photo"``, the file under its heatmaps or None, and ``"metrics"``, its ``[metric index, method
+    index, value]`` from ``metrics.json``; ``metrics`` lists the ``saliency evaluate`` table and chart
     when ``--out`` holds them; ``token_legend`` the diverging scale's colours when a token or
     generation output is there). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
