@@ -109,11 +109,18 @@ def test_hostile_names_are_data_never_markup(tmp_path):
     records = []
     for i, name in enumerate(HOSTILE):
         _png(tmp_path / f"f{i}.png")
-        records.append(_line(name + ".png", "gradcam", i, name, float(i), "overlay", f"f{i}.png", 1))
+        _png(tmp_path / f"{name} {i}".replace("/", "_") / "photo.png")  # a hostile photo path
+        line = _line(name + ".png", HOSTILE[-1 - i], i, name, float(i), "overlay", f"f{i}.png", 1)  # hostile methods
+        records.append({**line, "photo": f"{name} {i}".replace("/", "_") + "/photo.png"})
     _write_manifest(tmp_path / "manifest.jsonl", records)
+    rows = [{"method": m, "metric": m, "higher_is_better": True, "per_input": [1.0] * 5} for m in HOSTILE]
+    (tmp_path / "metrics.json").write_text(json.dumps({"images": [f"/in/{n}.png" for n in HOSTILE], "rows": rows}))
+    data = gallery.gallery_data(tmp_path)
+    assert [m["name"] for m in data["metric_names"]] == HOSTILE  # hostile metric names, read as data
+    assert sorted(i["photo"] for i in data["images"]) == sorted(r["photo"] for r in records)
     page = gallery.write_gallery(tmp_path, title='run <1> & "2"').read_text(encoding="utf-8")
     assert page.count("</script>") == 2  # the data block's and the code's, nothing from the data
-    assert "<b>bold" not in page and "<1>" not in page
+    assert "<b>bold" not in page and "<1>" not in page and "<script>window" not in page
     assert "<title>run &lt;1&gt; &amp; &quot;2&quot;</title>" in page
     block = page.split('id="gallery-data">', 1)[1].split("</script>", 1)[0]
     assert [image for image, _, _ in json.loads(block)["images"]] == sorted(n + ".png" for n in HOSTILE)
@@ -830,3 +837,48 @@ def test_10000_images_render_a_bounded_page_quickly(browser, tmp_path):
     print(f"\n10,000 images: page {size / 1e6:.1f} MB, load {loaded:.0f} ms, name filter {filtered:.0f} ms,"
           f" class filter {classed:.0f} ms")  # fmt: skip
     assert loaded < 15_000 and filtered < 2_000 and classed < 2_000
+
+
+def test_a_run_written_before_photos_resumes_and_keeps_its_blended_overlays(browser, batch_run, tmp_path):
+    """An output folder from before the photos (no photo.png, no "photo" on its lines), resumed with
+    one more image: nothing done is redone, the new image gets its photo, and the page lays maps
+    over photos where there is one and shows the blended overlays elsewhere."""
+    out = tmp_path / "out"
+    shutil.copytree(batch_run, out)
+    shutil.copytree(batch_run.parent / "in", tmp_path / "in")
+    old = _records(out)
+    for photo in {r["photo"] for r in old}:
+        (out / photo).unlink()
+    _write_manifest(out / "manifest.jsonl", [{k: v for k, v in r.items() if k != "photo"} for r in old])
+    before = {r["file"]: (out / r["file"]).stat().st_mtime_ns for r in old}
+    _png(tmp_path / "in" / "late arrival.png", colour=(240, 240, 30), size=(64, 64))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out", str(out), "--method",
+         "guided_backprop", "--method", "gradcam", "--target", "top2", "--resume"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "4 already complete" in done.stdout + done.stderr
+    assert {f: (out / f).stat().st_mtime_ns for f in before} == before  # nothing redone
+    after = _records(out)
+    new = [r for r in after if r["image"] == "late arrival.png"]
+    photo = new[0]["file"].rsplit("/", 1)[0] + "/photo.png"
+    assert len(new) == 8 and all(r["photo"] == photo for r in new) and (out / photo).is_file()
+    assert not any("photo" in r for r in after if r["image"] != "late arrival.png")
+    _open(browser, out / "index.html")
+    shown = browser.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.dataset.image,"
+        " Array.from(c.querySelectorAll('img')).map(i => i.className + ' ' + i.getAttribute('src'))]))"
+    )
+    assert sorted(shown) == sorted({r["image"] for r in after})
+    for image, sources in shown.items():
+        if image == "late arrival.png":
+            assert sorted(sources) == sorted(
+                [f"photo {urllib.parse.quote(photo)}"] * 4
+                + [f"heat {urllib.parse.quote(r['file'])}" for r in new if r["kind"] == "heatmap"]
+            )
+        else:
+            overlays = [r["file"] for r in after if r["image"] == image and r["kind"] == "overlay"]
+            assert sorted(sources) == sorted(" " + urllib.parse.quote(f) for f in overlays)
+    assert min(_all_images_loaded(browser)) > 0
