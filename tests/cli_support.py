@@ -134,7 +134,12 @@ def check_complete(out: Path, records, good, bad):
         lines = [r for r in ok if r["image"] == image]
         assert len(lines) == lines[0]["outputs"] > 0
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert on_disk - set(files) == {"settings.json", "index.html", *(p.name for p in out.glob("manifest*.jsonl"))}
+    photos = {r["photo"] for r in ok if "photo" in r}  # the image under its maps, named on their lines
+    assert photos == {r["file"].rsplit("/", 1)[0] + "/photo.png" for r in ok if r["file"].endswith(".png")}
+    others = {"settings.json", "index.html", *(p.name for p in out.glob("manifest*.jsonl"))}
+    assert on_disk - set(files) == others | photos
     assert set(files) <= on_disk
+    for name in photos:
+        assert decodes(out / name)
     for name in files:
         assert name.endswith(".png") and decodes(out / name)

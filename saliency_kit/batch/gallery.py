@@ -5,9 +5,13 @@
 
 The page is self-contained (inline CSS and JavaScript, no server, no network) and links the images
 by relative paths, so the folder can be zipped, copied or opened from disk. It shows one card per
-input image with its overlays (or heatmaps) in a table of methods by classes, filterable by class
-name, method and image name, sortable by score, and paged so that a run of thousands of images
-stays quick: only one page of cards exists in the document at a time, and its images load lazily.
+input image with its maps in a table of methods by classes: each heatmap laid over the image's
+photo (:mod:`.photos`) at the opacity of a slider, or the overlays blended at write time, or the
+heatmaps alone. Cards are filtered by class name, method (each turned on and off) and image name,
+sorted by score or by a ``saliency evaluate`` metric (:mod:`.gallery_metrics`), and paged so that a
+run of thousands of images stays quick: only one page of cards exists in the document at a time,
+and its images load lazily. One image's methods show side by side, larger; the keys (listed on
+the page) walk the images across pages, open that view, turn methods on and off and fade the maps.
 A text's token explanations (written by :func:`saliency_kit.batch.tokens.write_token_outputs`,
 ``"kind": "tokens"``) show in its card as its tokens coloured on a diverging scale, with a legend;
 generated text (``saliency explain-text --out``, :func:`saliency_kit.batch.generation.write_generation_outputs`,
@@ -45,6 +49,7 @@ import numpy as np
 from ..files import write_atomic
 from ..render import method_title
 from ..render.sequences import legend_stops, token_colours
+from .gallery_metrics import metric_values
 
 __all__ = ["write_gallery", "gallery_data", "read_manifests", "render_html"]
 
@@ -110,7 +115,9 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     "colours", "text_colours", "scale"}``, each of the last three rows × columns, with
     ``null`` in the cells that explain nothing)]}], "methods": [{"name", "title"}], "classes":
     [names], "failed": [{"image", "error"}], "missing": int, "metrics": [file names],
-    "token_legend": [colours]}`` (``metrics`` lists the ``saliency evaluate`` table and chart
+    "metric_names": [{"name", "higher_is_better"}], "token_legend": [colours]}`` (each image also has
+    ``"photo"``, the file under its heatmaps or None, and ``"metrics"``, its ``[metric index, method
+    index, value]`` from ``metrics.json``; ``metrics`` lists the ``saliency evaluate`` table and chart
     when ``--out`` holds them; ``token_legend`` the diverging scale's colours when a token or
     generation output is there). Images keep the order of their first manifest line;
     an output recorded twice (a resumed run) counts once. An image that failed and later
@@ -122,6 +129,7 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     methods: dict[str, None] = {}
     classes: dict[str, None] = {}
     seen_files: set[str] = set()
+    photos: dict[str, str] = {}
     files = _Files(out_root)
     missing = 0
     for record in read_manifests(out_root):
@@ -143,6 +151,9 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
             missing += 1
             continue
         seen_files.add(file)
+        photo = record.get("photo")
+        if kind in ("overlay", "heatmap") and image not in photos and isinstance(photo, str) and photo in files:
+            photos[image] = photo
         method = str(record.get("method", ""))
         target = record.get("class")
         target = target if isinstance(target, (int, str)) or target is None else str(target)
@@ -171,9 +182,14 @@ def gallery_data(out_dir: str | os.PathLike) -> dict:
     for outputs in images.values():
         for output in outputs.values():
             methods.setdefault(output["method"], None)
+    scored = metric_values(out_root, list(images), list(methods))
     return {
-        "images": [{"image": image, "outputs": list(outputs.values())} for image, outputs in images.items()],
+        "images": [
+            {"image": image, "outputs": list(outputs.values()), "photo": photos.get(image), "metrics": values}
+            for (image, outputs), values in zip(images.items(), scored["values"])
+        ],
         "methods": [{"name": m, "title": method_title(m)} for m in methods],
+        "metric_names": scored["metrics"],
         "classes": sorted(classes, key=str.casefold),
         "failed": [{"image": i, "error": e} for i, e in failed.items() if i not in images],
         "missing": missing,
@@ -331,7 +347,12 @@ def _packed(data: dict) -> dict:
                 ]
             )
         images.append([entry["image"], folder, outputs])
-    return {**data, "images": images}
+    return {
+        **data,
+        "images": images,
+        "photos": [entry.get("photo") or "" for entry in data["images"]],
+        "metric_values": [entry.get("metrics") or [] for entry in data["images"]],
+    }
 
 
 def render_html(data: dict, *, title: str = "Saliency maps", page_size: int = 40) -> str:

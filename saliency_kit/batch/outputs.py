@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import render
 from ..files import npz_bytes, png_bytes, write_atomic
+from .photos import write_photo
 
 __all__ = [
     "FORMATS",
@@ -219,6 +220,7 @@ class Output:
     kind: str
     file: str  # relative to the output root
     subject: dict = dataclasses.field(default_factory=dict)  # a region's or box's manifest fields
+    photo: str | None = None  # the image under its maps (:mod:`.photos`), named on PNG lines
 
 
 def write_image_outputs(
@@ -242,6 +244,7 @@ def write_image_outputs(
     written: list[Output] = []
     seen = set()
     kinds = (PNG_KINDS if "png" in formats else ()) + (("npz",) if "npz" in formats else ())
+    photo = write_photo(out_root, folder, original, durable=durable) if "png" in formats else None
     for result in results:
         method, look = result.method, result.look
         for k, target in enumerate(np.asarray(result.targets).tolist()):
@@ -294,6 +297,7 @@ def write_image_outputs(
                         kind,
                         relative,
                         subject.fields() if subject is not None else {},
+                        photo if kind in PNG_KINDS else None,
                     )
                 )
     return written
@@ -313,6 +317,7 @@ def manifest_lines(image: str, outputs: Sequence[Output]) -> list[dict]:
             "kind": o.kind,
             "file": o.file,
             **o.subject,
+            **({"photo": o.photo} if o.photo else {}),
             "outputs": len(outputs),
         }
         for o in outputs

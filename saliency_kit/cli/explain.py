@@ -246,6 +246,7 @@ def _write_image(
         args.out, folder, original, results, tasks.subject_names(found, spec), formats, input_size=spec.input_size
     )
     files = [os.path.join(args.out, w.file) for w in written]
+    files += [os.path.join(args.out, photo) for photo in dict.fromkeys(w.photo for w in written if w.photo)]
     if "png" in formats:
         grid = _write_grid(args, explanations, at, subjects, path, original, spec, folder, looks, found)
         files.append(grid)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -108,11 +109,18 @@ def test_hostile_names_are_data_never_markup(tmp_path):
     records = []
     for i, name in enumerate(HOSTILE):
         _png(tmp_path / f"f{i}.png")
-        records.append(_line(name + ".png", "gradcam", i, name, float(i), "overlay", f"f{i}.png", 1))
+        _png(tmp_path / f"{name} {i}".replace("/", "_") / "photo.png")  # a hostile photo path
+        line = _line(name + ".png", HOSTILE[-1 - i], i, name, float(i), "overlay", f"f{i}.png", 1)  # hostile methods
+        records.append({**line, "photo": f"{name} {i}".replace("/", "_") + "/photo.png"})
     _write_manifest(tmp_path / "manifest.jsonl", records)
+    rows = [{"method": m, "metric": m, "higher_is_better": True, "per_input": [1.0] * 5} for m in HOSTILE]
+    (tmp_path / "metrics.json").write_text(json.dumps({"images": [f"/in/{n}.png" for n in HOSTILE], "rows": rows}))
+    data = gallery.gallery_data(tmp_path)
+    assert [m["name"] for m in data["metric_names"]] == HOSTILE  # hostile metric names, read as data
+    assert sorted(i["photo"] for i in data["images"]) == sorted(r["photo"] for r in records)
     page = gallery.write_gallery(tmp_path, title='run <1> & "2"').read_text(encoding="utf-8")
     assert page.count("</script>") == 2  # the data block's and the code's, nothing from the data
-    assert "<b>bold" not in page and "<1>" not in page
+    assert "<b>bold" not in page and "<1>" not in page and "<script>window" not in page
     assert "<title>run &lt;1&gt; &amp; &quot;2&quot;</title>" in page
     block = page.split('id="gallery-data">', 1)[1].split("</script>", 1)[0]
     assert [image for image, _, _ in json.loads(block)["images"]] == sorted(n + ".png" for n in HOSTILE)
@@ -195,7 +203,7 @@ def _wait(driver, script: str, timeout: float = 20.0):
 def _cards(driver) -> list[dict]:
     return driver.execute_script(
         "return Array.from(document.querySelectorAll('.card')).map(c => ({image: c.dataset.image,"
-        " score: c.dataset.score === '' ? null : +c.dataset.score, title: c.querySelector('h2').textContent,"
+        " score: c.dataset.score === '' ? null : +c.dataset.score, title: c.querySelector('h2').firstChild.textContent,"
         " classes: Array.from(c.querySelectorAll('figcaption b')).map(b => b.textContent),"
         " methods: Array.from(c.querySelectorAll('th')).map(t => t.textContent)}))"
     )
@@ -309,7 +317,8 @@ def test_a_real_batch_run_shows_every_image_and_filters_and_sorts(browser, batch
     cards = _cards(browser)
     assert sorted(c["image"] for c in cards) == sorted({r["image"] for r in records})
     widths = _all_images_loaded(browser)
-    assert len(widths) == len({r["file"] for r in records if r["kind"] == "overlay"}) and min(widths) > 0
+    # photo + heatmap: two layers per panel
+    assert len(widths) == 2 * len({r["file"] for r in records if r["kind"] == "overlay"}) and min(widths) > 0
     assert set(cards[0]["methods"]) == {"Guided Backprop", "Grad-CAM"}
 
     # Sorted by score, highest first: each card's score is its best, in descending order.
@@ -339,7 +348,7 @@ def test_a_real_batch_run_shows_every_image_and_filters_and_sorts(browser, batch
     sources = browser.execute_script("return Array.from(document.images).map(i => i.getAttribute('src'))")
     assert sources and all(s.endswith("-heatmap.png") for s in sources)
     assert min(_all_images_loaded(browser)) > 0
-    _select(browser, "show", "overlay")
+    _select(browser, "show", "layers")
     _select(browser, "sort", "score-desc")
     browser.save_screenshot(str(batch_run / "gallery.png"))
     with Image.open(batch_run / "gallery.png") as picture, Image.open(shot) as filtered:
@@ -574,3 +583,302 @@ def test_a_run_with_texts_and_images_shows_token_spans_and_runs_no_injected_scri
     assert sorted(c["image"] for c in _cards(browser)) == sorted(names)
     _type(browser, "class-filter", "")
     browser.save_screenshot(str(tmp_path / "gallery-tokens.png"))
+
+
+# ----------------------------------------------------------------------------- working in the gallery
+def _records(out: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _key(driver, key: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).send_keys(key).perform()
+
+
+def _selected(driver):
+    return driver.execute_script("const c = document.querySelector('.card.selected'); return c && c.dataset.image")
+
+
+def _panels(driver) -> list[tuple[str, str]]:
+    """(row's method title, shown file) of every panel on the page."""
+    panels = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#cards figure')).map(f => [f.closest('tr').querySelector('th')"
+        ".textContent, (f.querySelector('img.heat') || f.querySelector('img')).getAttribute('src')])"
+    )
+    return [(title, urllib.parse.unquote(src)) for title, src in panels]
+
+
+def test_the_photo_under_the_maps_is_the_input_image_and_named_on_its_png_lines(batch_run):
+    records = _records(batch_run)
+    pngs = [r for r in records if r["kind"] in ("heatmap", "overlay")]
+    assert pngs and all(r["photo"] == r["file"].rsplit("/", 1)[0] + "/photo.png" for r in pngs)
+    for image in {r["image"] for r in records}:
+        (photo,) = {r["photo"] for r in pngs if r["image"] == image}
+        with Image.open(batch_run / photo) as shown, Image.open(batch_run.parent / "in" / image) as given:
+            assert np.array_equal(np.asarray(shown.convert("RGB")), np.asarray(given.convert("RGB")))
+    # the photo is not an output: each image still announces its 4 maps x 2 kinds
+    assert {r["outputs"] for r in records} == {8} and not any(r["file"].endswith("photo.png") for r in records)
+
+
+def test_toggles_sorting_opacity_filters_and_keys_in_a_real_run(browser, batch_run):
+    records = _records(batch_run)
+    _open(browser, gallery.write_gallery(batch_run))
+    heatmaps = {r["file"] for r in records if r["kind"] == "heatmap"}
+
+    # Every method's heatmaps, laid over the photos; unticking a method removes exactly its panels.
+    assert sorted(f for _, f in _panels(browser)) == sorted(heatmaps)
+    browser.find_element("css selector", "#methods input[value='gradcam']").click()
+    shown = _panels(browser)
+    assert sorted(f for _, f in shown) == sorted(f for f in heatmaps if "/guided_backprop-" in f)
+    assert {t for t, _ in shown} == {"Guided Backprop"}
+    _key(browser, "2")  # the second method's key ticks it again
+    assert sorted(f for _, f in _panels(browser)) == sorted(heatmaps)
+
+    # Sorting: the order of the manifest's best scores, both ways.
+    best: dict[str, float] = {}
+    for r in records:
+        best[r["image"]] = max(best.get(r["image"], -np.inf), r["score"])
+    ranked = sorted(best, key=lambda i: -best[i])
+    assert [c["image"] for c in _cards(browser)] == ranked
+    _select(browser, "sort", "score-asc")
+    assert [c["image"] for c in _cards(browser)] == ranked[::-1]
+    _select(browser, "sort", "score-desc")
+
+    # Opacity: the heat layer's computed opacity follows the slider and the + / - keys.
+    slider = browser.find_element("id", "opacity")
+    browser.execute_script("arguments[0].value = 20; arguments[0].dispatchEvent(new Event('input'))", slider)
+    opacities = browser.execute_script(
+        "return Array.from(document.querySelectorAll('img.heat')).map(i => getComputedStyle(i).opacity)"
+    )
+    assert len(opacities) == len(heatmaps) and set(opacities) == {"0.2"}
+    browser.find_element("tag name", "h1").click()  # keys go to the page, not to the sort menu
+    _key(browser, "+")
+    assert browser.execute_script("return getComputedStyle(document.querySelector('img.heat')).opacity") == "0.3"
+    assert browser.find_element("id", "opacity").get_attribute("value") == "30"
+
+    # At 50 % the layers look like the overlay the run blended at alpha 0.5 (render.overlay), not like the photo.
+    browser.execute_script("arguments[0].value = 50; arguments[0].dispatchEvent(new Event('input'))", slider)
+    _all_images_loaded(browser)
+    first = next(r for r in records if r["kind"] == "heatmap" and r["image"] == ranked[0])
+    layers = browser.find_element("css selector", f"img.heat[src$='{first['file'].rsplit('/', 1)[1]}']")
+    layers = layers.find_element("xpath", "..")
+    import io
+
+    seen = np.asarray(Image.open(io.BytesIO(layers.screenshot_as_png)).convert("RGB"), np.float32)
+    size = (seen.shape[1], seen.shape[0])
+
+    def scaled(path):
+        with Image.open(path) as picture:
+            return np.asarray(picture.convert("RGB").resize(size, Image.Resampling.BILINEAR), np.float32)
+
+    blended = scaled(batch_run / first["file"].replace("-heatmap.png", "-overlay.png"))
+    photo = scaled(batch_run / first["photo"])
+    assert np.abs(seen - blended).mean() < 6 < np.abs(seen - photo).mean()
+
+    # Filters: by image name and by class, each checked against the manifest.
+    _type(browser, "image-filter", "sub")
+    assert [c["image"] for c in _cards(browser)] == [i for i in ranked if "sub" in i.lower()]
+    _type(browser, "image-filter", "")
+    name = records[-1]["class_name"]
+    _type(browser, "class-filter", name)
+    assert [c["image"] for c in _cards(browser)] == [
+        i for i in ranked if any(r["image"] == i and r["class_name"] == name for r in records)
+    ]
+    _type(browser, "class-filter", "")
+
+    # Keys: the selection walks the sorted images; Enter shows one image's methods side by side.
+    browser.find_element("tag name", "h1").click()  # focus out of the boxes
+    assert _selected(browser) is None
+    _key(browser, "j")
+    assert _selected(browser) == ranked[0]
+    _key(browser, "j")
+    _key(browser, "j")
+    assert _selected(browser) == ranked[2]
+    _key(browser, "k")
+    assert _selected(browser) == ranked[1]
+    from selenium.webdriver.common.keys import Keys
+
+    _key(browser, Keys.ENTER)
+    assert browser.find_element("id", "compare").is_displayed()
+    heads = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#compare-head th')).map(t => t.firstChild.textContent)"
+    )
+    assert heads == ["Guided Backprop", "Grad-CAM"]
+    compared = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#compare img.heat')).map(i => i.getAttribute('src'))"
+    )
+    assert sorted(map(urllib.parse.unquote, compared)) == sorted(
+        r["file"] for r in records if r["image"] == ranked[1] and r["kind"] == "heatmap"
+    )
+    _key(browser, Keys.ARROW_RIGHT)  # next image, in the side-by-side view too
+    assert _selected(browser) == ranked[2] and ranked[2] in browser.find_element("id", "compare-title").text
+    _key(browser, Keys.ESCAPE)
+    assert not browser.find_element("id", "compare").is_displayed()
+    keys = browser.find_element("id", "keys").get_attribute("textContent")
+    assert all(word in keys for word in ("next image", "side by side", "opacity", "next page"))
+
+
+def test_sorting_by_a_metric_of_a_real_saliency_evaluate_run(browser, batch_run, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(batch_run, out)
+    inputs = batch_run.parent / "in"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    names = sorted({r["image"] for r in _records(out)})
+    done = subprocess.run(
+        [sys.executable, "-m", "saliency_kit", "evaluate", *[str(inputs / n) for n in names], "--out", str(out),
+         "--method", "guided_backprop", "--method", "gradcam", "--metric", "sparseness"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    table = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    value = {}
+    for row in table["rows"]:
+        for path, v in zip(table["images"], row["per_input"]):
+            value[(os.path.relpath(path, inputs).replace(os.sep, "/"), row["method"])] = v
+    assert row["metric"] == "sparseness" and row["higher_is_better"] is True
+    _open(browser, out / "index.html")  # evaluate rebuilt the gallery
+    _select(browser, "sort", "metric:0")
+    both = sorted(names, key=lambda n: -max(value[(n, "guided_backprop")], value[(n, "gradcam")]))
+    assert [c["image"] for c in _cards(browser)] == both
+    # the metric's value of the methods shown: unticking Grad-CAM ranks by Guided Backprop alone
+    browser.find_element("css selector", "#methods input[value='gradcam']").click()
+    alone = sorted(names, key=lambda n: -value[(n, "guided_backprop")])
+    assert [c["image"] for c in _cards(browser)] == alone
+    assert both != alone or len(names) < 2  # the two orders differ on this run, so the check means something
+
+
+def test_hostile_method_class_and_file_names_stay_text_in_every_view(browser, tmp_path):
+    records = []
+    for i, name in enumerate(HOSTILE):
+        folder = f"{name} {i}".replace("/", "_")
+        for j, method in enumerate(HOSTILE[:2]):
+            for kind in ("heatmap", "overlay"):
+                file = f"{folder}/m{j} {name}-{kind}.png".replace("\\", "_")
+                _png(tmp_path / file, colour=(200, 40 * j, 40))
+                line = _line(name + ".png", method, i, name, float(i + j), kind, file, 4)
+                records.append({**line, "photo": f"{folder}/photo.png"})
+        _png(tmp_path / folder / "photo.png", colour=(20, 200, 20))
+    _write_manifest(tmp_path / "manifest.jsonl", records)
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"images": [f"/in/{n}.png" for n in HOSTILE], "rows": [
+            {"method": HOSTILE[0], "metric": HOSTILE[1], "higher_is_better": True, "per_input": list(range(5))}]})
+    )  # fmt: skip
+    _open(browser, gallery.write_gallery(tmp_path))
+    assert browser.execute_script("return window.hacked === undefined && document.scripts.length === 2")
+    labels = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#methods label')).map(l => l.textContent)"
+    )
+    assert [label.strip() for label in labels] == HOSTILE[:2]
+    sorts = browser.execute_script("return Array.from(document.getElementById('sort').options).map(o => o.text)")
+    assert sorts[-1].startswith(HOSTILE[1] + ", best first")
+    _select(browser, "sort", "metric:0")
+    assert [c["title"] for c in _cards(browser)] == [n + ".png" for n in HOSTILE[::-1]]
+    assert sorted(f for _, f in _panels(browser)) == sorted(r["file"] for r in records if r["kind"] == "heatmap")
+    assert min(_all_images_loaded(browser)) > 0  # every hostile path reached its file
+    browser.find_element("tag name", "h1").click()
+    _key(browser, "j")
+    _key(browser, "o")
+    title = browser.find_element("id", "compare-title").text
+    heads = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#compare-head th')).map(t => t.firstChild.textContent)"
+    )
+    assert title.startswith(HOSTILE[-1] + ".png") and heads == HOSTILE[:2]
+    assert browser.execute_script("return document.querySelectorAll('#compare b, #compare script').length") == 2
+    assert browser.execute_script("return window.hacked === undefined")
+
+
+def test_10000_images_render_a_bounded_page_quickly(browser, tmp_path):
+    """10,000 images x 2 methods: only a page of cards is in the document; load and filter are timed."""
+    _png(tmp_path / "heat.png", colour=(250, 120, 20), size=(32, 32))
+    _png(tmp_path / "photo-src.png", colour=(30, 30, 200), size=(32, 32))
+    records, scores = [], {}
+    rng = np.random.default_rng(1)
+    for i in range(10_000):
+        image, folder = f"set{i % 10}/img{i:05d}.png", f"set{i % 10}/img{i:05d}"
+        (tmp_path / folder).mkdir(parents=True)
+        os.link(tmp_path / "photo-src.png", tmp_path / folder / "photo.png")
+        for method in ("gradient", "gradcam"):
+            file = f"{folder}/{method}-c{i % 5}-k{i % 5}-heatmap.png"
+            os.link(tmp_path / "heat.png", tmp_path / file)
+            score = float(rng.normal())
+            scores[image] = max(scores.get(image, -np.inf), score)
+            records.append(
+                {**_line(image, method, i % 5, f"k{i % 5}", score, "heatmap", file), "photo": f"{folder}/photo.png"}
+            )
+    _write_manifest(tmp_path / "manifest.jsonl", records)
+    page = gallery.write_gallery(tmp_path, page_size=40)
+    _open(browser, page)
+    loaded = browser.execute_script(
+        "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd - t.startTime"
+    )
+    ranked = sorted(scores, key=lambda i: -scores[i])
+    assert [c["image"] for c in _cards(browser)] == ranked[:40]
+    counts = browser.execute_script(
+        "return [document.images.length, document.querySelectorAll('.card').length,"
+        " Array.from(document.images).every(i => i.loading === 'lazy')]"
+    )
+    assert counts == [40 * 2 * 2, 40, True]  # 40 cards x 2 methods x (photo + heatmap), all lazy
+    filtered = browser.execute_script(
+        "const box = document.getElementById('image-filter'); const t0 = performance.now();"
+        " box.value = 'img0999'; box.dispatchEvent(new Event('input')); return performance.now() - t0"
+    )
+    expected = [i for i in ranked if "img0999" in i]
+    assert [c["image"] for c in _cards(browser)] == expected and len(expected) == 10
+    classed = browser.execute_script(
+        "const box = document.getElementById('image-filter'); box.value = ''; box.dispatchEvent(new Event('input'));"
+        " const c = document.getElementById('class-filter'); const t0 = performance.now();"
+        " c.value = 'k3'; c.dispatchEvent(new Event('input')); return performance.now() - t0"
+    )
+    assert browser.find_element("id", "page-info").text == "page 1 of 50"  # 2,000 images of class k3
+    _select(browser, "page-size", "200")
+    assert browser.execute_script("return document.images.length") == 200 * 2 * 2
+    size = page.stat().st_size
+    print(f"\n10,000 images: page {size / 1e6:.1f} MB, load {loaded:.0f} ms, name filter {filtered:.0f} ms,"
+          f" class filter {classed:.0f} ms")  # fmt: skip
+    assert loaded < 15_000 and filtered < 2_000 and classed < 2_000
+
+
+def test_a_run_written_before_photos_resumes_and_keeps_its_blended_overlays(browser, batch_run, tmp_path):
+    """An output folder from before the photos (no photo.png, no "photo" on its lines), resumed with
+    one more image: nothing done is redone, the new image gets its photo, and the page lays maps
+    over photos where there is one and shows the blended overlays elsewhere."""
+    out = tmp_path / "out"
+    shutil.copytree(batch_run, out)
+    shutil.copytree(batch_run.parent / "in", tmp_path / "in")
+    old = _records(out)
+    for photo in {r["photo"] for r in old}:
+        (out / photo).unlink()
+    _write_manifest(out / "manifest.jsonl", [{k: v for k, v in r.items() if k != "photo"} for r in old])
+    before = {r["file"]: (out / r["file"]).stat().st_mtime_ns for r in old}
+    _png(tmp_path / "in" / "late arrival.png", colour=(240, 240, 30), size=(64, 64))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [sys.executable, "-m", "saliency_kit", "batch", str(tmp_path / "in"), "--out", str(out), "--method",
+         "guided_backprop", "--method", "gradcam", "--target", "top2", "--resume"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "4 already complete" in done.stdout + done.stderr
+    assert {f: (out / f).stat().st_mtime_ns for f in before} == before  # nothing redone
+    after = _records(out)
+    new = [r for r in after if r["image"] == "late arrival.png"]
+    photo = new[0]["file"].rsplit("/", 1)[0] + "/photo.png"
+    assert len(new) == 8 and all(r["photo"] == photo for r in new) and (out / photo).is_file()
+    assert not any("photo" in r for r in after if r["image"] != "late arrival.png")
+    _open(browser, out / "index.html")
+    shown = browser.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(c => [c.dataset.image,"
+        " Array.from(c.querySelectorAll('img')).map(i => i.className + ' ' + i.getAttribute('src'))]))"
+    )
+    assert sorted(shown) == sorted({r["image"] for r in after})
+    for image, sources in shown.items():
+        if image == "late arrival.png":
+            assert sorted(sources) == sorted(
+                [f"photo {urllib.parse.quote(photo)}"] * 4
+                + [f"heat {urllib.parse.quote(r['file'])}" for r in new if r["kind"] == "heatmap"]
+            )
+        else:
+            overlays = [r["file"] for r in after if r["image"] == image and r["kind"] == "overlay"]
+            assert sorted(sources) == sorted(" " + urllib.parse.quote(f) for f in overlays)
+    assert min(_all_images_loaded(browser)) > 0

@@ -70,7 +70,11 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
     assert wrote | {"saliency_out/manifest.jsonl"} == on_disk
     records = manifest_records(tmp_path / "saliency_out" / "manifest.jsonl")
     assert {"saliency_out/" + r["file"] for r in records if r["status"] == "ok"} == {
-        f for f in wrote if not f.endswith(("grid.png", "index.html"))
+        f for f in wrote if not f.endswith(("grid.png", "index.html", "/photo.png"))
+    }
+    # the photo under the maps: one per image, named on its PNG lines
+    assert {"saliency_out/" + r["photo"] for r in records if r["status"] == "ok" and r["kind"] != "npz"} == {
+        f for f in wrote if f.endswith("/photo.png")
     }
     assert "saliency_out/index.html" in wrote  # the gallery of the run
     assert [r["image"] for r in records if r["status"] == "failed"] == [str(inputs[2])]
@@ -79,7 +83,7 @@ def test_explain_several_methods_and_targets_with_the_shipped_model(tmp_path, im
         best = spec.class_names[top[0]]
         assert f"{path}: top probabilities: {best} {probabilities[row, top[0]]:.3f}" in out
         classes = list(dict.fromkeys([*top[:2].tolist(), spec.class_names.index("star"), 0]))
-        expected = {f"saliency_out/{folder}/grid.png"}
+        expected = {f"saliency_out/{folder}/grid.png", f"saliency_out/{folder}/photo.png"}
         for method in ("guided_backprop", "gradcam", "integrated_gradients"):
             for c in classes:
                 for kind in ("heatmap", "overlay", "npz"):
