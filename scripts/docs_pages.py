@@ -166,19 +166,20 @@ def method_pages() -> dict[str, str]:
             )
         lines += ["", "## Options", ""]
         if method.options:
+            # no class on the table: the theme styles tables without one
             lines += [
-                '<table class="method-options"><thead><tr><th>option</th><th>flag</th><th>type</th>'
-                "<th>default</th><th>range</th><th>choices</th><th>what it is</th></tr></thead><tbody>"
+                "<table><thead><tr><th>option</th><th>default</th><th>values</th><th>what it is</th></tr></thead>"
+                "<tbody>"
             ]
             for option in method.options:
-                choices = ", ".join(_code(c) for c in option.choices) if option.choices else ""
+                values = [option.value_type.__name__, html.escape(option.range_text)]
+                values += ["one of " + ", ".join(_code(c) for c in option.choices)] if option.choices else []
                 extra = [option.help] + (["or an array"] if option.array else [])
                 extra += ["or a keras layer"] if option.layer else []
                 lines.append(
-                    f'<tr data-option="{option.name}"><td><code>{option.name}</code></td>'
-                    f"<td><code>{option.flag}</code></td><td>{option.value_type.__name__}</td>"
-                    f'<td class="default">{_code(option.default)}</td><td>{html.escape(option.range_text)}</td>'
-                    f"<td>{choices}</td><td>{html.escape('; '.join(e for e in extra if e))}</td></tr>"
+                    f'<tr data-option="{option.name}"><td><code>{option.name}</code><br><code>{option.flag}</code></td>'
+                    f'<td class="default">{_code(option.default)}</td><td>{"; ".join(v for v in values if v)}</td>'
+                    f"<td>{html.escape('; '.join(e for e in extra if e))}</td></tr>"
                 )
             lines += ["</tbody></table>", ""]
         else:
@@ -256,7 +257,7 @@ def metric_pages() -> dict[str, str]:
         ]
         options = metric_options(declared)
         if options:
-            lines.append('<table class="metric-options"><thead><tr><th>option</th><th>default</th></tr></thead><tbody>')
+            lines.append("<table><thead><tr><th>option</th><th>default</th></tr></thead><tbody>")
             lines += [
                 f'<tr data-option="{k}"><td><code>{k}</code></td><td class="default">{_code(v)}</td></tr>'
                 for k, v in options.items()
