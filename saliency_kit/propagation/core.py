@@ -17,6 +17,8 @@ Notation (Montavon et al. 2019): ``z_j = Σ_i x_i w_ij + b_j``; ``R_j`` the rele
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -315,7 +317,12 @@ class LinearRule:
         scales, masks = self.group_scales(), self.group_masks()
         normalised = {}
         for group in sorted({branch.group for branch in branches}):
-            denominator = sum(branch.sign * out for branch, _, _, out, _ in outputs if branch.group == group)
+            terms = [
+                out if branch.sign == 1.0 else branch.sign * out
+                for branch, _, _, out, _ in outputs
+                if branch.group == group
+            ]
+            denominator = functools.reduce(operator.add, terms)  # no pass over a zero start, none for a sign of 1
             ratio = relevance / stabilize(denominator, self.stabilizer)
             if group in scales:
                 ratio = ratio * scales[group]
