@@ -25,7 +25,7 @@ def metric_values(out_root: str, images: list[str], methods: list[str]) -> dict:
     """``{"metrics": [{"name", "higher_is_better"}], "values": [[[metric index, method index,
     value], ...] per image of ``images``]}`` from ``out_root/metrics.json``; empty lists when the
     file is absent or not what ``saliency evaluate`` writes."""
-    empty = {"metrics": [], "values": [[] for _ in images]}
+    empty: dict[str, list] = {"metrics": [], "values": [[] for _ in images]}
     try:
         with open(os.path.join(out_root, METRICS_JSON), "rb") as handle:
             content = json.loads(handle.read())

@@ -7,9 +7,9 @@ residual sum, GELU) sums to delta under DeepLIFT."""
 import keras
 import numpy as np
 import pytest
+from propagation.numpy_reference import numpy_deeplift
 
 import saliency_kit as sk
-from propagation.numpy_reference import numpy_deeplift
 from saliency_kit.propagation import composites
 from saliency_kit.propagation.lrp import rewrite_lrp
 from saliency_kit.propagation.lrp_rules import Epsilon
