@@ -30,3 +30,12 @@ def _seed():
         random.seed(1234)
         np.random.seed(1234)
     yield
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``channels_first_convolution`` is skipped where the backend cannot run one."""
+    if item.get_closest_marker("channels_first_convolution") is not None:
+        from cpu_support import CHANNELS_FIRST_REASON, channels_first_convolutions_run
+
+        if not channels_first_convolutions_run():
+            pytest.skip(CHANNELS_FIRST_REASON)

@@ -211,6 +211,7 @@ def channels_first():
     return model, x, W @ V / 36.0, A, V
 
 
+@pytest.mark.channels_first_convolution
 def test_channels_first_maps_reduce_the_channel_axis(channels_first):
     model, x, G, _, _ = channels_first
     expl = sk.explain(model, x, "gradient", [[0, 1]] * 2)
@@ -224,6 +225,7 @@ def test_channels_first_maps_reduce_the_channel_axis(channels_first):
     np.testing.assert_allclose(gxi.maps[:, 0], np.einsum("bchw,c->bhw", x, G[:, 1]), atol=1e-5)
 
 
+@pytest.mark.channels_first_convolution
 def test_channels_first_gradcam_uses_the_real_spatial_axes(channels_first):
     model, x, _, A, V = channels_first
     expl = sk.explain(model, x, "gradcam", [[0, 1]] * 2, layer="conv", relu=False)
@@ -234,6 +236,7 @@ def test_channels_first_gradcam_uses_the_real_spatial_axes(channels_first):
     assert plus.attributions.shape == plus.maps.shape == (2, 1, 6, 6)
 
 
+@pytest.mark.channels_first_convolution
 def test_channels_first_occlusion_slides_over_height_and_width(channels_first):
     model, x, G, _, _ = channels_first
     expl = sk.explain(model, x, "occlusion", 0, window=(3, 3), stride=3)

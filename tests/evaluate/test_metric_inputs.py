@@ -280,7 +280,15 @@ def test_a_predicted_region_keeps_the_clean_inputs_mask(segmenter, images, name)
     masks = [row == c for row, c in zip(labels, classes)]
     assert all(0 < m.sum() < m.size for m in masks)  # a region, not the whole image
     twins = [region_twin(segmenter, mask) for mask in masks]
-    _same(got, _per_row_twins(metric, twins, images, "gradient", classes, IMAGE[name]))
+    want = _per_row_twins(metric, twins, images, "gradient", classes, IMAGE[name])
+    if name == "faithfulness_correlation":
+        # A correlation of score drops: the region's mean logit and the twin's Dense over the same
+        # mask round differently in float32, and the drops' correlation amplifies that (6e-6 apart on
+        # an AVX2 CPU without oneDNN, within 1e-6 on one with AVX-512); another region moves it by
+        # more than 1e-2.
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        _same(got, want)
 
 
 @pytest.mark.parametrize("name", sorted(IMAGE))

@@ -235,7 +235,12 @@ def test_a_layer_of_another_rank_and_inputs_of_no_spatial_rank_are_refused_in_on
 @pytest.mark.parametrize(
     "conv, pool, shape",
     [
-        (keras.layers.Conv1D, keras.layers.GlobalAveragePooling1D, (16, 3)),
+        pytest.param(
+            keras.layers.Conv1D,
+            keras.layers.GlobalAveragePooling1D,
+            (16, 3),
+            marks=pytest.mark.channels_first_convolution,
+        ),
         (keras.layers.Conv3D, keras.layers.GlobalAveragePooling3D, (6, 8, 8, 2)),
     ],
 )

@@ -101,6 +101,7 @@ def test_channels_first_is_refused_where_not_supported(method):
         sk.explain(channels_first_model(), x, method, targets=0)
 
 
+@pytest.mark.channels_first_convolution
 @pytest.mark.parametrize("method", ["scorecam", "layercam"])
 def test_cams_on_channels_first_equal_channels_last(method):
     first = channels_first_model()

@@ -393,7 +393,10 @@ def tolerance(name):
     return dict(rtol=2e-2, atol=2e-3) if name in ("mixed_float16", "float16") else dict(rtol=1e-4, atol=1e-6)
 
 
-@pytest.fixture(params=list(KINDS), scope="module")
+_NEEDS = {"channels_first": pytest.mark.channels_first_convolution}  # kernels some CPUs lack (cpu_support.py)
+
+
+@pytest.fixture(params=[pytest.param(k, marks=_NEEDS.get(k, ())) for k in KINDS], scope="module")
 def kind(request):
     build, shape = KINDS[request.param]
     keras.utils.set_random_seed(6)  # a seed where guided maps of the small kinds are alive on most inputs
