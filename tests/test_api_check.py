@@ -34,15 +34,18 @@ def test_check_refuses_what_explain_refuses_and_runs_nothing(channels_first):
         preflight(channels_first, None, x[:1], [("rise", {"masks": 8})], 4)
 
 
-def test_check_returns_the_options_explain_uses(channels_first):
-    x = np.zeros((1, 3, 8, 8), "float32")
-    values = api.check(channels_first, x, "smoothgrad", samples=3)
-    explanation = sk.explain(channels_first, x, "smoothgrad", targets=0, samples=3, seed=values["seed"])
+def test_check_returns_the_options_explain_uses():
+    model = keras.Sequential(
+        [keras.Input((8, 8, 3)), keras.layers.Conv2D(2, 3, activation="relu"), keras.layers.GlobalAveragePooling2D()]
+    )
+    x = np.zeros((1, 8, 8, 3), "float32")
+    values = api.check(model, x, "smoothgrad", samples=3)
+    explanation = sk.explain(model, x, "smoothgrad", targets=0, samples=3, seed=values["seed"])
     assert values["samples"] == 3 and explanation.options["seed"] == values["seed"]
     with pytest.raises(TypeError, match="samples"):
-        api.check(channels_first, x, "smoothgrad", samples="many")
+        api.check(model, x, "smoothgrad", samples="many")
     with pytest.raises(ValueError, match="unknown method"):
-        api.check(channels_first, x, "smoothgradd")
+        api.check(model, x, "smoothgradd")
 
 
 def test_explain_warnings_point_at_the_callers_line():
