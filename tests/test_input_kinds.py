@@ -200,5 +200,17 @@ def test_every_method_is_batch_and_batch_size_invariant_or_refused(kind, method)
     for got, one_by_one, row in zip(whole, small, alone):
         if got is None:
             continue
-        np.testing.assert_allclose(one_by_one, got, rtol=1e-5, atol=2e-5)
-        np.testing.assert_allclose(row[0], got[1], rtol=1e-5, atol=2e-5)
+        _same_maps(method, one_by_one, got)
+        _same_maps(method, row[0], got[1])
+
+
+def _same_maps(method, got, want):
+    """Equal to float32 rounding. Guided IG moves, at each step, the features whose gradient is
+    smallest: where two sit at the step's quantile, the rounding of a batch of 1 against a batch of 4
+    (BLAS takes other kernels; seen on an AMD EPYC) can swap them, moving those elements by a step's
+    share; a map mixed across rows would differ almost everywhere. So there, at most 1% may differ."""
+    if method != "guided_ig":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+        return
+    close = np.isclose(got, want, rtol=1e-5, atol=2e-5)
+    assert close.mean() >= 0.99, f"{(~close).sum()} of {close.size} elements differ"
