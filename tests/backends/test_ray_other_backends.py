@@ -129,7 +129,8 @@ def test_actors_run_the_drivers_backend_and_write_the_local_runs_files(head, ima
     assert "12 images explained, 0 already complete, 1 failed" in printed
     mine, theirs = _files(on_ray), _files(local)
     assert sorted(mine) == sorted(theirs)
-    assert len([name for name in mine if name.endswith((".png", ".npz"))]) == 12 * 2 * 3  # heatmap, overlay, npz
+    assert len([name for name in mine if name.endswith(("-heatmap.png", "-overlay.png", ".npz"))]) == 12 * 2 * 3
+    assert len([name for name in mine if name.endswith("/photo.png")]) == 12  # one per image, for the gallery
     assert [name for name in mine if mine[name] != theirs[name]] == []
 
     _batch("tensorflow", images, reference)
