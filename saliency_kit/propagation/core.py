@@ -334,16 +334,14 @@ class LinearRule:
         coefficients = None
         constant = None
         for branch, kind, kernels, _, pull in outputs:
-            if pull is not None:
-                vjp = pull(normalised[branch.group])
-            elif kind == "negative":
+            if kind == "negative":
                 vjp = ops.cond(
                     any_negative,
                     lambda kernels=kernels, group=branch.group: linear_vjp(part, kernels, x, normalised[group]),
                     lambda: ops.zeros_like(x),
                 )
             else:
-                vjp = linear_vjp(part, kernels, x, normalised[branch.group])
+                vjp = linear_vjp(part, kernels, x, normalised[branch.group], pull)
             if kind in _PROPORTIONAL:
                 if kind != "x":
                     keep = x > 0 if kind == "positive" else x < 0
@@ -366,9 +364,13 @@ def positive_part(part: LinearPart) -> LinearPart:
     return LinearPart(part.apply, kernels, None if part.bias is None else ops.maximum(part.bias, 0))
 
 
-def linear_vjp(part: LinearPart, kernels: dict, x: Any, cotangent: Any) -> Any:
-    """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP); the
-    forward pass's recorded pull-back where ``kernels`` are the part's own."""
+def linear_vjp(part: LinearPart, kernels: dict, x: Any, cotangent: Any, pull: Callable | None = None) -> Any:
+    """``Wᵀ · cotangent`` for the linear map ``part.apply(·, kernels, None)`` (its input VJP): by
+    ``pull``, that map's pull-back recorded where its output was computed
+    (:func:`~saliency_kit.propagation.autodiff.eager_pullback`), or the forward pass's recorded one
+    where ``kernels`` are the part's own; else from a new evaluation."""
+    if pull is not None:
+        return pull(cotangent)
     if kernels is part.kernels and part.pull is not None:
         return part.pull(cotangent)
     _, pull = pullback(lambda x: part.apply(x, kernels, None), x)

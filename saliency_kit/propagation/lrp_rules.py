@@ -119,10 +119,9 @@ class Gamma(LinearRule):
         up = z > 0
         ratio = relevance / stabilize(z + ops.where(up, gamma_p, gamma * z - gamma_p), self.stabilizer)
         down = ops.where(up, ops.zeros((), ratio.dtype), ratio)
-        pulled = (
-            pull_scaled(ratio - 2 * down) if pull_scaled is not None else linear_vjp(part, scaled, x, ratio - 2 * down)
+        coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + linear_vjp(
+            part, scaled, x, ratio - 2 * down, pull_scaled
         )
-        coefficients = linear_vjp(part, part.kernels, x, ratio + gamma * down) + pulled
         return coefficients, None
 
 
@@ -172,12 +171,9 @@ class AlphaBeta(LinearRule):
         p, pull_positive = eager_pullback(lambda x: part.apply(x, positive.kernels, positive.bias), x)
         r_plus = self.alpha * relevance / stabilize(p, self.stabilizer)
         r_minus = -self.beta * relevance / stabilize(z - p, self.stabilizer)
-        pulled = (
-            pull_positive(r_plus - r_minus)
-            if pull_positive is not None
-            else linear_vjp(part, positive.kernels, x, r_plus - r_minus)
+        coefficients = linear_vjp(part, positive.kernels, x, r_plus - r_minus, pull_positive) + linear_vjp(
+            part, part.kernels, x, r_minus
         )
-        coefficients = pulled + linear_vjp(part, part.kernels, x, r_minus)
         return coefficients, None
 
 
